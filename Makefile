@@ -1,0 +1,36 @@
+# kvroute: `make demo` and `make test` do everything on a fresh Debian 12 machine.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+
+.PHONY: all deps build demo test test-asan bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	./$(BUILD)/kvroute demo
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+# Unit tests (pure core, no sockets) under AddressSanitizer + UBSan.
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Debug -DKVROUTE_SANITIZE=ON -DKVROUTE_BENCHMARKS=OFF
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target api_tests engine_tests sched_tests metrics_tests config_tests
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'core|metrics|config'
+
+bench: build
+	@for b in $(BUILD)/bench/*_bench; do echo "== $$b"; $$b; done
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

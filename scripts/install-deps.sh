@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs every build, test and benchmark dependency of kvroute from Debian 12's
+# packages. Idempotent: when everything is present it only runs dpkg-query and exits.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl
+  libboost1.81-dev          # Asio + Beast: HTTP/1.1 server and client
+  libsimdjson-dev           # request-body parsing on the hot path
+  libyaml-cpp-dev           # configuration files (with line numbers for errors)
+  libxxhash-dev             # prefix-block hashing
+  libfmt-dev                # formatting
+  libcli11-dev              # command-line parsing
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev          # Google Benchmark micro-benchmarks
+  nginx-light               # reference reverse proxy for the overhead benchmark
+  wrk                       # HTTP load generator for side-by-side proxy benchmarks
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# nginx's package would start a daemon on port 80; we only need the binary.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

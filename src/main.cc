@@ -1,0 +1,47 @@
+// kvroute: one binary, several subcommands. This is the only file that sees every app.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "sim/sim_main.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+constexpr Command kCommands[] = {
+    {"sim", "run a fleet of simulated vLLM replicas (OpenAI API + /metrics)",
+     kvroute::sim::SimMain},
+};
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out,
+               "kvroute: an inference-aware router for LLM serving fleets\n\n"
+               "Usage: kvroute <command> [options]   (kvroute <command> --help for its flags)\n\n"
+               "Commands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintUsage(stderr);
+    return 2;
+  }
+  std::string_view cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    PrintUsage(stdout);
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (cmd == c.name) return c.run(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "kvroute: unknown command '%s'\n\n", argv[1]);
+  PrintUsage(stderr);
+  return 2;
+}
