@@ -23,10 +23,12 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
+ASAN_TESTS := api_tests engine_tests sched_tests workload_tests report_tests metrics_tests config_tests
+
 # Unit tests (pure core, no sockets) under AddressSanitizer + UBSan.
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Debug -DKVROUTE_SANITIZE=ON -DKVROUTE_BENCHMARKS=OFF
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target api_tests engine_tests sched_tests metrics_tests config_tests
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TESTS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'core|metrics|config'
 
 bench: build
