@@ -1,0 +1,209 @@
+// The simulated LLM engine: a model of one vLLM V1 replica's scheduler and paged KV
+// cache with automatic prefix caching (see REFERENCE.md sections 2, 3 and 9). No model
+// runs; a step's duration comes from a fitted cost model (StepModel).
+//
+// Pure logic: no clocks, no threads, no I/O. The caller owns time: it calls Step(now),
+// and the step's outputs become visible at now + duration. Drivers: the live simulator
+// (`kvroute sim`, real timers) and the discrete-event simulator (`kvroute simulate`).
+//
+// Thread: an Engine is not thread-safe; use each from one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvroute::engine {
+
+// Cost of one engine step (one forward pass over the scheduled batch), in microseconds:
+//   base_us + per_prefill_token_us * prefill_tokens + per_decode_seq_us * decode_seqs
+//           + per_context_token_us * resident_context_tokens
+// where resident_context_tokens is the KV the step reads: for each scheduled request,
+// its tokens already computed plus the ones computed this step.
+struct StepModel {
+  double base_us = 5753.0;
+  double per_prefill_token_us = 17.25;
+  double per_decode_seq_us = 6.0;
+  double per_context_token_us = 0.05;
+
+  // The formula above in seconds. Returns 0 when nothing is scheduled
+  // (prefill_tokens == 0 and decode_seqs == 0).
+  double StepSeconds(int prefill_tokens, int decode_seqs,
+                     int64_t resident_context_tokens) const;
+};
+
+struct EngineConfig {
+  std::string model_name = "meta-llama/Llama-3.1-8B-Instruct";
+  int block_size = 16;           // tokens per KV block
+  int num_gpu_blocks = 26304;    // block 0 is reserved (vLLM's null block): usable = n-1
+  int max_num_seqs = 256;        // running batch limit
+  int max_num_batched_tokens = 8192;  // per-step token budget (chunked prefill)
+  int max_model_len = 131072;    // prompt + max_tokens limit
+  bool enable_prefix_caching = true;
+  bool priority_scheduling = false;  // waiting order (priority, arrival, id), else FCFS
+  StepModel step;
+
+  // Output length when the request does not set its own stop point (EngineRequest::
+  // stop_after_tokens). Precedence: fixed_output_tokens > 0 stops after exactly that
+  // many tokens; else mean_output_tokens > 0 draws a length from an exponential
+  // distribution with that mean (at least 1), deterministic per (output_seed, request
+  // id); else the request runs to max_tokens (as with ignore_eos). A request that
+  // reaches its stop point finishes with kStop; one that reaches max_tokens first
+  // finishes with kLength.
+  int fixed_output_tokens = 0;
+  double mean_output_tokens = 0.0;
+  uint64_t output_seed = 0;
+
+  // Seed of the block hash chain (vLLM derives it from PYTHONHASHSEED).
+  uint64_t hash_seed = 0;
+
+  // Record KV-cache events (REFERENCE.md section 5) for DrainKvEvents. Off by default.
+  bool record_kv_events = false;
+};
+
+// Built-in configurations.
+//   "llama3-8b-h100": Llama-3.1-8B bf16 on one H100 80 GB: 128 KiB of KV per token,
+//       26304 blocks of 16 tokens (~420k tokens), max_num_seqs 256,
+//       max_num_batched_tokens 8192, max_model_len 131072. Step model fitted to public
+//       simulators: 5753 us + 17.25 us/prefill token + 6.0 us/decode seq + 0.05 us per
+//       resident context token, so a batch-1 decode step is ~5.8-6.2 ms (1k-8k context)
+//       and prefill runs ~50k tokens/s (an 8192-token chunk ~0.15 s).
+//   "small-kv": same speed and limits but 2048 blocks (~32k tokens), so KV pressure,
+//       eviction and preemption are easy to reach.
+// Returns nullopt for an unknown name.
+std::optional<EngineConfig> PresetConfig(std::string_view name);
+std::vector<std::string> PresetNames();
+
+struct EngineRequest {
+  uint64_t id = 0;                      // unique among the engine's live requests
+  std::vector<uint32_t> prompt_tokens;  // non-empty
+  int max_tokens = 16;                  // >= 1
+  int64_t priority = 0;                 // lower is more important (priority scheduling)
+  std::string cache_salt;               // extra key of the first block's hash
+  std::string lora_name;                // extra key of every block's hash
+  double arrival_s = 0.0;               // engine time of arrival
+  // When > 0, the request stops (kStop) after this many tokens if that is <= max_tokens;
+  // overrides the EngineConfig output length settings.
+  int stop_after_tokens = 0;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+
+// "stop", "length", "abort" (vLLM's finished_reason label); "" for kNone.
+std::string_view FinishReasonName(FinishReason r);
+
+// What happened to one request in a step. Times are engine seconds.
+struct RequestOutput {
+  uint64_t id = 0;
+  int new_tokens = 0;        // tokens produced this step: 0 (prefill chunk) or 1
+  bool first_token = false;  // this step produced the request's first token
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;     // prefix-cache hit tokens at the (last) admission
+  int completion_tokens = 0; // tokens generated so far, including this step's
+  int num_preemptions = 0;   // times this request was preempted so far
+  double arrival_s = 0.0;
+  double first_scheduled_s = 0.0;  // start of the first step that scheduled it
+  double first_token_s = 0.0;      // valid when completion_tokens > 0
+  double finish_s = 0.0;           // valid when finished
+};
+
+struct StepResult {
+  double duration_s = 0.0;   // 0 when nothing was scheduled
+  int prefill_tokens = 0;
+  int decode_seqs = 0;
+  int num_scheduled = 0;     // requests scheduled this step
+  int64_t resident_context_tokens = 0;
+  int num_preempted = 0;     // preemptions during this step's scheduling
+  // One entry per scheduled request, in schedule order. Visible at now + duration_s.
+  std::vector<RequestOutput> outputs;
+};
+
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;             // including preempted requests
+  double kv_cache_usage = 0.0; // 1 - free/(num_gpu_blocks-1); cached-but-free is free
+  int64_t prefix_queries_tokens = 0;
+  int64_t prefix_hits_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens = 0;       // prompt tokens of requests added (accepted)
+  int64_t generation_tokens = 0;   // tokens generated
+  int64_t finished_stop = 0;
+  int64_t finished_length = 0;
+  int64_t finished_abort = 0;
+  int num_free_blocks = 0;     // unreferenced blocks (cached or not), excluding block 0
+  int num_cached_blocks = 0;   // blocks currently holding a hash (referenced or free)
+};
+
+// A KV-cache event as vLLM publishes it (REFERENCE.md section 5).
+enum class KvEventType { kBlockStored, kBlockRemoved, kAllBlocksCleared };
+struct KvEvent {
+  KvEventType type = KvEventType::kBlockStored;
+  std::vector<uint64_t> block_hashes;
+  std::optional<uint64_t> parent_hash;  // kBlockStored: hash of the block before, if any
+  std::vector<uint32_t> token_ids;      // kBlockStored: the blocks' tokens, concatenated
+  int block_size = 0;                   // kBlockStored
+  std::string lora_name;                // kBlockStored
+};
+
+// The block hash chain: hash of one full block given its parent's hash (or the seed for
+// the first block), its token ids, the cache salt (pass it for the first block only)
+// and the LoRA name (every block; empty when none). XXH3-64 based; deterministic.
+uint64_t BlockHash(uint64_t parent_or_seed, std::span<const uint32_t> tokens,
+                   std::string_view cache_salt, std::string_view lora_name);
+
+class Engine {
+ public:
+  // `config` must be valid: block_size >= 1, num_gpu_blocks >= 2, max_num_seqs >= 1,
+  // max_num_batched_tokens >= 1, max_model_len >= 2 (asserted).
+  explicit Engine(EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  // Queues `req` (arrival at req.arrival_s). Returns nullopt on success, or an error
+  // message (and leaves the engine unchanged) when the prompt is empty, max_tokens < 1,
+  // prompt + max_tokens > max_model_len, the prompt alone needs more blocks than the
+  // cache has, or the id is already live.
+  std::optional<std::string> AddRequest(EngineRequest req);
+
+  // Aborts a live (waiting or running) request: frees its blocks now (hashes kept),
+  // counts finished_abort, produces no output. Returns false if `id` is not live.
+  bool Abort(uint64_t id);
+
+  // True while any request is waiting or running.
+  bool HasWork() const;
+
+  // Schedules and "executes" one step starting at `now_s`. A step with nothing to
+  // schedule returns duration 0 and no outputs. The caller should not call Step again
+  // before now_s + duration (the engine does not check).
+  StepResult Step(double now_s);
+  // Same, reusing `out` (its outputs vector keeps its capacity): no allocation in steady
+  // state.
+  void Step(double now_s, StepResult* out);
+
+  EngineStats Stats() const;
+  const EngineConfig& config() const;
+
+  // Number of tokens of `tokens` (with the given salt/LoRA) that a request starting now
+  // would find in the prefix cache (same cap as admission). Read-only; for tests and
+  // for drivers that report "what would hit".
+  int PeekCachedTokens(std::span<const uint32_t> tokens, std::string_view cache_salt = {},
+                       std::string_view lora_name = {}) const;
+
+  // Moves the recorded KV events (config.record_kv_events) into `*out` (appended).
+  void DrainKvEvents(std::vector<KvEvent>* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvroute::engine
