@@ -3,8 +3,10 @@
 // Pure logic: bytes in, values out. No exceptions escape.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -57,7 +59,45 @@ struct ParseResult {
 
 // Parses a POST body for `endpoint`. `body` need not be padded; the function copies
 // it into simdjson's padded buffer only when it must.
+//
+// Accepted fields (others are ignored; `null` counts as absent for optional fields):
+//   model (required string); completions: prompt (string, or an array of exactly one
+//   string; token-id arrays and batches are rejected); chat: messages (non-empty array of
+//   {role: string, content: string | null | [{type:"text", text}...]}; text parts are
+//   joined with "\n"), rendered with RenderChat; stream (bool);
+//   stream_options.include_usage (bool); max_tokens and, for chat, max_completion_tokens
+//   (non-negative integers; max_completion_tokens wins when both are set); cache_salt
+//   (string); priority (integer); ignore_eos (bool).
+// Errors are status 400 BadRequestError; `param` names the offending field, with a
+// path for nested ones ("messages[1].content", "stream_options.include_usage"), and is
+// empty for malformed JSON or a non-object body.
+// Thread: any; each thread reuses its own simdjson parser (thread_local), whose buffers
+// grow to the largest body that thread has parsed.
 ParseResult ParseRequest(Endpoint endpoint, std::string_view body);
+
+// Bytes that must be readable (any value) after the end of a body passed to
+// ParseRequestPadded.
+inline constexpr std::size_t kJsonPadding = 64;
+
+// As ParseRequest, but `body.data()` must be followed by at least kJsonPadding readable
+// bytes (e.g. a receive buffer with spare capacity): skips the copy.
+ParseResult ParseRequestPadded(Endpoint endpoint, std::string_view body);
+
+// One chat message as RenderChat sees it (views into the caller's storage).
+struct ChatMessage {
+  std::string_view role;
+  std::string_view content;
+};
+
+// The chat template kvroute uses everywhere a chat request must become one text (the
+// simulator tokenizes it; the router hashes it, so both must agree):
+//   for each message: "<|" + role + "|>\n" + content + "\n"
+//   then the generation prompt "<|assistant|>\n".
+// AppendChatMessage appends one message's part, AppendChatGenerationPrompt the tail;
+// RenderChat does the whole thing into a fresh string.
+void AppendChatMessage(std::string& out, std::string_view role, std::string_view content);
+void AppendChatGenerationPrompt(std::string& out);
+std::string RenderChat(std::span<const ChatMessage> messages);
 
 // Appends `s` to `out` as a JSON string literal (quotes and escapes included).
 void AppendJsonString(std::string& out, std::string_view s);

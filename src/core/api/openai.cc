@@ -1,0 +1,363 @@
+#include "core/api/openai.h"
+
+#include <simdjson.h>
+
+#include <limits>
+#include <utility>
+
+namespace kvroute::api {
+
+static_assert(simdjson::SIMDJSON_PADDING <= kJsonPadding, "kJsonPadding must cover simdjson's padding");
+
+std::string_view ErrorTypeForStatus(int status) {
+  switch (status) {
+    case 400: return "BadRequestError";
+    case 401: return "AuthenticationError";
+    case 403: return "PermissionDeniedError";
+    case 404: return "NotFoundError";
+    case 408: return "RequestTimeoutError";
+    case 409: return "ConflictError";
+    case 413: return "RequestEntityTooLarge";
+    case 422: return "UnprocessableEntityError";
+    case 429: return "RateLimitError";
+    case 503: return "ServiceUnavailableError";
+    default: break;
+  }
+  if (status >= 500) return "InternalServerError";
+  return "BadRequestError";
+}
+
+ApiError MakeError(int status, std::string message, std::string param) {
+  ApiError e;
+  e.status = status;
+  e.type = std::string(ErrorTypeForStatus(status));
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+void AppendJsonString(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.reserve(out.size() + s.size() + 2);
+  out.push_back('"');
+  // Copy runs of plain bytes in one append: prompts are long and mostly plain.
+  size_t run_start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + run_start, i - run_start);
+    run_start = i + 1;
+    switch (c) {
+      case '"': out.append("\\\""); break;
+      case '\\': out.append("\\\\"); break;
+      case '\n': out.append("\\n"); break;
+      case '\r': out.append("\\r"); break;
+      case '\t': out.append("\\t"); break;
+      case '\b': out.append("\\b"); break;
+      case '\f': out.append("\\f"); break;
+      default: {
+        const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
+        out.append(esc, 6);
+      }
+    }
+  }
+  out.append(s.data() + run_start, s.size() - run_start);
+  out.push_back('"');
+}
+
+std::string ErrorBody(const ApiError& e) {
+  std::string out;
+  out.reserve(64 + e.message.size() + e.type.size() + e.param.size());
+  out.append("{\"error\":{\"message\":");
+  AppendJsonString(out, e.message);
+  out.append(",\"type\":");
+  AppendJsonString(out, e.type);
+  out.append(",\"param\":");
+  if (e.param.empty()) {
+    out.append("null");
+  } else {
+    AppendJsonString(out, e.param);
+  }
+  out.append(",\"code\":");
+  out.append(std::to_string(e.status));
+  out.append("}}");
+  return out;
+}
+
+void AppendChatMessage(std::string& out, std::string_view role, std::string_view content) {
+  out.append("<|").append(role).append("|>\n").append(content).push_back('\n');
+}
+
+void AppendChatGenerationPrompt(std::string& out) { out.append("<|assistant|>\n"); }
+
+std::string RenderChat(std::span<const ChatMessage> messages) {
+  size_t n = 14;
+  for (const ChatMessage& m : messages) n += m.role.size() + m.content.size() + 5;
+  std::string out;
+  out.reserve(n);
+  for (const ChatMessage& m : messages) AppendChatMessage(out, m.role, m.content);
+  AppendChatGenerationPrompt(out);
+  return out;
+}
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+// Fills `err` and returns false; lets the field handlers be one-liners.
+bool Fail(ApiError& err, std::string message, std::string param) {
+  err = MakeError(400, std::move(message), std::move(param));
+  return false;
+}
+
+bool WrongType(ApiError& err, std::string_view param, std::string_view expected) {
+  std::string msg = "'";
+  msg.append(param).append("' must be ").append(expected);
+  return Fail(err, std::move(msg), std::string(param));
+}
+
+bool ReadString(element v, std::string_view param, std::string& out, ApiError& err) {
+  std::string_view s;
+  if (v.get_string().get(s)) return WrongType(err, param, "a string");
+  out.assign(s);
+  return true;
+}
+
+bool ReadBool(element v, std::string_view param, bool& out, ApiError& err) {
+  if (v.get_bool().get(out)) return WrongType(err, param, "a boolean");
+  return true;
+}
+
+// Integers only: 7.0 and "7" are rejected like OpenAI's schema does.
+bool ReadInt(element v, std::string_view param, int64_t& out, ApiError& err) {
+  switch (v.type()) {
+    case element_type::INT64:
+      out = v.get_int64().value_unsafe();
+      return true;
+    case element_type::UINT64:  // only values above INT64_MAX land here
+      out = std::numeric_limits<int64_t>::max();
+      return true;
+    default:
+      return WrongType(err, param, "an integer");
+  }
+}
+
+bool ReadNonNegativeInt(element v, std::string_view param, std::optional<int64_t>& out,
+                        ApiError& err) {
+  int64_t x = 0;
+  if (!ReadInt(v, param, x, err)) return false;
+  if (x < 0) {
+    std::string msg = "'";
+    msg.append(param).append("' must be a non-negative integer (got ");
+    msg.append(std::to_string(x)).append(")");
+    return Fail(err, std::move(msg), std::string(param));
+  }
+  out = x;
+  return true;
+}
+
+bool ReadPrompt(element v, std::string& out, ApiError& err) {
+  if (v.is_string()) return ReadString(v, "prompt", out, err);
+  simdjson::dom::array arr;
+  if (v.get_array().get(arr)) {
+    return WrongType(err, "prompt", "a string or an array of one string");
+  }
+  const size_t n = arr.size();
+  if (n == 0) return Fail(err, "'prompt' must not be an empty array", "prompt");
+  element first = arr.at(0).value_unsafe();
+  if (first.is_int64() || first.is_uint64() || first.is_array()) {
+    return Fail(err, "token-id prompts are not supported; send 'prompt' as text", "prompt");
+  }
+  if (!first.is_string()) return WrongType(err, "prompt", "a string or an array of one string");
+  if (n != 1) {
+    return Fail(err, "batched prompts are not supported; send one prompt per request",
+                "prompt");
+  }
+  return ReadString(first, "prompt", out, err);
+}
+
+// "messages[3].content"; built only on the error path.
+std::string MessageParam(size_t i, std::string_view field) {
+  std::string p = "messages[" + std::to_string(i) + "]";
+  if (!field.empty()) p.append(".").append(field);
+  return p;
+}
+
+// "messages[i].content[j]" + suffix; built only on the error path.
+std::string PartParam(size_t i, size_t j, std::string_view suffix) {
+  std::string p = MessageParam(i, "content");
+  p.push_back('[');
+  p.append(std::to_string(j));
+  p.push_back(']');
+  p.append(suffix);
+  return p;
+}
+
+bool ReadContentParts(simdjson::dom::array parts, size_t msg_index, std::string& out,
+                      ApiError& err) {
+  size_t j = 0;
+  for (element part : parts) {
+    simdjson::dom::object obj;
+    if (part.get_object().get(obj)) {
+      return WrongType(err, PartParam(msg_index, j, ""), "an object");
+    }
+    std::string_view type;
+    if (obj["type"].get_string().get(type)) {
+      return WrongType(err, PartParam(msg_index, j, ".type"), "a string");
+    }
+    if (type != "text") {
+      return Fail(err,
+                  "unsupported content part type '" + std::string(type) +
+                      "'; only 'text' parts are supported",
+                  PartParam(msg_index, j, ".type"));
+    }
+    std::string_view text;
+    if (obj["text"].get_string().get(text)) {
+      return WrongType(err, PartParam(msg_index, j, ".text"), "a string");
+    }
+    if (j > 0) out.push_back('\n');
+    out.append(text);
+    ++j;
+  }
+  return true;
+}
+
+// Renders `messages` straight into `out` (no intermediate ChatMessage vector): the same
+// bytes RenderChat would produce, with text parts joined by "\n".
+bool ReadMessages(element v, std::string& out, ApiError& err) {
+  simdjson::dom::array arr;
+  if (v.get_array().get(arr)) return WrongType(err, "messages", "an array");
+  if (arr.size() == 0) return Fail(err, "'messages' must not be empty", "messages");
+  size_t i = 0;
+  for (element m : arr) {
+    simdjson::dom::object obj;
+    if (m.get_object().get(obj)) return WrongType(err, MessageParam(i, ""), "an object");
+    element role_el;
+    if (obj["role"].get(role_el)) {
+      return Fail(err, "Missing required field '" + MessageParam(i, "role") + "'",
+                  MessageParam(i, "role"));
+    }
+    std::string_view role;
+    if (role_el.get_string().get(role)) {
+      return WrongType(err, MessageParam(i, "role"), "a string");
+    }
+    out.append("<|").append(role).append("|>\n");
+    element content;
+    if (obj["content"].get(content) == simdjson::SUCCESS) {
+      switch (content.type()) {
+        case element_type::STRING:
+          out.append(content.get_string().value_unsafe());
+          break;
+        case element_type::NULL_VALUE:  // e.g. an assistant turn that only called tools
+          break;
+        case element_type::ARRAY:
+          if (!ReadContentParts(content.get_array().value_unsafe(), i, out, err)) return false;
+          break;
+        default:
+          return WrongType(err, MessageParam(i, "content"),
+                           "a string or an array of content parts");
+      }
+    }
+    out.push_back('\n');
+    ++i;
+  }
+  AppendChatGenerationPrompt(out);
+  return true;
+}
+
+bool ReadStreamOptions(element v, ParsedRequest& req, ApiError& err) {
+  simdjson::dom::object obj;
+  if (v.get_object().get(obj)) return WrongType(err, "stream_options", "an object");
+  for (auto [key, value] : obj) {
+    if (key == "include_usage" && !value.is_null()) {
+      if (!ReadBool(value, "stream_options.include_usage", req.include_usage, err)) return false;
+    }
+  }
+  return true;
+}
+
+ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
+  // One parser per thread: simdjson parsers are not thread-safe, and reusing one keeps
+  // its buffers warm so steady-state parsing allocates nothing inside simdjson.
+  thread_local simdjson::dom::parser parser;
+  ParseResult result;
+  element root;
+  if (auto ec = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/!padded).get(root)) {
+    result.error =
+        MakeError(400, std::string("Invalid JSON body: ") + simdjson::error_message(ec));
+    return result;
+  }
+  simdjson::dom::object obj;
+  if (root.get_object().get(obj)) {
+    result.error = MakeError(400, "Request body must be a JSON object");
+    return result;
+  }
+
+  ParsedRequest req;
+  req.endpoint = endpoint;
+  ApiError& err = result.error;
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  bool have_model = false;
+  bool have_input = false;
+  std::optional<int64_t> max_tokens;
+  std::optional<int64_t> max_completion_tokens;
+
+  // One pass over the fields; a repeated key overwrites the earlier one.
+  for (auto [key, value] : obj) {
+    if (key == "model") {
+      if (!ReadString(value, "model", req.model, err)) return result;
+      have_model = true;
+    } else if (!chat && key == "prompt") {
+      req.prompt_text.clear();
+      if (!ReadPrompt(value, req.prompt_text, err)) return result;
+      have_input = true;
+    } else if (chat && key == "messages") {
+      req.prompt_text.clear();
+      if (!ReadMessages(value, req.prompt_text, err)) return result;
+      have_input = true;
+    } else if (value.is_null()) {
+      continue;  // optional fields: null means "not set"
+    } else if (key == "stream") {
+      if (!ReadBool(value, "stream", req.stream, err)) return result;
+    } else if (key == "stream_options") {
+      if (!ReadStreamOptions(value, req, err)) return result;
+    } else if (key == "max_tokens") {
+      if (!ReadNonNegativeInt(value, "max_tokens", max_tokens, err)) return result;
+    } else if (chat && key == "max_completion_tokens") {
+      if (!ReadNonNegativeInt(value, "max_completion_tokens", max_completion_tokens, err)) {
+        return result;
+      }
+    } else if (key == "cache_salt") {
+      if (!ReadString(value, "cache_salt", req.cache_salt, err)) return result;
+    } else if (key == "priority") {
+      if (!ReadInt(value, "priority", req.priority, err)) return result;
+    } else if (key == "ignore_eos") {
+      if (!ReadBool(value, "ignore_eos", req.ignore_eos, err)) return result;
+    }
+  }
+  if (!have_model) {
+    Fail(err, "Missing required field 'model'", "model");
+    return result;
+  }
+  if (!have_input) {
+    const char* field = chat ? "messages" : "prompt";
+    Fail(err, std::string("Missing required field '") + field + "'", field);
+    return result;
+  }
+  req.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  result.request = std::move(req);
+  return result;
+}
+
+}  // namespace
+
+ParseResult ParseRequest(Endpoint endpoint, std::string_view body) {
+  return ParseImpl(endpoint, body, /*padded=*/false);
+}
+
+ParseResult ParseRequestPadded(Endpoint endpoint, std::string_view body) {
+  return ParseImpl(endpoint, body, /*padded=*/true);
+}
+
+}  // namespace kvroute::api

@@ -1,0 +1,262 @@
+#include "core/api/openai.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kvroute::api {
+namespace {
+
+ParsedRequest ParseOk(Endpoint ep, std::string_view body) {
+  ParseResult r = ParseRequest(ep, body);
+  EXPECT_TRUE(r.ok()) << "body: " << body << "\nerror: " << r.error.message;
+  return r.ok() ? *r.request : ParsedRequest{};
+}
+
+ApiError ParseErr(Endpoint ep, std::string_view body) {
+  ParseResult r = ParseRequest(ep, body);
+  EXPECT_FALSE(r.ok()) << "body: " << body;
+  return r.error;
+}
+
+constexpr Endpoint kCmpl = Endpoint::kCompletions;
+constexpr Endpoint kChat = Endpoint::kChatCompletions;
+
+TEST(ParseRequest, CompletionsAllFields) {
+  ParsedRequest r = ParseOk(kCmpl, R"({"model":"llama","prompt":"Hello\nworld \u00e9",
+      "stream":true,"stream_options":{"include_usage":true},"max_tokens":128,
+      "cache_salt":"s1","priority":-3,"ignore_eos":true,"temperature":0.7,"n":1})");
+  EXPECT_EQ(r.endpoint, kCmpl);
+  EXPECT_EQ(r.model, "llama");
+  EXPECT_EQ(r.prompt_text, "Hello\nworld \xc3\xa9");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  ASSERT_TRUE(r.max_tokens.has_value());
+  EXPECT_EQ(*r.max_tokens, 128);
+  EXPECT_EQ(r.cache_salt, "s1");
+  EXPECT_EQ(r.priority, -3);
+  EXPECT_TRUE(r.ignore_eos);
+}
+
+TEST(ParseRequest, CompletionsDefaults) {
+  ParsedRequest r = ParseOk(kCmpl, R"({"model":"m","prompt":"p"})");
+  EXPECT_EQ(r.prompt_text, "p");
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.include_usage);
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_EQ(r.cache_salt, "");
+  EXPECT_EQ(r.priority, 0);
+  EXPECT_FALSE(r.ignore_eos);
+}
+
+TEST(ParseRequest, NullOptionalFieldsAreAbsent) {
+  ParsedRequest r = ParseOk(kCmpl, R"({"model":"m","prompt":"p","max_tokens":null,
+      "stream":null,"stream_options":null,"cache_salt":null,"priority":null})");
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_FALSE(r.stream);
+  EXPECT_EQ(r.priority, 0);
+}
+
+TEST(ParseRequest, PromptArrayOfOneString) {
+  EXPECT_EQ(ParseOk(kCmpl, R"({"model":"m","prompt":["only one"]})").prompt_text, "only one");
+}
+
+TEST(ParseRequest, PromptTokenIdsRejected) {
+  ApiError e = ParseErr(kCmpl, R"({"model":"m","prompt":[1,2,3]})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.type, "BadRequestError");
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_EQ(e.message, "token-id prompts are not supported; send 'prompt' as text");
+  EXPECT_EQ(ParseErr(kCmpl, R"({"model":"m","prompt":[[1,2]]})").param, "prompt");
+}
+
+TEST(ParseRequest, PromptBatchAndEmptyRejected) {
+  EXPECT_EQ(ParseErr(kCmpl, R"({"model":"m","prompt":["a","b"]})").message,
+            "batched prompts are not supported; send one prompt per request");
+  EXPECT_EQ(ParseErr(kCmpl, R"({"model":"m","prompt":[]})").message,
+            "'prompt' must not be an empty array");
+  EXPECT_EQ(ParseErr(kCmpl, R"({"model":"m","prompt":5})").message,
+            "'prompt' must be a string or an array of one string");
+}
+
+TEST(ParseRequest, MissingFields) {
+  ApiError e = ParseErr(kCmpl, R"({"prompt":"p"})");
+  EXPECT_EQ(e.param, "model");
+  EXPECT_EQ(e.message, "Missing required field 'model'");
+  e = ParseErr(kCmpl, R"({"model":"m"})");
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_EQ(e.message, "Missing required field 'prompt'");
+  e = ParseErr(kChat, R"({"model":"m","prompt":"p"})");
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_EQ(e.message, "Missing required field 'messages'");
+}
+
+TEST(ParseRequest, WrongTypesNameTheField) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* message;
+  } cases[] = {
+      {R"({"model":1,"prompt":"p"})", "model", "'model' must be a string"},
+      {R"({"model":null,"prompt":"p"})", "model", "'model' must be a string"},
+      {R"({"model":"m","prompt":"p","stream":"yes"})", "stream", "'stream' must be a boolean"},
+      {R"({"model":"m","prompt":"p","stream_options":true})", "stream_options",
+       "'stream_options' must be an object"},
+      {R"({"model":"m","prompt":"p","stream_options":{"include_usage":1}})",
+       "stream_options.include_usage", "'stream_options.include_usage' must be a boolean"},
+      {R"({"model":"m","prompt":"p","max_tokens":"10"})", "max_tokens",
+       "'max_tokens' must be an integer"},
+      {R"({"model":"m","prompt":"p","max_tokens":1.5})", "max_tokens",
+       "'max_tokens' must be an integer"},
+      {R"({"model":"m","prompt":"p","max_tokens":-1})", "max_tokens",
+       "'max_tokens' must be a non-negative integer (got -1)"},
+      {R"({"model":"m","prompt":"p","cache_salt":7})", "cache_salt",
+       "'cache_salt' must be a string"},
+      {R"({"model":"m","prompt":"p","priority":"high"})", "priority",
+       "'priority' must be an integer"},
+      {R"({"model":"m","prompt":"p","ignore_eos":0})", "ignore_eos",
+       "'ignore_eos' must be a boolean"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = ParseErr(kCmpl, c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.message, c.message) << c.body;
+  }
+}
+
+TEST(ParseRequest, MalformedJson) {
+  for (const char* body : {"", "{", R"({"model":"m",})", R"({"model":"m" "prompt":"p"})",
+                           "nul", R"({"model":"m","prompt":"\x"})"}) {
+    ApiError e = ParseErr(kCmpl, body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.type, "BadRequestError");
+    EXPECT_EQ(e.param, "") << body;
+    EXPECT_EQ(e.message.rfind("Invalid JSON body: ", 0), 0u) << e.message;
+  }
+  ApiError e = ParseErr(kCmpl, "[1,2]");
+  EXPECT_EQ(e.message, "Request body must be a JSON object");
+  EXPECT_EQ(e.param, "");
+}
+
+TEST(ParseRequest, ChatRendersTemplate) {
+  ParsedRequest r = ParseOk(kChat, R"({"model":"m","messages":[
+      {"role":"system","content":"You are terse."},
+      {"role":"user","content":[{"type":"text","text":"part one"},{"type":"text","text":"part two"}]},
+      {"role":"assistant","content":null},
+      {"role":"user","content":"Q?"}]})");
+  EXPECT_EQ(r.endpoint, kChat);
+  EXPECT_EQ(r.prompt_text,
+            "<|system|>\nYou are terse.\n"
+            "<|user|>\npart one\npart two\n"
+            "<|assistant|>\n\n"
+            "<|user|>\nQ?\n"
+            "<|assistant|>\n");
+}
+
+TEST(ParseRequest, ChatMatchesRenderChat) {
+  ParsedRequest r = ParseOk(
+      kChat, R"({"model":"m","messages":[{"role":"system","content":"sys"},{"role":"user","content":"hi \"there\""}]})");
+  const std::vector<ChatMessage> msgs = {{"system", "sys"}, {"user", "hi \"there\""}};
+  EXPECT_EQ(r.prompt_text, RenderChat(msgs));
+  EXPECT_EQ(RenderChat(msgs), "<|system|>\nsys\n<|user|>\nhi \"there\"\n<|assistant|>\n");
+}
+
+TEST(ParseRequest, ChatMaxCompletionTokensWins) {
+  EXPECT_EQ(*ParseOk(kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "max_tokens":10,"max_completion_tokens":20})").max_tokens, 20);
+  EXPECT_EQ(*ParseOk(kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "max_tokens":10})").max_tokens, 10);
+  // Completions ignore the chat-only field.
+  EXPECT_FALSE(ParseOk(kCmpl, R"({"model":"m","prompt":"x","max_completion_tokens":20})")
+                   .max_tokens.has_value());
+  EXPECT_EQ(ParseErr(kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "max_completion_tokens":-5})").message,
+            "'max_completion_tokens' must be a non-negative integer (got -5)");
+}
+
+TEST(ParseRequest, ChatErrorsNameTheField) {
+  struct Case {
+    const char* messages;
+    const char* param;
+    const char* message;
+  } cases[] = {
+      {R"("hi")", "messages", "'messages' must be an array"},
+      {R"([])", "messages", "'messages' must not be empty"},
+      {R"([{"role":"user","content":"a"},"b"])", "messages[1]", "'messages[1]' must be an object"},
+      {R"([{"content":"a"}])", "messages[0].role", "Missing required field 'messages[0].role'"},
+      {R"([{"role":3,"content":"a"}])", "messages[0].role", "'messages[0].role' must be a string"},
+      {R"([{"role":"user","content":5}])", "messages[0].content",
+       "'messages[0].content' must be a string or an array of content parts"},
+      {R"([{"role":"user","content":["x"]}])", "messages[0].content[0]",
+       "'messages[0].content[0]' must be an object"},
+      {R"([{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}}]}])",
+       "messages[0].content[1].type",
+       "unsupported content part type 'image_url'; only 'text' parts are supported"},
+      {R"([{"role":"user","content":[{"type":"text"}]}])", "messages[0].content[0].text",
+       "'messages[0].content[0].text' must be a string"},
+  };
+  for (const Case& c : cases) {
+    const std::string body = std::string(R"({"model":"m","messages":)") + c.messages + "}";
+    ApiError e = ParseErr(kChat, body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, c.param) << body;
+    EXPECT_EQ(e.message, c.message) << body;
+  }
+}
+
+TEST(ParseRequest, PaddedVariantAgrees) {
+  std::string body = R"({"model":"m","prompt":"abc","max_tokens":3})";
+  const size_t n = body.size();
+  body.append(kJsonPadding, ' ');
+  ParseResult r = ParseRequestPadded(kCmpl, std::string_view(body.data(), n));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.request->prompt_text, "abc");
+  EXPECT_EQ(*r.request->max_tokens, 3);
+}
+
+TEST(ParseRequest, LargePromptIsCopiedIntact) {
+  std::string prompt(220 * 1024, 'a');
+  for (size_t i = 0; i < prompt.size(); i += 97) prompt[i] = ' ';
+  std::string body = R"({"model":"m","prompt":)";
+  AppendJsonString(body, prompt);
+  body += "}";
+  EXPECT_EQ(ParseOk(kCmpl, body).prompt_text, prompt);
+}
+
+TEST(ErrorBody, Shape) {
+  EXPECT_EQ(ErrorBody(MakeError(400, "bad \"x\"", "max_tokens")),
+            R"({"error":{"message":"bad \"x\"","type":"BadRequestError","param":"max_tokens","code":400}})");
+  EXPECT_EQ(ErrorBody(MakeError(404, "The model `x` does not exist.")),
+            R"({"error":{"message":"The model `x` does not exist.","type":"NotFoundError","param":null,"code":404}})");
+}
+
+TEST(ErrorBody, TypeForStatus) {
+  EXPECT_EQ(ErrorTypeForStatus(400), "BadRequestError");
+  EXPECT_EQ(ErrorTypeForStatus(404), "NotFoundError");
+  EXPECT_EQ(ErrorTypeForStatus(413), "RequestEntityTooLarge");
+  EXPECT_EQ(ErrorTypeForStatus(429), "RateLimitError");
+  EXPECT_EQ(ErrorTypeForStatus(500), "InternalServerError");
+  EXPECT_EQ(ErrorTypeForStatus(502), "InternalServerError");
+  EXPECT_EQ(ErrorTypeForStatus(503), "ServiceUnavailableError");
+  EXPECT_EQ(ErrorTypeForStatus(418), "BadRequestError");
+}
+
+TEST(AppendJsonString, Escapes) {
+  std::string out;
+  AppendJsonString(out, std::string_view("a\"b\\c\nd\te\x01\x1f\xc3\xa9", 13));
+  EXPECT_EQ(out, "\"a\\\"b\\\\c\\nd\\te\\u0001\\u001f\xc3\xa9\"");
+}
+
+TEST(AppendJsonString, RoundTripsThroughParser) {
+  std::string s;
+  for (int c = 1; c < 128; ++c) s.push_back(static_cast<char>(c));
+  std::string body = R"({"model":"m","prompt":)";
+  AppendJsonString(body, s);
+  body += "}";
+  EXPECT_EQ(ParseOk(kCmpl, body).prompt_text, s);
+}
+
+}  // namespace
+}  // namespace kvroute::api
