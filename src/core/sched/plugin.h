@@ -1,0 +1,100 @@
+// The plugin framework behind weighted-scorer policies (the Gateway API Inference
+// Extension's shape): filters narrow the candidates, each scorer gives every candidate a
+// score in [0,1] that is multiplied by its weight and summed, and one picker ranks the
+// candidates. Plugins are built by name from a PluginSpec (registry.h).
+//
+// Threads: plugins belong to one Scheduler and share its single thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/sched/inflight_tracker.h"
+#include "core/sched/types.h"
+
+namespace kvroute::sched {
+
+// Request-level data that lives from Pick to OnFinished. Pooled by the scheduler: buffers
+// keep their capacity from one request to the next.
+struct PendingRequest {
+  uint32_t slot = 0;
+  int64_t prompt_tokens = 0;          // estimated
+  int64_t expected_output_tokens = 0;
+  size_t prompt_chars = 0;
+  // One hash chain per plugin that asks for it (indexed by Plugin::index()); empty when
+  // unused. Kept for OnDispatched so a prompt is hashed once.
+  std::vector<std::vector<uint64_t>> hashes;
+};
+
+// Everything a plugin reads during one Pick. Candidates are positions into `endpoints`
+// (not ids); `loads` is indexed by position as well.
+struct PickContext {
+  const SchedRequest* request = nullptr;
+  double now_s = 0.0;
+  std::span<const EndpointState> endpoints;
+  std::span<const EndpointLoad> loads;
+  const InflightTracker* inflight = nullptr;
+  PendingRequest* pending = nullptr;
+  Rng* rng = nullptr;
+};
+
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+  const std::string& type() const { return type_; }
+  const std::string& name() const { return name_; }
+  // Position of this plugin in its scheduler (for PendingRequest::hashes).
+  size_t index() const { return index_; }
+
+  // Lifecycle hooks; default no-op. `endpoint` is the state last seen in a Pick.
+  // Before OnDispatched the scheduler may ask how many prompt characters the endpoint
+  // probably has cached (for in-flight block estimates); -1 means "no opinion".
+  virtual int64_t CachedPromptChars(const PendingRequest& req, uint32_t endpoint_id) const {
+    return -1;
+  }
+  virtual void OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
+                            double now_s) {}
+  virtual void OnEndpointRemoved(uint32_t endpoint_id) {}
+
+ private:
+  friend class ProfileScheduler;
+  friend struct PluginAccess;
+  std::string type_;
+  std::string name_;
+  size_t index_ = 0;
+};
+
+class Filter : public Plugin {
+ public:
+  // Removes candidates (positions) in place; keeps the order of the rest. May leave it
+  // empty (the scheduler then reports kAllFiltered).
+  virtual void Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) = 0;
+};
+
+class Scorer : public Plugin {
+ public:
+  // Writes out[i] in [0,1] for candidates[i] (the scheduler clamps anyway).
+  virtual void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                     std::span<double> out) = 0;
+};
+
+class Picker : public Plugin {
+ public:
+  // Writes into `ranked` up to `max_ranked` indexes into `candidates` (0 = all), best first.
+  // `totals[i]` is candidate i's weighted score sum.
+  virtual void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+                    std::span<const double> totals, size_t max_ranked,
+                    std::vector<uint32_t>& ranked) = 0;
+};
+
+// The max-score ranking on its own, for reuse and for tests: indexes of `totals` ordered by
+// total descending, ties broken uniformly at random by `rng`; at most `max_ranked` (0 = all).
+void RankByMaxScore(std::span<const double> totals, size_t max_ranked, Rng& rng,
+                    std::vector<uint32_t>& scratch, std::vector<uint64_t>& tiebreak,
+                    std::vector<uint32_t>& ranked);
+
+}  // namespace kvroute::sched

@@ -1,0 +1,109 @@
+// The scheduler: picks the endpoint for each request and learns from what the router did
+// with the pick. One interface, several complete policies (see registry.h and
+// docs/POLICIES.md).
+//
+// Lifecycle of one request, as the router (or the simulator) drives it:
+//   PickResult r = s.Pick(req, endpoints, now);          // ranked endpoint ids, a handle
+//   s.OnDispatched(r.handle, r.ranked[0], now);          // sent there (or to a fallback)
+//   s.OnFirstToken(r.handle, now);                        // first byte/token came back
+//   s.OnFinished(r.handle, now);                          // done, failed or cancelled
+// and, independently, s.OnMetricsUpdated(id, scraped_at) after each scrape of endpoint id
+// (after updating that endpoint's EndpointState).
+//
+// Threads: a Scheduler is single-threaded. It keeps mutable state (prefix index, in-flight
+// accounting, reused buffers, RNG), so every call on one instance must be serialised: the
+// router either owns one per worker thread (each with its own affinity state) or funnels
+// calls through one thread. No call blocks, reads a clock or does I/O.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/sched/inflight_tracker.h"
+#include "core/sched/types.h"
+
+namespace kvroute::sched {
+
+enum class PickStatus {
+  kOk,
+  kNoHealthyEndpoint,  // the span was empty or every endpoint was unhealthy
+  kAllFiltered,        // filters removed every healthy endpoint
+};
+
+// Knobs that are not part of a policy's definition.
+struct SchedulerOptions {
+  uint64_t seed = 1;           // seeds the scheduler's Rng (tie-breaks, random policies)
+  size_t max_ranked = 4;       // length of PickResult::ranked (best + fallbacks); 0 = all
+  // In-flight accounting (InflightTracker) estimates.
+  int64_t default_output_tokens = 256;   // expected output when max_tokens is unknown
+  int64_t max_expected_output_tokens = 2048;  // cap on max_tokens as an output estimate
+  int64_t default_block_size = 16;       // when the endpoint's block_size is unknown
+  int64_t default_num_gpu_blocks = 26304;  // when num_gpu_blocks is unknown (8B on H100)
+};
+
+// The answer to one Pick. Spans point into the scheduler's reused buffers: they stay valid
+// until the next call to Pick on the same scheduler.
+struct PickResult {
+  PickStatus status = PickStatus::kNoHealthyEndpoint;
+  // Valid when ok(): pass it to OnDispatched/OnFirstToken/OnFinished. Every handle must
+  // eventually get OnFinished (also when the router gives up without dispatching),
+  // otherwise its bookkeeping stays allocated.
+  RequestHandle handle = kNoHandle;
+  // Endpoint ids, best first, at most SchedulerOptions::max_ranked. The router tries them
+  // in order. Empty unless ok().
+  std::span<const uint32_t> ranked;
+
+  // Observability. `candidates` are the ids that passed filters (in input order);
+  // `scores` is row-major [scorer][candidate]: each scorer's raw score in [0,1] before its
+  // weight; `totals[c]` = sum over scorers of weight * score. Policies that are not
+  // weighted-scorer based (sglang-cache-aware, dynamo-cost, ...) report one row of their
+  // own (documented per policy), with weight 1.
+  std::span<const uint32_t> candidates;
+  std::span<const std::string> scorer_names;
+  std::span<const double> weights;
+  std::span<const double> scores;
+  std::span<const double> totals;
+
+  bool ok() const { return status == PickStatus::kOk; }
+  double Score(size_t scorer, size_t candidate) const {
+    return scores[scorer * candidates.size() + candidate];
+  }
+};
+
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+
+  // The policy name ("kvroute", "gie-default", ..., or "custom" for a plugin profile).
+  virtual std::string_view policy() const = 0;
+
+  // Ranks `endpoints` for `req` at time `now_s`. Never fails other than by status: no
+  // exceptions, no allocation in steady state (buffers are reused). Unhealthy endpoints
+  // are never returned. `endpoints` ids must be distinct.
+  virtual PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
+                          double now_s) = 0;
+
+  // The request behind `handle` was sent to `endpoint_id` (normally ranked[0]; a fallback
+  // after a failed attempt). Records its prefix there and adds its in-flight accounting.
+  // Calling it again for the same handle moves the accounting to the new endpoint.
+  // Unknown or finished handles are ignored.
+  virtual void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) = 0;
+  // The endpoint started answering (first token): the request is no longer queued there.
+  virtual void OnFirstToken(RequestHandle handle, double now_s) = 0;
+  // The request ended (any outcome). Releases its accounting and the handle.
+  virtual void OnFinished(RequestHandle handle, double now_s) = 0;
+  // Endpoint `endpoint_id`'s EndpointState now holds metrics taken at `scraped_at_s`:
+  // requests dispatched there before that time are now counted by the scrape itself.
+  virtual void OnMetricsUpdated(uint32_t endpoint_id, double scraped_at_s) = 0;
+  // The endpoint left the pool: forget its prefix state. In-flight requests on it keep
+  // their handles until OnFinished.
+  virtual void OnEndpointRemoved(uint32_t endpoint_id) = 0;
+
+  // The router's own accounting (in-flight counts and estimated blocks per endpoint).
+  virtual const InflightTracker& inflight() const = 0;
+};
+
+}  // namespace kvroute::sched

@@ -1,0 +1,88 @@
+// The values the scheduler reads on every pick: one EndpointState per endpoint (what was
+// scraped plus what the router knows), one SchedRequest per request, and the seeded random
+// source. Pure data, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvroute::api {
+struct ParsedRequest;
+}
+
+namespace kvroute::sched {
+
+// Identifies one request between Pick and OnFinished. 0 is never a valid handle.
+using RequestHandle = uint64_t;
+inline constexpr RequestHandle kNoHandle = 0;
+
+// What the scheduler sees of one endpoint. The router keeps a vector of these, updates the
+// scraped fields in place after each scrape (then calls Scheduler::OnMetricsUpdated) and
+// passes the vector as a span to every Pick.
+struct EndpointState {
+  // Dense and stable for the endpoint's lifetime: its index in the router's endpoint table.
+  // Schedulers size per-endpoint tables by the largest id seen, so keep ids small.
+  uint32_t id = 0;
+  std::string name;  // "10.0.0.7:8000"; for logs and observability only
+  std::vector<std::pair<std::string, std::string>> labels;
+
+  // The router's own view (health check, circuit breaker). Unhealthy endpoints are never
+  // picked, whatever the policy.
+  bool healthy = true;
+
+  // Scraped from /metrics (vllm:kv_cache_usage_perc, num_requests_waiting/_running,
+  // cache_config_info).
+  double kv_usage = 0.0;       // 0..1
+  double waiting = 0.0;
+  double running = 0.0;
+  int64_t num_gpu_blocks = 0;  // 0 when unknown
+  int64_t block_size = 0;      // tokens per KV block, 0 when unknown
+  // When the last successful scrape was taken (the time the scrape request was sent, on the
+  // caller's clock); negative when the endpoint was never scraped.
+  double scraped_at_s = -1.0;
+  bool scrape_ok = false;  // the last scrape attempt succeeded
+
+  // Seconds since the scraped values were taken; +inf when never scraped.
+  double MetricsAge(double now_s) const;
+  // Scraped at least once, last attempt succeeded, and not older than `stale_after_s`.
+  bool MetricsFresh(double now_s, double stale_after_s) const;
+};
+
+// What the scheduler needs of one request. Views: the caller keeps the strings alive for
+// the duration of the Pick call (the scheduler copies what it keeps, as hashes).
+struct SchedRequest {
+  std::string_view model;
+  // The prompt as text: completions' `prompt`, or chat messages rendered by
+  // kvroute::api (ParsedRequest::prompt_text). Hashed for prefix affinity.
+  std::string_view prompt;
+  std::string_view cache_salt;
+  int64_t priority = 0;       // vLLM extra; lower is more important; < 0 is sheddable
+  int64_t max_tokens = -1;    // -1 when the request did not say
+  int64_t prompt_tokens = -1; // -1: estimated from the text (about 4 characters a token)
+
+  // prompt_tokens when given, else ceil(prompt.size() / 4).
+  int64_t EstimatedPromptTokens() const;
+};
+
+// A SchedRequest viewing `r`'s strings (r must outlive the returned value).
+SchedRequest FromParsed(const api::ParsedRequest& r);
+
+// The injected random source: xoshiro256** seeded through splitmix64. Same seed, same
+// sequence on every platform (unlike std:: distributions). Not thread-safe.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 1);
+  uint64_t NextU64();
+  // Uniform in [0, 1).
+  double Uniform01();
+  // Uniform in [0, n); n must be > 0.
+  uint64_t Below(uint64_t n);
+
+ private:
+  uint64_t s_[4];
+};
+
+}  // namespace kvroute::sched
