@@ -170,8 +170,8 @@ class Engine {
 
   // Queues `req` (arrival at req.arrival_s). Returns nullopt on success, or an error
   // message (and leaves the engine unchanged) when the prompt is empty, max_tokens < 1,
-  // prompt + max_tokens > max_model_len, the prompt alone needs more blocks than the
-  // cache has, or the id is already live.
+  // prompt + max_tokens > max_model_len, prompt + max_tokens needs more blocks than the
+  // whole cache (it could never finish), or the id is already live.
   std::optional<std::string> AddRequest(EngineRequest req);
 
   // Aborts a live (waiting or running) request: frees its blocks now (hashes kept),
