@@ -1,0 +1,623 @@
+#include "http/server.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <atomic>
+#include <deque>
+#include <future>
+#include <optional>
+
+namespace kvroute::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+namespace {
+
+constexpr std::string_view kCrlf = "\r\n";
+constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+std::string_view ErrorTypeName(int status) {
+  switch (status) {
+    case 400: return "BadRequestError";
+    case 404: return "NotFoundError";
+    case 405: return "MethodNotAllowed";
+    case 413: return "RequestEntityTooLarge";
+    case 431: return "RequestHeaderFieldsTooLarge";
+    case 429: return "RateLimitError";
+    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
+  }
+}
+
+void AppendEscaped(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20) {
+      out += "\\u00";
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 15]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+// Status line, Content-Type and the caller's fields; the caller appends framing
+// headers and the blank line.
+std::string StatusHead(int status, std::string_view content_type, const Fields& extra,
+                       bool keep_alive) {
+  std::string head;
+  head.reserve(128);
+  head += "HTTP/1.1 ";
+  head += std::to_string(status);
+  head.push_back(' ');
+  std::string_view reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+  head += reason.empty() ? std::string_view("Unknown") : reason;
+  head += kCrlf;
+  if (!content_type.empty()) {
+    head += "content-type: ";
+    head += content_type;
+    head += kCrlf;
+  }
+  for (const auto& [name, value] : extra) {
+    head += name;
+    head += ": ";
+    head += value;
+    head += kCrlf;
+  }
+  if (!keep_alive) head += "connection: close\r\n";
+  return head;
+}
+
+std::string ChunkSizeLine(std::size_t n) {
+  char buf[24];
+  int len = std::snprintf(buf, sizeof(buf), "%zx\r\n", n);
+  return std::string(buf, static_cast<std::size_t>(len));
+}
+
+}  // namespace
+
+std::string DefaultErrorBody(int status, std::string_view message) {
+  std::string out = "{\"error\":{\"message\":";
+  AppendEscaped(out, message);
+  out += ",\"type\":";
+  AppendEscaped(out, ErrorTypeName(status));
+  out += ",\"param\":null,\"code\":";
+  out += std::to_string(status);
+  out += "}}";
+  return out;
+}
+
+// Settings every connection of one server shares (immutable after Listen).
+struct ServerShared {
+  ServerOptions options;
+  Handler handler;
+  std::string ErrorBody(int status, std::string_view message) const {
+    return options.error_body ? options.error_body(status, message)
+                              : DefaultErrorBody(status, message);
+  }
+};
+
+// One accepted socket. Reads a request, hands it to the handler, writes the response,
+// then reads the next (so pipelined requests are answered in order). While a response
+// is in progress it keeps a read pending to notice a disconnect; bytes it gets are kept
+// for the next request.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, std::shared_ptr<const ServerShared> shared, int worker)
+      : socket_(std::move(socket)),
+        shared_(std::move(shared)),
+        worker_(worker),
+        read_timer_(socket_.get_executor()),
+        write_timer_(socket_.get_executor()) {}
+
+  void Start() {
+    error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    ReadRequest();
+  }
+
+  bool closed() const { return closed_; }
+  std::string ErrorBodyFor(int status, std::string_view message) const {
+    return shared_->ErrorBody(status, message);
+  }
+  std::size_t pending_write_bytes() const { return pending_bytes_; }
+  bool keep_alive() const { return keep_alive_; }
+  bool chunked() const { return chunked_; }
+  bool head_only() const { return head_only_; }
+
+  // Queues output. `last` marks the end of the current response.
+  void Enqueue(std::string a, std::string b, std::string_view tail, bool last,
+               std::function<void(bool)> done) {
+    if (closed_) {
+      if (done) done(false);
+      return;
+    }
+    pending_bytes_ += a.size() + b.size() + tail.size();
+    out_.push_back(Out{std::move(a), std::move(b), tail, last, std::move(done)});
+    if (!writing_) DoWrite();
+  }
+
+  // The handler dropped its Exchange without finishing the response.
+  void OnAbandoned(bool stream_started) {
+    if (closed_) return;
+    if (stream_started) return Close();
+    keep_alive_ = false;
+    SendError(500, "The request handler did not produce a response.");
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    error_code ignored;
+    read_timer_.cancel();
+    write_timer_.cancel();
+    socket_.close(ignored);
+    std::deque<Out> dropped;
+    dropped.swap(out_);
+    pending_bytes_ = 0;
+    if (auto ex = exchange_.lock()) ex->NotifyGone();
+    exchange_.reset();
+    for (Out& o : dropped) {
+      if (o.done) o.done(false);
+    }
+  }
+
+ private:
+  struct Out {
+    std::string a;
+    std::string b;
+    std::string_view tail;
+    bool last;
+    std::function<void(bool)> done;
+  };
+
+  void ArmReadTimer() {
+    uint64_t gen = ++read_gen_;
+    read_timer_.expires_after(shared_->options.read_timeout);
+    read_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+      if (ec || gen != self->read_gen_ || self->closed_) return;
+      self->Close();
+    });
+  }
+  void DisarmReadTimer() {
+    ++read_gen_;
+    read_timer_.cancel();
+  }
+
+  void ReadRequest() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(
+        std::min<std::size_t>(shared_->options.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(shared_->options.max_body_bytes);
+    ArmReadTimer();
+    bhttp::async_read_header(socket_, buffer_, *parser_,
+                             [self = shared_from_this()](error_code ec, std::size_t) {
+                               self->OnHeader(ec);
+                             });
+  }
+
+  // Maps a read error to the response it deserves; returns false if the connection
+  // should just be closed (timeout, peer gone, nothing received).
+  void FailRead(error_code ec) {
+    if (closed_) return;
+    if (ec == bhttp::error::body_limit) {
+      return SendError(413, "Request body exceeds the limit of " +
+                                std::to_string(shared_->options.max_body_bytes) + " bytes.");
+    }
+    if (ec == bhttp::error::header_limit) {
+      return SendError(431, "Request header fields too large.");
+    }
+    if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
+        ec == asio::error::eof || ec == asio::error::connection_reset ||
+        ec == asio::error::operation_aborted || ec.category() == asio::error::get_system_category()) {
+      return Close();
+    }
+    SendError(400, "Malformed HTTP request.");
+  }
+
+  void OnHeader(error_code ec) {
+    if (ec) return FailRead(ec);
+    const Request& req = parser_->get();
+    std::size_t count = 0;
+    for (auto it = req.begin(); it != req.end(); ++it) ++count;
+    if (count > shared_->options.max_header_count) {
+      return SendError(431, "Too many request header fields.");
+    }
+    if (parser_->is_done()) return OnRequest();
+    auto expect = req[bhttp::field::expect];
+    if (beast::iequals(expect, "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
+                        [self = shared_from_this()](error_code ec, std::size_t) {
+                          if (ec) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    if (closed_) return;
+    bhttp::async_read(socket_, buffer_, *parser_,
+                      [self = shared_from_this()](error_code ec, std::size_t) {
+                        if (ec) return self->FailRead(ec);
+                        self->OnRequest();
+                      });
+  }
+
+  void OnRequest() {
+    DisarmReadTimer();
+    keep_alive_ = parser_->get().keep_alive();
+    chunked_ = parser_->get().version() >= 11;
+    head_only_ = parser_->get().method() == bhttp::verb::head;
+    in_response_ = true;
+    auto ex = std::shared_ptr<Exchange>(new Exchange(shared_from_this(), parser_->release(),
+                                                     worker_, socket_.get_executor()));
+    parser_.reset();
+    exchange_ = ex;
+    Watch();
+    // A handler must not throw; if one does, answer instead of losing the client. `ex`
+    // stays referenced here so the catch can still use it.
+    try {
+      shared_->handler(ex);
+    } catch (const std::exception& e) {
+      ex->RespondError(500, e.what());
+    } catch (...) {
+      ex->RespondError(500, "internal error");
+    }
+  }
+
+  // A read kept pending while the handler works: its failure means the client left.
+  void Watch() {
+    if (watching_ || closed_ || buffer_.size() >= shared_->options.max_pipelined_bytes) return;
+    watching_ = true;
+    socket_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](error_code ec, std::size_t n) {
+                              self->OnWatch(ec, n);
+                            });
+  }
+
+  void OnWatch(error_code ec, std::size_t n) {
+    watching_ = false;
+    if (closed_ || lingering_) return;
+    if (ec == asio::error::operation_aborted && !in_response_) return ReadRequest();
+    if (ec) return Close();  // the client went away (or reset) before we finished
+    buffer_.commit(n);
+    if (in_response_) return Watch();
+    ReadRequest();
+  }
+
+  void SendError(int status, std::string message) {
+    keep_alive_ = false;
+    chunked_ = true;
+    head_only_ = false;
+    in_response_ = true;
+    std::string body = shared_->ErrorBody(status, message);
+    std::string head = StatusHead(status, "application/json", {}, false);
+    head += "content-length: ";
+    head += std::to_string(body.size());
+    head += "\r\n\r\n";
+    Enqueue(std::move(head), std::move(body), {}, true, {});
+  }
+
+  void DoWrite() {
+    if (out_.empty() || closed_) return;
+    writing_ = true;
+    wbufs_.clear();
+    in_flight_ = 0;
+    for (const Out& o : out_) {
+      if (in_flight_ == kMaxGather) break;
+      if (!o.a.empty()) wbufs_.emplace_back(o.a.data(), o.a.size());
+      if (!o.b.empty()) wbufs_.emplace_back(o.b.data(), o.b.size());
+      if (!o.tail.empty()) wbufs_.emplace_back(o.tail.data(), o.tail.size());
+      ++in_flight_;
+    }
+    uint64_t gen = ++write_gen_;
+    write_timer_.expires_after(shared_->options.write_timeout);
+    write_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+      if (ec || gen != self->write_gen_ || self->closed_) return;
+      self->Close();
+    });
+    asio::async_write(socket_, wbufs_, [self = shared_from_this()](error_code ec, std::size_t) {
+      self->OnWrite(ec);
+    });
+  }
+
+  void OnWrite(error_code ec) {
+    writing_ = false;
+    ++write_gen_;
+    write_timer_.cancel();
+    if (closed_) return;
+    if (ec) return Close();
+    bool finished = false;
+    for (std::size_t i = 0; i < in_flight_; ++i) {
+      Out o = std::move(out_.front());
+      out_.pop_front();
+      pending_bytes_ -= o.a.size() + o.b.size() + o.tail.size();
+      if (o.last) finished = true;
+      if (o.done) o.done(true);
+      if (closed_) return;  // a callback may have failed the connection
+    }
+    if (finished) return OnResponseDone();
+    if (!out_.empty()) DoWrite();
+  }
+
+  void OnResponseDone() {
+    in_response_ = false;
+    exchange_.reset();
+    if (!keep_alive_) return Linger();
+    if (!out_.empty()) return DoWrite();  // cannot happen: one response at a time
+    if (watching_) {
+      // Stop the watch read; its handler then parses the next request from the
+      // buffer (which may already hold pipelined bytes).
+      error_code ignored;
+      socket_.cancel(ignored);
+      return;
+    }
+    ReadRequest();
+  }
+
+  // Half-closes and drains what the client still sends for a short while, so an
+  // unread request body does not turn our response into a connection reset.
+  void Linger() {
+    lingering_ = true;
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    if (watching_) socket_.cancel(ignored);
+    uint64_t gen = ++read_gen_;
+    read_timer_.expires_after(std::chrono::seconds(1));
+    read_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+      if (ec || gen != self->read_gen_) return;
+      self->Close();
+    });
+    Drain();
+  }
+  void Drain() {
+    if (closed_) return;
+    socket_.async_read_some(asio::buffer(drain_buf_),
+                            [self = shared_from_this()](error_code ec, std::size_t) {
+                              if (ec && ec != asio::error::operation_aborted) return self->Close();
+                              self->Drain();
+                            });
+  }
+
+  static constexpr std::size_t kMaxGather = 64;
+
+  tcp::socket socket_;
+  std::shared_ptr<const ServerShared> shared_;
+  int worker_;
+  asio::steady_timer read_timer_;
+  asio::steady_timer write_timer_;
+  uint64_t read_gen_ = 0;
+  uint64_t write_gen_ = 0;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::weak_ptr<Exchange> exchange_;
+  std::deque<Out> out_;
+  std::vector<asio::const_buffer> wbufs_;
+  std::size_t in_flight_ = 0;
+  std::size_t pending_bytes_ = 0;
+  std::array<char, 4096> drain_buf_;
+  bool closed_ = false;
+  bool writing_ = false;
+  bool watching_ = false;
+  bool in_response_ = false;
+  bool keep_alive_ = true;
+  bool chunked_ = true;
+  bool head_only_ = false;
+  bool lingering_ = false;
+};
+
+// ---- Exchange ----
+
+Exchange::Exchange(std::shared_ptr<Connection> conn, Request request, int worker,
+                   boost::asio::any_io_executor executor)
+    : conn_(std::move(conn)),
+      request_(std::move(request)),
+      worker_(worker),
+      executor_(std::move(executor)) {}
+
+Exchange::~Exchange() {
+  if (state_ == State::kDone || gone_) return;
+  auto conn = conn_;
+  if (!conn) return;
+  bool started = state_ == State::kStreaming;
+  // Posted, not called: the destructor may run inside one of the connection's own
+  // callbacks.
+  asio::post(executor_, [conn, started] { conn->OnAbandoned(started); });
+}
+
+void Exchange::NotifyGone() {
+  if (state_ == State::kDone || gone_) return;
+  gone_ = true;
+  auto cb = std::move(on_gone_);
+  on_gone_ = nullptr;
+  if (cb) cb();
+}
+
+std::size_t Exchange::pending_write_bytes() const {
+  return conn_ ? conn_->pending_write_bytes() : 0;
+}
+
+bool Exchange::Respond(int status, std::string body, std::string_view content_type,
+                       const Fields& extra) {
+  if (state_ != State::kNew || gone_) return false;
+  auto conn = conn_;
+  if (!conn || conn->closed()) return false;
+  state_ = State::kDone;
+  on_gone_ = nullptr;
+  std::string head = StatusHead(status, content_type, extra, conn->keep_alive());
+  head += "content-length: ";
+  head += std::to_string(body.size());
+  head += "\r\n\r\n";
+  if (conn->head_only()) body.clear();
+  conn->Enqueue(std::move(head), std::move(body), {}, true, {});
+  conn_.reset();  // done: do not pin the connection any longer
+  return true;
+}
+
+bool Exchange::RespondError(int status, std::string_view message) {
+  if (!conn_) return false;
+  return Respond(status, conn_->ErrorBodyFor(status, message));
+}
+
+bool Exchange::BeginStream(int status, std::string_view content_type, const Fields& extra) {
+  if (state_ != State::kNew || gone_) return false;
+  auto conn = conn_;
+  if (!conn || conn->closed()) return false;
+  state_ = State::kStreaming;
+  std::string head = StatusHead(status, content_type, extra, conn->keep_alive() && conn->chunked());
+  if (conn->chunked()) head += "transfer-encoding: chunked\r\n";
+  head += kCrlf;
+  conn->Enqueue(std::move(head), {}, {}, false, {});
+  return true;
+}
+
+bool Exchange::SendChunk(std::string data, std::function<void(bool)> done) {
+  if (state_ != State::kStreaming || gone_) return false;
+  auto conn = conn_;
+  if (!conn || conn->closed()) return false;
+  if (data.empty()) {
+    if (done) done(true);
+    return true;
+  }
+  if (conn->head_only()) {
+    if (done) done(true);
+    return true;
+  }
+  if (conn->chunked()) {
+    std::string size_line = ChunkSizeLine(data.size());  // before `data` is moved from
+    conn->Enqueue(std::move(size_line), std::move(data), kCrlf, false, std::move(done));
+  } else {
+    conn->Enqueue({}, std::move(data), {}, false, std::move(done));
+  }
+  return true;
+}
+
+bool Exchange::EndStream() {
+  if (state_ != State::kStreaming || gone_) return false;
+  auto conn = conn_;
+  if (!conn || conn->closed()) return false;
+  state_ = State::kDone;
+  on_gone_ = nullptr;
+  if (conn->chunked() && !conn->head_only()) {
+    conn->Enqueue({}, {}, kLastChunk, true, {});
+  } else {
+    conn->Enqueue({}, {}, {}, true, {});
+  }
+  conn_.reset();
+  return true;
+}
+
+// ---- Server ----
+
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+  std::vector<asio::io_context*> contexts;
+  std::shared_ptr<ServerShared> shared;
+  tcp::acceptor acceptor;
+  asio::steady_timer retry_timer;
+  std::size_t next = 0;
+
+  Impl(std::vector<asio::io_context*> ctxs, ServerOptions options, Handler handler)
+      : contexts(std::move(ctxs)),
+        shared(std::make_shared<ServerShared>(ServerShared{std::move(options), std::move(handler)})),
+        acceptor(*contexts[0]),
+        retry_timer(*contexts[0]) {}
+
+  void Accept() {
+    std::size_t idx = next++ % contexts.size();
+    acceptor.async_accept(*contexts[idx], [self = shared_from_this(), idx](error_code ec,
+                                                                           tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
+      if (ec) {
+        // Out of descriptors and the like: back off briefly instead of spinning.
+        self->retry_timer.expires_after(std::chrono::milliseconds(50));
+        self->retry_timer.async_wait([self](error_code ec) {
+          if (!ec && self->acceptor.is_open()) self->Accept();
+        });
+        return;
+      }
+      auto conn = std::make_shared<Connection>(std::move(socket), self->shared, static_cast<int>(idx));
+      asio::post(*self->contexts[idx], [conn] { conn->Start(); });
+      self->Accept();
+    });
+  }
+};
+
+Server::Server(std::vector<boost::asio::io_context*> contexts, ServerOptions options,
+               Handler handler)
+    : impl_(std::make_shared<Impl>(std::move(contexts), std::move(options), std::move(handler))) {}
+
+Server::~Server() { StopAccepting(); }
+
+std::string Server::Listen() {
+  const ServerOptions& o = impl_->shared->options;
+  error_code ec;
+  tcp::endpoint endpoint;
+  auto addr = asio::ip::make_address(o.host, ec);
+  if (!ec) {
+    endpoint = tcp::endpoint(addr, o.port);
+  } else {
+    tcp::resolver resolver(*impl_->contexts[0]);
+    auto results = resolver.resolve(o.host, std::to_string(o.port), ec);
+    if (ec || results.empty()) return "cannot resolve host '" + o.host + "': " + ec.message();
+    endpoint = results.begin()->endpoint();
+  }
+  tcp::acceptor& acc = impl_->acceptor;
+  acc.open(endpoint.protocol(), ec);
+  if (ec) return "open: " + ec.message();
+  acc.set_option(asio::socket_base::reuse_address(true), ec);
+  acc.bind(endpoint, ec);
+  if (ec) {
+    error_code ignored;
+    acc.close(ignored);
+    return "bind " + o.host + ":" + std::to_string(o.port) + ": " + ec.message();
+  }
+  acc.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return "listen: " + ec.message();
+  port_ = acc.local_endpoint(ec).port();
+  asio::post(*impl_->contexts[0], [impl = impl_] { impl->Accept(); });
+  return {};
+}
+
+void Server::StopAccepting() {
+  if (!impl_) return;
+  asio::io_context& ctx = *impl_->contexts[0];
+  auto close = [impl = impl_] {
+    error_code ignored;
+    impl->acceptor.close(ignored);
+    impl->retry_timer.cancel();
+  };
+  if (ctx.stopped() || ctx.get_executor().running_in_this_thread()) {
+    close();
+    return;
+  }
+  auto done = std::make_shared<std::promise<void>>();
+  auto fut = done->get_future();
+  asio::post(ctx, [close, done] {
+    close();
+    done->set_value();
+  });
+  // Bounded: if the context is not being run, fall back to closing from here.
+  if (fut.wait_for(std::chrono::seconds(2)) != std::future_status::ready) close();
+}
+
+}  // namespace kvroute::http

@@ -1,0 +1,162 @@
+// An HTTP/1.1 server for the simulator and the router: keep-alive, in-order pipelining,
+// request limits, complete and streamed (chunked, flushed per chunk) responses, and
+// notification when the client goes away mid-response.
+//
+// Threads: the server runs on io_contexts it is given (see IoPool). The acceptor lives
+// on the first context; accepted connections are handed to the contexts round-robin
+// and never move. A connection's handler calls and every Exchange call happen on that
+// connection's context thread.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvroute::http {
+
+using Request = boost::beast::http::request<boost::beast::http::string_body>;
+// Extra response header fields (name, value), written in order.
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+// Builds the body of an error response the server itself sends (400, 413, 431, 500...).
+// Called on a connection thread; must be thread-safe. The body is sent as
+// application/json.
+using ErrorBodyFn = std::function<std::string(int status, std::string_view message)>;
+
+// The default ErrorBodyFn: {"error":{"message":...,"type":...,"param":null,"code":N}}.
+std::string DefaultErrorBody(int status, std::string_view message);
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: the kernel picks; read it back with Server::port()
+  std::size_t max_body_bytes = 16u << 20;     // larger body -> 413, connection closed
+  std::size_t max_header_bytes = 16u << 10;   // request line + headers; larger -> 431
+  std::size_t max_header_count = 100;         // more fields -> 431
+  // From the moment the server waits for a request (new or kept-alive connection)
+  // until that request is fully read. Expiry closes the connection silently.
+  std::chrono::milliseconds read_timeout{30000};
+  // Bound on each socket write; a client that stops reading is disconnected.
+  std::chrono::milliseconds write_timeout{30000};
+  // While a response is in progress the server keeps reading (to notice a
+  // disconnect); it buffers at most this many bytes of pipelined requests meanwhile.
+  std::size_t max_pipelined_bytes = 1u << 20;
+  ErrorBodyFn error_body;  // empty: DefaultErrorBody
+};
+
+class Connection;
+
+// One request and its response. The handler receives it as a shared_ptr and may keep
+// it as long as it likes (e.g. across timers); once the connection is gone every call
+// is a harmless no-op and client_gone() is true. The response is written either
+// complete (Respond) or streamed (BeginStream, SendChunk..., EndStream).
+// If the last reference is dropped before a response is complete, the server sends
+// 500 (nothing sent yet) or closes the connection (stream started) so the client is
+// never left waiting.
+// Thread: all calls on the connection's context thread (executor()).
+class Exchange {
+ public:
+  ~Exchange();
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
+  const Request& request() const { return request_; }
+  // Mutable access, e.g. to move the body into an upstream request.
+  Request& mutable_request() { return request_; }
+
+  // Index of the io_context (in the server's list) this exchange lives on; lets a
+  // handler keep per-worker state without locks.
+  int worker() const { return worker_; }
+  // The connection's executor: post follow-up work here.
+  const boost::asio::any_io_executor& executor() const { return executor_; }
+
+  // True once the client has disconnected (or the connection failed) before the
+  // response completed.
+  bool client_gone() const { return gone_; }
+  // `cb` runs once, on the connection thread, if the client goes away before the
+  // response is complete. Never runs after the response completed. Replaces any
+  // earlier callback. If the client is already gone, `cb` is not called.
+  void OnClientGone(std::function<void()> cb) { on_gone_ = std::move(cb); }
+
+  // Sends a complete response with Content-Length. Returns false (and sends nothing)
+  // if a response was already started or the client is gone.
+  bool Respond(int status, std::string body, std::string_view content_type = "application/json",
+               const Fields& extra = {});
+  // Sends an error response whose body comes from the server's ErrorBodyFn.
+  bool RespondError(int status, std::string_view message);
+
+  // Starts a chunked response: writes the status line and headers now. Returns false
+  // if a response was already started or the client is gone.
+  bool BeginStream(int status, std::string_view content_type = "text/event-stream",
+                   const Fields& extra = {});
+  // Queues `data` as one chunk and starts writing it at once (no buffering beyond
+  // what the socket accepts). Empty data is ignored. `done`, if set, is called when
+  // this chunk has been written (true) or dropped because the connection failed
+  // (false); useful for back-pressure. Returns false if no stream is open or the
+  // client is gone.
+  bool SendChunk(std::string data, std::function<void(bool)> done = {});
+  // Writes the terminating chunk; the exchange is complete once it is flushed.
+  // Returns false if no stream is open or the client is gone.
+  bool EndStream();
+
+  // Bytes queued on this connection but not yet written to the socket.
+  std::size_t pending_write_bytes() const;
+
+ private:
+  friend class Connection;
+  enum class State { kNew, kStreaming, kDone };
+  Exchange(std::shared_ptr<Connection> conn, Request request, int worker,
+           boost::asio::any_io_executor executor);
+  void NotifyGone();
+
+  // Held until the response is complete so the connection outlives the handler's
+  // work even when no socket operation is pending; released when done.
+  std::shared_ptr<Connection> conn_;
+  Request request_;
+  int worker_;
+  boost::asio::any_io_executor executor_;
+  State state_ = State::kNew;
+  bool gone_ = false;
+  std::function<void()> on_gone_;
+};
+
+// Called once per request on the connection's thread. Must eventually complete the
+// response through the Exchange (or drop it, which yields a 500).
+using Handler = std::function<void(std::shared_ptr<Exchange>)>;
+
+class Server {
+ public:
+  // `contexts` (non-empty, not owned) must outlive the server and be running (or be
+  // run later) by the caller, e.g. IoPool::contexts(). Connections are spread across
+  // them round-robin; the acceptor uses contexts[0].
+  Server(std::vector<boost::asio::io_context*> contexts, ServerOptions options, Handler handler);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and listens, then starts accepting on contexts[0]. Returns an empty string
+  // on success, otherwise a description of the failure. Thread: any, once.
+  std::string Listen();
+  // The bound port (valid after a successful Listen()).
+  uint16_t port() const { return port_; }
+
+  // Stops accepting. Open connections are not closed; they end with their contexts.
+  // Thread: any; blocks until the acceptor is closed if its context is running.
+  void StopAccepting();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace kvroute::http
