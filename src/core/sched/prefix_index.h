@@ -23,7 +23,7 @@ void HashPromptBlocks(std::string_view model, std::string_view cache_salt,
 // Block hash -> endpoints that (probably) hold it, with one LRU per endpoint.
 // Capacity is per endpoint and may change between calls (Record passes it); an endpoint
 // over capacity evicts its least recently recorded hashes.
-// Single-threaded. Memory: one 32-byte entry per (hash, endpoint) plus the hash table.
+// Single-threaded. Memory: one 40-byte entry per (hash, endpoint) plus the hash table.
 class ApproxPrefixIndex {
  public:
   ApproxPrefixIndex();
@@ -40,7 +40,14 @@ class ApproxPrefixIndex {
   // Records that `endpoint_id` now holds every hash of `hashes` (a request's chain) and
   // marks them most recently used, the first block last so that a chain is evicted tail
   // first (as vLLM does): its shared head stays longest. Then evicts down to `capacity`.
-  void Record(std::span<const uint64_t> hashes, uint32_t endpoint_id, size_t capacity);
+  // `now_s` stamps the entries for ExpireBefore; pass non-decreasing times (or 0 when no
+  // expiry is used).
+  void Record(std::span<const uint64_t> hashes, uint32_t endpoint_id, size_t capacity,
+              double now_s = 0.0);
+
+  // Drops every entry last recorded before `cutoff_s` (a TTL, as Dynamo's approximate
+  // indexer uses). Cost: proportional to the entries dropped plus the number of endpoints.
+  void ExpireBefore(double cutoff_s);
 
   // Drops every entry of the endpoint.
   void RemoveEndpoint(uint32_t endpoint_id);
@@ -53,6 +60,7 @@ class ApproxPrefixIndex {
   static constexpr uint32_t kNil = 0xffffffffu;
   struct Entry {
     uint64_t hash;
+    double recorded_at;
     uint32_t endpoint;
     uint32_t lru_prev, lru_next;  // the endpoint's LRU list (head = least recent)
     uint32_t same_hash_next;      // other endpoints holding the same hash

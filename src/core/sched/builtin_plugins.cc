@@ -1,0 +1,220 @@
+#include "core/sched/builtin_plugins.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kvroute::sched {
+
+// ---- prefix-cache-scorer ----
+
+void PrefixCacheScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                              std::span<double> out) {
+  // Hash once per request; OnDispatched records the same chain.
+  std::vector<uint64_t>& hashes = ctx.pending->hashes[index()];
+  HashPromptBlocks(ctx.request->model, ctx.request->cache_salt, ctx.request->prompt,
+                   p_.block_chars, p_.max_blocks, hashes);
+  if (hashes.empty()) {
+    std::fill(out.begin(), out.end(), 0.0);
+    return;
+  }
+  uint32_t max_id = 0;
+  for (uint32_t pos : candidates) max_id = std::max(max_id, ctx.endpoints[pos].id);
+  if (match_.size() <= max_id) match_.resize(max_id + 1);
+  index_.Match(hashes, match_);
+  const double total = static_cast<double>(hashes.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    out[i] = match_[ctx.endpoints[candidates[i]].id] / total;
+  }
+}
+
+int64_t PrefixCacheScorer::CachedPromptChars(const PendingRequest& req,
+                                             uint32_t endpoint_id) const {
+  const std::vector<uint64_t>& hashes = req.hashes[index()];
+  return static_cast<int64_t>(index_.MatchOne(hashes, endpoint_id) * p_.block_chars);
+}
+
+size_t PrefixCacheScorer::CapacityFor(const EndpointState& e) const {
+  if (p_.lru_capacity > 0) return p_.lru_capacity;
+  if (e.num_gpu_blocks > 0 && e.block_size > 0) {
+    // The endpoint holds num_gpu_blocks * block_size tokens; one of our blocks is about
+    // block_chars / 4 tokens.
+    const double tokens_per_block = std::max(1.0, p_.block_chars / 4.0);
+    return static_cast<size_t>(static_cast<double>(e.num_gpu_blocks) *
+                               static_cast<double>(e.block_size) / tokens_per_block);
+  }
+  return kDefaultCapacity;
+}
+
+void PrefixCacheScorer::OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
+                                     double now_s) {
+  const std::vector<uint64_t>& hashes = req.hashes[index()];
+  if (!hashes.empty()) index_.Record(hashes, endpoint.id, CapacityFor(endpoint), now_s);
+}
+
+// ---- load scorers ----
+
+void KvUtilizationScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                                std::span<double> out) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    out[i] = std::clamp(1.0 - ctx.loads[candidates[i]].kv_usage, 0.0, 1.0);
+  }
+}
+
+namespace {
+double Field(const EndpointLoad& l, LoadField f) {
+  switch (f) {
+    case LoadField::kWaiting:
+      return l.waiting;
+    case LoadField::kRunning:
+      return l.running;
+    case LoadField::kInflight:
+      return l.inflight;
+  }
+  return 0.0;
+}
+}  // namespace
+
+void MinMaxScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                         std::span<double> out) {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -lo;
+  for (uint32_t pos : candidates) {
+    const double v = Field(ctx.loads[pos], field_);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  const double range = hi - lo;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    out[i] = range > 0 ? (hi - Field(ctx.loads[candidates[i]], field_)) / range : 1.0;
+  }
+}
+
+void LoadAwareScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                            std::span<double> out) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double q = ctx.loads[candidates[i]].waiting;
+    out[i] = q >= threshold_ ? 0.0 : std::clamp(0.5 * (1.0 - q / threshold_), 0.0, 1.0);
+  }
+}
+
+// ---- saturation-filter ----
+
+bool SaturationFilter::Saturated(const PickContext& ctx, uint32_t pos) const {
+  const EndpointState& e = ctx.endpoints[pos];
+  if (!e.MetricsFresh(ctx.now_s, p_.stale_after_s)) return true;
+  const EndpointLoad& l = ctx.loads[pos];
+  return l.kv_usage > p_.kv_threshold || l.waiting > p_.queue_threshold;
+}
+
+void SaturationFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) {
+  bool any_ok = false;
+  for (uint32_t pos : candidates) {
+    if (!Saturated(ctx, pos)) {
+      any_ok = true;
+      break;
+    }
+  }
+  // Dropping every endpoint would turn overload into errors; better to queue somewhere.
+  if (!any_ok) return;
+  std::erase_if(candidates, [&](uint32_t pos) { return Saturated(ctx, pos); });
+}
+
+// ---- pickers ----
+
+void RankByMaxScore(std::span<const double> totals, size_t max_ranked, Rng& rng,
+                    std::vector<uint32_t>& scratch, std::vector<uint64_t>& tiebreak,
+                    std::vector<uint32_t>& ranked) {
+  const size_t n = totals.size();
+  const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+  scratch.resize(n);
+  tiebreak.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    scratch[i] = i;
+    tiebreak[i] = rng.NextU64();
+  }
+  // A random key per candidate breaks ties uniformly (equal keys are astronomically rare
+  // and then fall back to index order).
+  auto better = [&](uint32_t a, uint32_t b) {
+    if (totals[a] != totals[b]) return totals[a] > totals[b];
+    if (tiebreak[a] != tiebreak[b]) return tiebreak[a] < tiebreak[b];
+    return a < b;
+  };
+  if (k == 1) {
+    ranked.assign(1, *std::min_element(scratch.begin(), scratch.end(), better));
+    return;
+  }
+  std::partial_sort(scratch.begin(), scratch.begin() + k, scratch.end(), better);
+  ranked.assign(scratch.begin(), scratch.begin() + k);
+}
+
+void MaxScorePicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+                          std::span<const double> totals, size_t max_ranked,
+                          std::vector<uint32_t>& ranked) {
+  RankByMaxScore(totals, max_ranked, *ctx.rng, scratch_, tiebreak_, ranked);
+}
+
+void WeightedRandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+                                std::span<const double> totals, size_t max_ranked,
+                                std::vector<uint32_t>& ranked) {
+  const size_t n = totals.size();
+  const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+  w_.assign(totals.begin(), totals.end());
+  idx_.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    idx_[i] = i;
+    if (!(w_[i] > 0)) w_[i] = 0;  // negative and NaN weigh nothing
+  }
+  ranked.clear();
+  size_t remaining = n;
+  while (ranked.size() < k) {
+    double sum = 0;
+    for (size_t j = 0; j < remaining; ++j) sum += w_[j];
+    size_t chosen;
+    if (sum > 0) {
+      double r = ctx.rng->Uniform01() * sum;
+      chosen = remaining - 1;
+      for (size_t j = 0; j < remaining; ++j) {
+        if (w_[j] <= 0) continue;
+        if (r < w_[j]) {
+          chosen = j;
+          break;
+        }
+        r -= w_[j];
+      }
+      // Rounding may leave r just past the last positive weight: take that one.
+      while (w_[chosen] <= 0 && chosen > 0) --chosen;
+    } else {
+      chosen = ctx.rng->Below(remaining);
+    }
+    ranked.push_back(idx_[chosen]);
+    --remaining;
+    std::swap(idx_[chosen], idx_[remaining]);
+    std::swap(w_[chosen], w_[remaining]);
+  }
+}
+
+void RandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+                        std::span<const double> totals, size_t max_ranked,
+                        std::vector<uint32_t>& ranked) {
+  const size_t n = candidates.size();
+  const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+  idx_.resize(n);
+  for (uint32_t i = 0; i < n; ++i) idx_[i] = i;
+  for (size_t i = 0; i < k; ++i) {
+    const size_t j = i + ctx.rng->Below(n - i);
+    std::swap(idx_[i], idx_[j]);
+  }
+  ranked.assign(idx_.begin(), idx_.begin() + k);
+}
+
+void RoundRobinPicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+                            std::span<const double> totals, size_t max_ranked,
+                            std::vector<uint32_t>& ranked) {
+  const size_t n = candidates.size();
+  const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+  const size_t start = static_cast<size_t>(next_++ % n);
+  ranked.clear();
+  for (size_t i = 0; i < k; ++i) ranked.push_back(static_cast<uint32_t>((start + i) % n));
+}
+
+}  // namespace kvroute::sched

@@ -1,0 +1,143 @@
+// The built-in filters, scorers and pickers (see registry.h for names and parameters and
+// docs/POLICIES.md for formulas). Candidates are positions into PickContext::endpoints.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/sched/plugin.h"
+#include "core/sched/prefix_index.h"
+
+namespace kvroute::sched {
+
+// Approximate prefix affinity (GIE prefix-cache-scorer): longest matched prefix blocks /
+// total blocks (0 when the prompt is shorter than one block).
+class PrefixCacheScorer : public Scorer {
+ public:
+  struct Params {
+    size_t block_chars = 64;
+    size_t max_blocks = 256;
+    size_t lru_capacity = 0;  // 0: auto from the endpoint's KV size, else kDefaultCapacity
+  };
+  static constexpr size_t kDefaultCapacity = 31250;
+  explicit PrefixCacheScorer(const Params& p) : p_(p) {}
+
+  void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+             std::span<double> out) override;
+  int64_t CachedPromptChars(const PendingRequest& req, uint32_t endpoint_id) const override;
+  void OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
+                    double now_s) override;
+  void OnEndpointRemoved(uint32_t endpoint_id) override { index_.RemoveEndpoint(endpoint_id); }
+
+  // LRU capacity (in blocks of block_chars) used for `e`.
+  size_t CapacityFor(const EndpointState& e) const;
+  const ApproxPrefixIndex& prefix_index() const { return index_; }
+  const Params& params() const { return p_; }
+
+ private:
+  Params p_;
+  ApproxPrefixIndex index_;
+  std::vector<uint32_t> match_;
+};
+
+// 1 - kv usage.
+class KvUtilizationScorer : public Scorer {
+ public:
+  void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+             std::span<double> out) override;
+};
+
+// Which load field a MinMaxScorer reads.
+enum class LoadField { kWaiting, kRunning, kInflight };
+
+// (max - x) / (max - min) over the candidates; 1 for all when max == min.
+// queue-depth-scorer/queue-scorer (waiting), running-requests-scorer, least-request-scorer.
+class MinMaxScorer : public Scorer {
+ public:
+  explicit MinMaxScorer(LoadField f) : field_(f) {}
+  void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+             std::span<double> out) override;
+
+ private:
+  LoadField field_;
+};
+
+// 0.5 * (1 - waiting / threshold), 0 at or above the threshold.
+class LoadAwareScorer : public Scorer {
+ public:
+  explicit LoadAwareScorer(double threshold) : threshold_(threshold) {}
+  void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+             std::span<double> out) override;
+
+ private:
+  double threshold_;
+};
+
+// Drops saturated endpoints (kv > kvThreshold, waiting > queueThreshold, or metrics not
+// fresh) unless every candidate is saturated, in which case it keeps them all.
+class SaturationFilter : public Filter {
+ public:
+  struct Params {
+    double kv_threshold = 0.8;
+    double queue_threshold = 5;
+    double stale_after_s = 0.2;
+  };
+  explicit SaturationFilter(const Params& p) : p_(p) {}
+  void Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) override;
+  bool Saturated(const PickContext& ctx, uint32_t pos) const;
+
+ private:
+  Params p_;
+};
+
+// Marker: its presence turns on in-flight adjustment of the loads every plugin reads.
+class InflightAccounting : public Plugin {};
+
+class MaxScorePicker : public Picker {
+ public:
+  void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+            std::span<const double> totals, size_t max_ranked,
+            std::vector<uint32_t>& ranked) override;
+
+ private:
+  std::vector<uint32_t> scratch_;
+  std::vector<uint64_t> tiebreak_;
+};
+
+// Samples without replacement with probability proportional to the total score; uniform
+// among the rest when their totals are all 0.
+class WeightedRandomPicker : public Picker {
+ public:
+  void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+            std::span<const double> totals, size_t max_ranked,
+            std::vector<uint32_t>& ranked) override;
+
+ private:
+  std::vector<double> w_;
+  std::vector<uint32_t> idx_;
+};
+
+// Uniform random order, scores ignored.
+class RandomPicker : public Picker {
+ public:
+  void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+            std::span<const double> totals, size_t max_ranked,
+            std::vector<uint32_t>& ranked) override;
+
+ private:
+  std::vector<uint32_t> idx_;
+};
+
+// Cycles through the candidates: the n-th pick starts at candidate n mod count and
+// continues in order. Scores ignored.
+class RoundRobinPicker : public Picker {
+ public:
+  void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+            std::span<const double> totals, size_t max_ranked,
+            std::vector<uint32_t>& ranked) override;
+
+ private:
+  uint64_t next_ = 0;
+};
+
+}  // namespace kvroute::sched

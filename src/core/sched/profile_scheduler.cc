@@ -1,0 +1,94 @@
+#include "core/sched/profile_scheduler.h"
+
+#include <algorithm>
+
+#include "core/sched/builtin_plugins.h"
+
+namespace kvroute::sched {
+
+size_t ProfileScheduler::CountPlugins(const Parts& p) {
+  return p.filters.size() + p.scorers.size() + 1 + p.others.size();
+}
+
+ProfileScheduler::ProfileScheduler(Parts parts, const SchedulerOptions& options)
+    : SchedulerBase(options, CountPlugins(parts)),
+      policy_(std::move(parts.policy)),
+      filters_(std::move(parts.filters)),
+      scorers_(std::move(parts.scorers)),
+      picker_(std::move(parts.picker)),
+      others_(std::move(parts.others)),
+      inflight_adjustment_(parts.inflight_adjustment) {
+  if (!picker_) picker_ = std::make_unique<MaxScorePicker>();
+  for (auto& f : filters_) all_.push_back(f.get());
+  for (auto& s : scorers_) all_.push_back(s.scorer.get());
+  all_.push_back(picker_.get());
+  for (auto& o : others_) all_.push_back(o.get());
+  for (size_t i = 0; i < all_.size(); ++i) all_[i]->index_ = i;
+  for (auto& s : scorers_) {
+    scorer_names_.push_back(s.scorer->name());
+    weights_.push_back(s.weight);
+  }
+}
+
+PickResult ProfileScheduler::Pick(const SchedRequest& req,
+                                  std::span<const EndpointState> endpoints, double now_s) {
+  candidates_.clear();
+  for (uint32_t i = 0; i < endpoints.size(); ++i) {
+    if (endpoints[i].healthy) candidates_.push_back(i);
+  }
+  if (candidates_.empty()) return Fail(PickStatus::kNoHealthyEndpoint);
+
+  PendingRequest& pending = NewRequest(req);
+  ComputeLoads(endpoints, inflight_adjustment_);
+  PickContext ctx;
+  ctx.request = &req;
+  ctx.now_s = now_s;
+  ctx.endpoints = endpoints;
+  ctx.loads = loads_;
+  ctx.inflight = &tracker_;
+  ctx.pending = &pending;
+  ctx.rng = &rng_;
+
+  for (auto& f : filters_) {
+    f->Apply(ctx, candidates_);
+    if (candidates_.empty()) {
+      Release(pending);
+      return Fail(PickStatus::kAllFiltered);
+    }
+  }
+
+  const size_t n = candidates_.size();
+  scores_.resize(scorers_.size() * n);
+  totals_.assign(n, 0.0);
+  for (size_t s = 0; s < scorers_.size(); ++s) {
+    std::span<double> row(scores_.data() + s * n, n);
+    scorers_[s].scorer->Score(ctx, candidates_, row);
+    const double w = scorers_[s].weight;
+    for (size_t c = 0; c < n; ++c) {
+      // NaN (a scorer's 0/0) counts as 0 rather than poisoning the sum.
+      double v = row[c] == row[c] ? std::clamp(row[c], 0.0, 1.0) : 0.0;
+      row[c] = v;
+      totals_[c] += w * v;
+    }
+  }
+  picker_->Rank(ctx, candidates_, totals_, options_.max_ranked, order_);
+  return Finish(HandleOf(pending), endpoints, order_);
+}
+
+void ProfileScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {
+  PendingRequest* p = Find(handle);
+  if (p == nullptr) return;
+  const EndpointState& e = Known(endpoint_id);
+  int64_t cached_chars = 0;
+  for (Plugin* pl : all_) cached_chars = std::max(cached_chars, pl->CachedPromptChars(*p, e.id));
+  // Re-dispatch: Add moves the record to the new endpoint.
+  tracker_.Add(p->slot, endpoint_id, now_s, EstimateBlocks(*p, e, cached_chars));
+  for (Plugin* pl : all_) pl->OnDispatched(*p, e, now_s);
+}
+
+void ProfileScheduler::OnEndpointRemoved(uint32_t endpoint_id) {
+  for (Plugin* pl : all_) pl->OnEndpointRemoved(endpoint_id);
+  tracker_.ResetEndpoint(endpoint_id);
+}
+
+}  // namespace kvroute::sched

@@ -1,0 +1,53 @@
+// The weighted-scorer Scheduler: filters -> weighted scorers -> picker, built from a
+// validated SchedulingSpec (registry.h) or a named plugin-based policy.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/sched/plugin.h"
+#include "core/sched/scheduler_base.h"
+
+namespace kvroute::sched {
+
+class ProfileScheduler : public SchedulerBase {
+ public:
+  struct WeightedScorer {
+    std::unique_ptr<Scorer> scorer;
+    double weight = 1.0;
+  };
+  struct Parts {
+    std::string policy = "custom";
+    std::vector<std::unique_ptr<Filter>> filters;
+    std::vector<WeightedScorer> scorers;
+    std::unique_ptr<Picker> picker;  // null: max-score-picker
+    bool inflight_adjustment = false;
+    // Plugins that only hook the lifecycle (inflight-accounting); kept for their hooks.
+    std::vector<std::unique_ptr<Plugin>> others;
+  };
+  ProfileScheduler(Parts parts, const SchedulerOptions& options);
+
+  std::string_view policy() const override { return policy_; }
+  PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
+                  double now_s) override;
+  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
+  void OnEndpointRemoved(uint32_t endpoint_id) override;
+
+  bool inflight_adjustment() const { return inflight_adjustment_; }
+  // The plugins, in order: filters, scorers, picker, others.
+  const std::vector<Plugin*>& plugins() const { return all_; }
+
+ private:
+  static size_t CountPlugins(const Parts& p);
+
+  std::string policy_;
+  std::vector<std::unique_ptr<Filter>> filters_;
+  std::vector<WeightedScorer> scorers_;
+  std::unique_ptr<Picker> picker_;
+  std::vector<std::unique_ptr<Plugin>> others_;
+  bool inflight_adjustment_;
+  std::vector<Plugin*> all_;
+};
+
+}  // namespace kvroute::sched

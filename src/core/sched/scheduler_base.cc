@@ -1,0 +1,150 @@
+#include "core/sched/scheduler_base.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvroute::sched {
+
+SchedulerBase::SchedulerBase(const SchedulerOptions& options, size_t hash_rows)
+    : options_(options), rng_(options.seed), hash_rows_(hash_rows) {}
+
+PendingRequest& SchedulerBase::NewRequest(const SchedRequest& req) {
+  uint32_t s;
+  if (!free_slots_.empty()) {
+    s = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    s = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    slots_.back().req.hashes.resize(hash_rows_);
+  }
+  Slot& slot = slots_[s];
+  slot.live = true;
+  ++live_;
+  PendingRequest& p = slot.req;
+  p.slot = s;
+  p.prompt_tokens = req.EstimatedPromptTokens();
+  p.prompt_chars = req.prompt.size();
+  if (req.max_tokens >= 0) {
+    p.expected_output_tokens = std::min(req.max_tokens, options_.max_expected_output_tokens);
+  } else {
+    p.expected_output_tokens = options_.default_output_tokens;
+  }
+  for (auto& h : p.hashes) h.clear();
+  return p;
+}
+
+RequestHandle SchedulerBase::HandleOf(const PendingRequest& p) const {
+  return (static_cast<uint64_t>(slots_[p.slot].generation) << 32) | p.slot;
+}
+
+PendingRequest* SchedulerBase::Find(RequestHandle handle) {
+  const uint32_t s = static_cast<uint32_t>(handle & 0xffffffffu);
+  const uint32_t gen = static_cast<uint32_t>(handle >> 32);
+  if (s >= slots_.size() || !slots_[s].live || slots_[s].generation != gen) return nullptr;
+  return &slots_[s].req;
+}
+
+void SchedulerBase::Release(PendingRequest& p) {
+  Slot& slot = slots_[p.slot];
+  if (!slot.live) return;
+  slot.live = false;
+  // Generation 0 would make handle 0 possible; skip it on wrap-around.
+  if (++slot.generation == 0) slot.generation = 1;
+  --live_;
+  free_slots_.push_back(p.slot);
+}
+
+void SchedulerBase::OnFirstToken(RequestHandle handle, double now_s) {
+  if (PendingRequest* p = Find(handle)) tracker_.MarkStarted(p->slot);
+}
+
+void SchedulerBase::OnFinished(RequestHandle handle, double now_s) {
+  PendingRequest* p = Find(handle);
+  if (p == nullptr) return;
+  tracker_.Remove(p->slot, now_s);
+  Release(*p);
+}
+
+void SchedulerBase::OnMetricsUpdated(uint32_t endpoint_id, double scraped_at_s) {
+  tracker_.OnScrape(endpoint_id, scraped_at_s);
+}
+
+int64_t SchedulerBase::BlockSize(const EndpointState& e) const {
+  return e.block_size > 0 ? e.block_size : options_.default_block_size;
+}
+
+double SchedulerBase::CapacityBlocks(const EndpointState& e) const {
+  return static_cast<double>(e.num_gpu_blocks > 0 ? e.num_gpu_blocks
+                                                  : options_.default_num_gpu_blocks);
+}
+
+double SchedulerBase::EstimateBlocks(const PendingRequest& p, const EndpointState& e,
+                                     int64_t cached_chars) const {
+  const int64_t cached_tokens = std::max<int64_t>(0, cached_chars) / 4;
+  const int64_t uncached = std::max<int64_t>(0, p.prompt_tokens - cached_tokens);
+  const int64_t bs = BlockSize(e);
+  return static_cast<double>((uncached + p.expected_output_tokens + bs - 1) / bs);
+}
+
+void SchedulerBase::Remember(const EndpointState& e) {
+  if (e.id >= known_.size()) {
+    known_.resize(e.id + 1);
+    for (size_t i = 0; i < known_.size(); ++i) known_[i].id = static_cast<uint32_t>(i);
+  }
+  EndpointState& k = known_[e.id];
+  k.num_gpu_blocks = e.num_gpu_blocks;
+  k.block_size = e.block_size;
+  k.kv_usage = e.kv_usage;
+  k.waiting = e.waiting;
+  k.running = e.running;
+  k.scraped_at_s = e.scraped_at_s;
+  k.scrape_ok = e.scrape_ok;
+  k.healthy = e.healthy;
+}
+
+const EndpointState& SchedulerBase::Known(uint32_t endpoint_id) {
+  if (endpoint_id >= known_.size()) {
+    known_.resize(endpoint_id + 1);
+    for (size_t i = 0; i < known_.size(); ++i) known_[i].id = static_cast<uint32_t>(i);
+  }
+  return known_[endpoint_id];
+}
+
+void SchedulerBase::ComputeLoads(std::span<const EndpointState> endpoints, bool adjust) {
+  loads_.resize(endpoints.size());
+  for (uint32_t pos : candidates_) {
+    const EndpointState& e = endpoints[pos];
+    loads_[pos] = tracker_.Load(e, CapacityBlocks(e), adjust);
+  }
+}
+
+PickResult SchedulerBase::Finish(RequestHandle handle, std::span<const EndpointState> endpoints,
+                                 std::span<const uint32_t> order) {
+  candidate_ids_.clear();
+  for (uint32_t pos : candidates_) candidate_ids_.push_back(endpoints[pos].id);
+  ranked_ids_.clear();
+  for (uint32_t i : order) {
+    const EndpointState& e = endpoints[candidates_[i]];
+    ranked_ids_.push_back(e.id);
+    Remember(e);
+  }
+  PickResult r;
+  r.status = PickStatus::kOk;
+  r.handle = handle;
+  r.ranked = ranked_ids_;
+  r.candidates = candidate_ids_;
+  r.scorer_names = scorer_names_;
+  r.weights = weights_;
+  r.scores = scores_;
+  r.totals = totals_;
+  return r;
+}
+
+PickResult SchedulerBase::Fail(PickStatus status) {
+  PickResult r;
+  r.status = status;
+  return r;
+}
+
+}  // namespace kvroute::sched

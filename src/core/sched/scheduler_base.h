@@ -1,0 +1,86 @@
+// Shared machinery of every built-in Scheduler: request handles over a pooled table of
+// PendingRequest, the InflightTracker, the Rng, endpoint capacities remembered from picks,
+// and the reused result buffers. Internal to kvroute_sched (tests may use it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/sched/inflight_tracker.h"
+#include "core/sched/plugin.h"
+#include "core/sched/scheduler.h"
+
+namespace kvroute::sched {
+
+class SchedulerBase : public Scheduler {
+ public:
+  // `hash_rows`: how many hash chains each PendingRequest keeps (one per plugin).
+  SchedulerBase(const SchedulerOptions& options, size_t hash_rows);
+
+  void OnFirstToken(RequestHandle handle, double now_s) override;
+  void OnFinished(RequestHandle handle, double now_s) override;
+  void OnMetricsUpdated(uint32_t endpoint_id, double scraped_at_s) override;
+  const InflightTracker& inflight() const override { return tracker_; }
+
+  size_t PendingCount() const { return live_; }
+
+ protected:
+  // A fresh request record (buffers reused). Never fails.
+  PendingRequest& NewRequest(const SchedRequest& req);
+  RequestHandle HandleOf(const PendingRequest& p) const;
+  // nullptr for unknown, stale or finished handles.
+  PendingRequest* Find(RequestHandle handle);
+  void Release(PendingRequest& p);
+
+  // Capacity numbers, with the option defaults when the scrape did not say.
+  int64_t BlockSize(const EndpointState& e) const;
+  double CapacityBlocks(const EndpointState& e) const;
+  // Engine blocks the request will hold on `e` with `cached_chars` of its prompt cached:
+  // ceil((uncached prompt tokens + expected output tokens) / block size).
+  double EstimateBlocks(const PendingRequest& p, const EndpointState& e,
+                        int64_t cached_chars) const;
+
+  // Remembers the numeric fields of `e` (for dispatch-time estimates); the last values
+  // seen in a Pick are used by OnDispatched.
+  void Remember(const EndpointState& e);
+  const EndpointState& Known(uint32_t endpoint_id);
+
+  // Fills loads_[i] for every endpoint position (adjusted or not).
+  void ComputeLoads(std::span<const EndpointState> endpoints, bool adjust);
+
+  // Result assembly: copies ids of `candidates_` (positions) and `order` (indexes into
+  // candidates_) into the id buffers and returns the spans.
+  PickResult Finish(RequestHandle handle, std::span<const EndpointState> endpoints,
+                    std::span<const uint32_t> order);
+  PickResult Fail(PickStatus status);
+
+  SchedulerOptions options_;
+  InflightTracker tracker_;
+  Rng rng_;
+
+  // Per-pick buffers, reused.
+  std::vector<uint32_t> candidates_;     // positions into the endpoint span
+  std::vector<EndpointLoad> loads_;      // by position
+  std::vector<uint32_t> order_;          // indexes into candidates_, best first
+  std::vector<uint32_t> ranked_ids_;
+  std::vector<uint32_t> candidate_ids_;
+  std::vector<std::string> scorer_names_;
+  std::vector<double> weights_;
+  std::vector<double> scores_;           // [scorer][candidate]
+  std::vector<double> totals_;
+
+ private:
+  struct Slot {
+    uint32_t generation = 1;
+    bool live = false;
+    PendingRequest req;
+  };
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  size_t hash_rows_;
+  size_t live_ = 0;
+  std::vector<EndpointState> known_;
+};
+
+}  // namespace kvroute::sched
