@@ -1,0 +1,255 @@
+#include "metrics/engine_metrics.h"
+
+#include <array>
+#include <cmath>
+#include <utility>
+
+namespace kvroute::metrics {
+
+std::string_view EngineTypeName(EngineType t) {
+  return t == EngineType::kSglang ? "sglang" : "vllm";
+}
+
+std::optional<EngineType> ParseEngineType(std::string_view name) {
+  if (name == "vllm") return EngineType::kVllm;
+  if (name == "sglang") return EngineType::kSglang;
+  return std::nullopt;
+}
+
+MetricNames MetricNames::For(EngineType type) {
+  MetricNames n;
+  if (type == EngineType::kSglang) {
+    n.running = "sglang:num_running_reqs";
+    n.waiting = "sglang:num_queue_reqs";
+    n.kv_usage = "sglang:token_usage";
+    n.cache_info = "sglang:cache_config_info";
+    n.block_size_label = "page_size";
+    n.num_blocks_label = "num_pages";
+    n.model_label = "model_name";
+    return n;
+  }
+  n.running = "vllm:num_requests_running";
+  n.waiting = "vllm:num_requests_waiting";
+  n.kv_usage = "vllm:kv_cache_usage_perc";
+  n.kv_usage_old = "vllm:gpu_cache_usage_perc";
+  n.prefix_queries = "vllm:prefix_cache_queries_total";
+  n.prefix_queries_old = "vllm:gpu_prefix_cache_queries_total";
+  n.prefix_hits = "vllm:prefix_cache_hits_total";
+  n.prefix_hits_old = "vllm:gpu_prefix_cache_hits_total";
+  n.preemptions = "vllm:num_preemptions_total";
+  n.cache_info = "vllm:cache_config_info";
+  n.block_size_label = "block_size";
+  n.num_blocks_label = "num_gpu_blocks";
+  n.engine_label = "engine";
+  n.model_label = "model_name";
+  return n;
+}
+
+bool MetricNames::Set(std::string_view key, std::string value) {
+  std::string MetricNames::*const fields[] = {
+      &MetricNames::running,          &MetricNames::waiting,
+      &MetricNames::kv_usage,         &MetricNames::kv_usage_old,
+      &MetricNames::prefix_queries,   &MetricNames::prefix_queries_old,
+      &MetricNames::prefix_hits,      &MetricNames::prefix_hits_old,
+      &MetricNames::preemptions,      &MetricNames::cache_info,
+      &MetricNames::block_size_label, &MetricNames::num_blocks_label,
+      &MetricNames::engine_label,     &MetricNames::model_label,
+  };
+  constexpr std::string_view keys[] = {
+      "running",          "waiting",          "kv_usage",     "kv_usage_old",
+      "prefix_queries",   "prefix_queries_old", "prefix_hits", "prefix_hits_old",
+      "preemptions",      "cache_info",       "block_size_label", "num_blocks_label",
+      "engine_label",     "model_label",
+  };
+  static_assert(std::size(fields) == std::size(keys));
+  for (size_t i = 0; i < std::size(keys); ++i) {
+    if (keys[i] == key) {
+      this->*fields[i] = std::move(value);
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+enum Slot : uint8_t {
+  kRunningSlot,
+  kWaitingSlot,
+  kUsageSlot,
+  kUsageOldSlot,
+  kQueriesSlot,
+  kQueriesOldSlot,
+  kHitsSlot,
+  kHitsOldSlot,
+  kPreemptionsSlot,
+  kCacheInfoSlot,
+  kNumSlots,
+};
+
+// Per-engine entries live in fixed arrays so a scrape allocates nothing; 64 covers any
+// data-parallel size we expect. Beyond it, usage falls back to an unweighted mean.
+constexpr size_t kMaxEngines = 64;
+
+struct UsageEntry {
+  std::string_view engine;  // raw engine label value ("" when unlabelled)
+  double usage;
+};
+
+struct CacheInfoEntry {
+  std::string_view engine;
+  int64_t block_size;  // 0 unknown
+  int64_t blocks;      // 0 unknown
+};
+
+class Extractor : public SampleVisitor {
+ public:
+  Extractor(const MetricNames& names, std::string_view model) : names_(names), model_(model) {
+    const std::string* by_slot[kNumSlots] = {
+        &names.running,     &names.waiting,        &names.kv_usage,    &names.kv_usage_old,
+        &names.prefix_queries, &names.prefix_queries_old, &names.prefix_hits,
+        &names.prefix_hits_old, &names.preemptions, &names.cache_info,
+    };
+    for (int s = 0; s < kNumSlots; ++s) {
+      if (!by_slot[s]->empty()) table_[n_++] = {*by_slot[s], static_cast<Slot>(s)};
+    }
+  }
+
+  bool Wants(std::string_view name) override {
+    for (size_t i = 0; i < n_; ++i) {
+      if (table_[i].first == name) {
+        current_ = table_[i].second;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void OnSample(const Sample& s) override {
+    if (!model_.empty() && !names_.model_label.empty()) {
+      const auto m = s.labels.Find(names_.model_label);
+      if (m && !LabelValueEquals(*m, model_)) return;
+    }
+    if (current_ == kCacheInfoSlot) {
+      AddCacheInfo(s);
+      return;
+    }
+    if (std::isnan(s.value)) return;
+    seen_[current_] = true;
+    switch (current_) {
+      case kUsageSlot:
+      case kUsageOldSlot:
+        AddUsage(current_ == kUsageOldSlot, EngineKey(s), s.value);
+        break;
+      default:
+        sums_[current_] += s.value;
+    }
+  }
+
+  void Finish(EngineMetrics& out) const {
+    out = EngineMetrics{};
+    auto take = [&](Slot slot, Slot old_slot, double& dst, EngineMetrics::Field f) {
+      const Slot use = seen_[slot] ? slot : old_slot;
+      if (!seen_[use]) return;
+      dst = sums_[use];
+      out.present |= f;
+    };
+    take(kRunningSlot, kRunningSlot, out.running, EngineMetrics::kRunning);
+    take(kWaitingSlot, kWaitingSlot, out.waiting, EngineMetrics::kWaiting);
+    take(kQueriesSlot, kQueriesOldSlot, out.prefix_queries, EngineMetrics::kPrefixQueries);
+    take(kHitsSlot, kHitsOldSlot, out.prefix_hits, EngineMetrics::kPrefixHits);
+    take(kPreemptionsSlot, kPreemptionsSlot, out.preemptions, EngineMetrics::kPreemptions);
+
+    for (size_t i = 0; i < n_info_; ++i) {
+      if (info_[i].block_size > 0 && out.block_size == 0) {
+        out.block_size = info_[i].block_size;
+        out.present |= EngineMetrics::kBlockSize;
+      }
+      if (info_[i].blocks > 0) {
+        out.num_gpu_blocks += info_[i].blocks;
+        out.present |= EngineMetrics::kNumGpuBlocks;
+      }
+    }
+
+    const int u = seen_[kUsageSlot] ? 0 : 1;  // current name wins when both are exported
+    const Usage& usage = usage_[u];
+    if (usage.count == 0) return;
+    out.present |= EngineMetrics::kKvUsage;
+    out.engines = usage.count;
+    double weighted = 0;
+    double weight = 0;
+    bool all_known = usage.count <= static_cast<int>(kMaxEngines);
+    for (size_t i = 0; all_known && i < usage.n; ++i) {
+      const int64_t blocks = BlocksFor(usage.entries[i].engine);
+      if (blocks <= 0) all_known = false;
+      weighted += usage.entries[i].usage * static_cast<double>(blocks);
+      weight += static_cast<double>(blocks);
+    }
+    out.kv_usage = all_known && weight > 0 ? weighted / weight : usage.sum / usage.count;
+  }
+
+ private:
+  struct Usage {
+    std::array<UsageEntry, kMaxEngines> entries;
+    size_t n = 0;
+    int count = 0;
+    double sum = 0;
+  };
+
+  std::string_view EngineKey(const Sample& s) const {
+    if (names_.engine_label.empty()) return {};
+    return s.labels.Find(names_.engine_label).value_or(std::string_view());
+  }
+
+  void AddUsage(bool old, std::string_view engine, double v) {
+    Usage& u = usage_[old ? 1 : 0];
+    if (u.n < kMaxEngines) u.entries[u.n++] = {engine, v};
+    ++u.count;
+    u.sum += v;
+  }
+
+  void AddCacheInfo(const Sample& s) {
+    if (n_info_ >= kMaxEngines) return;
+    CacheInfoEntry e{EngineKey(s), 0, 0};
+    if (!names_.block_size_label.empty()) {
+      e.block_size = s.labels.GetInt(names_.block_size_label).value_or(0);
+    }
+    if (!names_.num_blocks_label.empty()) {
+      e.blocks = s.labels.GetInt(names_.num_blocks_label).value_or(0);
+    }
+    info_[n_info_++] = e;
+  }
+
+  // An engine's capacity: its own cache_config_info, else an unlabelled one (older vLLM).
+  int64_t BlocksFor(std::string_view engine) const {
+    int64_t fallback = 0;
+    for (size_t i = 0; i < n_info_; ++i) {
+      if (info_[i].engine == engine) return info_[i].blocks;
+      if (info_[i].engine.empty()) fallback = info_[i].blocks;
+    }
+    return fallback;
+  }
+
+  const MetricNames& names_;
+  std::string_view model_;
+  std::array<std::pair<std::string_view, Slot>, kNumSlots> table_{};
+  size_t n_ = 0;
+  Slot current_ = kRunningSlot;
+  std::array<double, kNumSlots> sums_{};
+  std::array<bool, kNumSlots> seen_{};
+  Usage usage_[2];
+  std::array<CacheInfoEntry, kMaxEngines> info_{};
+  size_t n_info_ = 0;
+};
+
+}  // namespace
+
+ParseReport ExtractEngineMetrics(std::string_view text, const MetricNames& names,
+                                 std::string_view model_name, EngineMetrics& out) {
+  Extractor x(names, model_name);
+  ParseReport report = ParsePrometheusText(text, x);
+  x.Finish(out);
+  return report;
+}
+
+}  // namespace kvroute::metrics

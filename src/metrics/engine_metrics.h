@@ -1,0 +1,90 @@
+// Router-side extraction: the handful of numbers a picker needs, read from one scrape of
+// an engine's /metrics. Pure (text in, struct out) and allocation-free on a clean scrape,
+// so the scraper can run it every 50 ms per endpoint.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "metrics/prom_parser.h"
+
+namespace kvroute::metrics {
+
+enum class EngineType { kVllm, kSglang };
+
+// "vllm" / "sglang".
+std::string_view EngineTypeName(EngineType t);
+std::optional<EngineType> ParseEngineType(std::string_view name);
+
+// Which series and labels carry each number. An empty name means "not exported by this
+// engine": that field stays absent. The *_old names are read only when a scrape has no
+// series under the current name (vLLM renamed gpu_cache_usage_perc and the gpu_prefix_*
+// counters around v0.9-v0.10 and exported both for a while).
+struct MetricNames {
+  std::string running;          // gauge, summed over engines
+  std::string waiting;          // gauge, summed over engines
+  std::string kv_usage;         // gauge in [0, 1]
+  std::string kv_usage_old;
+  std::string prefix_queries;   // counter, tokens looked up
+  std::string prefix_queries_old;
+  std::string prefix_hits;      // counter, tokens found
+  std::string prefix_hits_old;
+  std::string preemptions;      // counter
+  std::string cache_info;       // info-style gauge whose labels carry capacity
+  std::string block_size_label;
+  std::string num_blocks_label;
+  std::string engine_label;     // data-parallel engine index; empty when not labelled
+  std::string model_label;      // served model name
+
+  // vLLM: vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc
+  // (old vllm:gpu_cache_usage_perc), vllm:prefix_cache_{queries,hits}_total (old
+  // vllm:gpu_prefix_cache_*), vllm:num_preemptions_total, vllm:cache_config_info
+  // {block_size, num_gpu_blocks}, labels engine and model_name.
+  // SGLang: sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage,
+  // sglang:cache_config_info {page_size, num_pages}, label model_name; no prefix
+  // counters or preemptions.
+  static MetricNames For(EngineType type);
+
+  // Overrides one field by its config key: the member names above ("running",
+  // "kv_usage_old", "num_blocks_label", ...). Returns false for an unknown key.
+  bool Set(std::string_view key, std::string value);
+};
+
+// One endpoint's state as of one scrape. Numbers are summed over the endpoint's engines
+// (data-parallel ranks) except kv_usage, which is their capacity-weighted mean.
+struct EngineMetrics {
+  enum Field : uint32_t {
+    kRunning = 1u << 0,
+    kWaiting = 1u << 1,
+    kKvUsage = 1u << 2,
+    kPrefixQueries = 1u << 3,
+    kPrefixHits = 1u << 4,
+    kPreemptions = 1u << 5,
+    kBlockSize = 1u << 6,
+    kNumGpuBlocks = 1u << 7,
+  };
+
+  double running = 0;
+  double waiting = 0;
+  double kv_usage = 0;        // 0..1; weighted by num_gpu_blocks when every engine's is known
+  double prefix_queries = 0;  // counters: the router takes rates between scrapes
+  double prefix_hits = 0;
+  double preemptions = 0;
+  int64_t block_size = 0;      // tokens per block (first engine's), 0 when unknown
+  int64_t num_gpu_blocks = 0;  // summed over engines, 0 when unknown
+  int engines = 0;             // KV-usage series aggregated (one per engine)
+  uint32_t present = 0;        // Field bits for what the scrape contained
+
+  bool Has(Field f) const { return (present & f) != 0; }
+};
+
+// Reads `text` (one scrape) into `out` using `names`. When `model_name` is not empty,
+// series whose model label differs are ignored (series without the label are kept:
+// cache_config_info has none in vLLM). NaN samples are ignored. `out` is overwritten.
+// Returns the parse report (bad lines are skipped, see ParsePrometheusText).
+ParseReport ExtractEngineMetrics(std::string_view text, const MetricNames& names,
+                                 std::string_view model_name, EngineMetrics& out);
+
+}  // namespace kvroute::metrics
