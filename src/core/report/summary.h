@@ -1,0 +1,177 @@
+// Latency and throughput arithmetic for a load run (live or simulated): per-request
+// records in, a per-policy summary out. Pure, deterministic, no I/O.
+//
+// Definitions (also in docs/REPORT_SCHEMA.md):
+//   TTFT  = first token time - send time; E2E = last token time - send time.
+//   TPOT  = (E2E - TTFT) / (output_tokens - 1), defined for output_tokens >= 2.
+//   Percentiles use the nearest-rank method: the p-th percentile of n values is the
+//   value at 1-based rank ceil(p/100 * n) of the ascending order (rank 1 when p = 0).
+//   It is always one of the observed values; no interpolation.
+//   Span  = last finish - first send, over every record. Rates divide by the span.
+//   A request is "good" if it succeeded and meets every SLO that is set.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvroute::report {
+
+enum class ErrorKind : uint8_t {
+  kNone,
+  kRejected,    // the engine refused it (prompt too long, cannot fit), HTTP 4xx
+  kNoEndpoint,  // the router had nowhere to send it (503)
+  kShed,        // load shedding (429)
+  kUpstream,    // 5xx, connection reset, truncated stream
+  kTimeout,
+  kAborted,     // cancelled by the client/driver
+};
+inline constexpr int kNumErrorKinds = 7;
+std::string_view ErrorKindName(ErrorKind kind);  // "none", "rejected", "no_endpoint", ...
+
+struct RequestRecord {
+  uint64_t id = 0;
+  double send_s = 0.0;    // when the client sent it
+  double ttft_s = -1.0;   // -1 when no token arrived
+  double e2e_s = -1.0;    // -1 when it did not finish
+  double max_itl_s = 0.0; // largest gap between consecutive tokens
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t cached_tokens = 0;  // prefix-cache hit tokens, when the server reports them
+  int32_t endpoint = -1;      // where it was served; -1 when unknown
+  ErrorKind error = ErrorKind::kNone;
+
+  bool ok() const { return error == ErrorKind::kNone; }
+  // TPOT as defined above; -1 when output_tokens < 2 or the request failed.
+  double Tpot() const;
+};
+
+// Service-level objectives; 0 means "not set".
+struct Slo {
+  double ttft_s = 0.0;
+  double tpot_s = 0.0;
+  double e2e_s = 0.0;
+};
+// Succeeded and meets every set SLO (TPOT is not checked for single-token outputs).
+bool MeetsSlo(const RequestRecord& r, const Slo& slo);
+
+// The nearest-rank percentile (p in [0, 100]) of `values`, which it reorders
+// (nth_element). Returns 0 for an empty span.
+double Percentile(std::span<double> values, double p);
+
+struct Stats {
+  int64_t count = 0;
+  double mean = 0.0, min = 0.0, max = 0.0;
+  double p50 = 0.0, p90 = 0.0, p99 = 0.0;
+};
+// Summary of `values` (sorted in place). All zero when empty.
+Stats Summarize(std::vector<double>& values);
+
+// Inter-token gaps of a whole run without storing each one: a histogram with
+// logarithmic buckets, kBucketsPerDecade per factor of 10, from 1 us to 1000 s. Bucket
+// i holds gaps in [lo * 10^(i/k), lo * 10^((i+1)/k)); values below lo go to bucket 0,
+// above the top to the last. Percentile(p) returns the upper edge of the bucket holding
+// the nearest-rank sample, so it overestimates by less than one bucket (2.3%). The mean
+// is exact.
+class GapHistogram {
+ public:
+  static constexpr int kBucketsPerDecade = 100;
+  static constexpr double kLowest = 1e-6;
+  static constexpr int kDecades = 9;
+  static constexpr int kNumBuckets = kBucketsPerDecade * kDecades;
+
+  void Add(double gap_s);
+  void Merge(const GapHistogram& other);
+  int64_t count() const { return count_; }
+  double Mean() const { return count_ ? sum_ / count_ : 0.0; }
+  double Percentile(double p) const;
+  static double BucketUpperEdge(int bucket);
+
+ private:
+  std::array<int64_t, kNumBuckets> counts_{};
+  int64_t count_ = 0;
+  double sum_ = 0.0;
+};
+
+// Scraped fleet state over time. Aggregates every sample; keeps per-replica KV series
+// for the first `max_series` replicas, decimated to at most `max_points` points each
+// (when full, every other point is dropped and the keep interval doubles).
+class FleetRecorder {
+ public:
+  explicit FleetRecorder(int num_replicas, int max_series = 16, size_t max_points = 1000);
+
+  // One scrape of every replica at time t_s. Spans have num_replicas entries.
+  void AddSample(double t_s, std::span<const double> kv_usage, std::span<const double> waiting);
+
+  int64_t samples() const { return samples_; }
+  // Means over samples of the fleet's min (and max) KV usage across replicas.
+  double KvMinMean() const { return samples_ ? kv_min_sum_ / samples_ : 0.0; }
+  double KvMaxMean() const { return samples_ ? kv_max_sum_ / samples_ : 0.0; }
+  double KvPeak() const { return kv_peak_; }
+  // Mean over samples of the fleet's total waiting requests, and its maximum.
+  double WaitingMean() const { return samples_ ? waiting_sum_ / samples_ : 0.0; }
+  double WaitingMax() const { return waiting_max_; }
+
+  const std::vector<double>& series_times() const { return times_; }
+  // series()[r][k]: replica r's KV usage at series_times()[k].
+  const std::vector<std::vector<double>>& series() const { return series_; }
+
+ private:
+  int num_replicas_;
+  size_t max_points_;
+  int64_t samples_ = 0;
+  int64_t keep_every_ = 1;
+  double kv_min_sum_ = 0.0, kv_max_sum_ = 0.0, kv_peak_ = 0.0;
+  double waiting_sum_ = 0.0, waiting_max_ = 0.0;
+  std::vector<double> times_;
+  std::vector<std::vector<double>> series_;
+};
+
+// Engine-side totals a driver knows at the end (summed over replicas).
+struct FleetTotals {
+  int64_t prefix_queries_tokens = 0;
+  int64_t prefix_hits_tokens = 0;
+  int64_t preemptions = 0;
+  double oracle_hit_rate = -1.0;  // -1 when not computed
+};
+
+struct PolicyReport {
+  std::string policy;
+  int64_t requests = 0;      // records (sent)
+  int64_t succeeded = 0;
+  int64_t good = 0;          // succeeded and within SLOs
+  std::map<std::string, int64_t> errors_by_kind;  // only kinds that occurred
+  double span_s = 0.0;
+  double requests_per_s = 0.0;        // succeeded / span
+  double output_tokens_per_s = 0.0;   // succeeded requests' output tokens / span
+  double input_tokens_per_s = 0.0;
+  double goodput_requests_per_s = 0.0;
+  Stats ttft_s, tpot_s, e2e_s;        // succeeded requests only
+  double itl_mean_s = 0.0, itl_p50_s = 0.0, itl_p99_s = 0.0;  // from a GapHistogram
+  double max_itl_p99_s = 0.0;         // p99 over requests of their largest gap
+  // Prefix cache: engine counters (hits/queries, preemption re-queries included) and
+  // per request (sum cached / sum prompt over succeeded requests).
+  double prefix_hit_rate = 0.0;
+  double request_cached_fraction = 0.0;
+  double oracle_hit_rate = -1.0;
+  double oracle_ratio = -1.0;  // request_cached_fraction / oracle_hit_rate
+  double kv_usage_min = 0.0, kv_usage_max = 0.0, kv_usage_peak = 0.0;
+  double waiting_mean = 0.0, waiting_max = 0.0;
+  int64_t preemptions = 0;
+  double wall_s = 0.0;  // how long producing it took (simulator speed), 0 if unknown
+  // For charts: up to 200 (ttft, cumulative fraction) points, ascending.
+  std::vector<std::pair<double, double>> ttft_cdf;
+  std::vector<double> kv_times;
+  std::vector<std::vector<double>> kv_series;
+};
+
+// Builds a PolicyReport from the records. `gaps` and `fleet` may be null.
+PolicyReport Summarize(std::string policy, std::span<const RequestRecord> records, const Slo& slo,
+                       const FleetTotals& totals, const GapHistogram* gaps,
+                       const FleetRecorder* fleet);
+
+}  // namespace kvroute::report
