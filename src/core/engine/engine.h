@@ -181,9 +181,25 @@ class Engine {
   // True while any request is waiting or running.
   bool HasWork() const;
 
-  // Schedules and "executes" one step starting at `now_s`. A step with nothing to
-  // schedule returns duration 0 and no outputs. The caller should not call Step again
-  // before now_s + duration (the engine does not check).
+  // Schedules and "executes" one step starting at `now_s`, as vLLM V1 does:
+  //  1. running requests in admission order, each min(remaining, budget) tokens (a decode
+  //     needs 1); when its KV slots cannot be allocated, preempt (recompute) the most
+  //     recently admitted running request (priority mode: the least important, latest
+  //     arrival), repeatedly; if the victim is the request itself, stop scheduling.
+  //  2. waiting requests (FCFS, or by (priority, arrival, id)), only if nothing was
+  //     preempted in 1., while running < max_num_seqs, budget remains and the head's
+  //     blocks can be allocated (head-of-line: a head that does not fit stops admission).
+  //     Admission looks up the prefix cache and counts prefix_queries/hits_tokens (only
+  //     on successful admission, over the request's whole token count, which includes
+  //     tokens generated before a preemption).
+  // Full blocks are hashed and cached when allocated, so a request admitted later in the
+  // same step can already share them. A request whose whole context is computed samples
+  // one token; it finishes at its stop point (kStop) or max_tokens (kLength) and frees its
+  // blocks tail-first (hashes kept) at the end of the step.
+  // A step with nothing scheduled returns duration 0 and no outputs; this can happen
+  // with HasWork() true when the only schedulable request preempted itself, and then
+  // the next Step makes progress. The caller should not call Step again before
+  // now_s + duration (the engine does not check).
   StepResult Step(double now_s);
   // Same, reusing `out` (its outputs vector keeps its capacity): no allocation in steady
   // state.

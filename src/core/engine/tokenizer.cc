@@ -30,19 +30,33 @@ static_assert(kWords.size() == 64);
 
 }  // namespace
 
-uint32_t TokenId(std::string_view run) {
-  uint32_t packed = 0;
-  const size_t n = run.size() < kBytesPerToken ? run.size() : kBytesPerToken;
-  std::memcpy(&packed, run.data(), n);
-  // The length is part of the key so "a" and "a\0" differ.
+// Id of a run packed little-endian into `packed` with its length `n`. The length is part
+// of the key so "a" and "a\0" differ.
+static inline uint32_t PackedId(uint32_t packed, size_t n) {
   const uint64_t key = (static_cast<uint64_t>(n) << 32) | packed;
   return static_cast<uint32_t>(Mix64(key + 0x9e3779b97f4a7c15ULL) % kVocabSize);
 }
 
+uint32_t TokenId(std::string_view run) {
+  uint32_t packed = 0;
+  const size_t n = run.size() < kBytesPerToken ? run.size() : kBytesPerToken;
+  std::memcpy(&packed, run.data(), n);
+  return PackedId(packed, n);
+}
+
 void TokenizeInto(std::string_view text, std::vector<uint32_t>* out) {
-  out->reserve(out->size() + CountTokens(text));
-  for (size_t i = 0; i < text.size(); i += kBytesPerToken) {
-    out->push_back(TokenId(text.substr(i, kBytesPerToken)));
+  const size_t start = out->size();
+  out->resize(start + CountTokens(text));
+  uint32_t* dst = out->data() + start;
+  const size_t full = text.size() / kBytesPerToken;
+  // Whole runs with a fixed-size copy (one load each); the tail, if any, separately.
+  for (size_t i = 0; i < full; ++i) {
+    uint32_t packed;
+    std::memcpy(&packed, text.data() + i * kBytesPerToken, kBytesPerToken);
+    dst[i] = PackedId(packed, kBytesPerToken);
+  }
+  if (full * kBytesPerToken < text.size()) {
+    dst[full] = TokenId(text.substr(full * kBytesPerToken));
   }
 }
 
@@ -52,13 +66,26 @@ std::vector<uint32_t> Tokenize(std::string_view text) {
   return ids;
 }
 
+namespace {
+
+size_t OutputWordIndex(uint64_t request_id, size_t index) {
+  return Mix64(Mix64(request_id ^ 0x5851f42d4c957f2dULL) + index) % kWords.size();
+}
+
+}  // namespace
+
 std::string_view OutputTokenText(uint64_t request_id, size_t index) {
-  const uint64_t h = Mix64(Mix64(request_id ^ 0x5851f42d4c957f2dULL) + index);
-  return kWords[h % kWords.size()];
+  return kWords[OutputWordIndex(request_id, index)];
 }
 
 uint32_t OutputTokenId(uint64_t request_id, size_t index) {
-  return TokenId(OutputTokenText(request_id, index));
+  // Called once per generated token on the engine's hot path: look the id up.
+  static const std::array<uint32_t, kWords.size()> kIds = [] {
+    std::array<uint32_t, kWords.size()> ids{};
+    for (size_t i = 0; i < kWords.size(); ++i) ids[i] = TokenId(kWords[i]);
+    return ids;
+  }();
+  return kIds[OutputWordIndex(request_id, index)];
 }
 
 }  // namespace kvroute::engine
