@@ -1,0 +1,248 @@
+// Each scorer's and filter's formula on hand-made endpoint states, read back from the
+// per-plugin scores a Pick reports.
+#include <gtest/gtest.h>
+
+#include "sched_test_util.h"
+
+namespace kvroute::sched {
+namespace {
+
+using testing::MakeEndpoints;
+using testing::MustBuild;
+using testing::Plugin;
+using testing::Req;
+using testing::SpecOf;
+
+TEST(KvUtilizationScorer, OneMinusUsageClamped) {
+  auto s = MustBuild(SpecOf({Plugin("kv-cache-utilization-scorer")}));
+  auto eps = MakeEndpoints(4);
+  eps[0].kv_usage = 0.1;
+  eps[1].kv_usage = 0.5;
+  eps[2].kv_usage = 0.95;
+  eps[3].kv_usage = 1.2;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r.candidates.size(), 4u);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.9);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 0.5);
+  EXPECT_NEAR(r.Score(0, 2), 0.05, 1e-12);
+  EXPECT_DOUBLE_EQ(r.Score(0, 3), 0.0);
+  EXPECT_EQ(r.ranked[0], 0u);
+  EXPECT_EQ(r.scorer_names[0], "kv-cache-utilization-scorer");
+}
+
+TEST(QueueScorer, MinMaxNormalisedWaiting) {
+  for (const char* type : {"queue-scorer", "queue-depth-scorer"}) {
+    auto s = MustBuild(SpecOf({Plugin(type)}));
+    auto eps = MakeEndpoints(3);
+    eps[0].waiting = 2;
+    eps[1].waiting = 10;
+    eps[2].waiting = 6;
+    PickResult r = s->Pick(Req("x"), eps, 0.0);
+    ASSERT_TRUE(r.ok());
+    EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0) << type;
+    EXPECT_DOUBLE_EQ(r.Score(0, 1), 0.0) << type;
+    EXPECT_DOUBLE_EQ(r.Score(0, 2), 0.5) << type;
+  }
+}
+
+TEST(QueueScorer, AllEqualScoresOne) {
+  auto s = MustBuild(SpecOf({Plugin("queue-scorer")}));
+  auto eps = MakeEndpoints(3);
+  for (auto& e : eps) e.waiting = 3;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  for (size_t c = 0; c < 3; ++c) EXPECT_DOUBLE_EQ(r.Score(0, c), 1.0);
+}
+
+TEST(RunningRequestsScorer, MinMaxNormalisedRunning) {
+  auto s = MustBuild(SpecOf({Plugin("running-requests-scorer")}));
+  auto eps = MakeEndpoints(3);
+  eps[0].running = 40;
+  eps[1].running = 0;
+  eps[2].running = 10;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 2), 0.75);
+}
+
+TEST(LoadAwareScorer, HalfLinearToThreshold) {
+  auto s = MustBuild(SpecOf({Plugin("load-aware-scorer")}));
+  auto eps = MakeEndpoints(4);
+  eps[0].waiting = 0;
+  eps[1].waiting = 64;
+  eps[2].waiting = 128;
+  eps[3].waiting = 500;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.5);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 0.25);
+  EXPECT_DOUBLE_EQ(r.Score(0, 2), 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 3), 0.0);
+}
+
+TEST(LeastRequestScorer, NormalisedRouterInflight) {
+  auto s = MustBuild(SpecOf({Plugin("least-request-scorer")}));
+  auto eps = MakeEndpoints(3);
+  // Two requests in flight on 0, one on 2, none on 1.
+  for (uint32_t target : {0u, 0u, 2u}) {
+    PickResult r = s->Pick(Req("x"), eps, 0.0);
+    s->OnDispatched(r.handle, target, 0.0);
+  }
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 2), 0.5);
+  EXPECT_EQ(r.ranked[0], 1u);
+  EXPECT_EQ(s->inflight().InFlight(0), 2u);
+}
+
+TEST(PrefixCacheScorer, LongestMatchedPrefixOverTotalBlocks) {
+  auto s = MustBuild(SpecOf({Plugin("prefix-cache-scorer", {{"blockSize", 4.0}})}));
+  auto eps = MakeEndpoints(2);
+  PickResult r = s->Pick(Req("aaaabbbbcccc"), eps, 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.0);
+  s->OnDispatched(r.handle, 0, 0.0);
+
+  r = s->Pick(Req("aaaabbbbdddd"), eps, 1.0);  // 2 of 3 blocks shared
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 0.0);
+  EXPECT_EQ(r.ranked[0], 0u);
+
+  r = s->Pick(Req("aaaabbbbccccXY"), eps, 1.0);  // trailing partial block dropped
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0);
+
+  r = s->Pick(Req("zaaabbbbcccc"), eps, 1.0);  // the chain breaks at block 0
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.0);
+
+  r = s->Pick(Req("aaaabbbbcccc", "other-model"), eps, 1.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.0);
+
+  SchedRequest salted = Req("aaaabbbbcccc");
+  salted.cache_salt = "tenant-a";
+  r = s->Pick(salted, eps, 1.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.0);
+
+  r = s->Pick(Req("aaa"), eps, 1.0);  // shorter than a block
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 0.0);
+}
+
+TEST(PrefixCacheScorer, MaxPrefixBlocksToMatchCapsTheTotal) {
+  auto s = MustBuild(SpecOf(
+      {Plugin("prefix-cache-scorer", {{"blockSize", 4.0}, {"maxPrefixBlocksToMatch", 2.0}})}));
+  auto eps = MakeEndpoints(2);
+  PickResult r = s->Pick(Req("aaaabbbbcccc"), eps, 0.0);
+  s->OnDispatched(r.handle, 1, 0.0);
+  r = s->Pick(Req("aaaabbbbdddd"), eps, 1.0);  // only the first 2 blocks count
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+}
+
+TEST(SaturationFilter, DropsOverKvOverQueueAndStale) {
+  auto s = MustBuild(SpecOf({Plugin("saturation-filter")}));
+  auto eps = MakeEndpoints(6);
+  eps[0].kv_usage = 0.81;  // over kv
+  eps[1].waiting = 6;      // over queue
+  eps[2].waiting = 5;      // at the threshold: kept
+  eps[2].kv_usage = 0.8;
+  eps[3].scraped_at_s = 0.7;  // 0.3 s old at t=1.0 > 0.2: stale
+  eps[4].scrape_ok = false;   // last scrape failed
+  eps[5].scraped_at_s = 0.9;  // 0.1 s old: fresh
+  for (auto& e : eps) {
+    if (e.id != 3 && e.id != 5) e.scraped_at_s = 1.0;
+  }
+  PickResult r = s->Pick(Req("x"), eps, 1.0);
+  ASSERT_TRUE(r.ok());
+  std::vector<uint32_t> kept(r.candidates.begin(), r.candidates.end());
+  EXPECT_EQ(kept, (std::vector<uint32_t>{2, 5}));
+}
+
+TEST(SaturationFilter, KeepsAllWhenAllAreOver) {
+  auto s = MustBuild(SpecOf({Plugin("saturation-filter")}));
+  auto eps = MakeEndpoints(3);
+  eps[0].kv_usage = 0.9;
+  eps[1].kv_usage = 0.95;
+  eps[2].waiting = 50;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.candidates.size(), 3u);
+}
+
+TEST(SaturationFilter, ThresholdParameters) {
+  auto s = MustBuild(SpecOf({Plugin(
+      "saturation-filter", {{"kvThreshold", 0.5}, {"queueThreshold", 1.0}})}));
+  auto eps = MakeEndpoints(3);
+  eps[0].kv_usage = 0.6;
+  eps[1].waiting = 2;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  ASSERT_EQ(r.candidates.size(), 1u);
+  EXPECT_EQ(r.candidates[0], 2u);
+}
+
+TEST(Scheduler, UnhealthyEndpointsAreNeverPicked) {
+  auto s = MustBuild(SpecOf({Plugin("kv-cache-utilization-scorer")}));
+  auto eps = MakeEndpoints(3);
+  eps[0].healthy = false;
+  eps[0].kv_usage = 0.0;
+  eps[1].kv_usage = 0.5;
+  eps[2].kv_usage = 0.6;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(std::vector<uint32_t>(r.ranked.begin(), r.ranked.end()),
+            (std::vector<uint32_t>{1, 2}));
+  for (auto& e : eps) e.healthy = false;
+  EXPECT_EQ(s->Pick(Req("x"), eps, 0.0).status, PickStatus::kNoHealthyEndpoint);
+  EXPECT_EQ(s->Pick(Req("x"), {}, 0.0).status, PickStatus::kNoHealthyEndpoint);
+}
+
+TEST(Scheduler, WeightsMultiplyAndSum) {
+  auto s = MustBuild(
+      SpecOf({Plugin("kv-cache-utilization-scorer"), Plugin("queue-scorer")}, {2.0, 0.5}));
+  auto eps = MakeEndpoints(2);
+  eps[0].kv_usage = 0.2;
+  eps[0].waiting = 4;
+  eps[1].kv_usage = 0.5;
+  eps[1].waiting = 0;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  EXPECT_DOUBLE_EQ(r.totals[0], 2.0 * 0.8 + 0.5 * 0.0);
+  EXPECT_DOUBLE_EQ(r.totals[1], 2.0 * 0.5 + 0.5 * 1.0);
+  EXPECT_EQ(r.ranked[0], 0u);
+  EXPECT_EQ(r.weights[0], 2.0);
+}
+
+TEST(Scheduler, RankedListIsCappedByMaxRanked) {
+  SchedulerOptions o;
+  o.max_ranked = 2;
+  auto s = MustBuild(SpecOf({Plugin("kv-cache-utilization-scorer")}), o);
+  auto eps = MakeEndpoints(5);
+  for (size_t i = 0; i < 5; ++i) eps[i].kv_usage = 0.1 * static_cast<double>(5 - i);
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  EXPECT_EQ(std::vector<uint32_t>(r.ranked.begin(), r.ranked.end()),
+            (std::vector<uint32_t>{4, 3}));
+}
+
+TEST(Scheduler, HandlesAreSingleUse) {
+  auto s = MustBuild(SpecOf({Plugin("least-request-scorer")}));
+  auto eps = MakeEndpoints(2);
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  const RequestHandle h = r.handle;
+  EXPECT_NE(h, kNoHandle);
+  s->OnDispatched(h, 1, 0.0);
+  EXPECT_EQ(s->inflight().InFlight(1), 1u);
+  s->OnDispatched(h, 0, 0.1);  // retried on a fallback: moves
+  EXPECT_EQ(s->inflight().InFlight(1), 0u);
+  EXPECT_EQ(s->inflight().InFlight(0), 1u);
+  s->OnFinished(h, 1.0);
+  EXPECT_EQ(s->inflight().InFlight(0), 0u);
+  // A finished handle is dead even after its slot is reused.
+  PickResult r2 = s->Pick(Req("x"), eps, 2.0);
+  EXPECT_NE(r2.handle, h);
+  s->OnDispatched(h, 1, 2.0);
+  s->OnFinished(h, 2.0);
+  EXPECT_EQ(s->inflight().InFlight(1), 0u);
+  s->OnDispatched(r2.handle, 1, 2.0);
+  EXPECT_EQ(s->inflight().InFlight(1), 1u);
+  s->OnFinished(kNoHandle, 3.0);  // ignored
+}
+
+}  // namespace
+}  // namespace kvroute::sched
