@@ -1,0 +1,141 @@
+// `kvroute serve` configuration: YAML text to a typed, validated RouterConfig.
+// Loading is a pure function of the text: either the whole config or one error naming
+// file, line and field ("seed.yaml:12: schedulingProfile[1].weight: weight must be >= 0
+// (got -1)"); nothing is ever half applied.
+//
+// File shape (every key optional; unknown keys are errors, to catch typos):
+//
+//   listen: 0.0.0.0:8080          # host:port ([v6]:port accepted)
+//   threads: 0                    # worker threads, 0 = one per core
+//   pool:
+//     engine_type: vllm           # vllm | sglang: default metric names
+//     model: ""                   # only read metric series of this model_name
+//     metric_names: {waiting: "my:queue"}   # overrides, keys of metrics::MetricNames::Set
+//     scrape_interval: 50ms       # durations: "250us", "50ms", "2s", "1m", or seconds
+//     staleness: 2s               # metrics older than this are stale (>= scrape_interval)
+//     stale_policy: exclude       # exclude | saturated: what a stale endpoint counts as
+//     endpoints:
+//       - address: 127.0.0.1:18001
+//         name: a                 # defaults to the address; unique
+//         labels: {region: eu}
+//       - 127.0.0.1:18002         # shorthand: just the address
+//   scheduling:                   # or the same keys at top level (EndpointPickerConfig
+//     policy: kvroute             #   style), not both
+//     plugins: [{type, name?, parameters?}]
+//     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
+//     schedulingProfile: [{pluginRef, weight?}]   # the seed article's form, one profile
+//   limits: {max_body_bytes: 16MiB, max_header_bytes: 64KiB, max_headers: 100}
+//   timeouts: {connect: 2s, first_byte: 120s, idle: 60s}
+//   retries: {max_attempts: 2}    # attempts per request, first included
+//   allow_routing_headers: false  # honour client-supplied routing headers
+//
+// Scheduling is checked with sched::ValidateSchedulingSpec (plugin types, parameters,
+// references), its errors mapped back to the file's lines and key names.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/sched/profile_spec.h"
+#include "metrics/engine_metrics.h"
+
+namespace kvroute::config {
+
+struct HostPort {
+  std::string host;  // without brackets for IPv6
+  uint16_t port = 0;
+  // "host:port", "[v6]:port" for hosts containing ':'.
+  std::string ToString() const;
+};
+
+// Parses "host:port" / "[v6]:port". Port 1-65535, host not empty and free of spaces,
+// slashes and '@'. On failure returns nullopt and sets `*error` when given.
+std::optional<HostPort> ParseHostPort(std::string_view s, std::string* error = nullptr);
+
+// "50ms", "2s", "1.5s", "250us", "1m", "1h", or a bare number of seconds. Returns seconds,
+// nullopt when malformed or negative.
+std::optional<double> ParseDuration(std::string_view s);
+
+// "16MiB", "64KiB", "1GiB", "500KB", "2MB", "1024", "1024B". Returns bytes, nullopt when
+// malformed or not a whole number of bytes.
+std::optional<uint64_t> ParseByteSize(std::string_view s);
+
+enum class StalePolicy {
+  kExclude,    // stale endpoints are not candidates (unless all are stale)
+  kSaturated,  // stale endpoints stay candidates but count as saturated
+};
+
+struct EndpointConfig {
+  std::string address;  // as written
+  HostPort host_port;
+  std::string name;     // defaults to address
+  std::map<std::string, std::string> labels;
+  int line = 0;
+};
+
+struct PoolConfig {
+  std::vector<EndpointConfig> endpoints;
+  metrics::EngineType engine_type = metrics::EngineType::kVllm;
+  // MetricNames::For(engine_type) with the file's overrides applied.
+  metrics::MetricNames metric_names = metrics::MetricNames::For(metrics::EngineType::kVllm);
+  std::string model;  // metric series filter; empty = all
+  double scrape_interval_s = 0.050;
+  double staleness_s = 2.0;
+  StalePolicy stale_policy = StalePolicy::kExclude;
+};
+
+struct LimitsConfig {
+  uint64_t max_body_bytes = 16ull << 20;
+  uint64_t max_header_bytes = 64ull << 10;
+  uint32_t max_headers = 100;
+};
+
+struct TimeoutsConfig {
+  double connect_s = 2.0;       // TCP connect to an endpoint
+  double first_byte_s = 120.0;  // request sent -> response headers (covers queueing+prefill)
+  double idle_s = 60.0;         // no bytes either way on an open exchange
+};
+
+struct RetryConfig {
+  int max_attempts = 2;  // first attempt included; retries go to another endpoint
+};
+
+struct RouterConfig {
+  std::string listen = "0.0.0.0:8080";
+  HostPort listen_addr{"0.0.0.0", 8080};
+  int threads = 0;
+  PoolConfig pool;
+  sched::SchedulingSpec scheduling;  // empty = the kvroute default policy
+  LimitsConfig limits;
+  TimeoutsConfig timeouts;
+  RetryConfig retries;
+  bool allow_routing_headers = false;
+};
+
+struct ConfigError {
+  std::string file;
+  int line = 0;        // 1-based; 0 when the error is not tied to a line
+  std::string field;   // e.g. "pool.endpoints[2].address"; empty for syntax errors
+  std::string message;
+  // "file:line: field: message" (parts that are empty are left out).
+  std::string ToString() const;
+};
+
+// Either a config or an error. Never throws.
+struct ConfigResult {
+  std::optional<RouterConfig> config;
+  ConfigError error;
+  bool ok() const { return config.has_value(); }
+};
+
+// Parses `text`; `filename` is used in error messages only.
+ConfigResult ParseRouterConfig(std::string_view text, std::string_view filename = "<config>");
+
+// Reads and parses the file at `path` (named as given in errors).
+ConfigResult LoadRouterConfig(const std::string& path);
+
+}  // namespace kvroute::config
