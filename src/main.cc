@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "sim/sim_main.h"
+#include "simulate/simulate_main.h"
 
 namespace {
 
@@ -16,6 +17,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"sim", "run a fleet of simulated vLLM replicas (OpenAI API + /metrics)",
      kvroute::sim::SimMain},
+    {"simulate", "compare routing policies on a scenario in virtual time",
+     kvroute::simulate::SimulateMain},
 };
 
 void PrintUsage(FILE* out) {

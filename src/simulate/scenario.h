@@ -1,0 +1,84 @@
+// Scenario files for `kvroute simulate` (and any driver that wants the same workload):
+// a workload, its arrivals, the fleet, the SLOs and the policies to compare, in YAML.
+// Errors name the file, the 1-based line and the field. Example: examples/scenarios/.
+//
+//   name: seed-8x
+//   seed: 1
+//   workload:            # type: shared-prefix | multi-turn | random | trace
+//     type: shared-prefix
+//     endpoint: completions          # or chat
+//     num_groups: 8
+//     num_prompts_per_group: 50
+//     system_prompt_len: 4000        # int, {min,max,mean,std_dev}, or
+//     question_len: {min: 100, max: 300, mean: 200, std_dev: 50}
+//     output_len: {mixture: [{weight: 0.8, value: 50}, {weight: 0.2, mean: 2000, ...}]}
+//     # multi-turn: max_turns, think_time_s; random: input_len;
+//     # trace: path (relative to this file), time_scale, prefix_len
+//   arrivals:
+//     process: poisson               # poisson | gamma | constant
+//     burstiness: 1                  # gamma shape
+//     rate: 20                       # or stages: [{rate: 10, duration_s: 60}, ...]
+//     num_requests: 2000             # and/or duration_s
+//     max_concurrency: 0
+//   fleet:
+//     replicas: 8
+//     engine_preset: llama3-8b-h100  # engine::PresetNames()
+//     kv_blocks: 8192                # overrides the preset (0: preset's)
+//     max_num_seqs: 256              # and max_num_batched_tokens, max_model_len
+//     scrape_interval_s: 0.05
+//     network_delay_s: 0.0005        # router <-> replica, each way
+//   slo: {ttft_s: 2.0, tpot_s: 0.1}
+//   policies: [round-robin, kvroute] # default: every built-in policy
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/report/summary.h"
+#include "core/workload/arrivals.h"
+#include "core/workload/workload.h"
+
+namespace kvroute::simulate {
+
+struct FleetSpec {
+  int replicas = 8;
+  std::string engine_preset = "llama3-8b-h100";
+  int kv_blocks = 0;               // 0: the preset's
+  int max_num_seqs = 0;            // 0: the preset's
+  int max_num_batched_tokens = 0;  // 0: the preset's
+  int max_model_len = 0;           // 0: the preset's
+  double scrape_interval_s = 0.05;
+  double network_delay_s = 0.0005;
+
+  // The engine configuration of every replica (preset + overrides). The preset must exist.
+  engine::EngineConfig EngineConfigFor() const;
+};
+
+struct Scenario {
+  std::string name;
+  std::string source;  // the file it came from, for messages
+  uint64_t seed = 1;
+  workload::WorkloadSpec workload;
+  workload::ArrivalSpec arrivals;
+  FleetSpec fleet;
+  report::Slo slo;
+  std::vector<std::string> policies;  // empty: every built-in policy
+};
+
+struct ScenarioLoad {
+  std::optional<Scenario> scenario;
+  std::string error;  // "<file>:<line>: <field>: <problem>"
+};
+
+// Parses scenario YAML. `source_name` prefixes errors; relative trace paths are resolved
+// against `base_dir`. Reads the trace file when the workload is a trace.
+ScenarioLoad ParseScenario(std::string_view yaml, std::string_view source_name,
+                           std::string_view base_dir);
+// Reads and parses a scenario file.
+ScenarioLoad LoadScenarioFile(const std::string& path);
+
+}  // namespace kvroute::simulate

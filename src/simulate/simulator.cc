@@ -1,0 +1,444 @@
+#include "simulate/simulator.h"
+
+#include <algorithm>
+#include <cassert>
+#include <deque>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/engine/tokenizer.h"
+#include "core/report/summary.h"
+#include "core/sched/registry.h"
+#include "core/sched/scheduler.h"
+#include "core/workload/oracle.h"
+#include "core/workload/workload.h"
+
+namespace kvroute::simulate {
+namespace {
+
+// The engine's generated text, so a follow-up turn's prompt holds exactly what the
+// replica produced (and re-tokenizes to the same ids: tokenizer.h).
+void EngineOutputText(uint64_t id, int32_t tokens, std::string* out) {
+  out->reserve(out->size() + static_cast<size_t>(tokens) * engine::kBytesPerToken);
+  for (int32_t i = 0; i < tokens; ++i) out->append(engine::OutputTokenText(id, static_cast<size_t>(i)));
+}
+
+enum class Ev : uint8_t {
+  kScrape,      // the router scrapes every replica
+  kArrival,     // the next generated request is due
+  kSend,        // a held-back request (follow-up turn) may be sent: a = slot
+  kReach,       // a request reaches its replica: a = slot
+  kStepDone,    // a replica's step ends: a = replica
+  kFirstToken,  // the first token reaches the router/client: a = slot
+  kFinished,    // the last token (or an error) reaches the router/client: a = slot
+};
+
+struct Event {
+  double t;
+  uint64_t seq;  // FIFO among equal times: determinism
+  uint32_t a;
+  Ev type;
+};
+
+struct Later {
+  bool operator()(const Event& x, const Event& y) const {
+    return x.t > y.t || (x.t == y.t && x.seq > y.seq);
+  }
+};
+
+// A request between its arrival and its completion. Slots are recycled, and with them
+// the capacity of their vectors.
+struct Live {
+  workload::RequestSpec spec;
+  std::vector<uint32_t> tokens;
+  double send_s = 0.0;
+  double first_token_s = -1.0;
+  double last_token_s = 0.0;
+  double max_gap_s = 0.0;
+  sched::RequestHandle handle = sched::kNoHandle;
+  int32_t replica = -1;
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t cached_tokens = 0;
+  report::ErrorKind error = report::ErrorKind::kNone;
+};
+
+struct Replica {
+  explicit Replica(const engine::EngineConfig& c) : engine(c) {}
+  engine::Engine engine;
+  engine::StepResult step;  // the step in progress (outputs visible at its end)
+  bool busy = false;
+};
+
+class Simulation {
+ public:
+  Simulation(const Scenario& s, sched::Scheduler* scheduler, const ProgressFn& progress)
+      : sc_(s),
+        sched_(scheduler),
+        progress_(progress),
+        gen_(s.workload, s.arrivals, s.seed),
+        delay_(s.fleet.network_delay_s),
+        fleet_(s.fleet.replicas) {
+    const engine::EngineConfig config = s.fleet.EngineConfigFor();
+    model_ = config.model_name;
+    replicas_.reserve(static_cast<size_t>(s.fleet.replicas));
+    endpoints_.resize(static_cast<size_t>(s.fleet.replicas));
+    for (int i = 0; i < s.fleet.replicas; ++i) {
+      replicas_.emplace_back(config);
+      sched::EndpointState& e = endpoints_[static_cast<size_t>(i)];
+      e.id = static_cast<uint32_t>(i);
+      e.name = "replica-" + std::to_string(i);
+      e.num_gpu_blocks = config.num_gpu_blocks;
+      e.block_size = config.block_size;
+    }
+    kv_.resize(replicas_.size());
+    waiting_.resize(replicas_.size());
+  }
+
+  void Run() {
+    Push(0.0, Ev::kScrape, 0);
+    FetchNext();
+    while (!queue_.empty()) {
+      const Event ev = queue_.top();
+      queue_.pop();
+      now_ = ev.t;
+      ++events_;
+      switch (ev.type) {
+        case Ev::kScrape:
+          Scrape(ev.t);
+          break;
+        case Ev::kArrival:
+          Arrival(ev.t);
+          break;
+        case Ev::kSend:
+          TrySend(ev.a, ev.t);
+          break;
+        case Ev::kReach:
+          Reach(ev.a, ev.t);
+          break;
+        case Ev::kStepDone:
+          StepDone(ev.a, ev.t);
+          break;
+        case Ev::kFirstToken:
+          sched_->OnFirstToken(slots_[ev.a].handle, ev.t);
+          break;
+        case Ev::kFinished:
+          if (slots_[ev.a].handle != sched::kNoHandle) sched_->OnFinished(slots_[ev.a].handle, ev.t);
+          Complete(ev.a, ev.t);
+          break;
+      }
+      if (progress_ && (events_ & 0xffff) == 0) progress_(now_, sent_, finished_);
+    }
+    if (progress_) progress_(now_, sent_, finished_);
+  }
+
+  report::FleetTotals Totals() const {
+    report::FleetTotals t;
+    for (const Replica& r : replicas_) {
+      const engine::EngineStats s = r.engine.Stats();
+      t.prefix_queries_tokens += s.prefix_queries_tokens;
+      t.prefix_hits_tokens += s.prefix_hits_tokens;
+      t.preemptions += s.preemptions;
+    }
+    return t;
+  }
+
+  std::vector<report::RequestRecord>& records() { return records_; }
+  const report::GapHistogram& gaps() const { return gaps_; }
+  const report::FleetRecorder& fleet() const { return fleet_; }
+  int64_t events() const { return events_; }
+  int64_t steps() const { return steps_; }
+
+ private:
+  void Push(double t, Ev type, uint32_t a) { queue_.push({t, seq_++, a, type}); }
+
+  bool Done() const { return generator_done_ && live_ == 0; }
+
+  void FetchNext() {
+    if (gen_.Next(&next_)) {
+      Push(next_.arrival_s, Ev::kArrival, 0);
+    } else {
+      generator_done_ = true;
+    }
+  }
+
+  uint32_t AllocSlot() {
+    uint32_t s;
+    if (!free_slots_.empty()) {
+      s = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      s = static_cast<uint32_t>(slots_.size());
+      slots_.emplace_back();
+    }
+    Live& l = slots_[s];
+    l.first_token_s = -1.0;
+    l.max_gap_s = 0.0;
+    l.handle = sched::kNoHandle;
+    l.replica = -1;
+    l.output_tokens = l.cached_tokens = 0;
+    l.error = report::ErrorKind::kNone;
+    ++live_;
+    return s;
+  }
+
+  void Arrival(double t) {
+    const uint32_t s = AllocSlot();
+    Live& l = slots_[s];
+    std::swap(l.spec, next_);  // keeps both segment buffers' capacity in circulation
+    const uint64_t id = l.spec.id;
+    if (finish_s_.size() <= id) finish_s_.resize(std::max<size_t>(id + 1, finish_s_.size() * 2), -1.0);
+    FetchNext();
+    if (l.spec.after_request >= 0) {
+      const double done = finish_s_[static_cast<size_t>(l.spec.after_request)];
+      if (done < 0) {
+        blocked_on_[static_cast<uint64_t>(l.spec.after_request)] = s;
+        return;
+      }
+      const double ready = done + l.spec.think_time_s;
+      if (ready > t) {
+        Push(ready, Ev::kSend, s);
+        return;
+      }
+    }
+    TrySend(s, t);
+  }
+
+  void TrySend(uint32_t s, double t) {
+    if (sc_.arrivals.max_concurrency > 0 && in_flight_ >= sc_.arrivals.max_concurrency) {
+      held_.push_back(s);
+      return;
+    }
+    Send(s, t);
+  }
+
+  void Send(uint32_t s, double t) {
+    Live& l = slots_[s];
+    ++in_flight_;
+    ++sent_;
+    l.send_s = t;
+    workload::RenderPrompt(l.spec, EngineOutputText, &text_);
+    l.prompt_tokens = static_cast<int64_t>(engine::CountTokens(text_));
+    sched::SchedRequest req;
+    req.model = model_;
+    req.prompt = text_;
+    req.max_tokens = l.spec.max_tokens;
+    req.prompt_tokens = l.prompt_tokens;
+    const sched::PickResult pick = sched_->Pick(req, endpoints_, t);
+    if (!pick.ok() || pick.ranked.empty()) {
+      l.error = report::ErrorKind::kNoEndpoint;
+      Push(t, Ev::kFinished, s);
+      return;
+    }
+    l.handle = pick.handle;
+    l.replica = static_cast<int32_t>(pick.ranked[0]);
+    sched_->OnDispatched(l.handle, pick.ranked[0], t);
+    l.tokens.clear();
+    engine::TokenizeInto(text_, &l.tokens);
+    Push(t + delay_, Ev::kReach, s);
+  }
+
+  void Reach(uint32_t s, double t) {
+    Live& l = slots_[s];
+    Replica& r = replicas_[static_cast<size_t>(l.replica)];
+    engine::EngineRequest er;
+    er.id = l.spec.id;
+    er.prompt_tokens = std::move(l.tokens);
+    er.max_tokens = static_cast<int>(l.spec.max_tokens);
+    er.arrival_s = t;
+    if (slot_of_.size() <= l.spec.id) slot_of_.resize(std::max<size_t>(l.spec.id + 1, slot_of_.size() * 2));
+    slot_of_[l.spec.id] = s;
+    if (auto err = r.engine.AddRequest(std::move(er))) {
+      l.error = report::ErrorKind::kRejected;  // a 400 from the replica
+      Push(t + delay_, Ev::kFinished, s);
+      return;
+    }
+    if (!r.busy) StartStep(static_cast<uint32_t>(l.replica), t);
+  }
+
+  void StartStep(uint32_t ri, double t) {
+    Replica& r = replicas_[ri];
+    r.engine.Step(t, &r.step);
+    if (r.step.duration_s <= 0.0) {
+      // Nothing schedulable (should not happen with work queued); wait for the next
+      // arrival rather than spin.
+      r.busy = false;
+      return;
+    }
+    ++steps_;
+    r.busy = true;
+    Push(t + r.step.duration_s, Ev::kStepDone, ri);
+  }
+
+  void StepDone(uint32_t ri, double t) {
+    Replica& r = replicas_[ri];
+    const double visible = t + delay_;
+    for (const engine::RequestOutput& o : r.step.outputs) {
+      const uint32_t s = slot_of_[o.id];
+      Live& l = slots_[s];
+      if (o.new_tokens > 0) {
+        if (o.first_token) {
+          l.first_token_s = visible;
+          Push(visible, Ev::kFirstToken, s);
+        } else {
+          const double gap = visible - l.last_token_s;
+          gaps_.Add(gap);
+          l.max_gap_s = std::max(l.max_gap_s, gap);
+        }
+        l.last_token_s = visible;
+      }
+      l.output_tokens = o.completion_tokens;
+      l.cached_tokens = o.cached_tokens;
+      if (o.finished) {
+        if (o.reason == engine::FinishReason::kAbort) l.error = report::ErrorKind::kAborted;
+        Push(visible, Ev::kFinished, s);
+      }
+    }
+    r.busy = false;
+    if (r.engine.HasWork()) StartStep(ri, t);
+  }
+
+  void Complete(uint32_t s, double t) {
+    Live& l = slots_[s];
+    report::RequestRecord rec;
+    rec.id = l.spec.id;
+    rec.send_s = l.send_s;
+    rec.error = l.error;
+    rec.endpoint = l.replica;
+    rec.prompt_tokens = l.prompt_tokens;
+    rec.output_tokens = l.output_tokens;
+    rec.cached_tokens = l.cached_tokens;
+    rec.max_itl_s = l.max_gap_s;
+    if (l.first_token_s >= 0) rec.ttft_s = l.first_token_s - l.send_s;
+    if (l.error == report::ErrorKind::kNone) rec.e2e_s = t - l.send_s;
+    records_.push_back(rec);
+    finish_s_[l.spec.id] = t;
+    --in_flight_;
+    ++finished_;
+    --live_;
+    free_slots_.push_back(s);
+    // A follow-up turn waiting for this one.
+    if (!blocked_on_.empty()) {
+      auto it = blocked_on_.find(l.spec.id);
+      if (it != blocked_on_.end()) {
+        const uint32_t next = it->second;
+        blocked_on_.erase(it);
+        const double ready = std::max(t + slots_[next].spec.think_time_s, slots_[next].spec.arrival_s);
+        Push(ready, Ev::kSend, next);
+      }
+    }
+    while (!held_.empty() &&
+           (sc_.arrivals.max_concurrency <= 0 || in_flight_ < sc_.arrivals.max_concurrency)) {
+      const uint32_t next = held_.front();
+      held_.pop_front();
+      Send(next, t);
+    }
+  }
+
+  void Scrape(double t) {
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const engine::EngineStats st = replicas_[i].engine.Stats();
+      sched::EndpointState& e = endpoints_[i];
+      e.kv_usage = st.kv_cache_usage;
+      e.waiting = st.waiting;
+      e.running = st.running;
+      e.scraped_at_s = t;
+      e.scrape_ok = true;
+      kv_[i] = st.kv_cache_usage;
+      waiting_[i] = st.waiting;
+      sched_->OnMetricsUpdated(static_cast<uint32_t>(i), t);
+    }
+    fleet_.AddSample(t, kv_, waiting_);
+    if (!Done()) Push(t + sc_.fleet.scrape_interval_s, Ev::kScrape, 0);
+  }
+
+  const Scenario& sc_;
+  sched::Scheduler* sched_;
+  const ProgressFn& progress_;
+  workload::RequestGenerator gen_;
+  workload::RequestSpec next_;
+  bool generator_done_ = false;
+  double delay_;
+  std::string model_;
+  std::vector<Replica> replicas_;
+  std::vector<sched::EndpointState> endpoints_;
+  std::priority_queue<Event, std::vector<Event>, Later> queue_;
+  uint64_t seq_ = 0;
+  double now_ = 0.0;
+  std::vector<Live> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<uint32_t> slot_of_;   // engine request id -> slot
+  std::vector<double> finish_s_;    // request id -> completion time (-1: not yet)
+  std::unordered_map<uint64_t, uint32_t> blocked_on_;  // predecessor id -> waiting slot
+  std::deque<uint32_t> held_;       // over max_concurrency, in arrival order
+  int64_t in_flight_ = 0;
+  int64_t live_ = 0;
+  int64_t sent_ = 0;
+  int64_t finished_ = 0;
+  int64_t events_ = 0;
+  int64_t steps_ = 0;
+  std::string text_;
+  std::vector<double> kv_, waiting_;
+  std::vector<report::RequestRecord> records_;
+  report::GapHistogram gaps_;
+  report::FleetRecorder fleet_;
+};
+
+}  // namespace
+
+SimulationResult RunSimulation(const Scenario& scenario, const std::string& policy,
+                               double oracle_hit_rate, const ProgressFn& progress) {
+  SimulationResult result;
+  const engine::EngineConfig config = scenario.fleet.EngineConfigFor();
+  sched::SchedulerOptions opts;
+  opts.seed = scenario.seed;
+  opts.max_ranked = 1;
+  opts.default_block_size = config.block_size;
+  opts.default_num_gpu_blocks = config.num_gpu_blocks;
+  sched::BuildResult built = sched::BuildPolicy(policy, opts);
+  if (!built.ok()) {
+    result.error = built.error ? built.error->field + ": " + built.error->message
+                               : "cannot build policy";
+    return result;
+  }
+  Simulation sim(scenario, built.scheduler.get(), progress);
+  sim.Run();
+  report::FleetTotals totals = sim.Totals();
+  totals.oracle_hit_rate = oracle_hit_rate;
+  result.report =
+      report::Summarize(policy, sim.records(), scenario.slo, totals, &sim.gaps(), &sim.fleet());
+  result.events = sim.events();
+  result.steps = sim.steps();
+  return result;
+}
+
+double ComputeOracleHitRate(const Scenario& scenario) {
+  workload::RequestGenerator gen(scenario.workload, scenario.arrivals, scenario.seed);
+  const engine::EngineConfig config = scenario.fleet.EngineConfigFor();
+  workload::PrefixOracle oracle(config.block_size, engine::kBytesPerToken);
+  workload::RequestSpec spec;
+  std::vector<workload::PrefixExtent> extents;
+  std::string text;
+  while (gen.Next(&spec)) {
+    int64_t prompt_tokens = spec.prompt_tokens;
+    if (spec.endpoint == api::Endpoint::kCompletions) {
+      // Every generated token is 4 bytes (engine output text too): no need to render.
+      extents.clear();
+      for (const workload::Segment& s : spec.segments) {
+        extents.push_back({s.key, static_cast<uint32_t>(s.tokens * engine::kBytesPerToken)});
+      }
+    } else {
+      workload::RenderPrompt(spec, EngineOutputText, &text, &extents);
+      prompt_tokens = static_cast<int64_t>(engine::CountTokens(text));
+    }
+    oracle.Observe(extents, prompt_tokens);
+    // The replica also caches the generated tokens; a follow-up turn may hit them.
+    extents.push_back({spec.id, static_cast<uint32_t>(spec.max_tokens * static_cast<int64_t>(engine::kBytesPerToken))});
+    oracle.Insert(extents);
+  }
+  return oracle.HitRate();
+}
+
+}  // namespace kvroute::simulate

@@ -1,0 +1,49 @@
+// The discrete-event simulator behind `kvroute simulate`: N engine::Engine replicas and
+// one sched::Scheduler driven in virtual time, with the same code the live router and
+// simulator run (no sockets, no sleeps, no threads).
+//
+// What happens, in virtual time:
+//   - a client sends each request at its arrival time (later if it is a follow-up turn
+//     waiting for its previous turn plus think time, or if max_concurrency is reached);
+//   - the scheduler picks a replica at once (Pick, then OnDispatched); the request
+//     reaches the replica network_delay_s later and is queued in its engine;
+//   - each replica runs engine steps back to back while it has work; a step's tokens
+//     reach the client (and the router: OnFirstToken, OnFinished) network_delay_s after
+//     the step ends;
+//   - every scrape_interval_s the router scrapes every replica: EndpointState kv_usage,
+//     waiting and running change only then (the scheduler sees stale figures between
+//     scrapes, as in life), followed by OnMetricsUpdated.
+// Deterministic: same scenario, policy and seed give the same report.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/report/summary.h"
+#include "simulate/scenario.h"
+
+namespace kvroute::simulate {
+
+struct SimulationResult {
+  report::PolicyReport report;
+  std::string error;     // non-empty when the policy could not be built
+  int64_t events = 0;    // events processed
+  int64_t steps = 0;     // engine steps run, all replicas
+};
+
+// Progress: virtual time, requests sent, requests finished. Called every few thousand
+// events; may be empty.
+using ProgressFn = std::function<void(double now_s, int64_t sent, int64_t finished)>;
+
+// Runs `scenario` under `policy` (a sched::PolicyNames() entry). `oracle_hit_rate` is
+// copied into the report (pass ComputeOracleHitRate's value, or -1).
+SimulationResult RunSimulation(const Scenario& scenario, const std::string& policy,
+                               double oracle_hit_rate, const ProgressFn& progress = {});
+
+// The workload's oracle prefix hit rate (workload/oracle.h): requests in generation
+// order, each prompt queried then recorded together with its output (a later turn may
+// reuse it). Independent of the policy.
+double ComputeOracleHitRate(const Scenario& scenario);
+
+}  // namespace kvroute::simulate
