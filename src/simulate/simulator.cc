@@ -411,6 +411,7 @@ SimulationResult RunSimulation(const Scenario& scenario, const std::string& poli
       report::Summarize(policy, sim.records(), scenario.slo, totals, &sim.gaps(), &sim.fleet());
   result.events = sim.events();
   result.steps = sim.steps();
+  result.records = std::move(sim.records());
   return result;
 }
 

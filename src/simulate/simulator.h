@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/report/summary.h"
 #include "simulate/scenario.h"
@@ -30,6 +31,8 @@ struct SimulationResult {
   std::string error;     // non-empty when the policy could not be built
   int64_t events = 0;    // events processed
   int64_t steps = 0;     // engine steps run, all replicas
+  // One record per request, in completion order (send_s is the actual send time).
+  std::vector<report::RequestRecord> records;
 };
 
 // Progress: virtual time, requests sent, requests finished. Called every few thousand

@@ -1,0 +1,204 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "simulate/scenario.h"
+#include "simulate/simulator.h"
+
+namespace kvroute::simulate {
+namespace {
+
+Scenario MustParse(const std::string& yaml) {
+  ScenarioLoad load = ParseScenario(yaml, "test.yaml", ".");
+  EXPECT_TRUE(load.scenario.has_value()) << load.error;
+  return load.scenario ? *load.scenario : Scenario{};
+}
+
+std::string ErrorOf(const std::string& yaml) {
+  ScenarioLoad load = ParseScenario(yaml, "test.yaml", ".");
+  EXPECT_FALSE(load.scenario.has_value());
+  return load.error;
+}
+
+// A small shared-prefix fleet: 4 replicas, 8 groups of 2k-token system prompts, a KV
+// cache that holds only a few of them per replica.
+const char* kSharedPrefix = R"(
+name: small
+seed: 3
+workload:
+  type: shared-prefix
+  num_groups: 8
+  num_prompts_per_group: 8
+  system_prompt_len: 2000
+  question_len: {min: 50, max: 150, mean: 100, std_dev: 30}
+  output_len: {min: 20, max: 120, mean: 60, std_dev: 30}
+arrivals:
+  process: poisson
+  rate: 24
+  num_requests: 300
+fleet:
+  replicas: 4
+  engine_preset: llama3-8b-h100
+  kv_blocks: 700
+  scrape_interval_s: 0.05
+  network_delay_s: 0.001
+slo: {ttft_s: 0.5}
+)";
+
+TEST(ScenarioTest, ParsesEveryField) {
+  Scenario s = MustParse(kSharedPrefix);
+  EXPECT_EQ(s.name, "small");
+  EXPECT_EQ(s.seed, 3u);
+  EXPECT_EQ(s.workload.kind, workload::WorkloadKind::kSharedPrefix);
+  EXPECT_EQ(s.workload.num_groups, 8);
+  EXPECT_EQ(s.workload.system_prompt_len.components[0].min, 2000);
+  EXPECT_EQ(s.workload.question_len.components[0].std_dev, 30);
+  EXPECT_EQ(s.arrivals.kind, workload::ArrivalKind::kPoisson);
+  ASSERT_EQ(s.arrivals.stages.size(), 1u);
+  EXPECT_EQ(s.arrivals.stages[0].rate, 24);
+  EXPECT_EQ(s.arrivals.num_requests, 300);
+  EXPECT_EQ(s.fleet.replicas, 4);
+  EXPECT_EQ(s.fleet.EngineConfigFor().num_gpu_blocks, 700);
+  EXPECT_EQ(s.fleet.network_delay_s, 0.001);
+  EXPECT_EQ(s.slo.ttft_s, 0.5);
+  EXPECT_EQ(s.slo.tpot_s, 0.0);
+}
+
+TEST(ScenarioTest, ErrorsNameFileLineAndField) {
+  EXPECT_EQ(ErrorOf("workload:\n  type: shared-prefix\n  num_group: 3\narrivals: {rate: 1, "
+                    "num_requests: 1}\n"),
+            "test.yaml:3: workload.num_group: unknown field");
+  EXPECT_EQ(ErrorOf("workload:\n  type: random\n  input_len: {min: 5, max: 1, mean: 3}\n"
+                    "arrivals: {rate: 1, num_requests: 1}\n"),
+            "test.yaml:3: workload.input_len: min must be <= max");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals:\n  rate: fast\n  num_requests: 1\n"),
+            "test.yaml:3: arrivals.rate: expected a number, got 'fast'");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1}\n"),
+            "test.yaml:2: arrivals: needs num_requests, duration_s or finite stage durations");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
+                    "  engine_preset: a100\n"),
+            "test.yaml:4: fleet.engine_preset: unknown preset 'a100' (llama3-8b-h100, small-kv)");
+  EXPECT_EQ(ErrorOf("workload:\n  type: trace\n  path: /nonexistent.csv\n"),
+            "test.yaml:3: workload.path: cannot read /nonexistent.csv");
+}
+
+TEST(ScenarioTest, ExampleScenariosLoad) {
+  const std::filesystem::path dir =
+      std::filesystem::path(KVROUTE_SOURCE_DIR) / "examples" / "scenarios";
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    ScenarioLoad load = LoadScenarioFile(entry.path().string());
+    EXPECT_TRUE(load.scenario.has_value()) << load.error;
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+}
+
+TEST(OracleTest, SharedPrefixExact) {
+  // 2 groups x 1 prompt, 160 + 16 tokens: each prompt is sent twice (one shuffled cycle
+  // each); a first sighting hits nothing, a second everything up to the cap
+  // floor(175/16)*16 = 160.
+  Scenario s = MustParse(R"(
+workload: {type: shared-prefix, num_groups: 2, num_prompts_per_group: 1,
+           system_prompt_len: 160, question_len: 16, output_len: 4}
+arrivals: {process: constant, rate: 1, num_requests: 4}
+)");
+  EXPECT_DOUBLE_EQ(ComputeOracleHitRate(s), 320.0 / (4 * 176));
+}
+
+TEST(SimulateTest, ConservesRequestsAndTokensAndIsDeterministic) {
+  Scenario s = MustParse(kSharedPrefix);
+  SimulationResult a = RunSimulation(s, "round-robin", -1);
+  SimulationResult b = RunSimulation(s, "round-robin", -1);
+  ASSERT_EQ(a.error, "");
+  ASSERT_EQ(a.records.size(), 300u);
+  EXPECT_EQ(a.report.succeeded, 300);
+  // Outputs run to max_tokens: the total equals the workload's.
+  workload::RequestGenerator gen(s.workload, s.arrivals, s.seed);
+  workload::RequestSpec spec;
+  std::map<uint64_t, int64_t> want_out;
+  while (gen.Next(&spec)) want_out[spec.id] = spec.max_tokens;
+  for (const auto& r : a.records) {
+    EXPECT_EQ(r.output_tokens, want_out[r.id]) << r.id;
+    EXPECT_GT(r.ttft_s, 2 * s.fleet.network_delay_s);  // there and back at least
+    EXPECT_LE(r.ttft_s, r.e2e_s);
+    EXPECT_GE(r.endpoint, 0);
+    EXPECT_LT(r.endpoint, 4);
+  }
+  // Round-robin: equal shares.
+  std::map<int32_t, int> per_endpoint;
+  for (const auto& r : a.records) per_endpoint[r.endpoint]++;
+  for (const auto& [e, n] : per_endpoint) EXPECT_EQ(n, 75);
+  EXPECT_EQ(a.report.ttft_s.p99, b.report.ttft_s.p99);
+  EXPECT_EQ(a.report.output_tokens_per_s, b.report.output_tokens_per_s);
+  EXPECT_EQ(a.report.prefix_hit_rate, b.report.prefix_hit_rate);
+  EXPECT_EQ(a.events, b.events);
+}
+
+TEST(SimulateTest, KvrouteBeatsRoundRobinOnSharedPrefixes) {
+  Scenario s = MustParse(kSharedPrefix);
+  const double oracle = ComputeOracleHitRate(s);
+  SimulationResult rr = RunSimulation(s, "round-robin", oracle);
+  SimulationResult kv = RunSimulation(s, "kvroute", oracle);
+  ASSERT_EQ(kv.error, "");
+  EXPECT_GT(kv.report.prefix_hit_rate, rr.report.prefix_hit_rate + 0.1)
+      << kv.report.prefix_hit_rate << " vs " << rr.report.prefix_hit_rate;
+  EXPECT_LE(kv.report.request_cached_fraction, oracle + 1e-12);
+  EXPECT_LE(rr.report.request_cached_fraction, oracle + 1e-12);
+  EXPECT_GE(kv.report.output_tokens_per_s, rr.report.output_tokens_per_s * 0.99);
+  EXPECT_LT(kv.report.ttft_s.p50, rr.report.ttft_s.p50);
+}
+
+TEST(SimulateTest, FollowUpTurnsWaitForThePreviousTurnAndThinkTime) {
+  Scenario s = MustParse(R"(
+workload: {type: multi-turn, num_groups: 2, num_prompts_per_group: 3, system_prompt_len: 200,
+           question_len: 20, output_len: 30, max_turns: 4, think_time_s: 0.5}
+arrivals: {process: constant, rate: 50, num_requests: 48}
+fleet: {replicas: 2, network_delay_s: 0.002}
+)");
+  SimulationResult r = RunSimulation(s, "kvroute", ComputeOracleHitRate(s));
+  ASSERT_EQ(r.records.size(), 48u);
+  std::map<uint64_t, report::RequestRecord> by_id;
+  for (const auto& rec : r.records) by_id[rec.id] = rec;
+  workload::RequestGenerator gen(s.workload, s.arrivals, s.seed);
+  workload::RequestSpec spec;
+  int follow_ups = 0;
+  while (gen.Next(&spec)) {
+    const auto& rec = by_id.at(spec.id);
+    EXPECT_GE(rec.send_s, spec.arrival_s);
+    if (spec.after_request >= 0) {
+      const auto& prev = by_id.at(static_cast<uint64_t>(spec.after_request));
+      EXPECT_GE(rec.send_s, prev.send_s + prev.e2e_s + 0.5 - 1e-9) << spec.id;
+      // The previous prompt and answer are cached on the replica that served them.
+      if (rec.endpoint == prev.endpoint) {
+        EXPECT_GE(rec.cached_tokens, (prev.prompt_tokens + prev.output_tokens) / 16 * 16 - 16);
+      }
+      ++follow_ups;
+    }
+  }
+  EXPECT_EQ(follow_ups, 48 - 12);  // 6 conversation slots, new conversations every 4 turns
+  EXPECT_GT(r.report.request_cached_fraction, 0.5);
+}
+
+TEST(SimulateTest, MaxConcurrencyHoldsRequestsBack) {
+  Scenario s = MustParse(R"(
+workload: {type: random, input_len: 100, output_len: 50}
+arrivals: {process: constant, rate: 1000, num_requests: 40, max_concurrency: 3}
+fleet: {replicas: 2}
+)");
+  SimulationResult r = RunSimulation(s, "round-robin", -1);
+  ASSERT_EQ(r.records.size(), 40u);
+  // At every send time at most 3 requests are in flight (sent, not finished).
+  for (const auto& a : r.records) {
+    int live = 0;
+    for (const auto& b : r.records) {
+      if (b.send_s <= a.send_s && b.send_s + b.e2e_s > a.send_s) ++live;
+    }
+    EXPECT_LE(live, 3);
+  }
+}
+
+}  // namespace
+}  // namespace kvroute::simulate
