@@ -292,3 +292,45 @@ TEST(LabelValue, UnescapeAndEquals) {
 
 }  // namespace
 }  // namespace kvroute::metrics
+
+namespace kvroute::metrics {
+namespace {
+
+// Deterministic byte mutations of a real scrape: the parser must neither crash nor lose
+// count (every line is a sample, an error, a skip, or blank/comment).
+TEST(PromParser, MutatedFixtureNeverBreaksAccounting) {
+  const std::string base = testing::ReadTestdata(testing::kV010);
+  ASSERT_FALSE(base.empty());
+  uint64_t x = 12345;
+  auto next = [&x] {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x;
+  };
+  const char kBytes[] = "{}\",=\\\n \t#e+-.0aZ:\r";
+  for (int round = 0; round < 300; ++round) {
+    std::string text = base;
+    const int edits = 1 + static_cast<int>(next() % 8);
+    for (int e = 0; e < edits; ++e) {
+      const size_t pos = next() % text.size();
+      switch (next() % 3) {
+        case 0: text[pos] = kBytes[next() % (sizeof kBytes - 1)]; break;
+        case 1: text.erase(pos, 1 + next() % 16); break;
+        default: text.insert(pos, 1, kBytes[next() % (sizeof kBytes - 1)]);
+      }
+    }
+    struct Count : SampleVisitor {
+      int n = 0;
+      void OnSample(const Sample& s) override {
+        ++n;
+        s.labels.ForEach([](std::string_view, std::string_view) {});
+      }
+    } v;
+    ParseReport r = ParsePrometheusText(text, v);
+    EXPECT_EQ(v.n, r.samples);
+    EXPECT_LE(r.samples + r.skipped + static_cast<int>(r.errors.size()), r.lines);
+    EXPECT_GE(r.samples, 50) << "round " << round;  // a few edits spoil a few lines only
+  }
+}
+
+}  // namespace
+}  // namespace kvroute::metrics

@@ -260,3 +260,23 @@ TEST(AppendJsonString, RoundTripsThroughParser) {
 
 }  // namespace
 }  // namespace kvroute::api
+
+namespace kvroute::api {
+namespace {
+
+// Every truncation of a valid body is a clean 400, never a crash or a partial request.
+TEST(ParseRequest, EveryTruncationIsACleanError) {
+  const std::string body =
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a\"b"}]}],)"
+      R"("stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"priority":1})";
+  ASSERT_TRUE(ParseRequest(Endpoint::kChatCompletions, body).ok());
+  for (size_t n = 0; n < body.size(); ++n) {
+    ParseResult r = ParseRequest(Endpoint::kChatCompletions, std::string_view(body.data(), n));
+    EXPECT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.error.status, 400) << n;
+    EXPECT_FALSE(r.error.message.empty()) << n;
+  }
+}
+
+}  // namespace
+}  // namespace kvroute::api
