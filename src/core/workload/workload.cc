@@ -255,7 +255,9 @@ bool RequestGenerator::Next(RequestSpec* out) {
       break;
     }
     case WorkloadKind::kMultiTurn: {
-      const size_t c = static_cast<size_t>((r.id) % conversations_.size());
+      // Users take turns at random: a deterministic cycle would line conversations up
+      // with round-robin's cycle and hand that policy perfect affinity by accident.
+      const size_t c = static_cast<size_t>(rng_.Below(conversations_.size()));
       Conversation& conv = conversations_[c];
       if (conv.id < 0 || conv.turns >= spec_.max_turns) {
         conv.id = next_conversation_id_++;

@@ -67,7 +67,8 @@ struct WorkloadSpec {
   WorkloadKind kind = WorkloadKind::kSharedPrefix;
   api::Endpoint endpoint = api::Endpoint::kCompletions;
   // shared-prefix and multi-turn (inference-perf names). In multi-turn, each prompt of
-  // a group is one conversation (a user) whose system prompt is the group's.
+  // a group is one conversation (a user) whose system prompt is the group's; each
+  // arrival is the next turn of a conversation picked uniformly at random.
   int64_t num_groups = 1;
   int64_t num_prompts_per_group = 1;
   LengthDist system_prompt_len = LengthDist::Fixed(0);

@@ -224,33 +224,39 @@ TEST(MultiTurnTest, TurnsGrowAndDependOnThePreviousTurn) {
   w.output_len = LengthDist::Fixed(3);
   w.max_turns = 3;
   w.think_time_s = 1.5;
-  const auto reqs = Generate(w, Constant(1, 8), 1);
-  ASSERT_EQ(reqs.size(), 8u);
-  // Request i belongs to conversation slot i % 2; slots restart after 3 turns.
-  const int64_t want_conv[] = {0, 1, 0, 1, 0, 1, 2, 3};
-  const int32_t want_turn[] = {0, 0, 1, 1, 2, 2, 0, 0};
-  for (size_t i = 0; i < 8; ++i) {
-    const RequestSpec& r = reqs[i];
-    EXPECT_EQ(r.conversation_id, want_conv[i]) << i;
-    EXPECT_EQ(r.turn, want_turn[i]) << i;
-    EXPECT_EQ(r.prompt_tokens, 20 + 5 + r.turn * (3 + 5)) << i;
-    if (r.turn == 0) {
-      EXPECT_EQ(r.after_request, -1);
-      EXPECT_EQ(r.think_time_s, 0.0);
-    } else {
-      EXPECT_EQ(r.after_request, static_cast<int64_t>(i) - 2);
-      EXPECT_EQ(r.think_time_s, 1.5);
+  const auto reqs = Generate(w, Constant(1, 40), 1);
+  ASSERT_EQ(reqs.size(), 40u);
+  // Per conversation: turns 0, 1, 2 in order, each after the previous turn; at most 3.
+  std::map<int64_t, std::vector<const RequestSpec*>> by_conv;
+  for (const auto& r : reqs) by_conv[r.conversation_id].push_back(&r);
+  EXPECT_GT(by_conv.size(), 2u);  // conversations restart after max_turns
+  const RequestSpec* third_turn = nullptr;
+  for (const auto& [conv, turns] : by_conv) {
+    ASSERT_LE(turns.size(), 3u);
+    for (size_t t = 0; t < turns.size(); ++t) {
+      const RequestSpec& r = *turns[t];
+      EXPECT_EQ(r.turn, static_cast<int32_t>(t));
+      EXPECT_EQ(r.prompt_tokens, 20 + 5 + r.turn * (3 + 5));
+      if (t == 0) {
+        EXPECT_EQ(r.after_request, -1);
+        EXPECT_EQ(r.think_time_s, 0.0);
+      } else {
+        EXPECT_EQ(r.after_request, static_cast<int64_t>(turns[t - 1]->id));
+        EXPECT_EQ(r.think_time_s, 1.5);
+      }
+      if (t == 2 && third_turn == nullptr) third_turn = &r;
     }
   }
-  // Turn 2 of conversation 0 (request 4) = request 2's prompt + request 2's output + a
-  // new question.
-  std::string t2, t4, out2;
-  RenderPrompt(reqs[2], FakeOutput, &t2);
-  RenderPrompt(reqs[4], FakeOutput, &t4);
-  FakeOutput(2, 3, &out2);
-  EXPECT_EQ(t4.substr(0, t2.size()), t2);
-  EXPECT_EQ(t4.substr(t2.size(), out2.size()), out2);
-  EXPECT_EQ(t4.size(), 4u * reqs[4].prompt_tokens);
+  ASSERT_NE(third_turn, nullptr);
+  const RequestSpec& second = reqs[static_cast<size_t>(third_turn->after_request)];
+  // A third turn = the second turn's prompt + the second turn's output + a new question.
+  std::string t2, t3, out2;
+  RenderPrompt(second, FakeOutput, &t2);
+  RenderPrompt(*third_turn, FakeOutput, &t3);
+  FakeOutput(second.id, 3, &out2);
+  EXPECT_EQ(t3.substr(0, t2.size()), t2);
+  EXPECT_EQ(t3.substr(t2.size(), out2.size()), out2);
+  EXPECT_EQ(t3.size(), 4u * third_turn->prompt_tokens);
 }
 
 TEST(RandomWorkloadTest, NothingShared) {
