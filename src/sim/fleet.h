@@ -1,0 +1,57 @@
+// A fleet of simulated replicas in one process: each replica is a Replica plus its own
+// HTTP server on its own port, pinned to one event loop of a shared IoPool (replica i
+// on loop i % threads). Used by `kvroute sim`, the demo and loopback tests.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "http/io_pool.h"
+#include "http/server.h"
+#include "sim/fleet_config.h"
+#include "sim/replica.h"
+
+namespace kvroute::sim {
+
+class Fleet {
+ public:
+  // `threads` <= 0: one per replica, capped at the hardware's concurrency.
+  Fleet(std::vector<ReplicaConfig> replicas, int threads = 0);
+  // Stops (see Stop).
+  ~Fleet();
+  Fleet(const Fleet&) = delete;
+  Fleet& operator=(const Fleet&) = delete;
+
+  // Binds every replica's port and starts the loops. Returns "" or the first error
+  // (nothing keeps running then). Call once.
+  std::string Start();
+  // Stops accepting, stops the loops and drops in-flight requests. Idempotent.
+  // Must not be called from a fleet thread.
+  void Stop();
+
+  int size() const { return static_cast<int>(replicas_.size()); }
+  // The bound port of replica i (after Start).
+  uint16_t port(int i) const { return servers_[i]->port(); }
+  const ReplicaConfig& config(int i) const { return configs_[i]; }
+
+  // Engine counters of replica i, read on its own thread. nullopt if the fleet is not
+  // running or the read took over 2 s. Thread: any but a fleet thread.
+  std::optional<engine::EngineStats> Stats(int i);
+  // Requests replica i has accepted and not yet finished; -1 as for Stats.
+  int LiveRequests(int i);
+
+ private:
+  std::vector<ReplicaConfig> configs_;
+  http::IoPool pool_;
+  // Destroyed before pool_ (declared after): servers and replicas own sockets and timers
+  // that belong to the pool's io_contexts.
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<std::unique_ptr<http::Server>> servers_;
+  bool running_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace kvroute::sim

@@ -1,0 +1,546 @@
+#include "sim/replica.h"
+
+#include <boost/asio/post.hpp>
+#include <algorithm>
+#include <cmath>
+
+#include "core/api/openai.h"
+#include "core/engine/tokenizer.h"
+#include "metrics/prom_writer.h"
+
+namespace kvroute::sim {
+
+namespace asio = boost::asio;
+
+namespace {
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void AppendHex(std::string& out, uint64_t v, int width) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = width - 1; i >= 0; --i) out.push_back(kHex[(v >> (4 * i)) & 15]);
+}
+
+bool RespondApiError(http::Exchange& ex, int status, std::string message,
+                     std::string param = {}) {
+  return ex.Respond(status, api::ErrorBody(api::MakeError(status, std::move(message),
+                                                          std::move(param))));
+}
+
+std::string_view PathOf(std::string_view target) {
+  auto q = target.find('?');
+  return q == std::string_view::npos ? target : target.substr(0, q);
+}
+
+}  // namespace
+
+// One request from HTTP arrival to its final byte. Lives in live_ (keyed by engine id)
+// from arrival; the engine knows it only after Admit.
+struct Replica::Live {
+  uint64_t id = 0;
+  std::shared_ptr<http::Exchange> ex;
+  api::ParsedRequest req;
+  engine::EngineRequest engine_req;
+  std::string response_id;
+  int64_t created = 0;
+  bool chat = false;
+  bool admitted = false;
+  bool sent_role = false;
+  std::string text;  // non-streaming: generated text so far
+  Clock::time_point arrival;
+  Clock::time_point last_token;
+  std::unique_ptr<asio::steady_timer> delay;  // network latency before admission
+};
+
+void Histogram::Observe(double v) {
+  auto it = std::lower_bound(bounds.begin(), bounds.end(), v);  // le: v <= bound
+  ++counts[static_cast<std::size_t>(it - bounds.begin())];
+  sum += v;
+  ++count;
+}
+
+const std::vector<double>& TtftBuckets() {
+  static const std::vector<double> b = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                        0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+                                        20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+  return b;
+}
+const std::vector<double>& InterTokenBuckets() {
+  static const std::vector<double> b = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                        0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
+                                        7.5,  10.0,  20.0, 40.0,  80.0};
+  return b;
+}
+const std::vector<double>& RequestLatencyBuckets() {
+  static const std::vector<double> b = {0.3,  0.5,  0.8,  1.0,   1.5,   2.0,   2.5,
+                                        5.0,  10.0, 15.0, 20.0,  30.0,  40.0,  50.0,
+                                        60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  return b;
+}
+
+Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
+    : ctx_(ctx),
+      config_(std::move(config)),
+      index_(index),
+      engine_(config_.engine),
+      step_timer_(ctx),
+      start_(Clock::now()),
+      ttft_(TtftBuckets()),
+      itl_(InterTokenBuckets()),
+      e2e_(RequestLatencyBuckets()),
+      queue_(RequestLatencyBuckets()) {
+  api::AppendJsonString(model_json_, config_.engine.model_name);
+}
+
+Replica::~Replica() { Shutdown(); }
+
+void Replica::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  step_timer_.cancel();
+  for (auto& [id, l] : live_) {
+    if (l->delay) l->delay->cancel();
+  }
+  // Dropping the exchanges closes streams / answers 500 to waiting clients.
+  live_.clear();
+}
+
+double Replica::EngineNow() const {
+  double wall = 0.0;
+  if (config_.time_scale > 0) {
+    wall = std::chrono::duration<double>(Clock::now() - start_).count() / config_.time_scale;
+  }
+  return std::max(wall, last_step_end_);
+}
+
+void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
+  const http::Request& r = ex->request();
+  std::string_view path = PathOf(r.target());
+  const auto method = r.method();
+  using boost::beast::http::verb;
+  auto only = [&](verb allowed, std::string_view allow) {
+    if (method == allowed || (allowed == verb::get && method == verb::head)) return true;
+    api::ApiError e = api::MakeError(405, "Method Not Allowed");
+    e.type = "MethodNotAllowed";  // not in the api table: OpenAI's SDK has no 405 class
+    ex->Respond(405, api::ErrorBody(e), "application/json", {{"allow", std::string(allow)}});
+    return false;
+  };
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (!only(verb::post, "POST")) return;
+    return HandleGenerate(std::move(ex), path == "/v1/chat/completions");
+  }
+  if (path == "/metrics") {
+    if (!only(verb::get, "GET")) return;
+    ex->Respond(200, MetricsText(), "text/plain; version=0.0.4; charset=utf-8");
+    return;
+  }
+  if (path == "/health") {
+    if (!only(verb::get, "GET")) return;
+    ex->Respond(200, {}, {});
+    return;
+  }
+  if (path == "/v1/models") {
+    if (!only(verb::get, "GET")) return;
+    ex->Respond(200, ModelsBody());
+    return;
+  }
+  RespondApiError(*ex, 404, "Not Found");
+}
+
+std::string Replica::ModelsBody() const {
+  std::string out = "{\"object\":\"list\",\"data\":[{\"id\":";
+  out += model_json_;
+  out += ",\"object\":\"model\",\"created\":";
+  out += std::to_string(UnixNow());
+  out += ",\"owned_by\":\"vllm\",\"root\":";
+  out += model_json_;
+  out += ",\"parent\":null,\"max_model_len\":";
+  out += std::to_string(config_.engine.max_model_len);
+  out += "}]}";
+  return out;
+}
+
+void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
+  auto endpoint = chat ? api::Endpoint::kChatCompletions : api::Endpoint::kCompletions;
+  api::ParseResult parsed = api::ParseRequest(endpoint, ex->request().body());
+  if (!parsed.ok()) {
+    ex->Respond(parsed.error.status, api::ErrorBody(parsed.error));
+    return;
+  }
+  api::ParsedRequest& req = *parsed.request;
+  if (req.model != config_.engine.model_name) {
+    RespondApiError(*ex, 404, "The model `" + req.model + "` does not exist.", "model");
+    return;
+  }
+  auto live = std::make_shared<Live>();
+  live->id = next_id_++;
+  live->chat = chat;
+  live->arrival = Clock::now();
+  live->created = UnixNow();
+  live->response_id = chat ? "chatcmpl-" : "cmpl-";
+  AppendHex(live->response_id, static_cast<uint64_t>(index_), 4);
+  AppendHex(live->response_id, live->id, 12);
+
+  engine::EngineRequest& er = live->engine_req;
+  er.id = live->id;
+  engine::TokenizeInto(req.prompt_text, &er.prompt_tokens);
+  const int prompt_len = static_cast<int>(er.prompt_tokens.size());
+  if (req.max_tokens) {
+    er.max_tokens = static_cast<int>(std::min<int64_t>(*req.max_tokens, 1 << 30));
+  } else if (chat) {
+    // vLLM fills the rest of the context; a simulator wants bounded answers.
+    er.max_tokens = std::max(1, std::min(config_.default_max_tokens,
+                                         config_.engine.max_model_len - prompt_len));
+  } else {
+    er.max_tokens = 16;
+  }
+  if (req.ignore_eos) er.stop_after_tokens = er.max_tokens;
+  er.priority = req.priority;
+  er.cache_salt = req.cache_salt;
+  live->req = std::move(req);
+  live->ex = ex;
+
+  // Validate now (the engine applies the same checks) so bad requests fail fast.
+  if (prompt_len == 0) {
+    RespondApiError(*ex, 400, "The prompt cannot be empty.", chat ? "messages" : "prompt");
+    return;
+  }
+  if (er.max_tokens < 1) {
+    RespondApiError(*ex, 400,
+                    "max_tokens must be at least 1, got " + std::to_string(er.max_tokens) + ".",
+                    "max_tokens");
+    return;
+  }
+  if (static_cast<int64_t>(prompt_len) + er.max_tokens > config_.engine.max_model_len) {
+    RespondApiError(*ex, 400,
+                    "This model's maximum context length is " +
+                        std::to_string(config_.engine.max_model_len) +
+                        " tokens. However, you requested " +
+                        std::to_string(static_cast<int64_t>(prompt_len) + er.max_tokens) +
+                        " tokens (" + std::to_string(prompt_len) + " in the messages, " +
+                        std::to_string(er.max_tokens) +
+                        " in the completion). Please reduce the length of the messages or "
+                        "completion.");
+    return;
+  }
+
+  const uint64_t id = live->id;
+  ex->OnClientGone([this, id] { OnClientGone(id); });
+  live_.emplace(id, live);
+  if (config_.latency_ms > 0) {
+    live->delay = std::make_unique<asio::steady_timer>(
+        ctx_, std::chrono::microseconds(static_cast<int64_t>(config_.latency_ms * 1000.0)));
+    std::weak_ptr<Live> weak = live;
+    live->delay->async_wait([this, weak](boost::system::error_code ec) {
+      auto l = weak.lock();
+      if (ec || !l || shut_down_) return;
+      Admit(l);
+    });
+    return;
+  }
+  Admit(live);
+}
+
+void Replica::Admit(const std::shared_ptr<Live>& live) {
+  live->engine_req.arrival_s = EngineNow();
+  if (auto err = engine_.AddRequest(std::move(live->engine_req))) {
+    RespondApiError(*live->ex, 400, *err);
+    live_.erase(live->id);
+    return;
+  }
+  live->admitted = true;
+  if (live->req.stream) live->ex->BeginStream(200, "text/event-stream", {{"cache-control", "no-cache"}});
+  Kick();
+}
+
+void Replica::OnClientGone(uint64_t id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  if (it->second->admitted) engine_.Abort(id);  // frees its KV blocks now
+  if (it->second->delay) it->second->delay->cancel();
+  live_.erase(it);
+}
+
+void Replica::Kick() {
+  if (stepping_ || shut_down_ || !engine_.HasWork()) return;
+  stepping_ = true;
+  asio::post(ctx_, [this] { RunStep(); });
+}
+
+void Replica::RunStep() {
+  if (shut_down_) return;
+  if (!engine_.HasWork()) {
+    stepping_ = false;
+    return;
+  }
+  const double now = EngineNow();
+  engine_.Step(now, &step_);
+  if (step_.duration_s <= 0) {
+    // Nothing could be scheduled although work is queued; retry shortly rather than spin.
+    step_timer_.expires_after(std::chrono::milliseconds(1));
+    step_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) RunStep();
+    });
+    return;
+  }
+  last_step_end_ = now + step_.duration_s;
+  auto after = [this](boost::system::error_code ec) {
+    if (ec || shut_down_) return;
+    Deliver();
+    RunStep();
+  };
+  if (config_.time_scale <= 0) {
+    asio::post(ctx_, [after] { after({}); });
+    return;
+  }
+  step_timer_.expires_after(std::chrono::nanoseconds(
+      static_cast<int64_t>(step_.duration_s * config_.time_scale * 1e9)));
+  step_timer_.async_wait(after);
+}
+
+void Replica::AppendChunkHead(std::string& out, const Live& l) const {
+  out += "data: {\"id\":\"";
+  out += l.response_id;
+  out += l.chat ? "\",\"object\":\"chat.completion.chunk\",\"created\":"
+                : "\",\"object\":\"text_completion\",\"created\":";
+  out += std::to_string(l.created);
+  out += ",\"model\":";
+  out += model_json_;
+  out += ",\"choices\":[";
+}
+
+void Replica::AppendUsage(std::string& out, const engine::RequestOutput& o) const {
+  out += "\"usage\":{\"prompt_tokens\":";
+  out += std::to_string(o.prompt_tokens);
+  out += ",\"total_tokens\":";
+  out += std::to_string(o.prompt_tokens + o.completion_tokens);
+  out += ",\"completion_tokens\":";
+  out += std::to_string(o.completion_tokens);
+  out += ",\"prompt_tokens_details\":{\"cached_tokens\":";
+  out += std::to_string(o.cached_tokens);
+  out += "}}";
+}
+
+void Replica::Deliver() {
+  const auto now = Clock::now();
+  for (const engine::RequestOutput& o : step_.outputs) {
+    auto it = live_.find(o.id);
+    if (it == live_.end()) continue;  // aborted while the step ran
+    Live& l = *it->second;
+    if (o.new_tokens > 0) {
+      if (o.first_token) {
+        ttft_.Observe(std::chrono::duration<double>(now - l.arrival).count());
+        queue_.Observe(std::max(0.0, (o.first_scheduled_s - o.arrival_s) * config_.time_scale));
+      } else {
+        itl_.Observe(std::chrono::duration<double>(now - l.last_token).count());
+      }
+      l.last_token = now;
+    }
+    std::string_view reason = o.finished ? engine::FinishReasonName(o.reason) : "";
+    if (l.req.stream && (o.new_tokens > 0 || o.finished)) {
+      std::string frame;
+      frame.reserve(512);
+      if (l.chat && !l.sent_role) {
+        AppendChunkHead(frame, l);
+        frame += "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+                 "\"logprobs\":null,\"finish_reason\":null}]";
+        if (l.req.include_usage) frame += ",\"usage\":null";
+        frame += "}\n\n";
+        l.sent_role = true;
+      }
+      AppendChunkHead(frame, l);
+      std::string_view text;
+      if (o.new_tokens > 0) {
+        text = engine::OutputTokenText(o.id, static_cast<std::size_t>(o.completion_tokens - 1));
+      }
+      if (l.chat) {
+        frame += "{\"index\":0,\"delta\":{\"content\":";
+        api::AppendJsonString(frame, text);
+        frame += "},\"logprobs\":null,\"finish_reason\":";
+      } else {
+        frame += "{\"index\":0,\"text\":";
+        api::AppendJsonString(frame, text);
+        frame += ",\"logprobs\":null,\"finish_reason\":";
+      }
+      if (o.finished) {
+        frame.push_back('"');
+        frame += reason;
+        frame += "\",\"stop_reason\":null}]";
+      } else {
+        frame += "null,\"stop_reason\":null}]";
+      }
+      if (l.req.include_usage) frame += ",\"usage\":null";
+      frame += "}\n\n";
+      if (o.finished) {
+        if (l.req.include_usage) {
+          AppendChunkHead(frame, l);
+          frame += "],";
+          AppendUsage(frame, o);
+          frame += "}\n\n";
+        }
+        frame += "data: [DONE]\n\n";
+      }
+      l.ex->SendChunk(std::move(frame));
+    } else if (!l.req.stream && o.new_tokens > 0) {
+      l.text += engine::OutputTokenText(o.id, static_cast<std::size_t>(o.completion_tokens - 1));
+    }
+    if (o.finished) Finish(l, o);
+  }
+}
+
+void Replica::Finish(Live& l, const engine::RequestOutput& o) {
+  e2e_.Observe(std::chrono::duration<double>(Clock::now() - l.arrival).count());
+  std::shared_ptr<Live> keep = live_[o.id];
+  live_.erase(o.id);
+  if (l.req.stream) {
+    l.ex->EndStream();
+    return;
+  }
+  std::string_view reason = engine::FinishReasonName(o.reason);
+  std::string body;
+  body.reserve(256 + l.text.size());
+  body += "{\"id\":\"";
+  body += l.response_id;
+  body += l.chat ? "\",\"object\":\"chat.completion\",\"created\":"
+                 : "\",\"object\":\"text_completion\",\"created\":";
+  body += std::to_string(l.created);
+  body += ",\"model\":";
+  body += model_json_;
+  if (l.chat) {
+    body += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":";
+    api::AppendJsonString(body, l.text);
+    body += ",\"tool_calls\":[]},\"logprobs\":null,\"finish_reason\":\"";
+  } else {
+    body += ",\"choices\":[{\"index\":0,\"text\":";
+    api::AppendJsonString(body, l.text);
+    body += ",\"logprobs\":null,\"finish_reason\":\"";
+  }
+  body += reason;
+  body += "\",\"stop_reason\":null}],";
+  AppendUsage(body, o);
+  body += "}";
+  l.ex->Respond(200, std::move(body));
+}
+
+std::string Replica::MetricsText() const {
+  using metrics::Label;
+  using metrics::MetricType;
+  const engine::EngineStats s = engine_.Stats();
+  const engine::EngineConfig& c = config_.engine;
+  const bool old = config_.old_metric_names;
+  std::string out;
+  out.reserve(16384);
+  std::vector<Label> labels;
+  if (!old) labels.push_back({"engine", "0"});
+  labels.push_back({"model_name", c.model_name});
+
+  metrics::AppendGauge(out, "vllm:num_requests_running",
+                       old ? "Number of requests currently running on GPU."
+                           : "Number of requests in model execution batches.",
+                       labels, s.running);
+  if (old) {
+    metrics::AppendGauge(out, "vllm:num_requests_swapped", "Number of requests swapped to CPU.",
+                         labels, 0.0);
+  }
+  metrics::AppendGauge(out, "vllm:num_requests_waiting",
+                       "Number of requests waiting to be processed.", labels, s.waiting);
+  if (old) {
+    metrics::AppendGauge(out, "vllm:gpu_cache_usage_perc",
+                         "GPU KV-cache usage. 1 means 100 percent usage.", labels,
+                         s.kv_cache_usage);
+    metrics::AppendGauge(out, "vllm:cpu_cache_usage_perc",
+                         "CPU KV-cache usage. 1 means 100 percent usage.", labels, 0.0);
+    metrics::AppendCounter(out, "vllm:gpu_prefix_cache_queries_total",
+                           "GPU prefix cache queries, in terms of number of queried tokens.",
+                           labels, static_cast<double>(s.prefix_queries_tokens));
+    metrics::AppendCounter(out, "vllm:gpu_prefix_cache_hits_total",
+                           "GPU prefix cache hits, in terms of number of cached tokens.", labels,
+                           static_cast<double>(s.prefix_hits_tokens));
+  } else {
+    metrics::AppendGauge(out, "vllm:kv_cache_usage_perc",
+                         "KV-cache usage. 1 means 100 percent usage.", labels, s.kv_cache_usage);
+    metrics::AppendCounter(out, "vllm:prefix_cache_queries_total",
+                           "Prefix cache queries, in terms of number of queried tokens.", labels,
+                           static_cast<double>(s.prefix_queries_tokens));
+    metrics::AppendCounter(out, "vllm:prefix_cache_hits_total",
+                           "Prefix cache hits, in terms of number of cached tokens.", labels,
+                           static_cast<double>(s.prefix_hits_tokens));
+  }
+  metrics::AppendCounter(out, "vllm:num_preemptions_total",
+                         "Cumulative number of preemption from the engine.", labels,
+                         static_cast<double>(s.preemptions));
+  metrics::AppendCounter(out, "vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+                         labels, static_cast<double>(s.prompt_tokens));
+  metrics::AppendCounter(out, "vllm:generation_tokens_total",
+                         "Number of generation tokens processed.", labels,
+                         static_cast<double>(s.generation_tokens));
+  metrics::AppendHeader(out, "vllm:request_success_total",
+                        "Count of successfully processed requests.", MetricType::kCounter);
+  metrics::AppendSample(out, "vllm:request_success_total", labels,
+                        static_cast<double>(s.finished_stop), {"finished_reason", "stop"});
+  metrics::AppendSample(out, "vllm:request_success_total", labels,
+                        static_cast<double>(s.finished_length), {"finished_reason", "length"});
+  metrics::AppendSample(out, "vllm:request_success_total", labels,
+                        static_cast<double>(s.finished_abort), {"finished_reason", "abort"});
+
+  auto histogram = [&](std::string_view name, std::string_view help, const Histogram& h) {
+    metrics::AppendHeader(out, name, help, MetricType::kHistogram);
+    metrics::AppendHistogramSeries(out, name, labels, h.bounds, h.counts, h.sum);
+  };
+  histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            ttft_);
+  if (old) {
+    histogram("vllm:time_per_output_token_seconds",
+              "Histogram of time per output token in seconds.", itl_);
+  } else {
+    histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+              itl_);
+  }
+  histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+            e2e_);
+  histogram("vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.", queue_);
+
+  const std::string block_size = std::to_string(c.block_size);
+  const std::string num_blocks = std::to_string(c.num_gpu_blocks);
+  const char* prefix = c.enable_prefix_caching ? "True" : "False";
+  std::vector<Label> info;
+  if (old) {
+    info = {{"block_size", block_size},      {"cache_dtype", "auto"},
+            {"enable_prefix_caching", prefix}, {"gpu_memory_utilization", "0.9"},
+            {"num_cpu_blocks", "2048"},      {"num_gpu_blocks", num_blocks},
+            {"sliding_window", "None"},      {"swap_space_bytes", "4294967296"}};
+  } else {
+    info = {{"block_size", block_size},
+            {"cache_dtype", "auto"},
+            {"calculate_kv_scales", "False"},
+            {"cpu_offload_gb", "0"},
+            {"enable_prefix_caching", prefix},
+            {"engine", "0"},
+            {"gpu_memory_utilization", "0.9"},
+            {"is_attention_free", "False"},
+            {"num_cpu_blocks", "None"},
+            {"num_gpu_blocks", num_blocks},
+            {"num_gpu_blocks_override", "None"},
+            {"prefix_caching_hash_algo", "xxhash"},
+            {"sliding_window", "None"},
+            {"swap_space", "4"},
+            {"swap_space_bytes", "4294967296"}};
+  }
+  metrics::AppendGauge(out, "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                       info, 1.0);
+
+  // Not a vLLM series: the simulator's identity and the fleet file's labels, so a
+  // dashboard can tell replicas apart.
+  std::vector<Label> ident = {{"replica", config_.name}, {"preset", config_.preset}};
+  for (const auto& [k, v] : config_.labels) ident.push_back({k, v});
+  metrics::AppendGauge(out, "kvroute_sim_replica_info", "Simulated replica identity and labels.",
+                       ident, 1.0);
+  return out;
+}
+
+}  // namespace kvroute::sim

@@ -1,0 +1,150 @@
+#include "sim/sim_main.h"
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdio>
+
+#include "sim/fleet.h"
+#include "sim/fleet_config.h"
+
+namespace kvroute::sim {
+
+int SimMain(int argc, char** argv) {
+  CLI::App app{
+      "Run N simulated vLLM replicas in one process. Replica i listens on port P+i and serves\n"
+      "POST /v1/completions, POST /v1/chat/completions (streaming and not), GET /v1/models,\n"
+      "GET /health and GET /metrics (vLLM's Prometheus names). Each replica has its own\n"
+      "engine (paged KV cache with prefix caching, V1 scheduler, fitted step-time model).\n"
+      "Precedence: preset < fleet file defaults < flags given here < fleet file replica entry.",
+      "kvroute sim"};
+  int replicas = 0;
+  int port = 8000;
+  int threads = 0;
+  std::string config_path;
+  ReplicaOverrides cli;
+  std::string host = "127.0.0.1", preset, model;
+  int kv_blocks = 0, max_num_seqs = 0, max_batched_tokens = 0, max_model_len = 0;
+  int default_max_tokens = 0, fixed_output_tokens = 0;
+  double time_scale = 1.0, latency_ms = 0.0, mean_output_tokens = 0.0;
+  bool old_names = false;
+
+  app.add_option("--replicas,-n", replicas,
+                 "Number of replicas (default: the fleet file's count, else 1)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--port,-p", port, "Port of replica 0; replica i uses port+i (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  auto* o_host = app.add_option("--host", host, "Address to listen on")->capture_default_str();
+  auto* o_preset = app.add_option("--preset", preset,
+                                  "Engine preset: llama3-8b-h100 (26304 blocks of 16 tokens, "
+                                  "H100 step model) or small-kv (2048 blocks)");
+  auto* o_blocks = app.add_option("--kv-blocks", kv_blocks,
+                                  "KV-cache blocks (num_gpu_blocks; block 0 is reserved)")
+                       ->check(CLI::Range(2, 1 << 30));
+  auto* o_seqs = app.add_option("--max-num-seqs", max_num_seqs, "Running batch limit")
+                     ->check(CLI::Range(1, 1 << 20));
+  auto* o_tokens = app.add_option("--max-batched-tokens", max_batched_tokens,
+                                  "Token budget per engine step (chunked prefill)")
+                       ->check(CLI::Range(1, 1 << 24));
+  auto* o_len = app.add_option("--max-model-len", max_model_len,
+                               "Context limit: prompt + max_tokens above it -> 400")
+                    ->check(CLI::Range(2, 1 << 30));
+  auto* o_scale = app.add_option("--time-scale", time_scale,
+                                 "Wall seconds per engine second (1: real time, 0.01: 100x "
+                                 "faster, 0: no waiting)")
+                      ->check(CLI::NonNegativeNumber)
+                      ->capture_default_str();
+  auto* o_model = app.add_option("--model", model,
+                                 "Served model name (default meta-llama/Llama-3.1-8B-Instruct); "
+                                 "requests for another model get 404");
+  auto* o_old = app.add_flag("--old-metric-names", old_names,
+                             "Emulate vLLM < 0.9.2 metrics: vllm:gpu_cache_usage_perc, "
+                             "vllm:gpu_prefix_cache_*, no engine label");
+  auto* o_latency = app.add_option("--latency-ms", latency_ms,
+                                   "Extra network latency before a request reaches the engine")
+                        ->check(CLI::NonNegativeNumber);
+  auto* o_default_max = app.add_option("--default-max-tokens", default_max_tokens,
+                                       "max_tokens for chat requests that set none (default 256)")
+                            ->check(CLI::Range(1, 1 << 30));
+  auto* o_fixed = app.add_option("--fixed-output-tokens", fixed_output_tokens,
+                                 "Every request stops (finish_reason stop) after this many "
+                                 "tokens unless max_tokens is smaller (0: off)")
+                      ->check(CLI::Range(0, 1 << 30));
+  auto* o_mean = app.add_option("--mean-output-tokens", mean_output_tokens,
+                                "Output lengths drawn from an exponential with this mean (0: "
+                                "run to max_tokens)")
+                     ->check(CLI::NonNegativeNumber);
+  app.add_option("--config,-c", config_path,
+                 "Fleet YAML file: per-replica preset, kv_blocks, model, max_num_seqs, labels, "
+                 "latency_ms, ... (see examples/fleet.yaml)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--threads", threads,
+                 "Event-loop threads shared by the replicas (default: one per replica, at most "
+                 "the CPU count)")
+      ->check(CLI::Range(1, 256));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  FleetFile file;
+  if (!config_path.empty()) {
+    std::string error;
+    auto loaded = LoadFleetFile(config_path, &error);
+    if (!loaded) {
+      std::fprintf(stderr, "kvroute sim: %s\n", error.c_str());
+      return 2;
+    }
+    file = std::move(*loaded);
+  }
+  if (o_host->count()) cli.host = host;
+  if (o_preset->count()) cli.preset = preset;
+  if (o_blocks->count()) cli.kv_blocks = kv_blocks;
+  if (o_seqs->count()) cli.max_num_seqs = max_num_seqs;
+  if (o_tokens->count()) cli.max_batched_tokens = max_batched_tokens;
+  if (o_len->count()) cli.max_model_len = max_model_len;
+  if (o_scale->count()) cli.time_scale = time_scale;
+  if (o_model->count()) cli.model = model;
+  if (o_old->count()) cli.old_metric_names = old_names;
+  if (o_latency->count()) cli.latency_ms = latency_ms;
+  if (o_default_max->count()) cli.default_max_tokens = default_max_tokens;
+  if (o_fixed->count()) cli.fixed_output_tokens = fixed_output_tokens;
+  if (o_mean->count()) cli.mean_output_tokens = mean_output_tokens;
+  int base_port = port;
+  if (!app.get_option("--port")->count() && file.base_port) base_port = *file.base_port;
+  if (threads == 0 && file.threads) threads = *file.threads;
+
+  std::vector<ReplicaConfig> configs;
+  if (std::string err = ResolveFleet(file, cli, replicas, base_port, &configs); !err.empty()) {
+    std::fprintf(stderr, "kvroute sim: %s\n", err.c_str());
+    return 2;
+  }
+
+  Fleet fleet(configs, threads);
+  if (std::string err = fleet.Start(); !err.empty()) {
+    std::fprintf(stderr, "kvroute sim: %s\n", err.c_str());
+    return 1;
+  }
+  for (int i = 0; i < fleet.size(); ++i) {
+    const ReplicaConfig& c = fleet.config(i);
+    std::printf("%s http://%s:%u model=%s preset=%s kv_blocks=%d max_num_seqs=%d "
+                "max_batched_tokens=%d time_scale=%g%s\n",
+                c.name.c_str(), c.host.c_str(), fleet.port(i), c.engine.model_name.c_str(),
+                c.preset.c_str(), c.engine.num_gpu_blocks, c.engine.max_num_seqs,
+                c.engine.max_num_batched_tokens, c.time_scale,
+                c.old_metric_names ? " old-metric-names" : "");
+  }
+  std::fflush(stdout);
+
+  boost::asio::io_context signals_ctx;
+  boost::asio::signal_set signals(signals_ctx, SIGINT, SIGTERM);
+  signals.async_wait([](const boost::system::error_code&, int) {});
+  signals_ctx.run();
+  fleet.Stop();
+  return 0;
+}
+
+}  // namespace kvroute::sim
