@@ -18,7 +18,9 @@ int ThreadCount(int requested, std::size_t replicas) {
 
 // Server-level errors (413, 431, 400 on malformed HTTP) in vLLM's error shape.
 std::string VllmErrorBody(int status, std::string_view message) {
-  return api::ErrorBody(api::MakeError(status, std::string(message)));
+  api::ApiError e = api::MakeError(status, std::string(message));
+  if (status == 431) e.type = "RequestHeaderFieldsTooLarge";  // missing from the api table
+  return api::ErrorBody(e);
 }
 
 }  // namespace

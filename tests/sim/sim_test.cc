@@ -409,6 +409,7 @@ TEST_F(ErrorPathTest, OversizedBodyIs413AndHeadersAre431) {
   EXPECT_EQ(r->status, 431);
   simdjson::dom::parser p;
   EXPECT_EQ(int64_t(p.parse(r->body)["error"]["code"]), 431);
+  EXPECT_EQ(std::string_view(p.parse(r->body)["error"]["type"]), "RequestHeaderFieldsTooLarge");
   ExpectStillServes();
 }
 
