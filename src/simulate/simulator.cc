@@ -219,7 +219,7 @@ class Simulation {
     ++in_flight_;
     ++sent_;
     l.send_s = t;
-    workload::RenderPrompt(l.spec, EngineOutputText, &text_);
+    Render(l.spec);
     l.prompt_tokens = static_cast<int64_t>(engine::CountTokens(text_));
     sched::SchedRequest req;
     req.model = model_;
@@ -238,6 +238,37 @@ class Simulation {
     l.tokens.clear();
     engine::TokenizeInto(text_, &l.tokens);
     Push(t + delay_, Ev::kReach, s);
+  }
+
+  // RenderPrompt, with long segments' text kept between requests: shared system
+  // prompts are rendered once instead of once per request (a large share of the
+  // simulator's own time otherwise). Chat prompts go through RenderPrompt.
+  void Render(const workload::RequestSpec& spec) {
+    if (spec.endpoint != api::Endpoint::kCompletions) {
+      workload::RenderPrompt(spec, EngineOutputText, &text_);
+      return;
+    }
+    text_.clear();
+    for (const workload::Segment& seg : spec.segments) {
+      if (seg.is_output) {
+        EngineOutputText(seg.key, seg.tokens, &text_);
+      } else if (seg.tokens < kCacheMinTokens) {
+        workload::AppendSegmentText(seg.key, seg.tokens, &text_);
+      } else {
+        auto it = text_cache_.find(seg.key);
+        if (it == text_cache_.end() || it->second.size() != static_cast<size_t>(seg.tokens) * 4) {
+          if (text_cache_bytes_ > kCacheMaxBytes) {
+            text_cache_.clear();
+            text_cache_bytes_ = 0;
+          }
+          std::string text;
+          workload::AppendSegmentText(seg.key, seg.tokens, &text);
+          text_cache_bytes_ += text.size();
+          it = text_cache_.insert_or_assign(seg.key, std::move(text)).first;
+        }
+        text_.append(it->second);
+      }
+    }
   }
 
   void Reach(uint32_t s, double t) {
@@ -380,6 +411,10 @@ class Simulation {
   int64_t events_ = 0;
   int64_t steps_ = 0;
   std::string text_;
+  static constexpr int32_t kCacheMinTokens = 512;
+  static constexpr size_t kCacheMaxBytes = size_t{256} << 20;
+  std::unordered_map<uint64_t, std::string> text_cache_;
+  size_t text_cache_bytes_ = 0;
   std::vector<double> kv_, waiting_;
   std::vector<report::RequestRecord> records_;
   report::GapHistogram gaps_;

@@ -87,10 +87,14 @@ Stats Summarize(std::vector<double>& values) {
 
 void GapHistogram::Add(double gap_s) {
   int bucket = 0;
-  if (gap_s > kLowest) {
+  if (gap_s == last_gap_) {
+    bucket = last_bucket_;
+  } else if (gap_s > kLowest) {
     bucket = static_cast<int>(std::floor(std::log10(gap_s / kLowest) * kBucketsPerDecade));
     bucket = std::clamp(bucket, 0, kNumBuckets - 1);
   }
+  last_gap_ = gap_s;
+  last_bucket_ = bucket;
   ++counts_[bucket];
   ++count_;
   sum_ += gap_s;

@@ -93,6 +93,9 @@ class GapHistogram {
 
  private:
   std::array<int64_t, kNumBuckets> counts_{};
+  // The last gap's bucket: a simulator adds the same gap for every request of a step.
+  double last_gap_ = -1.0;
+  int last_bucket_ = 0;
   int64_t count_ = 0;
   double sum_ = 0.0;
 };
