@@ -1,0 +1,49 @@
+// Parsing of `kvroute bench` flag values that are more than a number: SLOs, fleet lists,
+// URLs, length distributions and rate stages. Each returns the value or an error text
+// naming what is wrong; nothing throws.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/report/summary.h"
+#include "core/workload/arrivals.h"
+#include "core/workload/distribution.h"
+
+namespace kvroute::bench {
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  std::string ToString() const;  // "host:port"
+};
+
+// "http://host:port[/...]" or "host:port" (only plain http; a path is ignored).
+// A missing port means 80.
+std::optional<HostPort> ParseUrl(std::string_view url, std::string* error);
+
+// "host:port,host:port,..." (each entry "host:port" or just ":port"/"port", which take
+// `default_host`).
+std::optional<std::vector<HostPort>> ParseFleetList(std::string_view list,
+                                                    std::string_view default_host,
+                                                    std::string* error);
+// "P-Q" (inclusive, P <= Q, at most 1024 ports) on `host`.
+std::optional<std::vector<HostPort>> ParsePortRange(std::string_view range, std::string_view host,
+                                                    std::string* error);
+
+// "ttft=2,tpot=0.05,e2e=30" in seconds; a value may carry a unit: "200ms", "2s".
+// Keys may appear in any order; each at most once.
+std::optional<report::Slo> ParseSlo(std::string_view text, std::string* error);
+
+// A token length: "N" (fixed), or "mean:std_dev[:min:max]" (a truncated normal; min
+// defaults to 1, max to mean + 4 std_dev).
+std::optional<workload::LengthDist> ParseLength(std::string_view text, std::string* error);
+
+// Rate stages "rate:duration_s,rate:duration_s,..."; the last duration may be "inf".
+std::optional<std::vector<workload::RateStage>> ParseStages(std::string_view text,
+                                                            std::string* error);
+
+}  // namespace kvroute::bench
