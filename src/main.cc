@@ -3,6 +3,9 @@
 #include <cstring>
 #include <string_view>
 
+#include "bench/bench_main.h"
+#include "demo/demo_main.h"
+#include "router/serve_main.h"
 #include "sim/sim_main.h"
 #include "simulate/simulate_main.h"
 
@@ -17,8 +20,14 @@ struct Command {
 constexpr Command kCommands[] = {
     {"sim", "run a fleet of simulated vLLM replicas (OpenAI API + /metrics)",
      kvroute::sim::SimMain},
+    {"serve", "route OpenAI-compatible requests across replicas (the router/proxy)",
+     kvroute::router::ServeMain},
     {"simulate", "compare routing policies on a scenario in virtual time",
      kvroute::simulate::SimulateMain},
+    {"bench", "open-loop load generator for an OpenAI-compatible endpoint (+ fleet /metrics)",
+     kvroute::bench::BenchMain},
+    {"demo", "live comparison of routing policies on the seed article's traffic",
+     kvroute::demo::DemoMain},
 };
 
 void PrintUsage(FILE* out) {

@@ -1,0 +1,177 @@
+#include "router/scraper.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cmath>
+#include <limits>
+
+namespace kvroute::router {
+
+namespace asio = boost::asio;
+
+double EndpointSnapshot::Age(double now_s) const {
+  if (scraped_at_s < 0) return std::numeric_limits<double>::infinity();
+  return now_s - scraped_at_s;
+}
+
+namespace {
+std::chrono::milliseconds Ms(double s) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(s * 1000))));
+}
+}  // namespace
+
+struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl> {
+  struct Endpoint {
+    ScrapeTarget target;
+    bool in_flight = false;
+    http::UpstreamCall call;
+    std::string text;  // reused receive buffer
+  };
+
+  Impl(asio::io_context& c, std::vector<ScrapeTarget> targets, ScraperOptions o,
+       std::function<double()> clk, OnScrape cb)
+      : ctx(c),
+        options(std::move(o)),
+        clock(std::move(clk)),
+        on_scrape(std::move(cb)),
+        client(c),
+        timer(c),
+        snapshots(targets.size()) {
+    endpoints.resize(targets.size());
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      endpoints[i].target = std::move(targets[i]);
+      snapshots[i].store(std::make_shared<const EndpointSnapshot>());
+    }
+  }
+
+  void Tick() {
+    if (stopped.load()) return;
+    for (uint32_t i = 0; i < endpoints.size(); ++i) {
+      if (!endpoints[i].in_flight) ScrapeOne(i);
+    }
+    timer.expires_after(Ms(options.interval_s));
+    timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->Tick();
+    });
+  }
+
+  void ScrapeOne(uint32_t i) {
+    Endpoint& ep = endpoints[i];
+    ep.in_flight = true;
+    ep.text.clear();
+    double sent_at = clock();
+    http::UpstreamRequest req;
+    req.method = boost::beast::http::verb::get;
+    req.target = "/metrics";
+    req.connect_timeout = Ms(std::min(options.connect_timeout_s, options.timeout_s));
+    req.first_byte_timeout = Ms(options.timeout_s);
+    req.idle_timeout = Ms(options.timeout_s);
+    auto self = shared_from_this();
+    auto status = std::make_shared<int>(0);
+    http::UpstreamCallbacks cb;
+    cb.on_head = [status](const http::ResponseHead& h) { *status = h.status; };
+    cb.on_data = [self, i](std::string_view d) {
+      Endpoint& e = self->endpoints[i];
+      if (e.text.size() + d.size() > self->options.max_body_bytes) {
+        e.text.clear();
+        e.call.Cancel();  // reported below as a failure
+        return;
+      }
+      e.text.append(d);
+    };
+    cb.on_done = [self, i, sent_at, status](http::UpstreamResult&& r) {
+      self->OnDone(i, sent_at, *status, std::move(r));
+    };
+    ep.call = client.Start(ep.target.host, ep.target.port, req, std::move(cb));
+  }
+
+  void OnDone(uint32_t i, double sent_at, int status, http::UpstreamResult&& r) {
+    Endpoint& ep = endpoints[i];
+    ep.in_flight = false;
+    ep.call = {};
+    if (stopped.load()) return;
+    auto prev = snapshots[i].load();
+    auto next = std::make_shared<EndpointSnapshot>(*prev);
+    next->attempted_at_s = sent_at;
+    next->last_error = r.error;
+    bool ok = false;
+    if (!r.ok()) {
+      next->error = r.error == http::UpstreamError::kCancelled
+                        ? "exposition larger than " + std::to_string(options.max_body_bytes) + " bytes"
+                        : std::move(r.message);
+    } else if (status != 200) {
+      next->error = "status " + std::to_string(status);
+    } else {
+      metrics::EngineMetrics m;
+      metrics::ParseReport report = metrics::ExtractEngineMetrics(ep.text, options.names, options.model, m);
+      constexpr uint32_t kLoad = metrics::EngineMetrics::kKvUsage |
+                                 metrics::EngineMetrics::kWaiting |
+                                 metrics::EngineMetrics::kRunning;
+      if (report.aborted || (m.present & kLoad) == 0) {
+        next->error = report.aborted ? "not a Prometheus exposition"
+                                     : "no kv-usage/waiting/running series in the exposition";
+      } else {
+        next->metrics = m;
+        next->scraped_at_s = sent_at;
+        next->error.clear();
+        ok = true;
+      }
+    }
+    next->ok = ok;
+    next->down = !ok && http::IsConnectError(r.error);
+    if (ok) {
+      ++next->successes;
+    } else {
+      ++next->failures;
+    }
+    std::shared_ptr<const EndpointSnapshot> published = std::move(next);
+    snapshots[i].store(published);
+    if (on_scrape) on_scrape(i, *published);
+  }
+
+  void StopOnThread() {
+    timer.cancel();
+    for (Endpoint& ep : endpoints) {
+      ep.call.Cancel();
+      ep.call = {};
+    }
+    client.CloseIdle();
+  }
+
+  asio::io_context& ctx;
+  ScraperOptions options;
+  std::function<double()> clock;
+  OnScrape on_scrape;
+  http::UpstreamClient client;
+  asio::steady_timer timer;
+  std::vector<Endpoint> endpoints;
+  std::vector<std::atomic<std::shared_ptr<const EndpointSnapshot>>> snapshots;
+  std::atomic<bool> stopped{false};
+};
+
+MetricsScraper::MetricsScraper(asio::io_context& ctx, std::vector<ScrapeTarget> targets,
+                               ScraperOptions options, std::function<double()> clock,
+                               OnScrape on_scrape)
+    : impl_(std::make_shared<Impl>(ctx, std::move(targets), std::move(options), std::move(clock),
+                                   std::move(on_scrape))) {}
+
+MetricsScraper::~MetricsScraper() { Stop(); }
+
+void MetricsScraper::Start() {
+  asio::post(impl_->ctx, [impl = impl_] { impl->Tick(); });
+}
+
+void MetricsScraper::Stop() {
+  if (impl_->stopped.exchange(true)) return;
+  // The timer and the calls belong to the scraper's thread: cancel them there. Holding
+  // impl keeps the client alive until then.
+  asio::post(impl_->ctx, [impl = impl_] { impl->StopOnThread(); });
+}
+
+std::size_t MetricsScraper::size() const { return impl_->endpoints.size(); }
+
+std::shared_ptr<const EndpointSnapshot> MetricsScraper::Snapshot(uint32_t index) const {
+  return impl_->snapshots[index].load();
+}
+
+}  // namespace kvroute::router

@@ -1,0 +1,86 @@
+// Scrapes every endpoint's /metrics on a fixed interval over keep-alive connections and
+// publishes, per endpoint, an immutable snapshot of the last result.
+//
+// Threads: all scraping (timers, HTTP, parsing) runs on the one io_context given to the
+// constructor. Snapshots are published with an atomic shared_ptr swap, so any thread may
+// read them without locks. OnScrape callbacks run on the scraper's context.
+//
+// Failure handling: a failed attempt (connect error, timeout, non-200, text without any
+// of the expected series) keeps the last good values but marks the snapshot !ok (and
+// `down` for connect failures); how a stale or failed endpoint is treated is the
+// router's business (config stale_policy). At most one scrape per endpoint is in flight:
+// a slow endpoint skips ticks instead of piling up requests.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "http/client.h"
+#include "metrics/engine_metrics.h"
+
+namespace kvroute::router {
+
+struct EndpointSnapshot {
+  metrics::EngineMetrics metrics;  // values of the last successful scrape
+  double scraped_at_s = -1.0;      // when that scrape was sent (router clock); < 0: never
+  double attempted_at_s = -1.0;    // when the last attempt was sent
+  bool ok = false;                 // the last attempt succeeded
+  bool down = false;               // the last attempt could not connect
+  http::UpstreamError last_error = http::UpstreamError::kNone;
+  std::string error;               // why the last attempt failed ("" when ok)
+  uint64_t successes = 0;
+  uint64_t failures = 0;
+
+  // Seconds since the last successful scrape was sent; +inf when never.
+  double Age(double now_s) const;
+};
+
+struct ScrapeTarget {
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct ScraperOptions {
+  double interval_s = 0.050;
+  // Bounds each scrape (connect, first byte, between body pieces); a scrape taking longer
+  // than this is a failure.
+  double timeout_s = 2.0;
+  double connect_timeout_s = 2.0;
+  metrics::MetricNames names = metrics::MetricNames::For(metrics::EngineType::kVllm);
+  std::string model;                        // model_name filter ("" = all)
+  std::size_t max_body_bytes = 16u << 20;   // larger expositions fail
+};
+
+class MetricsScraper {
+ public:
+  // Called on the scraper's thread after endpoint `index`'s snapshot was replaced.
+  using OnScrape = std::function<void(uint32_t index, const EndpointSnapshot& snapshot)>;
+  // `clock` returns the router's time in seconds (monotonic); called on the scraper thread.
+  MetricsScraper(boost::asio::io_context& ctx, std::vector<ScrapeTarget> targets,
+                 ScraperOptions options, std::function<double()> clock, OnScrape on_scrape);
+  // Stops (see Stop).
+  ~MetricsScraper();
+  MetricsScraper(const MetricsScraper&) = delete;
+  MetricsScraper& operator=(const MetricsScraper&) = delete;
+
+  // Starts scraping every endpoint now, then every interval. Thread: any; once.
+  void Start();
+  // Stops scraping and cancels scrapes in flight. After Stop no OnScrape begins (one
+  // already running on the scraper thread may finish). Thread: any; idempotent.
+  void Stop();
+
+  std::size_t size() const;
+  // The current snapshot of endpoint `index` (never null). Thread: any.
+  std::shared_ptr<const EndpointSnapshot> Snapshot(uint32_t index) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvroute::router

@@ -1,0 +1,101 @@
+#include "router/serve_main.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "config/router_config.h"
+#include "router/router.h"
+
+namespace kvroute::router {
+
+namespace {
+
+constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optional, unknown keys are errors):
+
+  listen: 0.0.0.0:8080          # host:port ([v6]:port accepted); --listen overrides
+  threads: 0                    # worker threads, 0 = one per core; --threads overrides
+  pool:
+    engine_type: vllm           # vllm | sglang: default metric names
+    model: ""                   # only read metric series of this model_name
+    metric_names: {waiting: "my:queue"}   # per-field overrides of the metric names
+    scrape_interval: 50ms       # durations: "250us", "50ms", "2s", "1m", or seconds
+    staleness: 2s               # metrics older than this are stale (>= scrape_interval)
+    stale_policy: exclude       # exclude | saturated: what a stale endpoint counts as
+    endpoints:
+      - address: 127.0.0.1:18001
+        name: a                 # defaults to the address; unique
+        labels: {region: eu}
+      - 127.0.0.1:18002         # shorthand: just the address
+  scheduling:                   # or the same keys at top level (EndpointPickerConfig style)
+    policy: kvroute             # round-robin | random | least-request | gie-default |
+                                #   sglang-cache-aware | dynamo-cost | kvroute
+    plugins: [{type, name?, parameters?}]
+    schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
+  limits: {max_body_bytes: 16MiB, max_header_bytes: 64KiB, max_headers: 100}
+  timeouts: {connect: 2s, first_byte: 120s, idle: 60s}
+  retries: {max_attempts: 2}    # attempts per request, first included
+  allow_routing_headers: false  # honour x-gateway-destination-endpoint from clients
+
+Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
+chunk), GET /v1/models, GET /metrics (the router's own), GET /healthz, GET /readyz.
+Responses carry x-kvroute-endpoint. SIGHUP reloads the file; a bad file is rejected (the
+running configuration stays) with file:line in the log.)";
+
+}  // namespace
+
+int ServeMain(int argc, char** argv) {
+  CLI::App app{"Route OpenAI-compatible requests across a pool of vLLM/SGLang replicas, picking\n"
+               "the endpoint per request from scraped KV-cache/queue metrics, prefix affinity and\n"
+               "in-flight accounting.",
+               "kvroute serve"};
+  std::string config_path, listen;
+  int threads = -1;
+  bool check = false;
+  app.add_option("--config,-c", config_path, "Configuration file (YAML, format below)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--listen,-l", listen, "HOST:PORT to listen on (overrides the file's listen)");
+  app.add_option("--threads,-t", threads,
+                 "Worker threads (overrides the file's threads; 0 = one per core)")
+      ->check(CLI::Range(0, 1024));
+  app.add_flag("--check", check, "Validate the configuration file and exit (0 when valid)");
+  app.footer(kFileFormat);
+  CLI11_PARSE(app, argc, argv);
+
+  config::ConfigResult loaded = config::LoadRouterConfig(config_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "kvroute serve: %s\n", loaded.error.ToString().c_str());
+    return 2;
+  }
+  RouterOptions options;
+  options.config_path = config_path;
+  options.handle_signals = true;
+  if (!listen.empty()) {
+    std::string error;
+    auto hp = config::ParseHostPort(listen, &error);
+    if (!hp) {
+      std::fprintf(stderr, "kvroute serve: --listen %s: %s\n", listen.c_str(), error.c_str());
+      return 2;
+    }
+    options.listen = *hp;
+  }
+  if (threads >= 0) options.threads = threads;
+  if (check) {
+    std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(),
+                loaded.config->pool.endpoints.size());
+    return 0;
+  }
+
+  Router router(std::move(*loaded.config), options);
+  std::string error = router.Start();
+  if (!error.empty()) {
+    std::fprintf(stderr, "kvroute serve: %s\n", error.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "kvroute serve: listening on port %u\n", router.port());
+  router.WaitForShutdown();
+  router.Stop();
+  return 0;
+}
+
+}  // namespace kvroute::router

@@ -1,0 +1,506 @@
+// Loopback integration tests of `kvroute serve`: the router in-process in front of an
+// in-process simulated fleet (sim::Fleet on port 0) and small stub upstreams for the
+// failure cases. Every wait is bounded.
+#include "router/router.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "config/router_config.h"
+#include "core/api/openai.h"
+#include "http/io_pool.h"
+#include "http/server.h"
+#include "http/test_client.h"
+#include "metrics/prom_parser.h"
+#include "sim/fleet.h"
+
+namespace kvroute::router {
+namespace {
+
+using namespace std::chrono_literals;
+using http::ClientResponse;
+using http::Fetch;
+using http::TestClient;
+
+constexpr const char* kModel = "test/model";
+
+sim::ReplicaConfig Replica(double time_scale = 0.0, int kv_blocks = 512) {
+  sim::ReplicaConfig r;
+  r.name = "r";
+  r.engine = *engine::PresetConfig("llama3-8b-h100");
+  r.engine.model_name = kModel;
+  r.engine.num_gpu_blocks = kv_blocks;
+  r.engine.max_model_len = 8192;
+  r.time_scale = time_scale;
+  return r;
+}
+
+std::string CompletionBody(std::string_view prompt, int max_tokens, bool stream = false) {
+  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
+  api::AppendJsonString(body, prompt);
+  body += ",\"max_tokens\":" + std::to_string(max_tokens);
+  if (stream) body += ",\"stream\":true";
+  body += "}";
+  return body;
+}
+
+// A port nobody listens on.
+uint16_t ClosedPort() {
+  boost::asio::io_context ctx;
+  boost::asio::ip::tcp::acceptor acc(ctx, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  uint16_t port = acc.local_endpoint().port();
+  acc.close();
+  return port;
+}
+
+// Sum of the router metric `name` over samples whose labels include `want`.
+double MetricSum(const std::string& text, std::string_view name,
+                 const std::map<std::string, std::string>& want = {}) {
+  double sum = 0;
+  for (const metrics::OwnedSample& s : metrics::ParseAllSamples(text)) {
+    if (s.name != name) continue;
+    bool match = true;
+    for (const auto& [k, v] : want) {
+      bool found = false;
+      for (const auto& [lk, lv] : s.labels) found = found || (lk == k && lv == v);
+      match = match && found;
+    }
+    if (match) sum += s.value;
+  }
+  return sum;
+}
+
+// Polls `pred` every 10 ms for at most `limit`.
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+// A scriptable upstream: serves a healthy vLLM-looking /metrics and answers generation
+// requests according to `mode`.
+class StubUpstream {
+ public:
+  enum class Mode { kOk, kNeverAnswer, kDieMidStream };
+  explicit StubUpstream(Mode mode) : mode_(mode), pool_(1) {
+    pool_.Start();
+    server_ = std::make_unique<http::Server>(pool_.contexts(), http::ServerOptions{},
+                                             [this](std::shared_ptr<http::Exchange> ex) { Handle(ex); });
+    EXPECT_EQ(server_->Listen(), "");
+  }
+  ~StubUpstream() {
+    server_->StopAccepting();
+    pool_.Stop();
+  }
+  uint16_t port() const { return server_->port(); }
+  // New connections are refused from now on (open ones stay).
+  void StopAccepting() { server_->StopAccepting(); }
+
+ private:
+  void Handle(std::shared_ptr<http::Exchange> ex) {
+    if (ex->request().target() == "/metrics") {
+      ex->Respond(200,
+                  "vllm:num_requests_running 0.0\nvllm:num_requests_waiting 0.0\n"
+                  "vllm:kv_cache_usage_perc 0.0\n",
+                  "text/plain");
+      return;
+    }
+    switch (mode_) {
+      case Mode::kOk:
+        ex->Respond(200, "{\"stub\":true}");
+        return;
+      case Mode::kNeverAnswer:
+        held_.push_back(ex);
+        return;
+      case Mode::kDieMidStream:
+        ex->BeginStream(200);
+        ex->SendChunk("data: {\"choices\":[{\"text\":\"par");
+        return;  // dropping a started stream closes the connection
+    }
+  }
+  Mode mode_;
+  http::IoPool pool_;
+  std::unique_ptr<http::Server> server_;
+  std::vector<std::shared_ptr<http::Exchange>> held_;
+};
+
+class RouterTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (router_) router_->Stop();
+    router_.reset();
+    fleet_.reset();
+  }
+
+  void StartFleet(std::vector<sim::ReplicaConfig> replicas) {
+    for (std::size_t i = 0; i < replicas.size(); ++i) {
+      replicas[i].name = "r";
+      replicas[i].name += std::to_string(i);
+    }
+    fleet_ = std::make_unique<sim::Fleet>(std::move(replicas), 2);
+    ASSERT_EQ(fleet_->Start(), "");
+  }
+
+  std::string FleetEndpoints() {
+    std::string s;
+    for (int i = 0; i < fleet_->size(); ++i) {
+      s += "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(i)) + ", name: r" +
+           std::to_string(i) + "}\n";
+    }
+    return s;
+  }
+
+  static std::string Yaml(const std::string& endpoints, const std::string& extra = "",
+                          const std::string& policy = "round-robin") {
+    return "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n  endpoints:\n" +
+           endpoints + "scheduling:\n  policy: " + policy + "\n" + extra;
+  }
+
+  void StartRouter(const std::string& yaml, const std::string& path = "") {
+    config::ConfigResult r = config::ParseRouterConfig(yaml, "test.yaml");
+    ASSERT_TRUE(r.ok()) << r.error.ToString() << "\n" << yaml;
+    RouterOptions o;
+    o.listen = config::HostPort{"127.0.0.1", 0};
+    o.log = false;
+    o.config_path = path;
+    o.handle_signals = !path.empty();
+    router_ = std::make_unique<Router>(std::move(*r.config), o);
+    ASSERT_EQ(router_->Start(), "");
+  }
+
+  void WaitReady() {
+    ASSERT_TRUE(WaitFor([&] {
+      auto r = Fetch("127.0.0.1", router_->port(), "GET", "/readyz");
+      return r && r->status == 200;
+    }));
+  }
+
+  std::optional<ClientResponse> Post(std::string_view body,
+                                     const std::vector<std::pair<std::string, std::string>>& headers = {},
+                                     std::string_view path = "/v1/completions") {
+    return Fetch("127.0.0.1", router_->port(), "POST", path, body, headers);
+  }
+  std::string RouterMetrics() {
+    auto r = Fetch("127.0.0.1", router_->port(), "GET", "/metrics");
+    EXPECT_TRUE(r && r->status == 200);
+    return r ? r->body : std::string();
+  }
+
+  std::unique_ptr<sim::Fleet> fleet_;
+  std::unique_ptr<Router> router_;
+};
+
+TEST_F(RouterTest, ProxiesCompletionAndNamesTheEndpoint) {
+  StartFleet({Replica()});
+  StartRouter(Yaml(FleetEndpoints()));
+  WaitReady();
+  auto r = Post(CompletionBody("Hello there", 5));
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->Header("x-kvroute-endpoint"), "r0");
+  EXPECT_EQ(r->Header("content-type"), "application/json");
+  EXPECT_NE(r->body.find("\"text_completion\""), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("\"completion_tokens\":5"), std::string::npos) << r->body;
+
+  auto models = Fetch("127.0.0.1", router_->port(), "GET", "/v1/models");
+  ASSERT_TRUE(models.has_value());
+  EXPECT_EQ(models->status, 200);
+  EXPECT_NE(models->body.find(kModel), std::string::npos) << models->body;
+
+  auto health = Fetch("127.0.0.1", router_->port(), "GET", "/healthz");
+  ASSERT_TRUE(health.has_value());
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(RouterTest, StreamsChunkByChunkAndCancelsOnDisconnect) {
+  // ~6 ms per token in real time: 400 tokens would take ~2.4 s.
+  StartFleet({Replica(/*time_scale=*/1.0)});
+  StartRouter(Yaml(FleetEndpoints()));
+  WaitReady();
+  TestClient c("127.0.0.1", router_->port());
+  ASSERT_TRUE(c.Connect());
+  ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody("Tell me a story", 400, true)));
+  ClientResponse head;
+  ASSERT_TRUE(c.ReadHead(&head)) << c.error();
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.Header("content-type"), "text/event-stream");
+  EXPECT_EQ(head.Header("x-kvroute-endpoint"), "r0");
+  auto first = c.ReadChunk();
+  ASSERT_TRUE(first.has_value()) << c.error();
+  EXPECT_EQ(first->data.substr(0, 6), "data: ");
+  // The first token reached the client while the replica is still generating.
+  EXPECT_EQ(fleet_->LiveRequests(0), 1);
+  auto second = c.ReadChunk();
+  ASSERT_TRUE(second.has_value()) << c.error();
+  EXPECT_EQ(fleet_->LiveRequests(0), 1);
+  // Client leaves: the router cancels the upstream request, so the replica aborts it.
+  c.Close();
+  EXPECT_TRUE(WaitFor([&] { return fleet_->LiveRequests(0) == 0; }, 3000ms));
+  std::string m = RouterMetrics();
+  EXPECT_EQ(MetricSum(m, "kvroute_requests_total", {{"endpoint", "r0"}, {"code", "499"}}), 1);
+}
+
+TEST_F(RouterTest, StreamEndsWithDoneThroughTheRouter) {
+  StartFleet({Replica()});
+  StartRouter(Yaml(FleetEndpoints()));
+  WaitReady();
+  auto r = Post(CompletionBody("Hi", 4, true));
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200);
+  EXPECT_TRUE(r->chunked);
+  ASSERT_GE(r->body.size(), 14u);
+  EXPECT_EQ(r->body.substr(r->body.size() - 14), "data: [DONE]\n\n");
+}
+
+TEST_F(RouterTest, SamePrefixSticksThenSpillsWhenKvFills) {
+  // 64 blocks of 16 tokens per replica. Shared prefix 256 tokens (16 blocks), each
+  // request adds 128 unique prompt tokens (8 blocks) and keeps generating.
+  StartFleet({Replica(/*time_scale=*/1.0, /*kv_blocks=*/64), Replica(1.0, 64)});
+  StartRouter(Yaml(FleetEndpoints(), "", "kvroute"));
+  WaitReady();
+  const std::string prefix(1024, 'p');
+  std::vector<std::unique_ptr<TestClient>> clients;
+  std::vector<std::string> used;
+  for (int i = 0; i < 10; ++i) {
+    std::string suffix(512, static_cast<char>('a' + i));
+    auto c = std::make_unique<TestClient>("127.0.0.1", router_->port());
+    ASSERT_TRUE(c->Connect());
+    ASSERT_TRUE(c->SendRequest("POST", "/v1/completions", CompletionBody(prefix + suffix, 300, true)));
+    ClientResponse head;
+    ASSERT_TRUE(c->ReadHead(&head)) << c->error();
+    ASSERT_EQ(head.status, 200);
+    ASSERT_TRUE(c->ReadChunk().has_value());  // started
+    used.push_back(head.Header("x-kvroute-endpoint"));
+    clients.push_back(std::move(c));
+    if (used.back() != used.front()) break;
+    std::this_thread::sleep_for(100ms);  // let a scrape see the new load
+  }
+  ASSERT_GE(used.size(), 3u);
+  EXPECT_EQ(used[1], used[0]) << "same prefix should stick";
+  EXPECT_EQ(used[2], used[0]) << "same prefix should stick";
+  EXPECT_NE(used.back(), used.front()) << "never spilled after " << used.size() << " requests";
+  clients.clear();  // disconnect: replicas abort
+}
+
+TEST_F(RouterTest, RetriesOnARefusedEndpoint) {
+  StartFleet({Replica()});
+  StubUpstream dead(StubUpstream::Mode::kOk);
+  // The stub looks healthy to the scraper, then stops accepting: the scrape interval is
+  // long enough that the router has no reason to doubt it when it picks.
+  std::string endpoints = FleetEndpoints() + "    - {address: 127.0.0.1:" +
+                          std::to_string(dead.port()) + ", name: dead}\n";
+  std::string yaml = "threads: 2\npool:\n  scrape_interval: 30s\n  staleness: 60s\n  endpoints:\n" +
+                     endpoints + "scheduling:\n  policy: round-robin\n";
+  StartRouter(yaml);
+  WaitReady();
+  ASSERT_TRUE(WaitFor([&] {
+    return MetricSum(RouterMetrics(), "kvroute_endpoint_metrics_fresh") == 2;
+  }));
+  dead.StopAccepting();
+  for (int i = 0; i < 2; ++i) {
+    auto r = Post(CompletionBody("retry me", 2));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->Header("x-kvroute-endpoint"), "r0");
+  }
+  std::string m = RouterMetrics();
+  EXPECT_EQ(MetricSum(m, "kvroute_retries_total"), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_upstream_errors_total", {{"endpoint", "dead"}, {"kind", "connect_refused"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_up", {{"endpoint", "dead"}}), 0);
+  EXPECT_EQ(MetricSum(m, "kvroute_requests_total", {{"endpoint", "r0"}, {"code", "200"}}), 2);
+}
+
+TEST_F(RouterTest, BadRequestsGet400And413) {
+  StartFleet({Replica()});
+  StartRouter(Yaml(FleetEndpoints(), "limits: {max_body_bytes: 1KiB}\n"));
+  auto bad = Post("{\"model\": \"m\", \"prompt\": ");
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("\"BadRequestError\""), std::string::npos) << bad->body;
+  auto missing = Post("{\"prompt\": \"hi\"}");
+  ASSERT_TRUE(missing.has_value());
+  EXPECT_EQ(missing->status, 400);
+  EXPECT_NE(missing->body.find("\"param\":\"model\""), std::string::npos) << missing->body;
+  auto big = Post(CompletionBody(std::string(2000, 'x'), 1));
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(big->status, 413);
+  EXPECT_NE(big->body.find("\"code\":413"), std::string::npos) << big->body;
+  auto nowhere = Fetch("127.0.0.1", router_->port(), "GET", "/nope");
+  ASSERT_TRUE(nowhere.has_value());
+  EXPECT_EQ(nowhere->status, 404);
+}
+
+TEST_F(RouterTest, AllEndpointsDownGives503AndNotReady) {
+  std::string endpoints = "    - 127.0.0.1:" + std::to_string(ClosedPort()) + "\n" +
+                          "    - 127.0.0.1:" + std::to_string(ClosedPort()) + "\n";
+  StartRouter(Yaml(endpoints));
+  // Wait until the scraper has found both unreachable.
+  ASSERT_TRUE(WaitFor([&] { return MetricSum(RouterMetrics(), "kvroute_endpoint_scrapes_failed_total") >= 2 &&
+                                   MetricSum(RouterMetrics(), "kvroute_endpoint_up") == 0; }));
+  auto r = Post(CompletionBody("anyone?", 1));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("\"ServiceUnavailableError\""), std::string::npos) << r->body;
+  auto ready = Fetch("127.0.0.1", router_->port(), "GET", "/readyz");
+  ASSERT_TRUE(ready.has_value());
+  EXPECT_EQ(ready->status, 503);
+}
+
+TEST_F(RouterTest, ConnectFailureGives502) {
+  StubUpstream dead(StubUpstream::Mode::kOk);
+  std::string yaml = "threads: 1\npool:\n  scrape_interval: 30s\n  staleness: 60s\n  endpoints:\n"
+                     "    - {address: 127.0.0.1:" + std::to_string(dead.port()) +
+                     ", name: dead}\nretries: {max_attempts: 1}\n";
+  StartRouter(yaml);
+  WaitReady();
+  dead.StopAccepting();
+  auto r = Post(CompletionBody("x", 1));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 502);
+  EXPECT_EQ(r->Header("x-kvroute-endpoint"), "dead");
+  EXPECT_NE(r->body.find("connect_refused"), std::string::npos) << r->body;
+}
+
+TEST_F(RouterTest, StuckUpstreamGives504) {
+  StubUpstream stuck(StubUpstream::Mode::kNeverAnswer);
+  std::string yaml = "threads: 1\npool:\n  scrape_interval: 20ms\n  endpoints:\n"
+                     "    - {address: 127.0.0.1:" + std::to_string(stuck.port()) +
+                     ", name: stuck}\ntimeouts: {first_byte: 200ms}\n";
+  StartRouter(yaml);
+  WaitReady();
+  auto r = Post(CompletionBody("x", 1));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 504);
+  EXPECT_NE(r->body.find("first_byte_timeout"), std::string::npos) << r->body;
+  std::string m = RouterMetrics();
+  EXPECT_EQ(MetricSum(m, "kvroute_upstream_errors_total", {{"endpoint", "stuck"}, {"kind", "first_byte_timeout"}}), 1);
+}
+
+TEST_F(RouterTest, ReplicaDyingMidStreamEndsWithAnErrorFrame) {
+  StubUpstream dying(StubUpstream::Mode::kDieMidStream);
+  std::string yaml = "threads: 1\npool:\n  scrape_interval: 20ms\n  endpoints:\n"
+                     "    - {address: 127.0.0.1:" + std::to_string(dying.port()) + ", name: dying}\n";
+  StartRouter(yaml);
+  WaitReady();
+  auto r = Post(CompletionBody("x", 10, true));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  const std::string expected_tail = "\n\ndata: {\"error\":{\"message\":\"upstream dying failed: reset\","
+                                    "\"type\":\"InternalServerError\",\"param\":null,\"code\":502}}\n\n"
+                                    "data: [DONE]\n\n";
+  EXPECT_EQ(r->body, "data: {\"choices\":[{\"text\":\"par" + expected_tail);
+}
+
+TEST_F(RouterTest, RoutingHeadersOnlyWhenAllowed) {
+  StartFleet({Replica(), Replica()});
+  const std::string hint = "127.0.0.1:" + std::to_string(fleet_->port(1));
+  for (bool allow : {false, true}) {
+    if (router_) router_->Stop();
+    StartRouter(Yaml(FleetEndpoints(), allow ? "allow_routing_headers: true\n" : ""));
+    WaitReady();
+    std::map<std::string, int> by_endpoint;
+    for (int i = 0; i < 4; ++i) {
+      auto r = Post(CompletionBody("hint", 1), {{"x-gateway-destination-endpoint", hint}});
+      ASSERT_TRUE(r.has_value());
+      ASSERT_EQ(r->status, 200);
+      ++by_endpoint[r->Header("x-kvroute-endpoint")];
+    }
+    if (allow) {
+      EXPECT_EQ(by_endpoint["r1"], 4);
+    } else {
+      EXPECT_EQ(by_endpoint["r0"], 2);  // round-robin, hint ignored
+      EXPECT_EQ(by_endpoint["r1"], 2);
+    }
+  }
+}
+
+TEST_F(RouterTest, SighupReloadsGoodConfigAndKeepsOldOnBadOne) {
+  StartFleet({Replica(), Replica()});
+  char path_template[] = "/tmp/kvroute-router-test-XXXXXX";
+  int fd = mkstemp(path_template);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const std::string path = path_template;
+  auto write = [&](const std::string& text) {
+    std::ofstream f(path, std::ios::trunc);
+    f << text;
+  };
+  const std::string only_r0 = "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(0)) + ", name: r0}\n";
+  write(Yaml(only_r0));
+  config::ConfigResult first = config::LoadRouterConfig(path);
+  ASSERT_TRUE(first.ok());
+  StartRouter(Yaml(only_r0), path);
+  WaitReady();
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(Post(CompletionBody("a", 1))->Header("x-kvroute-endpoint"), "r0");
+
+  // Good config: both replicas.
+  write(Yaml(FleetEndpoints()));
+  ASSERT_EQ(kill(getpid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitFor([&] { return router_->reloads() == 1; }));
+  // The new endpoint is used once it has fresh metrics (stale_policy exclude).
+  ASSERT_TRUE(WaitFor([&] { return MetricSum(RouterMetrics(), "kvroute_endpoint_metrics_fresh") == 2; }));
+  std::map<std::string, int> seen;
+  for (int i = 0; i < 4; ++i) ++seen[Post(CompletionBody("b", 1))->Header("x-kvroute-endpoint")];
+  EXPECT_EQ(seen["r0"], 2);
+  EXPECT_EQ(seen["r1"], 2);
+
+  // Bad config: rejected with file:line, the running one stays.
+  write("threads: 2\npool:\n  scrape_intervall: 20ms\n");
+  ASSERT_EQ(kill(getpid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitFor([&] {
+    return MetricSum(RouterMetrics(), "kvroute_config_reload_failures_total") == 1;
+  }));
+  EXPECT_EQ(router_->reloads(), 1u);
+  std::string error = router_->Reload();
+  EXPECT_EQ(error.rfind(path + ":3:", 0), 0u) << error;
+  seen.clear();
+  for (int i = 0; i < 4; ++i) ++seen[Post(CompletionBody("c", 1))->Header("x-kvroute-endpoint")];
+  EXPECT_EQ(seen["r0"], 2);
+  EXPECT_EQ(seen["r1"], 2);
+  std::remove(path.c_str());
+}
+
+TEST_F(RouterTest, RouterMetricsAgreeWithReplicaCounts) {
+  StartFleet({Replica(), Replica()});
+  StartRouter(Yaml(FleetEndpoints(), "", "kvroute"));
+  WaitReady();
+  for (int i = 0; i < 7; ++i) {
+    auto r = Post(CompletionBody("count " + std::to_string(i % 3) + std::string(300, 'q'), 2, i % 2 == 0));
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->status, 200);
+  }
+  std::string m = RouterMetrics();
+  ASSERT_FALSE(m.empty());
+  metrics::ParseReport report;
+  metrics::ParseAllSamples(m, &report);
+  EXPECT_TRUE(report.ok()) << (report.errors.empty() ? "" : report.errors[0].message);
+  double total = 0;
+  for (int i = 0; i < 2; ++i) {
+    std::string name = "r" + std::to_string(i);
+    auto replica = Fetch("127.0.0.1", fleet_->port(i), "GET", "/metrics");
+    ASSERT_TRUE(replica.has_value());
+    double served = MetricSum(replica->body, "vllm:request_success_total");
+    EXPECT_EQ(MetricSum(m, "kvroute_requests_total", {{"endpoint", name}, {"code", "200"}}), served)
+        << name;
+    total += served;
+  }
+  EXPECT_EQ(total, 7);
+  EXPECT_EQ(MetricSum(m, "kvroute_scheduling_duration_seconds_count"), 7);
+  EXPECT_EQ(MetricSum(m, "kvroute_plugin_score_count", {{"plugin", "prefix-cache-scorer"}}), 7);
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_inflight"), 0);
+  EXPECT_GT(MetricSum(m, "kvroute_endpoint_scrapes_ok_total"), 0);
+}
+
+}  // namespace
+}  // namespace kvroute::router
