@@ -234,6 +234,11 @@ class Runner {
         workload::AppendSegmentText(workload::Mix64(id ^ 0x6f7574ULL), tokens, text);
       }
     };
+    // A router names the replica that served a response (x-kvroute-endpoint, the
+    // endpoint's name, by default its address): map it to the fleet index.
+    for (size_t i = 0; i < cfg.fleet.size(); ++i) {
+      endpoint_index_.emplace(cfg.fleet[i].ToString(), static_cast<int32_t>(i));
+    }
     if (cfg.arrivals.num_requests > 0) {
       out_->records.reserve(static_cast<size_t>(cfg.arrivals.num_requests));
     }
@@ -456,7 +461,16 @@ class Runner {
     req.target = RequestTarget(s);
     req.body = r->body;
     http::UpstreamCallbacks cb;
-    cb.on_head = [this, r](const http::ResponseHead& h) { r->status = h.status; };
+    cb.on_head = [this, r](const http::ResponseHead& h) {
+      r->status = h.status;
+      if (!endpoint_index_.empty() && h.fields) {
+        auto it = h.fields->find("x-kvroute-endpoint");
+        if (it != h.fields->end()) {
+          auto ep = endpoint_index_.find(std::string_view(it->value().data(), it->value().size()));
+          if (ep != endpoint_index_.end()) out_->records[r->record].endpoint = ep->second;
+        }
+      }
+    };
     cb.on_data = [this, r](std::string_view d) { OnData(r, d); };
     cb.on_done = [this, r](http::UpstreamResult&& res) { OnDone(r, res); };
     r->call = client_.Start(cfg_.target.host, cfg_.target.port, req, std::move(cb));
@@ -675,6 +689,7 @@ class Runner {
   workload::RequestGenerator generator_;
   asio::steady_timer arrival_timer_, drain_timer_, tick_timer_;
   std::string model_;
+  std::map<std::string, int32_t, std::less<>> endpoint_index_;
   bool multi_turn_ = false;
   workload::OutputTextFn output_text_;
   StreamEventParser parser_;
