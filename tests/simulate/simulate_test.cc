@@ -202,3 +202,25 @@ fleet: {replicas: 2}
 
 }  // namespace
 }  // namespace kvroute::simulate
+
+namespace kvroute::simulate {
+namespace {
+
+// The oracle is an upper bound for every policy, also on a trace whose shared prefixes
+// have varying lengths (short rows share a shorter prefix of the same text).
+TEST(SimulateTest, OracleBoundsTheAchievedHitRateOnTheExampleTrace) {
+  ScenarioLoad load = LoadScenarioFile(std::string(KVROUTE_SOURCE_DIR) +
+                                       "/examples/scenarios/azure-trace.yaml");
+  ASSERT_TRUE(load.scenario) << load.error;
+  const double oracle = ComputeOracleHitRate(*load.scenario);
+  EXPECT_GT(oracle, 0.2);
+  for (const char* policy : {"round-robin", "gie-default", "kvroute"}) {
+    SimulationResult r = RunSimulation(*load.scenario, policy, oracle);
+    EXPECT_EQ(r.report.succeeded, 240) << policy;
+    EXPECT_LE(r.report.request_cached_fraction, oracle + 1e-12) << policy;
+    EXPECT_GT(r.report.request_cached_fraction, 0.0) << policy;
+  }
+}
+
+}  // namespace
+}  // namespace kvroute::simulate

@@ -18,7 +18,11 @@ uint64_t PrefixOracle::CommonBytes(std::span<const PrefixExtent> extents) const 
   uint32_t node = 0;
   for (const PrefixExtent& e : extents) {
     auto it = edges_.find(EdgeKey(node, e));
-    if (it == edges_.end()) break;
+    if (it == edges_.end()) {
+      auto same_key = longest_.find(MixKey(e.key, node));
+      if (same_key != longest_.end()) bytes += std::min(same_key->second, e.bytes);
+      break;
+    }
     node = it->second;
     bytes += e.bytes;
   }
@@ -36,7 +40,11 @@ void PrefixOracle::Insert(std::span<const PrefixExtent> extents) {
   uint32_t node = 0;
   for (const PrefixExtent& e : extents) {
     auto [it, inserted] = edges_.try_emplace(EdgeKey(node, e), next_node_);
-    if (inserted) ++next_node_;
+    if (inserted) {
+      ++next_node_;
+      uint32_t& longest = longest_[MixKey(e.key, node)];
+      longest = std::max(longest, e.bytes);
+    }
     node = it->second;
   }
 }

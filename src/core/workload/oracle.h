@@ -5,9 +5,11 @@
 // is always recomputed).
 //
 // Prompts are described by extents (workload.h: one per segment, in rendered bytes).
-// Two prompts share exactly their common leading extents (same key and size); text
-// shared inside a diverging segment is not counted (generated segments diverge on
-// their first token anyway).
+// Two prompts share their common leading extents (same key and size), plus, where they
+// first differ, min(size) bytes if that extent has the same key in both (a segment's
+// text of n tokens is a prefix of the same key's text of m > n tokens). Other text
+// shared inside a diverging segment is not counted (generated segments diverge on their
+// first token anyway).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,8 @@ class PrefixOracle {
   int64_t bytes_per_token_;
   // Edges (parent node, segment key, size) -> child node. Node 0 is the root.
   std::unordered_map<uint64_t, uint32_t> edges_;
+  // (parent node, segment key) -> the longest size recorded under that parent.
+  std::unordered_map<uint64_t, uint32_t> longest_;
   uint32_t next_node_ = 1;
   int64_t queried_tokens_ = 0;
   int64_t hit_tokens_ = 0;

@@ -318,8 +318,13 @@ TEST(OracleTest, BlockGranularLongestPrefix) {
   // A prefix of a longer inserted chain also matches.
   std::vector<PrefixExtent> just_sys{sys};
   EXPECT_EQ(o.BestHit(just_sys, 100), 96);
-  std::vector<PrefixExtent> odd{{1, 100 * 4 + 3}};  // same key, different size: no match
-  EXPECT_EQ(o.BestHit(odd, 101), 0);
+  // Same key, different size: the shorter text is a prefix of the longer one.
+  std::vector<PrefixExtent> longer{{1, 120 * 4}};
+  EXPECT_EQ(o.BestHit(longer, 120), 96);  // the 100 recorded tokens
+  std::vector<PrefixExtent> shorter{{1, 40 * 4}, {7, 40 * 4}};
+  EXPECT_EQ(o.BestHit(shorter, 80), 32);  // 40 tokens, then a different segment
+  std::vector<PrefixExtent> other{{5, 100 * 4}};
+  EXPECT_EQ(o.BestHit(other, 100), 0);
 }
 
 }  // namespace
