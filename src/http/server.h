@@ -62,7 +62,8 @@ class Connection;
 // If the last reference is dropped before a response is complete, the server sends
 // 500 (nothing sent yet) or closes the connection (stream started) so the client is
 // never left waiting.
-// Thread: all calls on the connection's context thread (executor()).
+// Thread: all calls on the connection's context thread (executor()). Lifetime: release
+// every Exchange before the io_contexts are destroyed (it pins its connection's socket).
 class Exchange {
  public:
   ~Exchange();
