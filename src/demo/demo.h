@@ -22,11 +22,15 @@ namespace kvroute::demo {
 struct DemoOptions {
   std::string scenario_path;  // empty: examples/scenarios/seed-8x.yaml, found near the binary
   std::vector<std::string> policies = {"round-robin", "least-request", "kvroute"};
-  double duration_s = 35.0;   // seconds of arrivals per policy
-  double drain_s = 10.0;      // then at most this long for in-flight requests
-  double rate = 7.0;          // requests per second (the scenario's 30 scaled down)
-  double output_scale = 0.2;  // output lengths x this (the scenario's 2,000-token answers)
-  int kv_blocks = 1024;       // KV blocks per replica (0: the scenario's)
+  // Defaults: three policies of 40 s traffic plus at most 15 s drain stay under 3 minutes.
+  double duration_s = 40.0;   // seconds of arrivals per policy
+  double drain_s = 15.0;      // then at most this long for in-flight requests
+  double rate = 12.0;         // requests per second (the scenario's 30, scaled down)
+  double output_scale = 0.3;  // output lengths x this (the scenario's 2,000-token answers)
+  // KV blocks per replica (0: the scenario's 4,096). A quarter of the scenario's, with
+  // 0.4 x its rate and 0.3 x its output lengths: 16 system prompts (~4,000 blocks) cannot
+  // all stay cached on one replica, 2-4 can.
+  int kv_blocks = 1024;
   double time_scale = 1.0;    // sim wall seconds per engine second
   int replicas = 0;           // 0: the scenario's
   uint64_t seed = 0;          // 0: the scenario's
