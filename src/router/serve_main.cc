@@ -1,5 +1,7 @@
 #include "router/serve_main.h"
 
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -85,6 +87,13 @@ int ServeMain(int argc, char** argv) {
                 loaded.config->pool.endpoints.size());
     return 0;
   }
+
+  // Request bodies, their parsed prompt and simdjson's padded copy are each the prompt's
+  // size; with glibc's default 128 KiB mmap threshold every long-prompt request would
+  // mmap, page-fault and munmap them anew (about 2.5 ms of CPU per 220 KB prompt here).
+  // Keep such blocks on the heap so they are reused.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
 
   Router router(std::move(*loaded.config), options);
   std::string error = router.Start();

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Proxy overhead: kvroute serve vs nginx (round-robin upstream with keepalive, one worker)
+# in front of the same backend (one `kvroute sim` replica, time scale 0, 1 output token).
+# Pinning: the proxy under test on CPU 0; backend and wrk share CPU 1 (a 2-core machine).
+#
+# Usage: [ROUNDS=3] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
+# Prints, per target (direct, nginx, kvroute): p50/p99 at 1 connection, max req/s at 32
+# connections, CPU time per request of the proxy (backend for direct) during that run, and
+# p50 and CPU per request at 1 connection with a 220 KB prompt.
+set -euo pipefail
+
+BUILD=${1:-build}
+DUR=${2:-5}
+KV=$(realpath "$BUILD/kvroute")
+WORK=$(mktemp -d /tmp/kvroute-bench-proxy.XXXXXX)
+BACKEND_PORT=18300
+NGINX_PORT=18301
+KVROUTE_PORT=18302
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+wait_port() {
+  for _ in $(seq 100); do
+    curl -fsS -o /dev/null "http://127.0.0.1:$1$2" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "port $1 did not come up" >&2
+  exit 1
+}
+
+# Backend.
+taskset -c 1 "$KV" sim --port "$BACKEND_PORT" --time-scale 0 --fixed-output-tokens 1 \
+  --threads 1 >"$WORK/sim.log" 2>&1 &
+SIM_PID=$!
+PIDS+=($SIM_PID)
+wait_port "$BACKEND_PORT" /health
+
+# nginx.
+mkdir -p "$WORK/nginx/logs" "$WORK/nginx/tmp"
+cat >"$WORK/nginx/nginx.conf" <<NGX
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/tmp/body;
+  proxy_temp_path $WORK/nginx/tmp/proxy;
+  fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
+  uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
+  scgi_temp_path $WORK/nginx/tmp/scgi;
+  upstream backend {
+    server 127.0.0.1:$BACKEND_PORT;
+    keepalive 128;
+  }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    client_max_body_size 16m;
+    client_body_buffer_size 1m;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGX
+taskset -c 0 /usr/sbin/nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+NGINX_MASTER=$!
+PIDS+=($NGINX_MASTER)
+wait_port "$NGINX_PORT" /health
+NGINX_WORKER=$(pgrep -P "$NGINX_MASTER" | head -1)
+
+# kvroute.
+cat >"$WORK/kvroute.yaml" <<YAML
+listen: 127.0.0.1:$KVROUTE_PORT
+threads: 1
+pool:
+  scrape_interval: 50ms
+  endpoints:
+    - {address: 127.0.0.1:$BACKEND_PORT, name: sim0}
+scheduling:
+  policy: kvroute
+YAML
+taskset -c 0 "$KV" serve --config "$WORK/kvroute.yaml" >"$WORK/kvroute.log" 2>&1 &
+KVROUTE_PID=$!
+PIDS+=($KVROUTE_PID)
+wait_port "$KVROUTE_PORT" /readyz
+
+# Load: POST /v1/completions, non-streaming, 1 output token.
+cat >"$WORK/small.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"Hello, how are you today?","max_tokens":1}'
+LUA
+python3 - "$WORK/large.lua" <<'PY'
+import sys
+prompt = ("The quick brown fox jumps over the lazy dog. " * 5000)[:220 * 1024]
+body = '{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"%s","max_tokens":1}' % prompt
+with open(sys.argv[1], "w") as f:
+    f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')
+    f.write("wrk.body = [[%s]]\n" % body)
+PY
+
+# wrk's --latency table: "50%  1.23ms"; converts to microseconds.
+pct() { awk -v p="$2" '$1==p {v=$2; u=v; sub(/[0-9.]+/,"",u); sub(/[a-z]+$/,"",v);
+  m=(u=="us")?1:(u=="ms")?1000:(u=="s")?1e6:1; printf "%.0f", v*m}' "$1"; }
+rps() { awk '/Requests\/sec/ {printf "%.0f", $2}' "$1"; }
+
+# CPU time (utime+stime, clock ticks) of a process.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TCK=$(getconf CLK_TCK)
+# CPU microseconds per request of process $1 during wrk output $2 (from ticks $3 -> $4):
+# robust to other load on the machine, unlike latency.
+cpu_per_req() { awk -v a="$3" -v b="$4" -v t="$TCK" '/^ *[0-9]+ requests in/ {n=$1}
+  END {printf "%.1f", (b-a)*1e6/t/n}' "$2"; }
+
+run() {  # name port script conns out
+  taskset -c 1 wrk -t1 -c"$4" -d"${DUR}s" --latency -s "$3" "http://127.0.0.1:$2/v1/completions" >"$5"
+}
+
+# Rounds interleave the targets so background load hits all of them alike; each row is one
+# round. Compare targets within a round (or medians over rounds).
+ROUNDS=${ROUNDS:-3}
+printf "%-6s %-8s %10s %10s %10s %12s %14s %16s\n" round target p50_us p99_us max_rps cpu_us/req large_p50_us large_cpu_us/req
+for r in $(seq "$ROUNDS"); do
+  for t in direct nginx kvroute; do
+    case $t in
+      direct) port=$BACKEND_PORT pid=$SIM_PID ;;
+      nginx) port=$NGINX_PORT pid=$NGINX_WORKER ;;
+      kvroute) port=$KVROUTE_PORT pid=$KVROUTE_PID ;;
+    esac
+    run "$t" "$port" "$WORK/small.lua" 1 "$WORK/$t-c1-$r.txt"
+    t0=$(ticks "$pid")
+    run "$t" "$port" "$WORK/small.lua" 32 "$WORK/$t-c32-$r.txt"
+    t1=$(ticks "$pid")
+    t2=$(ticks "$pid")
+    run "$t" "$port" "$WORK/large.lua" 1 "$WORK/$t-large-$r.txt"
+    t3=$(ticks "$pid")
+    printf "%-6s %-8s %10s %10s %10s %12s %14s %16s\n" "$r" "$t" "$(pct "$WORK/$t-c1-$r.txt" 50%)" \
+      "$(pct "$WORK/$t-c1-$r.txt" 99%)" "$(rps "$WORK/$t-c32-$r.txt")" \
+      "$(cpu_per_req "$pid" "$WORK/$t-c32-$r.txt" "$t0" "$t1")" "$(pct "$WORK/$t-large-$r.txt" 50%)" \
+      "$(cpu_per_req "$pid" "$WORK/$t-large-$r.txt" "$t2" "$t3")"
+  done
+done
+echo "raw wrk output in $WORK"
