@@ -177,7 +177,8 @@ void ParseWorkload(const YAML::Node& n, std::string_view base_dir, workload::Wor
   }
   OptInt(n, "num_groups", f, &w->num_groups);
   OptInt(n, "num_prompts_per_group", f, &w->num_prompts_per_group);
-  if (YAML::Node x = n["system_prompt_len"]) w->system_prompt_len = Dist(x, "workload.system_prompt_len", 0);
+  if (YAML::Node x = n["system_prompt_len"])
+    w->system_prompt_len = Dist(x, "workload.system_prompt_len", 0);
   if (YAML::Node x = n["question_len"]) w->question_len = Dist(x, "workload.question_len", 1);
   if (YAML::Node x = n["output_len"]) w->output_len = Dist(x, "workload.output_len", 1);
   if (YAML::Node x = n["input_len"]) w->input_len = Dist(x, "workload.input_len", 1);
@@ -207,9 +208,9 @@ void ParseWorkload(const YAML::Node& n, std::string_view base_dir, workload::Wor
 
 void ParseArrivals(const YAML::Node& n, workload::ArrivalSpec* a, bool trace) {
   const std::string f = "arrivals";
-  CheckKeys(n, f,
-            {"process", "burstiness", "rate", "stages", "num_requests", "duration_s",
-             "max_concurrency"});
+  CheckKeys(
+      n, f,
+      {"process", "burstiness", "rate", "stages", "num_requests", "duration_s", "max_concurrency"});
   if (YAML::Node p = n["process"]) {
     const std::string kind = AsString(p, "arrivals.process");
     if (kind == "poisson") {
@@ -274,17 +275,21 @@ void ParseFleet(const YAML::Node& n, FleetSpec* fl) {
   OptDouble(n, "scrape_interval_s", f, &fl->scrape_interval_s);
   OptDouble(n, "network_delay_s", f, &fl->network_delay_s);
   if (fl->replicas < 1) Fail(n["replicas"], "fleet.replicas", "must be >= 1");
-  if (fl->kv_blocks != 0 && fl->kv_blocks < 2) Fail(n["kv_blocks"], "fleet.kv_blocks", "must be >= 2");
+  if (fl->kv_blocks != 0 && fl->kv_blocks < 2)
+    Fail(n["kv_blocks"], "fleet.kv_blocks", "must be >= 2");
   if (fl->max_num_seqs < 0) Fail(n["max_num_seqs"], "fleet.max_num_seqs", "must be >= 1");
   if (fl->max_num_batched_tokens < 0) {
     Fail(n["max_num_batched_tokens"], "fleet.max_num_batched_tokens", "must be >= 1");
   }
-  if (!(fl->scrape_interval_s > 0)) Fail(n["scrape_interval_s"], "fleet.scrape_interval_s", "must be > 0");
-  if (!(fl->network_delay_s >= 0)) Fail(n["network_delay_s"], "fleet.network_delay_s", "must be >= 0");
+  if (!(fl->scrape_interval_s > 0))
+    Fail(n["scrape_interval_s"], "fleet.scrape_interval_s", "must be > 0");
+  if (!(fl->network_delay_s >= 0))
+    Fail(n["network_delay_s"], "fleet.network_delay_s", "must be >= 0");
 }
 
 Scenario Parse(const YAML::Node& root, std::string_view base_dir) {
-  CheckKeys(root, "", {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies"});
+  CheckKeys(root, "",
+            {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies"});
   Scenario s;
   if (YAML::Node n = root["name"]) s.name = AsString(n, "name");
   if (YAML::Node n = root["seed"]) s.seed = static_cast<uint64_t>(AsInt(n, "seed"));

@@ -39,8 +39,10 @@ bool WriteFile(const std::filesystem::path& path, const std::string& data) {
 }  // namespace
 
 int SimulateMain(int argc, char** argv) {
-  CLI::App app{"Compare routing policies on a scenario, in virtual time (same engine and "
-               "scheduler code as the live fleet)", "kvroute simulate"};
+  CLI::App app{
+      "Compare routing policies on a scenario, in virtual time (same engine and "
+      "scheduler code as the live fleet)",
+      "kvroute simulate"};
   std::string scenario_path, policies_arg, out_dir = "simulate-out";
   uint64_t seed = 0;
   int64_t requests = 0;

@@ -22,7 +22,8 @@ namespace {
 // replica produced (and re-tokenizes to the same ids: tokenizer.h).
 void EngineOutputText(uint64_t id, int32_t tokens, std::string* out) {
   out->reserve(out->size() + static_cast<size_t>(tokens) * engine::kBytesPerToken);
-  for (int32_t i = 0; i < tokens; ++i) out->append(engine::OutputTokenText(id, static_cast<size_t>(i)));
+  for (int32_t i = 0; i < tokens; ++i)
+    out->append(engine::OutputTokenText(id, static_cast<size_t>(i)));
 }
 
 enum class Ev : uint8_t {
@@ -125,7 +126,8 @@ class Simulation {
           sched_->OnFirstToken(slots_[ev.a].handle, ev.t);
           break;
         case Ev::kFinished:
-          if (slots_[ev.a].handle != sched::kNoHandle) sched_->OnFinished(slots_[ev.a].handle, ev.t);
+          if (slots_[ev.a].handle != sched::kNoHandle)
+            sched_->OnFinished(slots_[ev.a].handle, ev.t);
           Complete(ev.a, ev.t);
           break;
       }
@@ -189,7 +191,8 @@ class Simulation {
     Live& l = slots_[s];
     std::swap(l.spec, next_);  // keeps both segment buffers' capacity in circulation
     const uint64_t id = l.spec.id;
-    if (finish_s_.size() <= id) finish_s_.resize(std::max<size_t>(id + 1, finish_s_.size() * 2), -1.0);
+    if (finish_s_.size() <= id)
+      finish_s_.resize(std::max<size_t>(id + 1, finish_s_.size() * 2), -1.0);
     FetchNext();
     if (l.spec.after_request >= 0) {
       const double done = finish_s_[static_cast<size_t>(l.spec.after_request)];
@@ -279,7 +282,8 @@ class Simulation {
     er.prompt_tokens = std::move(l.tokens);
     er.max_tokens = static_cast<int>(l.spec.max_tokens);
     er.arrival_s = t;
-    if (slot_of_.size() <= l.spec.id) slot_of_.resize(std::max<size_t>(l.spec.id + 1, slot_of_.size() * 2));
+    if (slot_of_.size() <= l.spec.id)
+      slot_of_.resize(std::max<size_t>(l.spec.id + 1, slot_of_.size() * 2));
     slot_of_[l.spec.id] = s;
     if (auto err = r.engine.AddRequest(std::move(er))) {
       l.error = report::ErrorKind::kRejected;  // a 400 from the replica
@@ -356,7 +360,8 @@ class Simulation {
       if (it != blocked_on_.end()) {
         const uint32_t next = it->second;
         blocked_on_.erase(it);
-        const double ready = std::max(t + slots_[next].spec.think_time_s, slots_[next].spec.arrival_s);
+        const double ready =
+            std::max(t + slots_[next].spec.think_time_s, slots_[next].spec.arrival_s);
         Push(ready, Ev::kSend, next);
       }
     }
@@ -400,10 +405,10 @@ class Simulation {
   double now_ = 0.0;
   std::vector<Live> slots_;
   std::vector<uint32_t> free_slots_;
-  std::vector<uint32_t> slot_of_;   // engine request id -> slot
-  std::vector<double> finish_s_;    // request id -> completion time (-1: not yet)
+  std::vector<uint32_t> slot_of_;  // engine request id -> slot
+  std::vector<double> finish_s_;   // request id -> completion time (-1: not yet)
   std::unordered_map<uint64_t, uint32_t> blocked_on_;  // predecessor id -> waiting slot
-  std::deque<uint32_t> held_;       // over max_concurrency, in arrival order
+  std::deque<uint32_t> held_;                          // over max_concurrency, in arrival order
   int64_t in_flight_ = 0;
   int64_t live_ = 0;
   int64_t sent_ = 0;
@@ -434,8 +439,8 @@ SimulationResult RunSimulation(const Scenario& scenario, const std::string& poli
   opts.default_num_gpu_blocks = config.num_gpu_blocks;
   sched::BuildResult built = sched::BuildPolicy(policy, opts);
   if (!built.ok()) {
-    result.error = built.error ? built.error->field + ": " + built.error->message
-                               : "cannot build policy";
+    result.error =
+        built.error ? built.error->field + ": " + built.error->message : "cannot build policy";
     return result;
   }
   Simulation sim(scenario, built.scheduler.get(), progress);
@@ -471,7 +476,9 @@ double ComputeOracleHitRate(const Scenario& scenario) {
     }
     oracle.Observe(extents, prompt_tokens);
     // The replica also caches the generated tokens; a follow-up turn may hit them.
-    extents.push_back({spec.id, static_cast<uint32_t>(spec.max_tokens * static_cast<int64_t>(engine::kBytesPerToken))});
+    extents.push_back(
+        {spec.id,
+         static_cast<uint32_t>(spec.max_tokens * static_cast<int64_t>(engine::kBytesPerToken))});
     oracle.Insert(extents);
   }
   return oracle.HitRate();

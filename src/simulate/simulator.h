@@ -28,9 +28,9 @@ namespace kvroute::simulate {
 
 struct SimulationResult {
   report::PolicyReport report;
-  std::string error;     // non-empty when the policy could not be built
-  int64_t events = 0;    // events processed
-  int64_t steps = 0;     // engine steps run, all replicas
+  std::string error;   // non-empty when the policy could not be built
+  int64_t events = 0;  // events processed
+  int64_t steps = 0;   // engine steps run, all replicas
   // One record per request, in completion order (send_s is the actual send time).
   std::vector<report::RequestRecord> records;
 };

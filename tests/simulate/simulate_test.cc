@@ -209,8 +209,8 @@ namespace {
 // The oracle is an upper bound for every policy, also on a trace whose shared prefixes
 // have varying lengths (short rows share a shorter prefix of the same text).
 TEST(SimulateTest, OracleBoundsTheAchievedHitRateOnTheExampleTrace) {
-  ScenarioLoad load = LoadScenarioFile(std::string(KVROUTE_SOURCE_DIR) +
-                                       "/examples/scenarios/azure-trace.yaml");
+  ScenarioLoad load =
+      LoadScenarioFile(std::string(KVROUTE_SOURCE_DIR) + "/examples/scenarios/azure-trace.yaml");
   ASSERT_TRUE(load.scenario) << load.error;
   const double oracle = ComputeOracleHitRate(*load.scenario);
   EXPECT_GT(oracle, 0.2);

@@ -28,17 +28,17 @@ enum class ErrorKind : uint8_t {
   kShed,        // load shedding (429)
   kUpstream,    // 5xx, connection reset, truncated stream
   kTimeout,
-  kAborted,     // cancelled by the client/driver
+  kAborted,  // cancelled by the client/driver
 };
 inline constexpr int kNumErrorKinds = 7;
 std::string_view ErrorKindName(ErrorKind kind);  // "none", "rejected", "no_endpoint", ...
 
 struct RequestRecord {
   uint64_t id = 0;
-  double send_s = 0.0;    // when the client sent it
-  double ttft_s = -1.0;   // -1 when no token arrived
-  double e2e_s = -1.0;    // -1 when it did not finish
-  double max_itl_s = 0.0; // largest gap between consecutive tokens
+  double send_s = 0.0;     // when the client sent it
+  double ttft_s = -1.0;    // -1 when no token arrived
+  double e2e_s = -1.0;     // -1 when it did not finish
+  double max_itl_s = 0.0;  // largest gap between consecutive tokens
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
   int64_t cached_tokens = 0;  // prefix-cache hit tokens, when the server reports them
@@ -144,18 +144,18 @@ struct FleetTotals {
 
 struct PolicyReport {
   std::string policy;
-  int64_t requests = 0;      // records (sent)
+  int64_t requests = 0;  // records (sent)
   int64_t succeeded = 0;
-  int64_t good = 0;          // succeeded and within SLOs
+  int64_t good = 0;                               // succeeded and within SLOs
   std::map<std::string, int64_t> errors_by_kind;  // only kinds that occurred
   double span_s = 0.0;
-  double requests_per_s = 0.0;        // succeeded / span
-  double output_tokens_per_s = 0.0;   // succeeded requests' output tokens / span
+  double requests_per_s = 0.0;       // succeeded / span
+  double output_tokens_per_s = 0.0;  // succeeded requests' output tokens / span
   double input_tokens_per_s = 0.0;
   double goodput_requests_per_s = 0.0;
-  Stats ttft_s, tpot_s, e2e_s;        // succeeded requests only
+  Stats ttft_s, tpot_s, e2e_s;                                // succeeded requests only
   double itl_mean_s = 0.0, itl_p50_s = 0.0, itl_p99_s = 0.0;  // from a GapHistogram
-  double max_itl_p99_s = 0.0;         // p99 over requests of their largest gap
+  double max_itl_p99_s = 0.0;  // p99 over requests of their largest gap
   // Prefix cache: engine counters (hits/queries, preemption re-queries included) and
   // per request (sum cached / sum prompt over succeeded requests).
   double prefix_hit_rate = 0.0;

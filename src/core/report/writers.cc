@@ -102,8 +102,8 @@ void WriteStats(JsonWriter& w, std::string_view name, const Stats& s) {
   w.Close('}');
 }
 
-const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
-                          "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 constexpr size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 
 std::string XmlEscape(std::string_view s) {
@@ -285,8 +285,8 @@ std::string TtftCdfSvg(std::span<const PolicyReport> policies) {
       pts += fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", X(x), Y(prev_y), X(x), Y(f));
       prev_y = f;
     }
-    s += fmt::format(
-        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n", color, pts);
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n",
+                     color, pts);
     const double ly = top + 14 + 18 * static_cast<double>(i);
     s += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" "

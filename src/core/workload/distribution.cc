@@ -45,8 +45,9 @@ int64_t LengthDist::Sample(Rng& rng) const {
     }
   }
   if (c->min == c->max) return c->min;
-  if (c->std_dev == 0.0) return std::clamp(std::llround(c->mean), static_cast<long long>(c->min),
-                                           static_cast<long long>(c->max));
+  if (c->std_dev == 0.0)
+    return std::clamp(std::llround(c->mean), static_cast<long long>(c->min),
+                      static_cast<long long>(c->max));
   long long v = 0;
   for (int attempt = 0; attempt < 16; ++attempt) {
     v = std::llround(c->mean + c->std_dev * rng.Normal());

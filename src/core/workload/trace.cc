@@ -134,8 +134,8 @@ TraceParseResult ParseTraceCsv(std::string_view text, std::string_view source_na
     TraceRow row;
     std::string_view ts = cells[col_time];
     if (!ParseDouble(ts, &row.time_s) && !ParseDateTime(ts, &row.time_s)) {
-      return fail(line_no, "TIMESTAMP: not seconds or YYYY-MM-DD HH:MM:SS[.f]: '" +
-                               std::string(ts) + "'");
+      return fail(line_no,
+                  "TIMESTAMP: not seconds or YYYY-MM-DD HH:MM:SS[.f]: '" + std::string(ts) + "'");
     }
     if (!ParseInt(cells[col_ctx], &row.context_tokens) || row.context_tokens < 1) {
       return fail(line_no, "ContextTokens: expected an integer >= 1");

@@ -170,7 +170,8 @@ RequestGenerator::RequestGenerator(const WorkloadSpec& spec, const ArrivalSpec& 
     // Prompt lengths are properties of the prompt set, drawn once.
     Rng setup(MixKey(seed, 0x5e7ULL));
     system_len_.resize(spec_.num_groups);
-    for (int32_t& len : system_len_) len = static_cast<int32_t>(spec_.system_prompt_len.Sample(setup));
+    for (int32_t& len : system_len_)
+      len = static_cast<int32_t>(spec_.system_prompt_len.Sample(setup));
     question_len_.resize(spec_.num_groups * spec_.num_prompts_per_group);
     for (int32_t& len : question_len_) len = static_cast<int32_t>(spec_.question_len.Sample(setup));
   }
@@ -227,8 +228,7 @@ bool RequestGenerator::Next(RequestSpec* out) {
     }
     if (row.context_tokens > prefix) {
       r.segments.push_back({SegmentKey(seed_, kTraceBodyKey, r.id),
-                            static_cast<int32_t>(row.context_tokens - prefix), Role::kUser,
-                            false});
+                            static_cast<int32_t>(row.context_tokens - prefix), Role::kUser, false});
     }
     r.prompt_tokens = row.context_tokens;
     return true;
@@ -247,8 +247,8 @@ bool RequestGenerator::Next(RequestSpec* out) {
       const int64_t group = prompt / spec_.num_prompts_per_group;
       r.group_id = group;
       if (system_len_[group] > 0) {
-        r.segments.push_back({SegmentKey(seed_, kSystemKey, group), system_len_[group],
-                              Role::kSystem, false});
+        r.segments.push_back(
+            {SegmentKey(seed_, kSystemKey, group), system_len_[group], Role::kSystem, false});
       }
       r.segments.push_back(
           {SegmentKey(seed_, kQuestionKey, prompt), question_len_[prompt], Role::kUser, false});
@@ -280,8 +280,7 @@ bool RequestGenerator::Next(RequestSpec* out) {
                                            : static_cast<int32_t>(spec_.question_len.Sample(rng_));
       conv.history.push_back({SegmentKey(seed_, kTurnKey, r.id), qlen, Role::kUser, false});
       r.segments = conv.history;
-      conv.history.push_back(
-          {r.id, static_cast<int32_t>(r.max_tokens), Role::kAssistant, true});
+      conv.history.push_back({r.id, static_cast<int32_t>(r.max_tokens), Role::kAssistant, true});
       conv.last_request = static_cast<int64_t>(r.id);
       ++conv.turns;
       break;

@@ -45,15 +45,15 @@ struct Segment {
 
 // One request to send.
 struct RequestSpec {
-  uint64_t id = 0;          // 0, 1, 2, ... in generation order
-  double arrival_s = 0.0;   // earliest send time, seconds from the start
+  uint64_t id = 0;         // 0, 1, 2, ... in generation order
+  double arrival_s = 0.0;  // earliest send time, seconds from the start
   api::Endpoint endpoint = api::Endpoint::kCompletions;
   std::vector<Segment> segments;
   int64_t prompt_tokens = 0;  // sum of segment tokens (a completions prompt's exact count)
   int64_t max_tokens = 0;     // output length; send with ignore_eos so it is exact
   int64_t group_id = -1;      // shared-prefix group (or trace prefix group); -1 none
   int64_t conversation_id = -1;
-  int32_t turn = 0;           // 0-based turn within the conversation
+  int32_t turn = 0;  // 0-based turn within the conversation
   // Multi-turn dependency: when >= 0, the request must not be sent before request
   // `after_request` has finished plus `think_time_s` (its prompt contains that
   // request's output). A driver sends at max(arrival_s, finish + think_time_s).

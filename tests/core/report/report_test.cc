@@ -23,12 +23,12 @@ RequestRecord Rec(uint64_t id, double send, double ttft, double e2e, int64_t out
 
 TEST(PercentileTest, NearestRank) {
   std::vector<double> v{10, 1, 9, 2, 8, 3, 7, 4, 6, 5};  // 1..10 shuffled
-  EXPECT_EQ(Percentile(v, 50), 5);    // rank ceil(5) = 5
-  EXPECT_EQ(Percentile(v, 90), 9);    // rank 9
-  EXPECT_EQ(Percentile(v, 99), 10);   // rank ceil(9.9) = 10
-  EXPECT_EQ(Percentile(v, 0), 1);     // rank 1
+  EXPECT_EQ(Percentile(v, 50), 5);                       // rank ceil(5) = 5
+  EXPECT_EQ(Percentile(v, 90), 9);                       // rank 9
+  EXPECT_EQ(Percentile(v, 99), 10);                      // rank ceil(9.9) = 10
+  EXPECT_EQ(Percentile(v, 0), 1);                        // rank 1
   EXPECT_EQ(Percentile(v, 100), 10);
-  EXPECT_EQ(Percentile(v, 51), 6);    // rank ceil(5.1) = 6
+  EXPECT_EQ(Percentile(v, 51), 6);  // rank ceil(5.1) = 6
   std::vector<double> hundred;
   for (int i = 1; i <= 100; ++i) hundred.push_back(i);
   EXPECT_EQ(Percentile(hundred, 99), 99);  // 0.99 * 100 is not 99.000...01 here
@@ -72,9 +72,9 @@ TEST(RecordTest, TpotAndSlo) {
 
 TEST(PolicySummaryTest, RatesGoodputHitRatesAndErrors) {
   std::vector<RequestRecord> recs{
-      Rec(0, 0.0, 0.1, 1.1, 11, 100, 0),     // tpot 0.1
-      Rec(1, 1.0, 0.3, 2.3, 5, 200, 160),    // tpot 0.5
-      Rec(2, 2.0, 0.2, 8.0, 30, 100, 96),    // ends at 10.0
+      Rec(0, 0.0, 0.1, 1.1, 11, 100, 0),   // tpot 0.1
+      Rec(1, 1.0, 0.3, 2.3, 5, 200, 160),  // tpot 0.5
+      Rec(2, 2.0, 0.2, 8.0, 30, 100, 96),  // ends at 10.0
       Rec(3, 3.0, -1, -1, 0, 50, 0),
   };
   recs[3].error = ErrorKind::kRejected;

@@ -31,8 +31,9 @@ TEST(TraceTest, ParsesAzureDateTimesAndOptionalColumns) {
 TEST(TraceTest, ErrorsNameSourceAndLine) {
   EXPECT_EQ(ParseTraceCsv("a,b\n", "x.csv").error,
             "x.csv:1: header must name TIMESTAMP, ContextTokens and GeneratedTokens");
-  EXPECT_EQ(ParseTraceCsv("TIMESTAMP,ContextTokens,GeneratedTokens\n0,5,1\n1,zz,2\n", "y.csv").error,
-            "y.csv:3: ContextTokens: expected an integer >= 1");
+  EXPECT_EQ(
+      ParseTraceCsv("TIMESTAMP,ContextTokens,GeneratedTokens\n0,5,1\n1,zz,2\n", "y.csv").error,
+      "y.csv:3: ContextTokens: expected an integer >= 1");
   EXPECT_EQ(ParseTraceCsv("TIMESTAMP,ContextTokens,GeneratedTokens\n0,5\n", "z.csv").error,
             "z.csv:2: expected 3 columns, got 2");
 }
