@@ -290,7 +290,12 @@ int BenchMain(int argc, char** argv) {
               "e2e p50 %.3fs p99 %.3fs\n",
               rep.ttft_s.mean, rep.ttft_s.p50, rep.ttft_s.p90, rep.ttft_s.p99, rep.tpot_s.p50,
               rep.tpot_s.p99, rep.e2e_s.p50, rep.e2e_s.p99);
-  if (!cfg.fleet.empty()) {
+  if (!cfg.fleet.empty() && HitRateFromScrapes(result.replicas) < 0) {
+    int64_t failed = 0;
+    for (const ReplicaScrape& s : result.replicas) failed += s.scrapes_failed;
+    std::printf("fleet: no prefix-cache queries seen in /metrics (%lld scrapes failed)\n",
+                static_cast<long long>(failed));
+  } else if (!cfg.fleet.empty()) {
     std::printf("fleet: prefix hit rate %.1f%% (cached/prompt %.1f%%), KV usage min %.2f max %.2f "
                 "peak %.2f, waiting mean %.1f max %.0f, preemptions %lld\n",
                 100 * rep.prefix_hit_rate, 100 * rep.request_cached_fraction, rep.kv_usage_min,
