@@ -289,7 +289,8 @@ void ParseFleet(const YAML::Node& n, FleetSpec* fl) {
 
 Scenario Parse(const YAML::Node& root, std::string_view base_dir) {
   CheckKeys(root, "",
-            {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies"});
+            {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies",
+             "sweep"});
   Scenario s;
   if (YAML::Node n = root["name"]) s.name = AsString(n, "name");
   if (YAML::Node n = root["seed"]) s.seed = static_cast<uint64_t>(AsInt(n, "seed"));
@@ -313,6 +314,23 @@ Scenario Parse(const YAML::Node& root, std::string_view base_dir) {
     if (!n.IsSequence()) Fail(n, "policies", "expected a list of policy names");
     for (size_t i = 0; i < n.size(); ++i) {
       s.policies.push_back(AsString(n[i], "policies[" + std::to_string(i) + "]"));
+    }
+  }
+  if (YAML::Node n = root["sweep"]) {
+    CheckKeys(n, "sweep", {"rates", "ttft_p99_bound_s"});
+    if (YAML::Node r = n["rates"]) {
+      if (!r.IsSequence() || r.size() == 0) Fail(r, "sweep.rates", "expected a non-empty list");
+      for (size_t i = 0; i < r.size(); ++i) {
+        const std::string f = "sweep.rates[" + std::to_string(i) + "]";
+        const double v = AsDouble(r[i], f);
+        if (!(v > 0)) Fail(r[i], f, "must be > 0");
+        if (!s.sweep_rates.empty() && v <= s.sweep_rates.back()) Fail(r[i], f, "rates must ascend");
+        s.sweep_rates.push_back(v);
+      }
+    }
+    OptDouble(n, "ttft_p99_bound_s", "sweep", &s.sweep_ttft_p99_bound_s);
+    if (s.sweep_ttft_p99_bound_s < 0) {
+      Fail(n["ttft_p99_bound_s"], "sweep.ttft_p99_bound_s", "must be >= 0");
     }
   }
   return s;

@@ -29,6 +29,7 @@
 //     network_delay_s: 0.0005        # router <-> replica, each way
 //   slo: {ttft_s: 2.0, tpot_s: 0.1}
 //   policies: [round-robin, kvroute] # default: every built-in policy
+//   sweep: {rates: [10, 20, 30], ttft_p99_bound_s: 2.0}  # for `simulate --sweep`
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,10 @@ struct Scenario {
   FleetSpec fleet;
   report::Slo slo;
   std::vector<std::string> policies;  // empty: every built-in policy
+  // Rate sweep defaults (`kvroute simulate --sweep`): constant rates, ascending, and the
+  // p99-TTFT bound (0: the TTFT SLO).
+  std::vector<double> sweep_rates;
+  double sweep_ttft_p99_bound_s = 0.0;
 };
 
 struct ScenarioLoad {

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,6 +15,7 @@
 #include "core/sched/registry.h"
 #include "simulate/scenario.h"
 #include "simulate/simulator.h"
+#include "simulate/sweep.h"
 
 namespace kvroute::simulate {
 namespace {
@@ -28,6 +30,19 @@ std::vector<std::string> SplitComma(const std::string& s) {
     start = comma + 1;
   }
   return out;
+}
+
+// "10,15,20" -> {10, 15, 20}; empty on a malformed, non-positive or non-ascending list.
+std::vector<double> ParseRates(const std::string& s) {
+  std::vector<double> rates;
+  for (const std::string& part : SplitComma(s)) {
+    char* end = nullptr;
+    const double v = std::strtod(part.c_str(), &end);
+    if (end == part.c_str() || *end != '\0' || !(v > 0) || (!rates.empty() && v <= rates.back()))
+      return {};
+    rates.push_back(v);
+  }
+  return rates;
 }
 
 bool WriteFile(const std::filesystem::path& path, const std::string& data) {
@@ -48,6 +63,9 @@ int SimulateMain(int argc, char** argv) {
   int64_t requests = 0;
   int replicas = 0;
   bool quiet = false;
+  bool sweep = false;
+  std::string rates_arg;
+  double ttft_bound = 0.0;
   app.add_option("--scenario", scenario_path, "scenario YAML file (see examples/scenarios/)")
       ->required();
   app.add_option("--policies", policies_arg,
@@ -58,6 +76,13 @@ int SimulateMain(int argc, char** argv) {
   app.add_option("--requests", requests, "override arrivals.num_requests");
   app.add_option("--replicas", replicas, "override fleet.replicas");
   app.add_flag("--quiet", quiet, "no progress line");
+  app.add_flag("--sweep", sweep, "rate sweep over the scenario's sweep.rates");
+  app.add_option("--rates", rates_arg,
+                 "rate sweep: comma-separated ascending constant rates (req/s), e.g. 10,15,20; "
+                 "each policy runs the scenario once per rate (same request count)");
+  app.add_option("--ttft-p99-bound", ttft_bound,
+                 "sweep: p99 TTFT bound in seconds for 'max sustainable rate' (default: the "
+                 "scenario's sweep.ttft_p99_bound_s, else slo.ttft_s, else 2)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -85,6 +110,59 @@ int SimulateMain(int argc, char** argv) {
       std::fprintf(stderr, "kvroute simulate: unknown policy '%s'\n", p.c_str());
       return 2;
     }
+  }
+
+  std::vector<double> rates = sc.sweep_rates;
+  if (!rates_arg.empty()) {
+    rates = ParseRates(rates_arg);
+    if (rates.empty()) {
+      std::fprintf(stderr, "kvroute simulate: --rates: expected ascending positive numbers\n");
+      return 2;
+    }
+  }
+  if (sweep || !rates_arg.empty()) {
+    if (rates.empty()) {
+      std::fprintf(stderr, "kvroute simulate: --sweep: the scenario has no sweep.rates\n");
+      return 2;
+    }
+    double bound = ttft_bound > 0                  ? ttft_bound
+                   : sc.sweep_ttft_p99_bound_s > 0 ? sc.sweep_ttft_p99_bound_s
+                   : sc.slo.ttft_s > 0             ? sc.slo.ttft_s
+                                                   : 2.0;
+    std::vector<PolicySweep> sweeps;
+    for (const std::string& p : policies) sweeps.push_back({p, {}});
+    for (double rate : rates) {
+      const Scenario at = WithRate(sc, rate);
+      const double oracle = ComputeOracleHitRate(at);
+      for (PolicySweep& ps : sweeps) {
+        const auto start = std::chrono::steady_clock::now();
+        SimulationResult r = RunSimulation(at, ps.policy, oracle);
+        if (!r.error.empty()) {
+          std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", ps.policy.c_str(),
+                       r.error.c_str());
+          return 1;
+        }
+        r.report.wall_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (!quiet) {
+          std::fprintf(stderr, "  rate %-6g %-20s TTFT p99 %8.3f s  %.2f s wall\n", rate,
+                       ps.policy.c_str(), r.report.ttft_s.p99, r.report.wall_s);
+        }
+        ps.points.push_back({rate, std::move(r.report)});
+      }
+    }
+    const std::string md = SweepMarkdown(sc.name, sweeps, bound);
+    std::fputs(md.c_str(), stdout);
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    const std::filesystem::path dir(out_dir);
+    if (ec || !WriteFile(dir / "sweep.json", SweepJson(sc.name, sweeps, bound)) ||
+        !WriteFile(dir / "sweep.md", md)) {
+      std::fprintf(stderr, "kvroute simulate: cannot write to %s\n", out_dir.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "wrote %s/sweep.json, sweep.md\n", out_dir.c_str());
+    return 0;
   }
 
   const bool tty = !quiet && isatty(STDERR_FILENO);

@@ -428,31 +428,42 @@ class Simulation {
 
 }  // namespace
 
-SimulationResult RunSimulation(const Scenario& scenario, const std::string& policy,
-                               double oracle_hit_rate, const ProgressFn& progress) {
-  SimulationResult result;
+sched::SchedulerOptions SimulationSchedulerOptions(const Scenario& scenario) {
   const engine::EngineConfig config = scenario.fleet.EngineConfigFor();
   sched::SchedulerOptions opts;
   opts.seed = scenario.seed;
   opts.max_ranked = 1;
   opts.default_block_size = config.block_size;
   opts.default_num_gpu_blocks = config.num_gpu_blocks;
-  sched::BuildResult built = sched::BuildPolicy(policy, opts);
-  if (!built.ok()) {
-    result.error =
-        built.error ? built.error->field + ": " + built.error->message : "cannot build policy";
-    return result;
-  }
-  Simulation sim(scenario, built.scheduler.get(), progress);
+  return opts;
+}
+
+SimulationResult RunSimulationWith(const Scenario& scenario, sched::Scheduler& scheduler,
+                                   const std::string& label, double oracle_hit_rate,
+                                   const ProgressFn& progress) {
+  SimulationResult result;
+  Simulation sim(scenario, &scheduler, progress);
   sim.Run();
   report::FleetTotals totals = sim.Totals();
   totals.oracle_hit_rate = oracle_hit_rate;
   result.report =
-      report::Summarize(policy, sim.records(), scenario.slo, totals, &sim.gaps(), &sim.fleet());
+      report::Summarize(label, sim.records(), scenario.slo, totals, &sim.gaps(), &sim.fleet());
   result.events = sim.events();
   result.steps = sim.steps();
   result.records = std::move(sim.records());
   return result;
+}
+
+SimulationResult RunSimulation(const Scenario& scenario, const std::string& policy,
+                               double oracle_hit_rate, const ProgressFn& progress) {
+  sched::BuildResult built = sched::BuildPolicy(policy, SimulationSchedulerOptions(scenario));
+  if (!built.ok()) {
+    SimulationResult result;
+    result.error =
+        built.error ? built.error->field + ": " + built.error->message : "cannot build policy";
+    return result;
+  }
+  return RunSimulationWith(scenario, *built.scheduler, policy, oracle_hit_rate, progress);
 }
 
 double ComputeOracleHitRate(const Scenario& scenario) {

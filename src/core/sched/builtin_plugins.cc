@@ -89,6 +89,30 @@ void MinMaxScorer::Score(const PickContext& ctx, std::span<const uint32_t> candi
   }
 }
 
+double SoftLoadScorer::LoadOf(const EndpointLoad& l) {
+  return std::max(static_cast<double>(l.inflight), l.waiting + l.running);
+}
+
+void SoftLoadScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                           std::span<double> out) {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -lo;
+  double sum = 0.0;
+  for (uint32_t pos : candidates) {
+    const double v = LoadOf(ctx.loads[pos]);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  const double mean = candidates.empty() ? 0.0 : sum / static_cast<double>(candidates.size());
+  const double denom = hi - lo + p_.min_spread + p_.relative_spread * mean;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double d = LoadOf(ctx.loads[candidates[i]]) - lo;
+    // denom is 0 only when every load is equal and both spreads are 0: all score 1.
+    out[i] = denom > 0 ? 1.0 - d / denom : 1.0;
+  }
+}
+
 void LoadAwareScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
                             std::span<double> out) {
   for (size_t i = 0; i < candidates.size(); ++i) {

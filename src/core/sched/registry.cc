@@ -77,6 +77,15 @@ void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
   defs.push_back({"least-request-scorer", Kind::kScorer, {}, [](const Params&) {
                     return std::unique_ptr<Plugin>(new MinMaxScorer(LoadField::kInflight));
                   }});
+  defs.push_back({"soft-load-scorer",
+                  Kind::kScorer,
+                  {{"minSpread", 0, kInf, false}, {"relativeSpread", 0, kInf, false}},
+                  [](const Params& p) -> std::unique_ptr<Plugin> {
+                    SoftLoadScorer::Params q;
+                    q.min_spread = Get(p, "minSpread", q.min_spread);
+                    q.relative_spread = Get(p, "relativeSpread", q.relative_spread);
+                    return std::make_unique<SoftLoadScorer>(q);
+                  }});
   defs.push_back({"load-aware-scorer",
                   Kind::kScorer,
                   {{"queueThreshold", 1e-9, kInf, false}},
@@ -339,17 +348,23 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                     {"max-score-picker", 1}});
   }
   if (policy == "kvroute") {
-    // Same scorers as gie-default, plus the router's own accounting between scrapes and a
-    // saturation filter. Metrics may be older than GIE's 200 ms before they count as
-    // saturated, because in-flight accounting covers the gap between scrapes.
+    // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
+    // between scrapes; a saturation filter (metrics may be older than GIE's 200 ms before
+    // they count as saturated, because in-flight accounting covers the gap); and, instead
+    // of the min-max queue scorer, a soft load scorer on in-flight requests that pulls
+    // traffic towards idle replicas before anything queues, but lets a replica keep a
+    // prefix until its load is several requests above the least loaded one (one request
+    // of difference costs 4/5, not the whole weight). Weights from a sweep over the five
+    // example scenarios and two seeds (docs/POLICIES.md).
     return Profile({P("inflight-accounting"),
                     P("saturation-filter", {{"staleAfterSeconds", 1.0}}),
-                    P("prefix-cache-scorer"), P("kv-cache-utilization-scorer"), P("queue-scorer"),
+                    P("prefix-cache-scorer"), P("kv-cache-utilization-scorer"),
+                    P("soft-load-scorer", {{"minSpread", 4.0}, {"relativeSpread", 0.25}}),
                     P("max-score-picker")},
                    {{"saturation-filter", 1},
                     {"prefix-cache-scorer", 3},
                     {"kv-cache-utilization-scorer", 2},
-                    {"queue-scorer", 2},
+                    {"soft-load-scorer", 4},
                     {"max-score-picker", 1}});
   }
   return std::nullopt;

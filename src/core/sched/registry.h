@@ -10,6 +10,9 @@
 //   queue-depth-scorer, queue-scorer  min-max normalised waiting (1 when all equal)
 //   running-requests-scorer      min-max normalised running
 //   least-request-scorer         min-max normalised router in-flight count
+//   soft-load-scorer             (minSpread 4, relativeSpread 0) 1 - (x - min) /
+//                                (max - min + minSpread + relativeSpread * mean), x =
+//                                max(in-flight, waiting + running)
 //   load-aware-scorer            (queueThreshold 128) 0.5 * (1 - waiting/threshold)
 //   saturation-filter            (kvThreshold 0.8, queueThreshold 5, staleAfterSeconds 0.2)
 //   inflight-accounting          turns on in-flight adjustment of kv/waiting/running for

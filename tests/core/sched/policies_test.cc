@@ -54,6 +54,10 @@ TEST(KvroutePolicy, SameprefixSticksThenSpillsToNextBest) {
     EXPECT_EQ(r.ranked[0], sticky) << "request " << i;
     s->OnDispatched(r.handle, r.ranked[0], now);
     s->OnFirstToken(r.handle, now + 0.01);
+    // Short answers: each request is done before the next arrives, so the replica is
+    // loaded in KV (held prefixes, long-running neighbours), not in request count. (With
+    // requests piling up in flight there, the soft load scorer would spread them.)
+    s->OnFinished(r.handle, now + 0.015);
     // The next scrape sees the replica fill up (it stays under 0.8).
     eps[sticky].kv_usage += 0.1;
     for (auto& e : eps) e.scraped_at_s = now + 0.02;
@@ -73,6 +77,30 @@ TEST(KvroutePolicy, SameprefixSticksThenSpillsToNextBest) {
   s->OnFirstToken(r.handle, now);
   r = s->Pick(Req(SharedPrefixPrompt(101)), eps, now + 0.01);
   EXPECT_EQ(r.ranked[0], 1u);
+}
+
+// One prefix for everything (the hotspot scenario): the replica holding it keeps the
+// traffic while its load is close to the others', but once requests pile up there (the
+// others idle) the load term outweighs the prefix and a second replica takes over.
+TEST(KvroutePolicy, SamePrefixSpreadsWhenRequestsPileUp) {
+  auto s = MustBuildPolicy("kvroute");
+  auto eps = MakeEndpoints(8);
+  std::map<uint32_t, int> count;
+  uint32_t first = 99;
+  for (int i = 0; i < 12; ++i) {
+    PickResult r = s->Pick(Req(SharedPrefixPrompt(i)), eps, 0.1);
+    ASSERT_TRUE(r.ok());
+    if (i == 0) first = r.ranked[0];
+    s->OnDispatched(r.handle, r.ranked[0], 0.1);
+    s->OnFirstToken(r.handle, 0.1);  // never finish: they pile up
+    count[r.ranked[0]]++;
+  }
+  // Prefix 3 x 1.0 against load 4 x n / (n + 4 + 0.25 * n / 8) plus KV 2 x the holder's
+  // estimated blocks over 1,000 (81 for the first request, 17 for each cached one): with 7
+  // in flight 2.49 + 0.37 < 3, with 8 2.61 + 0.40 > 3, so the 9th request goes to an idle
+  // replica, which then holds the prefix too and takes the rest.
+  ASSERT_EQ(count.size(), 2u);
+  EXPECT_EQ(count[first], 8);
 }
 
 // Without a scrape in between, a burst of distinct prompts must spread instead of piling

@@ -96,6 +96,41 @@ TEST(LeastRequestScorer, NormalisedRouterInflight) {
   EXPECT_EQ(s->inflight().InFlight(0), 2u);
 }
 
+TEST(SoftLoadScorer, GapOverGapPlusSpread) {
+  // minSpread 2, relativeSpread 0.5: denominator = (max - min) + 2 + 0.5 * mean.
+  auto s = MustBuild(SpecOf({Plugin("soft-load-scorer",
+                                    {{"minSpread", 2.0}, {"relativeSpread", 0.5}})}));
+  auto eps = MakeEndpoints(3);
+  // Load = max(router in-flight, waiting + running): 4 in flight on 0 (nothing scraped);
+  // 1 in flight on 2 but the scrape sees 6 there (another client's requests).
+  for (uint32_t target : {0u, 0u, 0u, 0u, 2u}) {
+    PickResult r = s->Pick(Req("x"), eps, 0.0);
+    s->OnDispatched(r.handle, target, 0.0);
+  }
+  eps[2].waiting = 2;
+  eps[2].running = 4;
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  // Loads 4, 0, 6: range 6, mean 10/3, denominator 6 + 2 + 5/3 = 29/3.
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0 - 4.0 / (29.0 / 3.0));
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 2), 1.0 - 6.0 / (29.0 / 3.0));
+  EXPECT_EQ(r.ranked[0], 1u);
+}
+
+TEST(SoftLoadScorer, OneRequestOfDifferenceCostsLittle) {
+  // Defaults (minSpread 4, no relative spread): one request more costs 1/5 of the
+  // weight, not all of it as a min-max scorer would; equal loads all score 1.
+  auto s = MustBuild(SpecOf({Plugin("soft-load-scorer")}));
+  auto eps = MakeEndpoints(2);
+  PickResult r = s->Pick(Req("x"), eps, 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+  s->OnDispatched(r.handle, 0, 0.0);
+  r = s->Pick(Req("x"), eps, 0.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.8);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+}
+
 TEST(PrefixCacheScorer, LongestMatchedPrefixOverTotalBlocks) {
   auto s = MustBuild(SpecOf({Plugin("prefix-cache-scorer", {{"blockSize", 4.0}})}));
   auto eps = MakeEndpoints(2);

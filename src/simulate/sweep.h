@@ -1,0 +1,67 @@
+// Rate sweeps for `kvroute simulate --rates`: the same scenario at several constant
+// arrival rates, and the arithmetic that turns the results into "throughput at equal p99
+// TTFT": per policy, the highest swept rate it sustains under a p99-TTFT bound and the
+// throughput it delivers there. Pure: results in, numbers and text out.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/report/summary.h"
+#include "simulate/scenario.h"
+
+namespace kvroute::simulate {
+
+// `scenario` with its arrivals replaced by one constant-rate stage of `rate` requests/s
+// (same process and burstiness). The request count is kept; a scenario limited only by
+// durations (stages) gets the number of requests its stages would send on average, so
+// every rate of a sweep serves the same amount of work.
+Scenario WithRate(const Scenario& scenario, double rate);
+
+struct SweepPoint {
+  double rate = 0.0;  // offered requests/s
+  report::PolicyReport report;
+};
+
+// One policy's runs, in ascending rate order.
+struct PolicySweep {
+  std::string policy;
+  std::vector<SweepPoint> points;
+};
+
+// Whether a run meets the bound: every request succeeded and TTFT p99 <= bound.
+bool MeetsTtftBound(const report::PolicyReport& r, double ttft_p99_bound_s);
+
+struct SweepSummary {
+  std::string policy;
+  // The highest swept rate at which the policy meets the bound at that rate and at every
+  // lower swept rate (a policy that fails and recovers does not count as sustaining the
+  // higher rate); -1 when it fails at the lowest rate.
+  double max_rate = -1.0;
+  // Measured at max_rate (0 when max_rate < 0).
+  double output_tokens_per_s = 0.0;
+  double requests_per_s = 0.0;
+  double goodput_requests_per_s = 0.0;
+  double ttft_p99_s = 0.0;
+};
+SweepSummary SummarizeSweep(const PolicySweep& sweep, double ttft_p99_bound_s);
+
+// The lowest swept rate at which `sweep` misses the bound (where it saturates), or -1.
+double FirstFailingRate(const PolicySweep& sweep, double ttft_p99_bound_s);
+
+// The point of `sweep` at `rate` (exact match), or nullptr.
+const SweepPoint* PointAt(const PolicySweep& sweep, double rate);
+
+// Markdown: one table of every (policy, rate) run, then the summary table (max rate under
+// the bound, output tok/s there, its ratio to `baseline`'s, and each policy's TTFT p99 at
+// the rate where `baseline` first misses the bound, with its ratio to baseline's).
+std::string SweepMarkdown(const std::string& scenario, std::span<const PolicySweep> sweeps,
+                          double ttft_p99_bound_s, const std::string& baseline = "round-robin");
+// The same as JSON: {"scenario", "ttft_p99_bound_s", "baseline", "baseline_saturation_rate",
+// "policies": [{"policy", "max_rate", "output_tokens_per_s", ..., "vs_baseline",
+// "points": [{"rate", "requests_per_s", ...}]}]}.
+std::string SweepJson(const std::string& scenario, std::span<const PolicySweep> sweeps,
+                      double ttft_p99_bound_s, const std::string& baseline = "round-robin");
+
+}  // namespace kvroute::simulate

@@ -1,0 +1,101 @@
+#include "simulate/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kvroute::simulate {
+namespace {
+
+SweepPoint Point(double rate, double ttft_p99, double tok_s, int64_t failed = 0) {
+  SweepPoint p;
+  p.rate = rate;
+  p.report.requests = 100;
+  p.report.succeeded = 100 - failed;
+  p.report.ttft_s.p99 = ttft_p99;
+  p.report.output_tokens_per_s = tok_s;
+  p.report.requests_per_s = rate * 0.9;
+  p.report.goodput_requests_per_s = rate * 0.8;
+  return p;
+}
+
+TEST(SweepTest, MaxRateIsTheLastOfTheLeadingPassingRun) {
+  PolicySweep s{"p", {Point(10, 0.5, 1000), Point(20, 1.9, 2000), Point(30, 2.5, 2500),
+                      Point(40, 1.0, 3000)}};
+  // 40 meets the bound again, but 30 did not: 20 is the highest sustained rate.
+  SweepSummary sum = SummarizeSweep(s, 2.0);
+  EXPECT_EQ(sum.max_rate, 20);
+  EXPECT_EQ(sum.output_tokens_per_s, 2000);
+  EXPECT_DOUBLE_EQ(sum.requests_per_s, 18);
+  EXPECT_DOUBLE_EQ(sum.goodput_requests_per_s, 16);
+  EXPECT_EQ(sum.ttft_p99_s, 1.9);
+  EXPECT_EQ(FirstFailingRate(s, 2.0), 30);
+  // The bound is inclusive.
+  EXPECT_EQ(SummarizeSweep(s, 2.5).max_rate, 40);
+  EXPECT_EQ(FirstFailingRate(s, 2.5), -1);
+}
+
+TEST(SweepTest, FailedRequestsOrAFailingFirstRateMeanNoSustainedRate) {
+  PolicySweep s{"p", {Point(10, 0.1, 1000, 1), Point(20, 0.1, 2000)}};
+  SweepSummary sum = SummarizeSweep(s, 2.0);
+  EXPECT_EQ(sum.max_rate, -1);
+  EXPECT_EQ(sum.output_tokens_per_s, 0);
+  EXPECT_EQ(FirstFailingRate(s, 2.0), 10);
+}
+
+TEST(SweepTest, MarkdownAndJsonCompareToTheBaseline) {
+  std::vector<PolicySweep> sweeps{
+      {"round-robin", {Point(10, 0.5, 1000), Point(20, 8.0, 1500), Point(30, 20.0, 1600)}},
+      {"kvroute", {Point(10, 0.1, 1000), Point(20, 0.4, 2000), Point(30, 1.5, 2500)}}};
+  const std::string md = SweepMarkdown("s", sweeps, 2.0);
+  // kvroute sustains 30 (2500 tok/s) vs round-robin's 10 (1000): 2.50x; at 20 req/s, where
+  // round-robin first misses the bound, its p99 is 0.4 / 8.0 = 0.05 of round-robin's.
+  EXPECT_NE(md.find("| kvroute | 30 | 2500 | 27.00 | 2.50x | 400 ms | 0.050 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| round-robin | 10 | 1000 | 9.00 | 1.00x | 8.00 s | 1.000 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| round-robin | 20 | 18.00 | 1500 |"), std::string::npos) << md;
+  const std::string json = SweepJson("s", sweeps, 2.0);
+  EXPECT_NE(json.find("\"baseline_saturation_rate\": 20"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"policy\": \"kvroute\", \"max_rate\": 30, \"output_tokens_per_s\": 2500"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"vs_baseline\": 2.5"), std::string::npos) << json;
+}
+
+TEST(SweepTest, WithRateKeepsTheAmountOfWork) {
+  Scenario s;
+  s.arrivals.stages = {{6, 60}, {12, 60}};
+  Scenario r = WithRate(s, 20);
+  ASSERT_EQ(r.arrivals.stages.size(), 1u);
+  EXPECT_EQ(r.arrivals.stages[0].rate, 20);
+  EXPECT_EQ(r.arrivals.num_requests, 6 * 60 + 12 * 60);
+  s.arrivals.num_requests = 500;
+  EXPECT_EQ(WithRate(s, 20).arrivals.num_requests, 500);
+}
+
+}  // namespace
+}  // namespace kvroute::simulate
+
+namespace kvroute::simulate {
+namespace {
+
+TEST(SweepTest, ScenarioSweepField) {
+  ScenarioLoad ok = ParseScenario(
+      "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+      "sweep: {rates: [5, 10.5], ttft_p99_bound_s: 1.5}\n",
+      "t.yaml", ".");
+  ASSERT_TRUE(ok.scenario) << ok.error;
+  EXPECT_EQ(ok.scenario->sweep_rates, (std::vector<double>{5, 10.5}));
+  EXPECT_EQ(ok.scenario->sweep_ttft_p99_bound_s, 1.5);
+  ScenarioLoad bad = ParseScenario(
+      "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+      "sweep:\n  rates: [10, 5]\n",
+      "t.yaml", ".");
+  EXPECT_EQ(bad.error, "t.yaml:4: sweep.rates[1]: rates must ascend");
+}
+
+}  // namespace
+}  // namespace kvroute::simulate
