@@ -9,12 +9,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <cerrno>
 #include <unordered_map>
+
+#include "http/lazy_timer.h"
 
 namespace kvroute::http {
 
@@ -48,21 +50,26 @@ bool IsConnectError(UpstreamError e) {
 
 namespace {
 
-constexpr std::size_t kBodyBufferBytes = 16u << 10;
+using Socket = asio::basic_stream_socket<tcp, asio::io_context::executor_type>;
+struct ForwardBody;
 
 // One TCP connection with what survives between requests on it. Pooled while idle.
+// Shared so that a pending (lazy) timer wait can keep it alive; `owner` is the request
+// using it (null while pooled), whose timeouts the timer enforces.
 struct Conn {
-  explicit Conn(asio::io_context& ctx) : socket(ctx), timer(ctx) {}
-  tcp::socket socket;
-  asio::steady_timer timer;
-  beast::flat_buffer buffer;  // bytes read past the end of a parsed head/body piece
-  std::array<char, kBodyBufferBytes> body;
+  explicit Conn(asio::io_context& ctx)
+      : socket(ctx.get_executor()), timer(ctx.get_executor(), &Conn::OnTimer) {}
+  static void OnTimer(void* p);
+  Socket socket;
+  LazyTimer timer;
+  beast::flat_buffer buffer;  // bytes received and not yet parsed
+  UpstreamCall::State* owner = nullptr;
   Clock::time_point idle_since;
 };
 
 // Peer closed (or sent something unexpected) while the connection sat in the pool?
 // One non-blocking peek: cheaper than keeping a read armed on every idle connection.
-bool LooksAlive(tcp::socket& s) {
+bool LooksAlive(Socket& s) {
   char c;
   ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -72,6 +79,13 @@ bool IsPeerClosed(const error_code& ec) {
   return ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
          ec == asio::error::eof || ec == asio::error::connection_reset ||
          ec == asio::error::broken_pipe || ec == asio::error::connection_aborted;
+}
+
+void CloseConn(Conn& c) {
+  error_code ignored;
+  c.owner = nullptr;
+  c.timer.Cancel();
+  c.socket.close(ignored);
 }
 
 }  // namespace
@@ -85,17 +99,18 @@ struct ClientPool {
     std::string host_header;  // "host:port"
     std::optional<tcp::endpoint> endpoint;
     std::string resolve_error;
-    std::vector<std::unique_ptr<Conn>> idle;
+    std::vector<std::shared_ptr<Conn>> idle;
   };
 
   ClientPool(asio::io_context& c, ClientOptions o) : ctx(c), options(std::move(o)) {}
 
   Slot& SlotFor(std::string_view host, uint16_t port) {
+    if (last && last->port == port && last->host == host) return *last;
     key.assign(host);
     key.push_back(':');
     key += std::to_string(port);
     auto it = slots.find(key);
-    if (it != slots.end()) return it->second;
+    if (it != slots.end()) return *(last = &it->second);
     Slot& s = slots[key];
     s.host.assign(host);
     s.port = port;
@@ -114,25 +129,25 @@ struct ClientPool {
         s.resolve_error = "cannot resolve '" + s.host + "': " + ec.message();
       }
     }
-    return s;
+    return *(last = &s);
   }
 
-  std::unique_ptr<Conn> TakeIdle(Slot& s) {
+  std::shared_ptr<Conn> TakeIdle(Slot& s) {
     Clock::time_point now = Clock::now();
     while (!s.idle.empty()) {
-      std::unique_ptr<Conn> c = std::move(s.idle.back());
+      std::shared_ptr<Conn> c = std::move(s.idle.back());
       s.idle.pop_back();
       if (now - c->idle_since <= options.pool_idle_timeout && LooksAlive(c->socket)) return c;
-      error_code ignored;
-      c->socket.close(ignored);
+      CloseConn(*c);
     }
     return nullptr;
   }
 
-  void PutIdle(Slot& s, std::unique_ptr<Conn> c) {
+  void PutIdle(Slot& s, std::shared_ptr<Conn> c) {
+    c->owner = nullptr;
+    c->timer.Clear();
     if (closed || s.idle.size() >= options.max_idle_per_endpoint) {
-      error_code ignored;
-      c->socket.close(ignored);
+      CloseConn(*c);
       return;
     }
     c->idle_since = Clock::now();
@@ -145,30 +160,58 @@ struct ClientPool {
   bool closed = false;
   // Node-based: Slot references stay valid while the pool lives (slots are never erased).
   std::unordered_map<std::string, Slot> slots;
+  Slot* last = nullptr;  // the slot used last (the common case: one or few endpoints)
   std::string key;  // scratch
 };
 
 }  // namespace detail
 
-// One request. Every async handler holds a shared_ptr to it, so the connection (socket,
-// buffers) stays alive until the last pending operation has completed, even after a
-// failure; only a cleanly finished exchange hands its connection back to the pool.
+namespace {
+
+// A Beast body type that hands each decoded piece of body straight to the request's
+// on_data (no intermediate buffer, no copy).
+struct ForwardBody {
+  struct value_type {
+    UpstreamCall::State* sink = nullptr;
+  };
+  struct reader {
+    template <bool isRequest, class Fields>
+    reader(bhttp::header<isRequest, Fields>&, value_type& v) : v_(v) {}
+    void init(const boost::optional<std::uint64_t>&, error_code& ec) { ec = {}; }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, error_code& ec);
+    void finish(error_code& ec) { ec = {}; }
+    value_type& v_;
+  };
+};
+
+}  // namespace
+
+// One request. Every async handler holds a shared_ptr to it (and the connection its
+// buffers belong to), so they stay alive until the last pending operation has
+// completed, even after a failure; only a cleanly finished exchange hands its connection
+// back to the pool.
 struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
   using Pool = detail::ClientPool;
 
+  ~State() {
+    if (conn && conn->owner == this) conn->owner = nullptr;
+  }
+
   std::shared_ptr<Pool> pool;
   Pool::Slot* slot = nullptr;
-  std::unique_ptr<Conn> conn;
+  std::shared_ptr<Conn> conn;
   std::string head;
   std::string_view body;
   std::chrono::milliseconds connect_timeout{0}, first_byte_timeout{0}, idle_timeout{0};
+  UpstreamError timeout_kind = UpstreamError::kNone;  // what the armed deadline means
   bool head_only = false;
   UpstreamCallbacks cb;
-  std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
+  std::optional<bhttp::response_parser<ForwardBody>> parser;
   UpstreamResult result;
-  uint64_t timer_gen = 0;
   bool done = false;
   bool retried = false;
+  bool head_seen = false;
 
   void Begin() {
     if (!slot->endpoint) {
@@ -180,24 +223,24 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
     }
     conn = pool->TakeIdle(*slot);
     if (conn) {
+      conn->owner = this;
       result.reused_connection = true;
       ++pool->stats.connections_reused;
-      // Posted so that no callback can run before Start returns.
-      asio::post(pool->ctx, [self = shared_from_this()] {
-        if (!self->done) self->Send();
-      });
-      return;
+      // Sending calls no callback (failures are reported from the event loop), so this
+      // may run before Start returns.
+      return Send();
     }
     Connect();
   }
 
   void Connect() {
-    conn = std::make_unique<Conn>(pool->ctx);
+    conn = std::make_shared<Conn>(pool->ctx);
+    conn->owner = this;
     result.reused_connection = false;
     ++pool->stats.connections_opened;
     ArmTimer(connect_timeout, UpstreamError::kConnectTimeout);
-    conn->socket.async_connect(*slot->endpoint, [self = shared_from_this()](error_code ec) {
-      if (self->done) return;
+    conn->socket.async_connect(*slot->endpoint, [self = shared_from_this(), c = conn](error_code ec) {
+      if (self->done || c != self->conn) return;
       if (ec) {
         return self->Finish(ec == asio::error::connection_refused ? UpstreamError::kConnectRefused
                                                                    : UpstreamError::kConnectFailed,
@@ -205,6 +248,7 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
       }
       error_code ignored;
       self->conn->socket.set_option(tcp::no_delay(true), ignored);
+      self->conn->socket.non_blocking(true, ignored);
       self->Send();
     });
   }
@@ -212,18 +256,14 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
   // A pooled connection died while idle (the peer closed it between our liveness check
   // and the send): the upstream never saw this request, so send it on a fresh one.
   bool RetryStale(const error_code& ec) {
-    if (!result.reused_connection || retried || !IsPeerClosed(ec) || conn->buffer.size() != 0) {
+    if (!result.reused_connection || retried || !IsPeerClosed(ec) || head_seen ||
+        conn->buffer.size() != 0) {
       return false;
     }
     retried = true;
     ++pool->stats.stale_retries;
-    error_code ignored;
-    conn->socket.close(ignored);
-    ++timer_gen;
-    conn->timer.cancel();
-    // The dead connection may still have a handler queued that references its buffers:
-    // keep it alive until this state goes away.
-    graveyard = std::move(conn);
+    CloseConn(*conn);
+    parser.reset();
     Connect();
     return true;
   }
@@ -231,39 +271,88 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
   void Send() {
     ArmTimer(first_byte_timeout, UpstreamError::kFirstByteTimeout);
     std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body.data(), body.size())};
-    asio::async_write(conn->socket, bufs, [self = shared_from_this()](error_code ec, std::size_t) {
-      if (self->done) return;
+    // Try at once: a request almost always fits in the socket buffer.
+    error_code ec;
+    std::size_t n = conn->socket.write_some(bufs, ec);
+    if (!ec && n == head.size() + body.size()) return Read();
+    if (ec) n = 0;
+    std::size_t skip_head = std::min(n, head.size());
+    std::array<asio::const_buffer, 2> rest{asio::buffer(head) + skip_head,
+                                           asio::buffer(body.data(), body.size()) + (n - skip_head)};
+    asio::async_write(conn->socket, rest, [self = shared_from_this(), c = conn](error_code ec, std::size_t) {
+      if (self->done || c != self->conn) return;
       if (ec) {
         if (self->RetryStale(ec)) return;
         return self->Finish(UpstreamError::kSendFailed, "send: " + ec.message());
       }
-      self->ReadHead();
+      self->Read();
     });
   }
 
-  void ReadHead() {
-    parser.emplace();
-    parser->header_limit(static_cast<std::uint32_t>(
-        std::min<std::size_t>(pool->options.max_response_header_bytes, UINT32_MAX)));
-    parser->body_limit(boost::none);
-    if (head_only) parser->skip(true);
-    bhttp::async_read_header(conn->socket, conn->buffer, *parser,
-                             [self = shared_from_this()](error_code ec, std::size_t) {
-                               if (self->done) return;
-                               if (ec) {
-                                 if (self->RetryStale(ec)) return;
-                                 return self->Finish(IsPeerClosed(ec) ? UpstreamError::kReset
-                                                                      : UpstreamError::kProtocol,
-                                                     "reading response head: " + ec.message());
-                               }
-                               self->OnHead();
-                             });
+  void Read() {
+    if (!parser) {
+      parser.emplace();
+      parser->header_limit(static_cast<std::uint32_t>(
+          std::min<std::size_t>(pool->options.max_response_header_bytes, UINT32_MAX)));
+      parser->body_limit(boost::none);
+      parser->get().body().sink = this;
+      if (head_only) parser->skip(true);
+    }
+    std::size_t want = std::max<std::size_t>(16u << 10, conn->buffer.capacity() - conn->buffer.size());
+    conn->socket.async_read_some(conn->buffer.prepare(std::min<std::size_t>(want, 256u << 10)),
+                                 [self = shared_from_this(), c = conn](error_code ec, std::size_t n) {
+                                   if (self->done || c != self->conn) return;
+                                   self->OnRead(ec, n);
+                                 });
+  }
+
+  void OnRead(error_code ec, std::size_t n) {
+    if (ec) {
+      if (ec == asio::error::eof && parser->is_header_done() && !parser->is_done()) {
+        // A body delimited by the connection's end.
+        error_code pec;
+        parser->put_eof(pec);
+        if (!pec && parser->is_done()) return Complete();
+      }
+      if (!head_seen && RetryStale(ec)) return;
+      return Finish(IsPeerClosed(ec) ? UpstreamError::kReset : UpstreamError::kProtocol,
+                    std::string(head_seen ? "reading response body: " : "reading response head: ") +
+                        ec.message());
+    }
+    conn->buffer.commit(n);
+    auto self = shared_from_this();  // a callback may drop the last other reference
+    while (conn->buffer.size() > 0) {
+      error_code pec;
+      std::size_t used = parser->put(conn->buffer.data(), pec);
+      if (done) return;  // cancelled from on_data
+      conn->buffer.consume(used);
+      if (pec == bhttp::error::need_more) break;
+      if (pec) {
+        return Finish(UpstreamError::kProtocol, std::string(head_seen ? "reading response body: "
+                                                                      : "reading response head: ") +
+                                                    pec.message());
+      }
+      if (parser->is_header_done() && !head_seen) {
+        OnHead();
+        if (done) return;
+      }
+      if (parser->is_done()) return Complete();
+      if (used == 0) break;
+    }
+    if (parser->is_header_done() && !head_seen) {
+      OnHead();
+      if (done) return;
+      if (parser->is_done()) return Complete();
+    }
+    Read();
   }
 
   void OnHead() {
+    head_seen = true;
     const auto& msg = parser->get();
     result.head_received = true;
     result.status = static_cast<int>(msg.result_int());
+    ArmTimer(idle_timeout, UpstreamError::kIdleTimeout);
     if (cb.on_head) {
       ResponseHead h;
       h.status = result.status;
@@ -273,45 +362,23 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
       h.chunked = parser->chunked();
       h.fields = &msg.base();
       cb.on_head(h);
-      if (done) return;  // cancelled from the callback
     }
-    ReadBody();
   }
 
-  void ReadBody() {
-    if (parser->is_done()) return Complete();
-    auto& b = parser->get().body();
-    b.data = conn->body.data();
-    b.size = conn->body.size();
-    b.more = true;
+  // A piece of decoded body (from ForwardBody's reader, inside parser->put).
+  void OnPiece(std::string_view piece) {
+    if (done || piece.empty()) return;
+    if (!head_seen) {
+      // The parser handed over body bytes in the same call that completed the head.
+      OnHead();
+      if (done) return;
+    }
+    result.body_bytes += piece.size();
     ArmTimer(idle_timeout, UpstreamError::kIdleTimeout);
-    bhttp::async_read_some(conn->socket, conn->buffer, *parser,
-                           [self = shared_from_this()](error_code ec, std::size_t) {
-                             self->OnBody(ec);
-                           });
-  }
-
-  void OnBody(error_code ec) {
-    if (done) return;
-    if (ec == bhttp::error::need_buffer) ec = {};
-    std::size_t got = conn->body.size() - parser->get().body().size;
-    if (got > 0) {
-      result.body_bytes += got;
-      if (cb.on_data) {
-        cb.on_data(std::string_view(conn->body.data(), got));
-        if (done) return;
-      }
-    }
-    if (ec) {
-      return Finish(IsPeerClosed(ec) ? UpstreamError::kReset : UpstreamError::kProtocol,
-                    "reading response body: " + ec.message());
-    }
-    ReadBody();
+    if (cb.on_data) cb.on_data(piece);
   }
 
   void Complete() {
-    ++timer_gen;
-    conn->timer.cancel();
     // Reuse only what is certainly clean: the whole response read, keep-alive, and no
     // stray bytes after it (which would poison the next response).
     if (parser->keep_alive() && conn->buffer.size() == 0) {
@@ -321,24 +388,19 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
   }
 
   void ArmTimer(std::chrono::milliseconds d, UpstreamError kind) {
-    uint64_t gen = ++timer_gen;
-    conn->timer.expires_after(d);
-    conn->timer.async_wait([self = shared_from_this(), gen, kind](error_code ec) {
-      if (ec || self->done || gen != self->timer_gen) return;
-      self->Finish(kind, std::string(UpstreamErrorName(kind)));
-    });
+    timeout_kind = kind;
+    conn->timer.Set(Clock::now() + d, conn);
+  }
+
+  void OnTimeout() {
+    auto self = shared_from_this();
+    Finish(timeout_kind, std::string(UpstreamErrorName(timeout_kind)));
   }
 
   void Finish(UpstreamError e, std::string message) {
     if (done) return;
     done = true;
-    ++timer_gen;
-    if (conn) {
-      // Not reset: a cancelled operation may still reference its buffers.
-      error_code ignored;
-      conn->timer.cancel();
-      conn->socket.close(ignored);
-    }
+    if (conn) CloseConn(*conn);  // kept (not reset): a cancelled operation may still use it
     result.error = e;
     result.message = std::move(message);
     auto on_done = std::move(cb.on_done);
@@ -346,9 +408,27 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
     cb = UpstreamCallbacks{};
     if (on_done) on_done(std::move(result));
   }
-
-  std::unique_ptr<Conn> graveyard;
 };
+
+namespace {
+
+void Conn::OnTimer(void* p) {
+  Conn* c = static_cast<Conn*>(p);
+  if (c->owner) c->owner->OnTimeout();
+}
+
+template <class ConstBufferSequence>
+std::size_t ForwardBody::reader::put(const ConstBufferSequence& buffers, error_code& ec) {
+  ec = {};
+  std::size_t n = 0;
+  for (auto b : beast::buffers_range_ref(buffers)) {
+    if (v_.sink) v_.sink->OnPiece(std::string_view(static_cast<const char*>(b.data()), b.size()));
+    n += b.size();
+  }
+  return n;
+}
+
+}  // namespace
 
 void UpstreamCall::Cancel() {
   if (state_ && !state_->done) state_->Finish(UpstreamError::kCancelled, "cancelled");
@@ -415,10 +495,7 @@ UpstreamCall UpstreamClient::Start(std::string_view host, uint16_t port,
 
 void UpstreamClient::CloseIdle() {
   for (auto& [key, slot] : pool_->slots) {
-    for (auto& c : slot.idle) {
-      error_code ignored;
-      c->socket.close(ignored);
-    }
+    for (auto& c : slot.idle) CloseConn(*c);
     slot.idle.clear();
   }
 }

@@ -131,9 +131,10 @@ class UpstreamCall {
   // True once on_done has run (or the handle is empty).
   bool done() const;
 
+  struct State;  // implementation detail
+
  private:
   friend class UpstreamClient;
-  struct State;
   explicit UpstreamCall(std::shared_ptr<State> s) : state_(std::move(s)) {}
   std::shared_ptr<State> state_;
 };

@@ -13,6 +13,8 @@
 #include <future>
 #include <optional>
 
+#include "http/lazy_timer.h"
+
 namespace kvroute::http {
 
 namespace asio = boost::asio;
@@ -114,22 +116,29 @@ struct ServerShared {
 };
 
 // One accepted socket. Reads a request, hands it to the handler, writes the response,
-// then reads the next (so pipelined requests are answered in order). While a response
-// is in progress it keeps a read pending to notice a disconnect; bytes it gets are kept
-// for the next request.
+// then parses the next (so pipelined requests are answered in order). One read is kept
+// pending for the connection's whole life: while a response is in progress it notices a
+// disconnect, and bytes it gets are kept for the next request; once the response is done
+// the same read delivers the next request, so nothing is cancelled or re-armed between
+// requests. Parsing is synchronous on the buffered bytes, writes are tried at once
+// (non-blocking) and only wait for the socket when it is full, and the read/write
+// timeouts are lazy: a keep-alive request costs no timer or handler churn.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, std::shared_ptr<const ServerShared> shared, int worker)
+  using Socket = asio::basic_stream_socket<tcp, asio::io_context::executor_type>;
+
+  Connection(Socket socket, std::shared_ptr<const ServerShared> shared, int worker)
       : socket_(std::move(socket)),
         shared_(std::move(shared)),
         worker_(worker),
-        read_timer_(socket_.get_executor()),
-        write_timer_(socket_.get_executor()) {}
+        read_timer_(socket_.get_executor(), &Connection::OnReadTimeout),
+        write_timer_(socket_.get_executor(), &Connection::OnWriteTimeout) {}
 
   void Start() {
     error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
-    ReadRequest();
+    socket_.non_blocking(true, ignored);
+    BeginRequest();
   }
 
   bool closed() const { return closed_; }
@@ -165,8 +174,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     closed_ = true;
     error_code ignored;
-    read_timer_.cancel();
-    write_timer_.cancel();
+    read_timer_.Cancel();
+    write_timer_.Cancel();
     socket_.close(ignored);
     std::deque<Out> dropped;
     dropped.swap(out_);
@@ -187,34 +196,105 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::function<void(bool)> done;
   };
 
-  void ArmReadTimer() {
-    uint64_t gen = ++read_gen_;
-    read_timer_.expires_after(shared_->options.read_timeout);
-    read_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
-      if (ec || gen != self->read_gen_ || self->closed_) return;
-      self->Close();
-    });
-  }
-  void DisarmReadTimer() {
-    ++read_gen_;
-    read_timer_.cancel();
-  }
+  static void OnReadTimeout(void* p) { static_cast<Connection*>(p)->Close(); }
+  static void OnWriteTimeout(void* p) { static_cast<Connection*>(p)->Close(); }
 
-  void ReadRequest() {
+  // Waits for the next request (a kept-alive connection, or a new one).
+  void BeginRequest() {
     if (closed_) return;
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(
         std::min<std::size_t>(shared_->options.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(shared_->options.max_body_bytes);
-    ArmReadTimer();
-    bhttp::async_read_header(socket_, buffer_, *parser_,
-                             [self = shared_from_this()](error_code ec, std::size_t) {
-                               self->OnHeader(ec);
-                             });
+    parser_->eager(true);
+    header_checked_ = false;
+    read_timer_.Set(LazyTimer::Clock::now() + shared_->options.read_timeout, this);
+    if (buffer_.size() > 0) return Parse();  // pipelined bytes
+    Read();
   }
 
-  // Maps a read error to the response it deserves; returns false if the connection
-  // should just be closed (timeout, peer gone, nothing received).
+  // Keeps one read pending (unless one already is, or the pipelining bound is hit).
+  void Read() {
+    if (reading_ || closed_) return;
+    if (in_response_ && buffer_.size() >= shared_->options.max_pipelined_bytes) return;
+    reading_ = true;
+    std::size_t want = std::max<std::size_t>(4096, std::min<std::size_t>(buffer_.capacity() - buffer_.size(), 65536));
+    if (!in_response_ && parser_ && parser_->is_header_done()) {
+      // A long body: read the rest in one go (one allocation, few syscalls).
+      if (auto left = parser_->content_length_remaining()) {
+        want = std::max<std::size_t>(want, std::min<uint64_t>(*left, 1u << 20));
+      }
+    }
+    socket_.async_read_some(buffer_.prepare(want),
+                            [self = shared_from_this()](error_code ec, std::size_t n) {
+                              self->OnRead(ec, n);
+                            });
+  }
+
+  void OnRead(error_code ec, std::size_t n) {
+    reading_ = false;
+    if (closed_) return;
+    if (lingering_) {
+      buffer_.clear();
+      if (ec) return Close();
+      return Read();
+    }
+    if (ec) {
+      if (in_response_) return Close();  // the client went away before we finished
+      return FailRead(ec);
+    }
+    buffer_.commit(n);
+    if (in_response_) return Read();  // keep watching; the bytes wait for their turn
+    Parse();
+  }
+
+  // Feeds the buffered bytes to the parser; dispatches the request once complete.
+  void Parse() {
+    error_code ec;
+    while (buffer_.size() > 0) {
+      std::size_t used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == bhttp::error::need_more) {
+        ec = {};
+        break;
+      }
+      if (ec) return FailRead(ec);
+      if (parser_->is_header_done() && !header_checked_) {
+        header_checked_ = true;
+        if (!CheckHeader()) return;
+      }
+      if (parser_->is_done()) return OnRequest();
+      if (used == 0) break;
+    }
+    if (parser_->is_header_done() && !header_checked_) {
+      header_checked_ = true;
+      if (!CheckHeader()) return;
+      if (parser_->is_done()) return OnRequest();
+    }
+    Read();
+  }
+
+  // Header complete: field count limit and Expect: 100-continue. False if a response
+  // was already sent.
+  bool CheckHeader() {
+    const Request& req = parser_->get();
+    std::size_t count = 0;
+    for (auto it = req.begin(); it != req.end(); ++it) ++count;
+    if (count > shared_->options.max_header_count) {
+      SendError(431, "Too many request header fields.");
+      return false;
+    }
+    if (!parser_->is_done() && buffer_.size() == 0) {
+      auto expect = req[bhttp::field::expect];
+      if (beast::iequals(expect, "100-continue")) {
+        Enqueue(std::string("HTTP/1.1 100 Continue\r\n\r\n"), {}, {}, false, {});
+      }
+    }
+    return true;
+  }
+
+  // Maps a read error to the response it deserves, or just closes the connection
+  // (timeout, peer gone, nothing received).
   void FailRead(error_code ec) {
     if (closed_) return;
     if (ec == bhttp::error::body_limit) {
@@ -232,48 +312,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     SendError(400, "Malformed HTTP request.");
   }
 
-  void OnHeader(error_code ec) {
-    if (ec) return FailRead(ec);
-    const Request& req = parser_->get();
-    std::size_t count = 0;
-    for (auto it = req.begin(); it != req.end(); ++it) ++count;
-    if (count > shared_->options.max_header_count) {
-      return SendError(431, "Too many request header fields.");
-    }
-    if (parser_->is_done()) return OnRequest();
-    auto expect = req[bhttp::field::expect];
-    if (beast::iequals(expect, "100-continue")) {
-      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
-                        [self = shared_from_this()](error_code ec, std::size_t) {
-                          if (ec) return self->Close();
-                          self->ReadBody();
-                        });
-      return;
-    }
-    ReadBody();
-  }
-
-  void ReadBody() {
-    if (closed_) return;
-    bhttp::async_read(socket_, buffer_, *parser_,
-                      [self = shared_from_this()](error_code ec, std::size_t) {
-                        if (ec) return self->FailRead(ec);
-                        self->OnRequest();
-                      });
-  }
-
   void OnRequest() {
-    DisarmReadTimer();
+    read_timer_.Clear();
     keep_alive_ = parser_->get().keep_alive();
     chunked_ = parser_->get().version() >= 11;
     head_only_ = parser_->get().method() == bhttp::verb::head;
     in_response_ = true;
+    if (!executor_) executor_ = socket_.get_executor();
     auto ex = std::shared_ptr<Exchange>(new Exchange(shared_from_this(), parser_->release(),
-                                                     worker_, socket_.get_executor()));
+                                                     worker_, executor_));
     parser_.reset();
     exchange_ = ex;
-    Watch();
+    Read();  // watch for a disconnect while the handler works
     // A handler must not throw; if one does, answer instead of losing the client. `ex`
     // stays referenced here so the catch can still use it.
     try {
@@ -285,27 +335,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
-  // A read kept pending while the handler works: its failure means the client left.
-  void Watch() {
-    if (watching_ || closed_ || buffer_.size() >= shared_->options.max_pipelined_bytes) return;
-    watching_ = true;
-    socket_.async_read_some(buffer_.prepare(4096),
-                            [self = shared_from_this()](error_code ec, std::size_t n) {
-                              self->OnWatch(ec, n);
-                            });
-  }
-
-  void OnWatch(error_code ec, std::size_t n) {
-    watching_ = false;
-    if (closed_ || lingering_) return;
-    if (ec == asio::error::operation_aborted && !in_response_) return ReadRequest();
-    if (ec) return Close();  // the client went away (or reset) before we finished
-    buffer_.commit(n);
-    if (in_response_) return Watch();
-    ReadRequest();
-  }
-
   void SendError(int status, std::string message) {
+    read_timer_.Clear();
     keep_alive_ = false;
     chunked_ = true;
     head_only_ = false;
@@ -318,46 +349,76 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Enqueue(std::move(head), std::move(body), {}, true, {});
   }
 
+  // Writes the queue, trying each batch at once (non-blocking): the socket almost always
+  // has room, and this saves a trip through the event loop (and its wakeup) per response
+  // or chunk. Only a full socket waits for the event loop.
   void DoWrite() {
-    if (out_.empty() || closed_) return;
-    writing_ = true;
-    wbufs_.clear();
-    in_flight_ = 0;
-    for (const Out& o : out_) {
-      if (in_flight_ == kMaxGather) break;
-      if (!o.a.empty()) wbufs_.emplace_back(o.a.data(), o.a.size());
-      if (!o.b.empty()) wbufs_.emplace_back(o.b.data(), o.b.size());
-      if (!o.tail.empty()) wbufs_.emplace_back(o.tail.data(), o.tail.size());
-      ++in_flight_;
+    while (!out_.empty() && !closed_) {
+      writing_ = true;
+      wbufs_.clear();
+      in_flight_ = 0;
+      std::size_t total = 0;
+      for (const Out& o : out_) {
+        if (in_flight_ == kMaxGather) break;
+        if (!o.a.empty()) wbufs_.emplace_back(o.a.data(), o.a.size());
+        if (!o.b.empty()) wbufs_.emplace_back(o.b.data(), o.b.size());
+        if (!o.tail.empty()) wbufs_.emplace_back(o.tail.data(), o.tail.size());
+        total += o.a.size() + o.b.size() + o.tail.size();
+        ++in_flight_;
+      }
+      error_code ec;
+      std::size_t n = socket_.write_some(wbufs_, ec);
+      if (!ec && n == total) {
+        if (!Flushed()) return;
+        continue;
+      }
+      // Full (or failed): wait for the rest; a failure is reported there.
+      if (ec) n = 0;
+      std::size_t skip = 0;
+      while (skip < wbufs_.size() && n >= wbufs_[skip].size()) n -= wbufs_[skip++].size();
+      wbufs_.erase(wbufs_.begin(), wbufs_.begin() + static_cast<std::ptrdiff_t>(skip));
+      if (!wbufs_.empty()) wbufs_[0] += n;
+      write_timer_.Set(LazyTimer::Clock::now() + shared_->options.write_timeout, this);
+      asio::async_write(socket_, wbufs_, [self = shared_from_this()](error_code ec, std::size_t) {
+        self->OnWrite(ec);
+      });
+      return;
     }
-    uint64_t gen = ++write_gen_;
-    write_timer_.expires_after(shared_->options.write_timeout);
-    write_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
-      if (ec || gen != self->write_gen_ || self->closed_) return;
-      self->Close();
-    });
-    asio::async_write(socket_, wbufs_, [self = shared_from_this()](error_code ec, std::size_t) {
-      self->OnWrite(ec);
-    });
+    writing_ = false;
   }
 
   void OnWrite(error_code ec) {
-    writing_ = false;
-    ++write_gen_;
-    write_timer_.cancel();
+    write_timer_.Clear();
     if (closed_) return;
     if (ec) return Close();
+    if (Flushed()) DoWrite();
+  }
+
+  // The first in_flight_ queued items were written: drops them and runs their callbacks
+  // (writing_ stays set meanwhile, so a callback that queues more cannot start a nested
+  // write over items not yet dropped). Returns true if the caller should keep writing.
+  bool Flushed() {
     bool finished = false;
+    dones_.clear();
     for (std::size_t i = 0; i < in_flight_; ++i) {
-      Out o = std::move(out_.front());
-      out_.pop_front();
+      Out& o = out_.front();
       pending_bytes_ -= o.a.size() + o.b.size() + o.tail.size();
       if (o.last) finished = true;
-      if (o.done) o.done(true);
-      if (closed_) return;  // a callback may have failed the connection
+      if (o.done) dones_.push_back(std::move(o.done));
+      out_.pop_front();
     }
-    if (finished) return OnResponseDone();
-    if (!out_.empty()) DoWrite();
+    in_flight_ = 0;
+    for (std::size_t i = 0; i < dones_.size() && !closed_; ++i) {
+      auto done = std::move(dones_[i]);
+      done(true);
+    }
+    if (closed_) return false;  // a callback may have failed the connection
+    writing_ = false;
+    if (finished) {
+      OnResponseDone();
+      return false;
+    }
+    return true;
   }
 
   void OnResponseDone() {
@@ -365,14 +426,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_.reset();
     if (!keep_alive_) return Linger();
     if (!out_.empty()) return DoWrite();  // cannot happen: one response at a time
-    if (watching_) {
-      // Stop the watch read; its handler then parses the next request from the
-      // buffer (which may already hold pipelined bytes).
-      error_code ignored;
-      socket_.cancel(ignored);
+    if (buffer_.size() > 0) {
+      // Pipelined request already here: parse it from the event loop, not from inside
+      // the handler's Respond call (no recursion through a burst of requests).
+      asio::post(socket_.get_executor(), [self = shared_from_this()] { self->BeginRequest(); });
       return;
     }
-    ReadRequest();
+    BeginRequest();
   }
 
   // Half-closes and drains what the client still sends for a short while, so an
@@ -381,33 +441,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     lingering_ = true;
     error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_send, ignored);
-    if (watching_) socket_.cancel(ignored);
-    uint64_t gen = ++read_gen_;
-    read_timer_.expires_after(std::chrono::seconds(1));
-    read_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
-      if (ec || gen != self->read_gen_) return;
-      self->Close();
-    });
-    Drain();
-  }
-  void Drain() {
-    if (closed_) return;
-    socket_.async_read_some(asio::buffer(drain_buf_),
-                            [self = shared_from_this()](error_code ec, std::size_t) {
-                              if (ec && ec != asio::error::operation_aborted) return self->Close();
-                              self->Drain();
-                            });
+    buffer_.clear();
+    read_timer_.Set(LazyTimer::Clock::now() + std::chrono::seconds(1), this);
+    Read();
   }
 
   static constexpr std::size_t kMaxGather = 64;
 
-  tcp::socket socket_;
+  Socket socket_;
   std::shared_ptr<const ServerShared> shared_;
   int worker_;
-  asio::steady_timer read_timer_;
-  asio::steady_timer write_timer_;
-  uint64_t read_gen_ = 0;
-  uint64_t write_gen_ = 0;
+  asio::any_io_executor executor_;
+  LazyTimer read_timer_;
+  LazyTimer write_timer_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::weak_ptr<Exchange> exchange_;
@@ -415,10 +461,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<asio::const_buffer> wbufs_;
   std::size_t in_flight_ = 0;
   std::size_t pending_bytes_ = 0;
-  std::array<char, 4096> drain_buf_;
+  std::vector<std::function<void(bool)>> dones_;  // scratch for Flushed
   bool closed_ = false;
   bool writing_ = false;
-  bool watching_ = false;
+  bool reading_ = false;
+  bool header_checked_ = false;
   bool in_response_ = false;
   bool keep_alive_ = true;
   bool chunked_ = true;
@@ -544,8 +591,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   void Accept() {
     std::size_t idx = next++ % contexts.size();
-    acceptor.async_accept(*contexts[idx], [self = shared_from_this(), idx](error_code ec,
-                                                                           tcp::socket socket) {
+    acceptor.async_accept(*contexts[idx], [self = shared_from_this(), idx](
+                                              error_code ec, Connection::Socket socket) {
       if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
       if (ec) {
         // Out of descriptors and the like: back off briefly instead of spinning.
@@ -555,7 +602,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         });
         return;
       }
-      auto conn = std::make_shared<Connection>(std::move(socket), self->shared, static_cast<int>(idx));
+      auto conn = std::make_shared<Connection>(std::move(socket), self->shared,
+                                               static_cast<int>(idx));
       asio::post(*self->contexts[idx], [conn] { conn->Start(); });
       self->Accept();
     });
