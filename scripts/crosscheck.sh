@@ -196,10 +196,15 @@ run_live() {
   fleet=$(echo $ports | tr ' ' ',')
   log "[$policy] router on :$rport; bench ${BENCH_FLAGS[*]} (budget ${BENCH_BUDGET_S}s)"
   local rc=0
+  # In the background and waited for, so that a signal to this script runs its trap at
+  # once instead of after the bench (bash defers traps while a foreground child runs).
   timeout --signal=TERM --kill-after=10 "$BENCH_BUDGET_S" \
     "$BIN" bench --url "http://127.0.0.1:$rport" --scenario "$SCENARIO" "${BENCH_FLAGS[@]}" \
       --fleet "$fleet" --label "$policy" --drain "$DRAIN_S" --quiet --out "$dir" \
-      >"$dir/bench.txt" 2>"$dir/bench.err" || rc=$?
+      >"$dir/bench.txt" 2>"$dir/bench.err" &
+  local bench_pid=$!
+  PIDS+=("$bench_pid")
+  wait "$bench_pid" || rc=$?
   stop_pid "$serve_pid"
   stop_pid "$sim_pid"
   PIDS=()
