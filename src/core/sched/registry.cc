@@ -349,17 +349,18 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
   }
   if (policy == "kvroute") {
     // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
-    // between scrapes; a saturation filter (metrics may be older than GIE's 200 ms before
-    // they count as saturated, because in-flight accounting covers the gap); and, instead
-    // of the min-max queue scorer, a soft load scorer on in-flight requests that pulls
-    // traffic towards idle replicas before anything queues, but lets a replica keep a
-    // prefix until its load is several requests above the least loaded one (one request
-    // of difference costs 4/5, not the whole weight). Weights from a sweep over the five
-    // example scenarios and two seeds (docs/POLICIES.md).
+    // between scrapes; a saturation filter on queues and stale metrics only (metrics may
+    // be older than GIE's 200 ms, because in-flight accounting covers the gap; KV usage
+    // alone does not filter, since in a KV-bound fleet every replica sits near 80% and
+    // dropping the prefix holder only copies its prefix elsewhere); and, instead of the
+    // min-max queue scorer, a soft load scorer on in-flight requests that pulls traffic
+    // towards idle replicas before anything queues, but lets a replica keep a prefix
+    // until its load is about a dozen requests above the least loaded one. Weights from
+    // sweeps over the five example scenarios and seeds 1-3 (docs/POLICIES.md).
     return Profile({P("inflight-accounting"),
-                    P("saturation-filter", {{"staleAfterSeconds", 1.0}}),
+                    P("saturation-filter", {{"kvThreshold", 1.0}, {"staleAfterSeconds", 1.0}}),
                     P("prefix-cache-scorer"), P("kv-cache-utilization-scorer"),
-                    P("soft-load-scorer", {{"minSpread", 4.0}, {"relativeSpread", 0.25}}),
+                    P("soft-load-scorer", {{"minSpread", 8.0}, {"relativeSpread", 0.25}}),
                     P("max-score-picker")},
                    {{"saturation-filter", 1},
                     {"prefix-cache-scorer", 3},

@@ -35,15 +35,17 @@ std::string DistinctPrompt(int i) {
   return p;
 }
 
-// The seed scenario: 8 replicas, same-prefix traffic sticks to one replica while its KV is
-// low and spills to the next-best once its KV passes the saturation threshold.
+// The seed scenario: 8 replicas, same-prefix traffic sticks to one replica while its KV
+// fills up (KV alone never filters: in a KV-bound fleet every replica sits near the old
+// 0.8 threshold, and spilling the prefix would only copy it), and spills to the next-best
+// once its queue passes the saturation threshold.
 TEST(KvroutePolicy, SameprefixSticksThenSpillsToNextBest) {
   auto s = MustBuildPolicy("kvroute");
   auto eps = MakeEndpoints(8);
   for (size_t i = 0; i < 8; ++i) eps[i].kv_usage = 0.20 + 0.01 * static_cast<double>(i);
   double now = 0.0;
   uint32_t sticky = 99;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 7; ++i) {
     now += 0.05;
     PickResult r = s->Pick(Req(SharedPrefixPrompt(i)), eps, now);
     ASSERT_TRUE(r.ok());
@@ -52,21 +54,22 @@ TEST(KvroutePolicy, SameprefixSticksThenSpillsToNextBest) {
       sticky = r.ranked[0];
     }
     EXPECT_EQ(r.ranked[0], sticky) << "request " << i;
+    EXPECT_EQ(r.candidates.size(), 8u) << "request " << i;  // high KV is not filtered
     s->OnDispatched(r.handle, r.ranked[0], now);
     s->OnFirstToken(r.handle, now + 0.01);
     // Short answers: each request is done before the next arrives, so the replica is
     // loaded in KV (held prefixes, long-running neighbours), not in request count. (With
     // requests piling up in flight there, the soft load scorer would spread them.)
     s->OnFinished(r.handle, now + 0.015);
-    // The next scrape sees the replica fill up (it stays under 0.8).
+    // The next scrape sees the replica fill up, past 0.8 at the end.
     eps[sticky].kv_usage += 0.1;
     for (auto& e : eps) e.scraped_at_s = now + 0.02;
     for (auto& e : eps) s->OnMetricsUpdated(e.id, now + 0.02);
   }
-  EXPECT_NEAR(eps[sticky].kv_usage, 0.8, 1e-9);
-  // Passing the threshold: the next same-prefix request goes to the next-best replica (the
-  // lowest KV among the others), and the prefix then sticks there.
-  eps[sticky].kv_usage = 0.85;
+  EXPECT_NEAR(eps[sticky].kv_usage, 0.9, 1e-9);
+  // Its queue passes the threshold (waiting > 5): the next same-prefix request goes to the
+  // next-best replica (the lowest KV among the others), and the prefix then sticks there.
+  eps[sticky].waiting = 6;
   now += 0.05;
   for (auto& e : eps) e.scraped_at_s = now;
   PickResult r = s->Pick(Req(SharedPrefixPrompt(100)), eps, now);
@@ -87,7 +90,7 @@ TEST(KvroutePolicy, SamePrefixSpreadsWhenRequestsPileUp) {
   auto eps = MakeEndpoints(8);
   std::map<uint32_t, int> count;
   uint32_t first = 99;
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < 20; ++i) {
     PickResult r = s->Pick(Req(SharedPrefixPrompt(i)), eps, 0.1);
     ASSERT_TRUE(r.ok());
     if (i == 0) first = r.ranked[0];
@@ -95,12 +98,13 @@ TEST(KvroutePolicy, SamePrefixSpreadsWhenRequestsPileUp) {
     s->OnFirstToken(r.handle, 0.1);  // never finish: they pile up
     count[r.ranked[0]]++;
   }
-  // Prefix 3 x 1.0 against load 4 x n / (n + 4 + 0.25 * n / 8) plus KV 2 x the holder's
-  // estimated blocks over 1,000 (81 for the first request, 17 for each cached one): with 7
-  // in flight 2.49 + 0.37 < 3, with 8 2.61 + 0.40 > 3, so the 9th request goes to an idle
-  // replica, which then holds the prefix too and takes the rest.
+  // Prefix 3 x 0.985 (the shared blocks of this prompt) against load 4 x n / (n + 8 + 0.25
+  // * n / 8) plus KV 2 x the holder's estimated blocks over 1,000 (81 for the first
+  // request, 17 for each cached one): with 12 in flight 2.36 + 0.54 < 2.95, with 13
+  // 2.43 + 0.57 > 2.95, so the 14th request goes to an idle replica, which then holds the
+  // prefix too and takes the rest.
   ASSERT_EQ(count.size(), 2u);
-  EXPECT_EQ(count[first], 8);
+  EXPECT_EQ(count[first], 13);
 }
 
 // Without a scrape in between, a burst of distinct prompts must spread instead of piling
