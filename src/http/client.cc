@@ -212,6 +212,8 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
   bool done = false;
   bool retried = false;
   bool head_seen = false;
+  bool paused = false;
+  bool read_wanted = false;  // a read is due but paused
 
   void Begin() {
     if (!slot->endpoint) {
@@ -290,6 +292,11 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
   }
 
   void Read() {
+    if (paused) {
+      read_wanted = true;
+      conn->timer.Clear();  // the client is the slow one here, not the upstream
+      return;
+    }
     if (!parser) {
       parser.emplace();
       parser->header_limit(static_cast<std::uint32_t>(
@@ -404,6 +411,7 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
     result.error = e;
     result.message = std::move(message);
     auto on_done = std::move(cb.on_done);
+    auto owner = std::move(cb.owner);  // released after on_done
     // Drop the other callbacks now: they may own resources (e.g. the client exchange).
     cb = UpstreamCallbacks{};
     if (on_done) on_done(std::move(result));
@@ -430,8 +438,23 @@ std::size_t ForwardBody::reader::put(const ConstBufferSequence& buffers, error_c
 
 }  // namespace
 
+void UpstreamCall::Pause() {
+  if (state_ && !state_->done) state_->paused = true;
+}
+
+void UpstreamCall::Resume() {
+  if (!state_ || state_->done || !state_->paused) return;
+  state_->paused = false;
+  if (!state_->read_wanted) return;
+  state_->read_wanted = false;
+  state_->ArmTimer(state_->idle_timeout, UpstreamError::kIdleTimeout);
+  state_->Read();
+}
+
 void UpstreamCall::Cancel() {
-  if (state_ && !state_->done) state_->Finish(UpstreamError::kCancelled, "cancelled");
+  if (!state_ || state_->done) return;
+  auto s = state_;  // on_done may drop this handle
+  s->Finish(UpstreamError::kCancelled, "cancelled");
 }
 
 bool UpstreamCall::done() const { return !state_ || state_->done; }

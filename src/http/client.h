@@ -112,6 +112,10 @@ struct UpstreamCallbacks {
   std::function<void(const ResponseHead&)> on_head;
   std::function<void(std::string_view)> on_data;
   std::function<void(UpstreamResult&&)> on_done;
+  // Held until on_done has run, then released. Lets the callbacks capture a plain
+  // pointer to their owner (small captures are stored without allocating) while this
+  // keeps the owner alive.
+  std::shared_ptr<void> owner;
 };
 
 class UpstreamClient;
@@ -130,6 +134,11 @@ class UpstreamCall {
   void Cancel();
   // True once on_done has run (or the handle is empty).
   bool done() const;
+  // Back-pressure: stops reading the response (no more on_data, and no idle timeout,
+  // until Resume) after the piece being delivered now and what is already buffered.
+  // Resume reads on. Both are no-ops once done.
+  void Pause();
+  void Resume();
 
   struct State;  // implementation detail
 

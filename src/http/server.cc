@@ -319,8 +319,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     head_only_ = parser_->get().method() == bhttp::verb::head;
     in_response_ = true;
     if (!executor_) executor_ = socket_.get_executor();
-    auto ex = std::shared_ptr<Exchange>(new Exchange(shared_from_this(), parser_->release(),
-                                                     worker_, executor_));
+    auto ex = std::make_shared<Exchange>(Exchange::Key(), shared_from_this(), parser_->release(),
+                                         worker_, executor_);
     parser_.reset();
     exchange_ = ex;
     Read();  // watch for a disconnect while the handler works
@@ -475,7 +475,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 // ---- Exchange ----
 
-Exchange::Exchange(std::shared_ptr<Connection> conn, Request request, int worker,
+Exchange::Exchange(Key, std::shared_ptr<Connection> conn, Request request, int worker,
                    boost::asio::any_io_executor executor)
     : conn_(std::move(conn)),
       request_(std::move(request)),

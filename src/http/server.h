@@ -112,11 +112,18 @@ class Exchange {
   // Bytes queued on this connection but not yet written to the socket.
   std::size_t pending_write_bytes() const;
 
+  // Only the server creates exchanges (the key's constructor is private to it); public
+  // so that it can use make_shared (one allocation).
+  class Key {
+    friend class Connection;
+    Key() = default;
+  };
+  Exchange(Key, std::shared_ptr<Connection> conn, Request request, int worker,
+           boost::asio::any_io_executor executor);
+
  private:
   friend class Connection;
   enum class State { kNew, kStreaming, kDone };
-  Exchange(std::shared_ptr<Connection> conn, Request request, int worker,
-           boost::asio::any_io_executor executor);
   void NotifyGone();
 
   // Held until the response is complete so the connection outlives the handler's

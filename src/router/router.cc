@@ -36,6 +36,9 @@ constexpr uint64_t kMaxBufferedResponse = 1u << 20;
 // What a stale endpoint's queue counts as under stale_policy saturated.
 constexpr double kSaturatedWaiting = 1000.0;
 constexpr std::size_t kMaxRanked = 8;
+// A streamed response whose client reads slower than the upstream writes stops reading
+// the upstream once this much is queued for the client, and resumes when it drained.
+constexpr std::size_t kMaxClientBacklog = 1u << 20;
 
 std::chrono::milliseconds Ms(double s) {
   return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(s * 1000))));
@@ -83,6 +86,7 @@ struct EndpointInfo {
   std::string address;
   std::string host;
   uint16_t port = 0;
+  http::Fields head_fields;  // x-kvroute-endpoint: name, built once
 };
 
 // One configuration and everything built from it. Immutable except what `mu` guards.
@@ -158,7 +162,8 @@ struct Router::Impl {
     g->scheduler = std::move(built.scheduler);
     for (std::size_t i = 0; i < cfg.pool.endpoints.size(); ++i) {
       const config::EndpointConfig& e = cfg.pool.endpoints[i];
-      g->endpoints.push_back({e.name, e.address, e.host_port.host, e.host_port.port});
+      g->endpoints.push_back({e.name, e.address, e.host_port.host, e.host_port.port,
+                              {{std::string(kEndpointHeader), e.name}}});
       sched::EndpointState s;
       s.id = static_cast<uint32_t>(i);
       s.name = e.name;
@@ -399,16 +404,21 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   std::size_t attempt = 0;
   std::size_t max_attempts = 1;
   http::UpstreamCall call;
-  http::Fields head_fields;  // x-kvroute-endpoint
   std::vector<std::pair<std::string, std::string>> forward_headers;
   bool streaming = false;
   bool first_byte = false;
   int status = 0;
-  std::string content_type;
+  std::string_view content_type;  // a constant, or content_type_copy
+  std::string content_type_copy;
   std::string buffered;
   char tail[2] = {'\n', '\n'};  // last two bytes streamed to the client
 
+  ~ProxyCall() {
+    if (ex) ex->OnClientGone({});  // its callback points here
+  }
+
   const EndpointInfo& endpoint() const { return gen->endpoints[ranked[attempt]]; }
+  const http::Fields& head_fields() const { return endpoint().head_fields; }
 
   void Dispatch() {
     uint32_t id = ranked[attempt];
@@ -417,8 +427,6 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       gen->scheduler->OnDispatched(handle, id, router->Now());
     }
     const EndpointInfo& ep = gen->endpoints[id];
-    head_fields.clear();
-    head_fields.emplace_back(std::string(kEndpointHeader), ep.name);
     http::UpstreamRequest req;
     req.method = method;
     req.target = std::string_view(ex->request().target().data(), ex->request().target().size());
@@ -428,21 +436,31 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     req.connect_timeout = gen->connect_timeout;
     req.first_byte_timeout = gen->first_byte_timeout;
     req.idle_timeout = gen->idle_timeout;
-    auto self = shared_from_this();
+    // Plain-pointer captures (no allocation per callback); cb.owner keeps this alive.
     http::UpstreamCallbacks cb;
-    cb.on_head = [self](const http::ResponseHead& h) { self->OnHead(h); };
-    cb.on_data = [self](std::string_view d) { self->OnData(d); };
-    cb.on_done = [self](http::UpstreamResult&& r) { self->OnDone(std::move(r)); };
+    cb.on_head = [this](const http::ResponseHead& h) { OnHead(h); };
+    cb.on_data = [this](std::string_view d) { OnData(d); };
+    cb.on_done = [this](http::UpstreamResult&& r) { OnDone(std::move(r)); };
+    cb.owner = shared_from_this();
     call = client->Start(ep.host, ep.port, req, std::move(cb));
   }
 
   void OnHead(const http::ResponseHead& h) {
     status = h.status;
-    content_type.assign(h.content_type);
-    bool sse = content_type.rfind("text/event-stream", 0) == 0;
+    static constexpr std::string_view kJson = "application/json";
+    static constexpr std::string_view kSse = "text/event-stream";
+    if (h.content_type == kJson) {
+      content_type = kJson;
+    } else if (h.content_type == kSse) {
+      content_type = kSse;
+    } else {
+      content_type_copy.assign(h.content_type);
+      content_type = content_type_copy;
+    }
+    bool sse = content_type.substr(0, kSse.size()) == kSse;
     streaming = sse || !h.content_length || *h.content_length > kMaxBufferedResponse;
     if (streaming) {
-      ex->BeginStream(status, content_type, head_fields);
+      ex->BeginStream(status, content_type, head_fields());
     } else {
       buffered.reserve(*h.content_length);
     }
@@ -464,7 +482,17 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
         tail[0] = tail[1];
         tail[1] = d[0];
       }
-      ex->SendChunk(std::string(d));
+      if (ex->pending_write_bytes() + d.size() <= kMaxClientBacklog) {
+        ex->SendChunk(std::string(d));
+      } else {
+        // Slow client: read no more from the upstream until this chunk (and so
+        // everything before it) has been written; the upstream's own flow control
+        // then holds the replica's output back.
+        call.Pause();
+        ex->SendChunk(std::string(d), [weak = weak_from_this()](bool) {
+          if (auto self = weak.lock()) self->call.Resume();
+        });
+      }
     } else {
       buffered.append(d);
     }
@@ -477,7 +505,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       if (streaming) {
         ex->EndStream();
       } else {
-        ex->Respond(status, std::move(buffered), content_type, head_fields);
+        ex->Respond(status, std::move(buffered), content_type, head_fields());
       }
       return Finish(name, status);
     }
@@ -520,7 +548,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       ex->EndStream();
       return Finish(name, status);
     }
-    ex->Respond(code, ErrorJson(code, std::move(message)), "application/json", head_fields);
+    ex->Respond(code, ErrorJson(code, std::move(message)), "application/json", head_fields());
     Finish(name, code);
   }
 
@@ -682,10 +710,10 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
   }
   CollectForwardHeaders(ex->request(), pc->forward_headers);
   pc->ex = std::move(ex);
-  std::weak_ptr<ProxyCall> weak = pc;
-  pc->ex->OnClientGone([weak] {
-    if (auto p = weak.lock()) p->call.Cancel();  // the replica sees us leave and aborts
-  });
+  // The replica sees us leave and aborts. A plain pointer (no allocation): ~ProxyCall
+  // clears the callback.
+  ProxyCall* raw = pc.get();
+  pc->ex->OnClientGone([raw] { raw->call.Cancel(); });
   pc->Dispatch();
 }
 
@@ -713,10 +741,8 @@ void Router::Impl::Models(std::shared_ptr<http::Exchange> ex) {
     return;
   }
   pc->ex = std::move(ex);
-  std::weak_ptr<ProxyCall> weak = pc;
-  pc->ex->OnClientGone([weak] {
-    if (auto p = weak.lock()) p->call.Cancel();
-  });
+  ProxyCall* raw = pc.get();
+  pc->ex->OnClientGone([raw] { raw->call.Cancel(); });
   pc->Dispatch();
 }
 
