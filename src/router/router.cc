@@ -12,6 +12,9 @@
 #include <thread>
 
 #include "core/api/openai.h"
+#include "core/sched/builtin_plugins.h"
+#include "core/sched/dynamo_cost.h"
+#include "core/sched/profile_scheduler.h"
 #include "core/sched/registry.h"
 #include "core/sched/scheduler.h"
 #include "http/client.h"
@@ -100,6 +103,14 @@ struct Generation {
   std::vector<sched::EndpointState> states;     // guarded by mu
   std::vector<uint8_t> down;                    // guarded by mu: not reachable
   std::unique_ptr<MetricsScraper> scraper;
+  // The scheduler's approximate prefix index, if its policy has one (nullptr otherwise);
+  // read under mu for /metrics.
+  const sched::ApproxPrefixIndex* prefix_index = nullptr;
+  // Per scorer (in PickResult::scorer_names order): its summary in RouterMetrics (map
+  // nodes are stable) and whether it is a prefix scorer. Filled on the first pick, under
+  // RouterMetrics::mu, so later picks skip the name lookups.
+  std::vector<std::pair<void*, bool>> score_slots;
+  const std::string* score_slots_names = nullptr;  // the scorer_names they were built for
 
   ~Generation() {
     if (scraper) scraper->Stop();
@@ -160,6 +171,16 @@ struct Router::Impl {
       return nullptr;
     }
     g->scheduler = std::move(built.scheduler);
+    if (auto* ps = dynamic_cast<const sched::ProfileScheduler*>(g->scheduler.get())) {
+      for (const sched::Plugin* p : ps->plugins()) {
+        if (auto* pc = dynamic_cast<const sched::PrefixCacheScorer*>(p)) {
+          g->prefix_index = &pc->prefix_index();
+          break;
+        }
+      }
+    } else if (auto* dc = dynamic_cast<const sched::DynamoCostScheduler*>(g->scheduler.get())) {
+      g->prefix_index = &dc->index();
+    }
     for (std::size_t i = 0; i < cfg.pool.endpoints.size(); ++i) {
       const config::EndpointConfig& e = cfg.pool.endpoints[i];
       g->endpoints.push_back({e.name, e.address, e.host_port.host, e.host_port.port,
@@ -679,14 +700,24 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
       std::size_t c = 0;
       while (c < r.candidates.size() && r.candidates[c] != r.ranked[0]) ++c;
       if (c < r.candidates.size()) {
-        for (std::size_t s = 0; s < r.scorer_names.size(); ++s) {
+        if (g->score_slots_names != r.scorer_names.data() ||
+            g->score_slots.size() != r.scorer_names.size()) {
+          g->score_slots.clear();
+          g->score_slots_names = r.scorer_names.data();
+          for (const auto& name : r.scorer_names) {
+            auto it = metrics.plugin_scores.find(name);
+            if (it == metrics.plugin_scores.end()) {
+              it = metrics.plugin_scores.emplace(std::string(name), RouterMetrics::ScoreSummary{}).first;
+            }
+            g->score_slots.emplace_back(&it->second, name.find("prefix") != std::string::npos);
+          }
+        }
+        for (std::size_t s = 0; s < g->score_slots.size(); ++s) {
           double v = r.Score(s, c);
-          const std::string& name = r.scorer_names[s];
-          auto it = metrics.plugin_scores.find(name);
-          if (it == metrics.plugin_scores.end()) it = metrics.plugin_scores.emplace(name, RouterMetrics::ScoreSummary{}).first;
-          it->second.sum += v;
-          ++it->second.count;
-          if (name.find("prefix") != std::string::npos) {
+          auto* summary = static_cast<RouterMetrics::ScoreSummary*>(g->score_slots[s].first);
+          summary->sum += v;
+          ++summary->count;
+          if (g->score_slots[s].second) {
             metrics.prefix_hit.sum += v;
             ++metrics.prefix_hit.count;
           }
@@ -802,7 +833,7 @@ std::string Router::Impl::MetricsText() {
   double now = Now();
   struct Row {
     double kv, kv_adj, waiting, waiting_adj, running, inflight, age, up, fresh, ok_scrapes,
-        failed_scrapes;
+        failed_scrapes, prefix_entries;
   };
   std::vector<Row> rows(g->endpoints.size());
   {
@@ -819,7 +850,9 @@ std::string Router::Impl::MetricsText() {
                     static_cast<double>(adj.inflight), snap->Age(now),
                     g->down[i] ? 0.0 : 1.0,
                     s.MetricsFresh(now, g->config.pool.staleness_s) ? 1.0 : 0.0,
-                    static_cast<double>(snap->successes), static_cast<double>(snap->failures)};
+                    static_cast<double>(snap->successes), static_cast<double>(snap->failures),
+                    g->prefix_index ? static_cast<double>(g->prefix_index->Size(static_cast<uint32_t>(i)))
+                                    : 0.0};
     }
   }
   auto family = [&](std::string_view name, std::string_view help, MetricType type,
@@ -851,6 +884,11 @@ std::string Router::Impl::MetricsText() {
          MetricType::kCounter, &Row::ok_scrapes);
   family("kvroute_endpoint_scrapes_failed_total", "Failed scrapes (this configuration generation).",
          MetricType::kCounter, &Row::failed_scrapes);
+  if (g->prefix_index) {
+    family("kvroute_prefix_index_entries",
+           "Prompt blocks the router's approximate prefix index assumes cached on the endpoint.",
+           MetricType::kGauge, &Row::prefix_entries);
+  }
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "config/router_config.h"
@@ -543,10 +544,12 @@ TEST_F(RouterTest, RouterMetricsAgreeWithReplicaCounts) {
   StartFleet({Replica(), Replica()});
   StartRouter(Yaml(FleetEndpoints(), "", "kvroute"));
   WaitReady();
+  std::map<std::string, std::set<int>> prompts_by_endpoint;
   for (int i = 0; i < 7; ++i) {
     auto r = Post(CompletionBody("count " + std::to_string(i % 3) + std::string(300, 'q'), 2, i % 2 == 0));
     ASSERT_TRUE(r.has_value());
     ASSERT_EQ(r->status, 200);
+    prompts_by_endpoint[r->Header("x-kvroute-endpoint")].insert(i % 3);
   }
   std::string m = RouterMetrics();
   ASSERT_FALSE(m.empty());
@@ -568,6 +571,14 @@ TEST_F(RouterTest, RouterMetricsAgreeWithReplicaCounts) {
   EXPECT_EQ(MetricSum(m, "kvroute_plugin_score_count", {{"plugin", "prefix-cache-scorer"}}), 7);
   EXPECT_EQ(MetricSum(m, "kvroute_endpoint_inflight"), 0);
   EXPECT_GT(MetricSum(m, "kvroute_endpoint_scrapes_ok_total"), 0);
+  // The prefix index holds each distinct prompt's 307 / 64 = 4 whole blocks once per
+  // endpoint it was sent to (the three prompts differ from their first block on).
+  for (int i = 0; i < 2; ++i) {
+    std::string name = "r" + std::to_string(i);
+    EXPECT_EQ(MetricSum(m, "kvroute_prefix_index_entries", {{"endpoint", name}}),
+              4.0 * prompts_by_endpoint[name].size())
+        << name;
+  }
 }
 
 }  // namespace
