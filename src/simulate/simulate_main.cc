@@ -148,7 +148,8 @@ int SimulateMain(int argc, char** argv) {
           std::fprintf(stderr, "  rate %-6g %-20s TTFT p99 %8.3f s  %.2f s wall\n", rate,
                        ps.policy.c_str(), r.report.ttft_s.p99, r.report.wall_s);
         }
-        ps.points.push_back({rate, std::move(r.report)});
+        const SteadyThroughput steady = MeasureSteadyThroughput(r.records);
+        ps.points.push_back({rate, std::move(r.report), steady});
       }
     }
     const std::string md = SweepMarkdown(sc.name, sweeps, bound);

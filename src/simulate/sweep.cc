@@ -1,5 +1,6 @@
 #include "simulate/sweep.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -48,6 +49,31 @@ Scenario WithRate(const Scenario& scenario, double rate) {
   return s;
 }
 
+SteadyThroughput MeasureSteadyThroughput(std::span<const report::RequestRecord> records,
+                                         double warmup_fraction) {
+  SteadyThroughput t;
+  if (records.size() < 2) return t;
+  double first = records[0].send_s, last = records[0].send_s;
+  for (const report::RequestRecord& r : records) {
+    first = std::min(first, r.send_s);
+    last = std::max(last, r.send_s);
+  }
+  const double begin = first + warmup_fraction * (last - first);
+  if (!(last > begin)) return t;
+  t.window_s = last - begin;
+  double tokens = 0.0, requests = 0.0;
+  for (const report::RequestRecord& r : records) {
+    if (!r.ok() || r.e2e_s < 0) continue;
+    const double end = r.send_s + r.e2e_s;
+    if (end < begin || end > last) continue;
+    tokens += static_cast<double>(r.output_tokens);
+    requests += 1.0;
+  }
+  t.output_tokens_per_s = tokens / t.window_s;
+  t.requests_per_s = requests / t.window_s;
+  return t;
+}
+
 bool MeetsTtftBound(const report::PolicyReport& r, double ttft_p99_bound_s) {
   return r.requests > 0 && r.succeeded == r.requests && r.ttft_s.p99 <= ttft_p99_bound_s;
 }
@@ -62,6 +88,7 @@ SweepSummary SummarizeSweep(const PolicySweep& sweep, double ttft_p99_bound_s) {
     s.requests_per_s = p.report.requests_per_s;
     s.goodput_requests_per_s = p.report.goodput_requests_per_s;
     s.ttft_p99_s = p.report.ttft_s.p99;
+    s.steady = p.steady;
   }
   return s;
 }
@@ -110,19 +137,27 @@ std::string SweepMarkdown(const std::string& scenario, std::span<const PolicySwe
     md += "; TTFT p99 at " + Fmt("%g", sat) + " req/s, the first rate where " + baseline +
           " misses the bound";
   }
-  md += ":\n\n| policy | max rate | out tok/s there | req/s there | vs " + baseline +
-        " (tok/s) | TTFT p99 at " + (base_at_sat ? Fmt("%g", sat) : std::string("-")) +
-        " req/s | vs " + baseline + " |\n|---|--:|--:|--:|--:|--:|--:|\n";
+  md += "; steady = completions inside [first send + " + Fmt("%g", kSteadyWarmupFraction * 100) +
+        "% of the arrival span, last send] / that window:\n\n| policy | max rate | out tok/s "
+        "there | req/s there | vs " + baseline + " (tok/s) | steady out tok/s | steady req/s | "
+        "vs " + baseline + " (steady) | TTFT p99 at " +
+        (base_at_sat ? Fmt("%g", sat) : std::string("-")) + " req/s | vs " + baseline +
+        " |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
   for (const PolicySweep& s : sweeps) {
     const SweepSummary sum = SummarizeSweep(s, ttft_p99_bound_s);
     md += "| " + s.policy + " | ";
     if (sum.max_rate < 0) {
-      md += "none | - | - | - | ";
+      md += "none | - | - | - | - | - | - | ";
     } else {
       md += Fmt("%g", sum.max_rate) + " | " + Fmt("%.0f", sum.output_tokens_per_s) + " | " +
             Fmt("%.2f", sum.requests_per_s) + " | ";
       md += (base_sum.max_rate > 0 && base_sum.output_tokens_per_s > 0)
                 ? Fmt("%.2fx", sum.output_tokens_per_s / base_sum.output_tokens_per_s)
+                : std::string("-");
+      md += " | " + Fmt("%.0f", sum.steady.output_tokens_per_s) + " | " +
+            Fmt("%.2f", sum.steady.requests_per_s) + " | ";
+      md += (base_sum.max_rate > 0 && base_sum.steady.output_tokens_per_s > 0)
+                ? Fmt("%.2fx", sum.steady.output_tokens_per_s / base_sum.steady.output_tokens_per_s)
                 : std::string("-");
       md += " | ";
     }
@@ -172,6 +207,13 @@ std::string SweepJson(const std::string& scenario, std::span<const PolicySweep> 
          (has && base_sum.max_rate > 0 && base_sum.output_tokens_per_s > 0
               ? Num(sum.output_tokens_per_s / base_sum.output_tokens_per_s)
               : "null") +
+         ", \"steady_output_tokens_per_s\": " +
+         (has ? Num(sum.steady.output_tokens_per_s) : "null") +
+         ", \"steady_requests_per_s\": " + (has ? Num(sum.steady.requests_per_s) : "null") +
+         ", \"steady_vs_baseline\": " +
+         (has && base_sum.max_rate > 0 && base_sum.steady.output_tokens_per_s > 0
+              ? Num(sum.steady.output_tokens_per_s / base_sum.steady.output_tokens_per_s)
+              : "null") +
          ", \"ttft_p99_at_baseline_saturation_s\": " + (at ? Num(at->report.ttft_s.p99) : "null") +
          ", \"points\": [";
     for (size_t k = 0; k < s.points.size(); ++k) {
@@ -181,6 +223,7 @@ std::string SweepJson(const std::string& scenario, std::span<const PolicySweep> 
            ", \"succeeded\": " + std::to_string(r.succeeded) +
            ", \"requests_per_s\": " + Num(r.requests_per_s) +
            ", \"output_tokens_per_s\": " + Num(r.output_tokens_per_s) +
+           ", \"steady_output_tokens_per_s\": " + Num(s.points[k].steady.output_tokens_per_s) +
            ", \"ttft_p50_s\": " + Num(r.ttft_s.p50) + ", \"ttft_p99_s\": " + Num(r.ttft_s.p99) +
            ", \"tpot_p50_s\": " + Num(r.tpot_s.p50) + ", \"e2e_p99_s\": " + Num(r.e2e_s.p99) +
            ", \"goodput_requests_per_s\": " + Num(r.goodput_requests_per_s) +

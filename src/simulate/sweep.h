@@ -19,9 +19,26 @@ namespace kvroute::simulate {
 // every rate of a sweep serves the same amount of work.
 Scenario WithRate(const Scenario& scenario, double rate);
 
+// Throughput in steady state, without the warm-up and the drain tail a fixed request count
+// brings: output tokens (and requests) of the succeeded requests that finish inside the
+// window [first send + warmup_fraction x arrival span, last send], divided by the window's
+// length (arrival span = last send - first send). A request is counted when it finishes,
+// all its tokens at once; over a window several times longer than one answer that is the
+// rate the fleet turns out tokens while the offered load lasts. Zeros when the window is
+// empty (fewer than two sends, or warmup_fraction >= 1).
+struct SteadyThroughput {
+  double window_s = 0.0;
+  double output_tokens_per_s = 0.0;
+  double requests_per_s = 0.0;
+};
+inline constexpr double kSteadyWarmupFraction = 0.25;
+SteadyThroughput MeasureSteadyThroughput(std::span<const report::RequestRecord> records,
+                                         double warmup_fraction = kSteadyWarmupFraction);
+
 struct SweepPoint {
   double rate = 0.0;  // offered requests/s
   report::PolicyReport report;
+  SteadyThroughput steady;  // from the run's records (zeros when not measured)
 };
 
 // One policy's runs, in ascending rate order.
@@ -44,6 +61,7 @@ struct SweepSummary {
   double requests_per_s = 0.0;
   double goodput_requests_per_s = 0.0;
   double ttft_p99_s = 0.0;
+  SteadyThroughput steady;
 };
 SweepSummary SummarizeSweep(const PolicySweep& sweep, double ttft_p99_bound_s);
 
@@ -54,7 +72,8 @@ double FirstFailingRate(const PolicySweep& sweep, double ttft_p99_bound_s);
 const SweepPoint* PointAt(const PolicySweep& sweep, double rate);
 
 // Markdown: one table of every (policy, rate) run, then the summary table (max rate under
-// the bound, output tok/s there, its ratio to `baseline`'s, and each policy's TTFT p99 at
+// the bound, output tok/s there over the span and in steady state, their ratios to
+// `baseline`'s, and each policy's TTFT p99 at
 // the rate where `baseline` first misses the bound, with its ratio to baseline's).
 std::string SweepMarkdown(const std::string& scenario, std::span<const PolicySweep> sweeps,
                           double ttft_p99_bound_s, const std::string& baseline = "round-robin");

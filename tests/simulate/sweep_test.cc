@@ -16,6 +16,8 @@ SweepPoint Point(double rate, double ttft_p99, double tok_s, int64_t failed = 0)
   p.report.output_tokens_per_s = tok_s;
   p.report.requests_per_s = rate * 0.9;
   p.report.goodput_requests_per_s = rate * 0.8;
+  p.steady.output_tokens_per_s = tok_s * 1.5;
+  p.steady.requests_per_s = rate * 0.95;
   return p;
 }
 
@@ -50,10 +52,11 @@ TEST(SweepTest, MarkdownAndJsonCompareToTheBaseline) {
   const std::string md = SweepMarkdown("s", sweeps, 2.0);
   // kvroute sustains 30 (2500 tok/s) vs round-robin's 10 (1000): 2.50x; at 20 req/s, where
   // round-robin first misses the bound, its p99 is 0.4 / 8.0 = 0.05 of round-robin's.
-  EXPECT_NE(md.find("| kvroute | 30 | 2500 | 27.00 | 2.50x | 400 ms | 0.050 |"),
+  // Steady-state columns: 3750 / 1500 tok/s.
+  EXPECT_NE(md.find("| kvroute | 30 | 2500 | 27.00 | 2.50x | 3750 | 28.50 | 2.50x | 400 ms | 0.050 |"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| round-robin | 10 | 1000 | 9.00 | 1.00x | 8.00 s | 1.000 |"),
+  EXPECT_NE(md.find("| round-robin | 10 | 1000 | 9.00 | 1.00x | 1500 | 9.50 | 1.00x | 8.00 s | 1.000 |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| round-robin | 20 | 18.00 | 1500 |"), std::string::npos) << md;
@@ -63,6 +66,38 @@ TEST(SweepTest, MarkdownAndJsonCompareToTheBaseline) {
             std::string::npos)
       << json;
   EXPECT_NE(json.find("\"vs_baseline\": 2.5"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"steady_output_tokens_per_s\": 3750, \"steady_requests_per_s\": 28.5, "
+                      "\"steady_vs_baseline\": 2.5"),
+            std::string::npos)
+      << json;
+}
+
+report::RequestRecord Rec(double send, double e2e, int64_t out, bool ok = true) {
+  report::RequestRecord r;
+  r.send_s = send;
+  r.ttft_s = ok ? 0.1 : -1.0;
+  r.e2e_s = ok ? e2e : -1.0;
+  r.output_tokens = out;
+  if (!ok) r.error = report::ErrorKind::kTimeout;
+  return r;
+}
+
+TEST(SweepTest, SteadyThroughputCountsCompletionsInsideTheArrivalWindow) {
+  // Sends at 0..100 s; warm-up 25% -> window [25, 100] (75 s).
+  std::vector<report::RequestRecord> recs{
+      Rec(0, 10, 1000),     // ends at 10: warm-up, not counted
+      Rec(20, 5, 300),      // ends at 25: counted (window is inclusive)
+      Rec(50, 40, 600),     // ends at 90: counted
+      Rec(60, 50, 5000),    // ends at 110: after the last send, not counted (drain tail)
+      Rec(70, 1, 77, false),  // failed: not counted
+      Rec(100, 0, 600)};    // ends at 100: counted
+  SteadyThroughput t = MeasureSteadyThroughput(recs);
+  EXPECT_DOUBLE_EQ(t.window_s, 75.0);
+  EXPECT_DOUBLE_EQ(t.output_tokens_per_s, 1500.0 / 75.0);
+  EXPECT_DOUBLE_EQ(t.requests_per_s, 3.0 / 75.0);
+  // No window: one send, or the whole span as warm-up.
+  EXPECT_EQ(MeasureSteadyThroughput(std::span(recs).first(1)).window_s, 0.0);
+  EXPECT_EQ(MeasureSteadyThroughput(recs, 1.0).output_tokens_per_s, 0.0);
 }
 
 TEST(SweepTest, WithRateKeepsTheAmountOfWork) {
