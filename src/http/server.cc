@@ -455,7 +455,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   LazyTimer read_timer_;
   LazyTimer write_timer_;
   beast::flat_buffer buffer_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::optional<bhttp::request_parser<PaddedStringBody>> parser_;
   std::weak_ptr<Exchange> exchange_;
   std::deque<Out> out_;
   std::vector<asio::const_buffer> wbufs_;

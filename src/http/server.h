@@ -11,7 +11,9 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/optional.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +26,56 @@
 
 namespace kvroute::http {
 
-using Request = boost::beast::http::request<boost::beast::http::string_body>;
+// Spare bytes a request body is guaranteed to have allocated after its end (readable,
+// contents unspecified): lets a JSON parser such as simdjson read it in place.
+inline constexpr std::size_t kRequestBodyPadding = 64;
+
+// A request body held as a std::string, like Beast's string_body, but appended without
+// zero-filling first and always followed by kRequestBodyPadding allocated bytes
+// (capacity() >= size() + kRequestBodyPadding).
+struct PaddedStringBody {
+  using value_type = std::string;
+  static std::uint64_t size(const value_type& body) { return body.size(); }
+
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(boost::beast::http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+    void init(const boost::optional<std::uint64_t>& length, boost::system::error_code& ec) {
+      ec = {};
+      if (length) {
+        if (*length > body_.max_size() - kRequestBodyPadding) {
+          ec = boost::beast::http::error::buffer_overflow;
+          return;
+        }
+        body_.reserve(static_cast<std::size_t>(*length) + kRequestBodyPadding);
+      }
+    }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
+      ec = {};
+      std::size_t n = 0;
+      for (auto it = boost::asio::buffer_sequence_begin(buffers);
+           it != boost::asio::buffer_sequence_end(buffers); ++it) {
+        boost::asio::const_buffer b = *it;
+        body_.append(static_cast<const char*>(b.data()), b.size());
+        n += b.size();
+      }
+      return n;
+    }
+    void finish(boost::system::error_code& ec) {
+      ec = {};
+      if (body_.capacity() < body_.size() + kRequestBodyPadding) {
+        body_.reserve(body_.size() + kRequestBodyPadding);
+      }
+    }
+
+   private:
+    value_type& body_;
+  };
+};
+
+using Request = boost::beast::http::request<PaddedStringBody>;
 // Extra response header fields (name, value), written in order.
 using Fields = std::vector<std::pair<std::string, std::string>>;
 

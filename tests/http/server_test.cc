@@ -62,6 +62,29 @@ TEST(ServerTest, BindsPortZeroAndAnswers) {
   EXPECT_EQ(r->Header("content-length"), "13");
 }
 
+TEST(ServerTest, RequestBodiesArePaddedForInPlaceParsing) {
+  // Answers "<body size> <spare capacity >= padding>".
+  TestServer s([](std::shared_ptr<Exchange> ex) {
+    const std::string& b = ex->request().body();
+    bool padded = b.capacity() >= b.size() + kRequestBodyPadding;
+    ex->Respond(200, std::to_string(b.size()) + (padded ? " padded" : " bare"), "text/plain");
+  });
+  TestClient c("127.0.0.1", s.port());
+  ASSERT_TRUE(c.Connect());
+  for (std::size_t n : {0u, 1u, 100u, 300000u}) {
+    auto r = c.Roundtrip("POST", "/p", std::string(n, 'x'));
+    ASSERT_TRUE(r.has_value()) << c.error();
+    EXPECT_EQ(r->body, std::to_string(n) + " padded");
+  }
+  // Chunked: the length is not known in advance.
+  ASSERT_TRUE(c.SendRaw("POST /c HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+                        "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"));
+  ClientResponse r;
+  ASSERT_TRUE(c.ReadHead(&r)) << c.error();
+  ASSERT_TRUE(c.ReadBody(&r)) << c.error();
+  EXPECT_EQ(r.body, "11 padded");
+}
+
 TEST(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   TestServer s(Echo);
   TestClient c("127.0.0.1", s.port());
