@@ -67,6 +67,8 @@ struct Conn {
   Clock::time_point idle_since;
 };
 
+constexpr std::chrono::milliseconds kPeekAfter{1000};
+
 // Peer closed (or sent something unexpected) while the connection sat in the pool?
 // One non-blocking peek: cheaper than keeping a read armed on every idle connection.
 bool LooksAlive(Socket& s) {
@@ -137,7 +139,12 @@ struct ClientPool {
     while (!s.idle.empty()) {
       std::shared_ptr<Conn> c = std::move(s.idle.back());
       s.idle.pop_back();
-      if (now - c->idle_since <= options.pool_idle_timeout && LooksAlive(c->socket)) return c;
+      Clock::duration idle = now - c->idle_since;
+      // The peek costs a syscall per request; a connection idle for less than
+      // kPeekAfter is rarely closed by the peer, and if it was, RetryStale re-sends.
+      if (idle <= options.pool_idle_timeout && (idle < kPeekAfter || LooksAlive(c->socket))) {
+        return c;
+      }
       CloseConn(*c);
     }
     return nullptr;
