@@ -3,10 +3,13 @@
 # in front of the same backend (one `kvroute sim` replica, time scale 0, 1 output token).
 # Pinning: the proxy under test on CPU 0; backend and wrk share CPU 1 (a 2-core machine).
 #
-# Usage: [ROUNDS=3] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
-# Prints, per target (direct, nginx, kvroute): p50/p99 at 1 connection, max req/s at 32
-# connections, CPU time per request of the proxy (backend for direct) during that run, and
-# p50 and CPU per request at 1 connection with a 220 KB prompt.
+# Usage: [ROUNDS=5] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
+# Prints, per round and target (direct, nginx, kvroute): p50/p99 at 1 connection, max
+# req/s at 32 connections, CPU time per request of the proxy (backend for direct) during
+# that run, and p50 and CPU per request at 1 connection with a 220 KB prompt. Then the
+# medians over rounds, the added latency (proxied minus direct, per round, then median)
+# and the kvroute/nginx ratios. The load average is printed before and after: latency
+# figures are only as good as the machine is quiet.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -127,7 +130,10 @@ run() {  # name port script conns out
 
 # Rounds interleave the targets so background load hits all of them alike; each row is one
 # round. Compare targets within a round (or medians over rounds).
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+RESULTS="$WORK/results.tsv"
+: >"$RESULTS"
 printf "%-6s %-8s %10s %10s %10s %12s %14s %16s\n" round target p50_us p99_us max_rps cpu_us/req large_p50_us large_cpu_us/req
 for r in $(seq "$ROUNDS"); do
   for t in direct nginx kvroute; do
@@ -143,10 +149,41 @@ for r in $(seq "$ROUNDS"); do
     t2=$(ticks "$pid")
     run "$t" "$port" "$WORK/large.lua" 1 "$WORK/$t-large-$r.txt"
     t3=$(ticks "$pid")
-    printf "%-6s %-8s %10s %10s %10s %12s %14s %16s\n" "$r" "$t" "$(pct "$WORK/$t-c1-$r.txt" 50%)" \
-      "$(pct "$WORK/$t-c1-$r.txt" 99%)" "$(rps "$WORK/$t-c32-$r.txt")" \
-      "$(cpu_per_req "$pid" "$WORK/$t-c32-$r.txt" "$t0" "$t1")" "$(pct "$WORK/$t-large-$r.txt" 50%)" \
-      "$(cpu_per_req "$pid" "$WORK/$t-large-$r.txt" "$t2" "$t3")"
+    row=("$r" "$t" "$(pct "$WORK/$t-c1-$r.txt" 50%)" "$(pct "$WORK/$t-c1-$r.txt" 99%)"
+      "$(rps "$WORK/$t-c32-$r.txt")" "$(cpu_per_req "$pid" "$WORK/$t-c32-$r.txt" "$t0" "$t1")"
+      "$(pct "$WORK/$t-large-$r.txt" 50%)" "$(cpu_per_req "$pid" "$WORK/$t-large-$r.txt" "$t2" "$t3")")
+    printf "%-6s %-8s %10s %10s %10s %12s %14s %16s\n" "${row[@]}"
+    (IFS=$'\t'; echo "${row[*]}") >>"$RESULTS"
   done
 done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Medians over rounds; added latency = proxied - direct within each round, then median.
+python3 - "$RESULTS" <<'PY'
+import statistics, sys
+rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
+by = {}
+for r in rows:
+    by.setdefault(r[1], {})[int(r[0])] = [float(x) for x in r[2:]]
+med = lambda xs: statistics.median(xs)
+cols = ["p50_us", "p99_us", "max_rps", "cpu_us/req", "large_p50_us", "large_cpu_us/req"]
+print("\nmedian over %d rounds" % len(by["direct"]))
+print("%-8s" % "target" + "".join("%17s" % c for c in cols))
+for t in ("direct", "nginx", "kvroute"):
+    print("%-8s" % t + "".join("%17.1f" % med([v[i] for v in by[t].values()]) for i in range(len(cols))))
+added = {}
+for t in ("nginx", "kvroute"):
+    added[t] = {}
+    for name, i in (("p50", 0), ("p99", 1), ("large_p50", 4)):
+        added[t][name] = med([by[t][r][i] - by["direct"][r][i] for r in by[t]])
+    print("%-8s added latency (median of per-round proxied - direct): p50 %.0f us, p99 %.0f us, 220 KB p50 %.0f us"
+          % (t, added[t]["p50"], added[t]["p99"], added[t]["large_p50"]))
+ratio = lambda a, b: a / b if b else float("nan")
+k, n = by["kvroute"], by["nginx"]
+print("kvroute/nginx: added p50 %.2f, added p99 %.2f, max req/s %.2f, CPU/request %.2f, 220 KB CPU/request %.2f"
+      % (ratio(added["kvroute"]["p50"], added["nginx"]["p50"]), ratio(added["kvroute"]["p99"], added["nginx"]["p99"]),
+         ratio(med([v[2] for v in k.values()]), med([v[2] for v in n.values()])),
+         ratio(med([v[3] for v in k.values()]), med([v[3] for v in n.values()])),
+         ratio(med([v[5] for v in k.values()]), med([v[5] for v in n.values()]))))
+PY
 echo "raw wrk output in $WORK"
