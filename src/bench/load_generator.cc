@@ -231,7 +231,7 @@ class Runner {
       } else {
         // The turn failed or was cut short: stand-in text of the planned length keeps the
         // prompt's size as the workload meant it.
-        workload::AppendSegmentText(workload::Mix64(id ^ 0x6f7574ULL), tokens, text);
+        workload::AppendSegmentText(Mix64(id ^ 0x6f7574ULL), tokens, text);
       }
     };
     // A router names the replica that served a response (x-kvroute-endpoint, the

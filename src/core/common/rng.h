@@ -1,13 +1,14 @@
-// A small deterministic random source for workload generation. The standard library's
-// distributions are implementation-defined, so a seed would not give the same workload
-// on every platform; this one does (xoshiro256** seeded through splitmix64, and our own
-// exponential/normal/gamma samplers).
+// The one deterministic random source of the core (workload generation, scheduler
+// tie-breaks and random policies). The standard library's distributions are
+// implementation-defined, so a seed would not give the same sequence on every platform;
+// this one does (xoshiro256** seeded through splitmix64, and our own
+// exponential/normal/gamma samplers). Header-only; not thread-safe.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-namespace kvroute::workload {
+namespace kvroute {
 
 // splitmix64's finaliser: a good 64-bit mixer, also used to derive text keys.
 constexpr uint64_t Mix64(uint64_t x) {
@@ -46,9 +47,19 @@ class Rng {
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   // Uniform in (0, 1]: safe under log().
   double UniformPositive() { return static_cast<double>((Next() >> 11) + 1) * 0x1.0p-53; }
-  // Uniform integer in [0, n); n > 0. (Lemire's multiply-shift; the bias is < n/2^64.)
+  // Uniform integer in [0, n); n > 0. Lemire's multiply-shift with rejection: unbiased,
+  // one multiply in the common case.
   uint64_t Below(uint64_t n) {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
+    unsigned __int128 m = static_cast<unsigned __int128>(Next()) * n;
+    auto low = static_cast<uint64_t>(m);
+    if (low < n) {
+      const uint64_t threshold = -n % n;
+      while (low < threshold) {
+        m = static_cast<unsigned __int128>(Next()) * n;
+        low = static_cast<uint64_t>(m);
+      }
+    }
+    return static_cast<uint64_t>(m >> 64);
   }
   // Exponential with the given rate (> 0).
   double Exponential(double rate) { return -std::log(UniformPositive()) / rate; }
@@ -92,4 +103,4 @@ class Rng {
   bool has_spare_ = false;
 };
 
-}  // namespace kvroute::workload
+}  // namespace kvroute

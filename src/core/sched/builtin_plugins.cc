@@ -154,7 +154,7 @@ void RankByMaxScore(std::span<const double> totals, size_t max_ranked, Rng& rng,
   tiebreak.resize(n);
   for (uint32_t i = 0; i < n; ++i) {
     scratch[i] = i;
-    tiebreak[i] = rng.NextU64();
+    tiebreak[i] = rng.Next();
   }
   // A random key per candidate breaks ties uniformly (equal keys are astronomically rare
   // and then fall back to index order).
@@ -195,7 +195,7 @@ void WeightedRandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t
     for (size_t j = 0; j < remaining; ++j) sum += w_[j];
     size_t chosen;
     if (sum > 0) {
-      double r = ctx.rng->Uniform01() * sum;
+      double r = ctx.rng->Uniform() * sum;
       chosen = remaining - 1;
       for (size_t j = 0; j < remaining; ++j) {
         if (w_[j] <= 0) continue;

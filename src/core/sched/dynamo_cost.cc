@@ -60,7 +60,7 @@ PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
       keys_[c] = std::exp(-(scores_[c] - lo) / range / config_.temperature);
       sum += keys_[c];
     }
-    double r = rng_.Uniform01() * sum;
+    double r = rng_.Uniform() * sum;
     size_t chosen = n - 1;
     for (size_t c = 0; c < n; ++c) {
       if (r < keys_[c]) {

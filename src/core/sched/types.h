@@ -3,6 +3,8 @@
 // source. Pure data, no I/O.
 #pragma once
 
+#include "core/common/rng.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -70,19 +72,7 @@ struct SchedRequest {
 // A SchedRequest viewing `r`'s strings (r must outlive the returned value).
 SchedRequest FromParsed(const api::ParsedRequest& r);
 
-// The injected random source: xoshiro256** seeded through splitmix64. Same seed, same
-// sequence on every platform (unlike std:: distributions). Not thread-safe.
-class Rng {
- public:
-  explicit Rng(uint64_t seed = 1);
-  uint64_t NextU64();
-  // Uniform in [0, 1).
-  double Uniform01();
-  // Uniform in [0, n); n must be > 0.
-  uint64_t Below(uint64_t n);
-
- private:
-  uint64_t s_[4];
-};
+// The injected random source (core/common/rng.h): same seed, same sequence everywhere.
+using Rng = ::kvroute::Rng;
 
 }  // namespace kvroute::sched

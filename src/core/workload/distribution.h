@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/workload/rng.h"
+#include "core/common/rng.h"
 
 namespace kvroute::workload {
 

@@ -8,7 +8,7 @@
 #include "core/workload/arrivals.h"
 #include "core/workload/distribution.h"
 #include "core/workload/oracle.h"
-#include "core/workload/rng.h"
+#include "core/common/rng.h"
 
 namespace kvroute::workload {
 namespace {
