@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <set>
+#include <span>
 #include <sstream>
 #include <utility>
 
@@ -77,54 +79,44 @@ std::optional<double> ParseDecimal(std::string_view s) {
   return v;
 }
 
-}  // namespace
+struct Unit {
+  std::string_view name;
+  double scale;
+};
 
-std::optional<double> ParseDuration(std::string_view s) {
-  static constexpr std::pair<std::string_view, double> kUnits[] = {
-      {"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"m", 60.0}, {"h", 3600.0}};
+// "<non-negative decimal><unit>" with `unit` one of `units` (or none: scale 1). The unit
+// is the run of ASCII letters at the end. Returns the value times the unit's scale.
+std::optional<double> ParseScaled(std::string_view s, std::span<const Unit> units) {
   size_t end = s.size();
-  while (end > 0 && ((s[end - 1] >= 'a' && s[end - 1] <= 'z'))) --end;
+  while (end > 0 && std::isalpha(static_cast<unsigned char>(s[end - 1]))) --end;
   const std::string_view unit = s.substr(end);
   double scale = 1.0;
   if (!unit.empty()) {
-    bool found = false;
-    for (const auto& [u, f] : kUnits) {
-      if (u == unit) {
-        scale = f;
-        found = true;
-      }
-    }
-    if (!found) return std::nullopt;
+    const auto it = std::find_if(units.begin(), units.end(),
+                                 [&](const Unit& u) { return u.name == unit; });
+    if (it == units.end()) return std::nullopt;
+    scale = it->scale;
   }
   const std::optional<double> v = ParseDecimal(s.substr(0, end));
   if (!v || *v < 0) return std::nullopt;
   return *v * scale;
 }
 
+}  // namespace
+
+std::optional<double> ParseDuration(std::string_view s) {
+  static constexpr Unit kUnits[] = {
+      {"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"m", 60.0}, {"h", 3600.0}};
+  return ParseScaled(s, kUnits);
+}
+
 std::optional<uint64_t> ParseByteSize(std::string_view s) {
-  static constexpr std::pair<std::string_view, double> kUnits[] = {
-      {"B", 1},           {"KB", 1e3},          {"MB", 1e6},          {"GB", 1e9},
-      {"KiB", 1 << 10},   {"MiB", 1 << 20},     {"GiB", 1 << 30}};
-  size_t end = s.size();
-  while (end > 0 && ((s[end - 1] >= 'a' && s[end - 1] <= 'z') ||
-                     (s[end - 1] >= 'A' && s[end - 1] <= 'Z'))) {
-    --end;
-  }
-  const std::string_view unit = s.substr(end);
-  double scale = 1.0;
-  if (!unit.empty()) {
-    bool found = false;
-    for (const auto& [u, f] : kUnits) {
-      if (u == unit) {
-        scale = f;
-        found = true;
-      }
-    }
-    if (!found) return std::nullopt;
-  }
-  const std::optional<double> v = ParseDecimal(s.substr(0, end));
-  if (!v || *v < 0) return std::nullopt;
-  const double bytes = *v * scale;
+  static constexpr Unit kUnits[] = {{"B", 1},         {"KB", 1e3},       {"MB", 1e6},
+                                    {"GB", 1e9},      {"KiB", 1 << 10},  {"MiB", 1 << 20},
+                                    {"GiB", 1 << 30}};
+  const std::optional<double> v = ParseScaled(s, kUnits);
+  if (!v) return std::nullopt;
+  const double bytes = *v;
   if (bytes != std::floor(bytes) || bytes > 1.8e19) return std::nullopt;
   return static_cast<uint64_t>(bytes);
 }
