@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all deps build demo test test-asan bench clean
+.PHONY: all deps build build-kvroute demo test test-asan bench clean
 
 all: build
 
@@ -17,7 +17,11 @@ $(BUILD)/CMakeCache.txt: | deps
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The demo needs only the binary: skip tests and micro-benchmarks to keep `make demo` short.
+build-kvroute: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target kvroute
+
+demo: build-kvroute
 	./$(BUILD)/kvroute demo
 
 test: build
