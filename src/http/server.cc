@@ -1,5 +1,7 @@
 #include "http/server.h"
 
+#include "core/api/openai.h"
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -27,37 +29,6 @@ namespace {
 
 constexpr std::string_view kCrlf = "\r\n";
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
-
-std::string_view ErrorTypeName(int status) {
-  switch (status) {
-    case 400: return "BadRequestError";
-    case 404: return "NotFoundError";
-    case 405: return "MethodNotAllowed";
-    case 413: return "RequestEntityTooLarge";
-    case 431: return "RequestHeaderFieldsTooLarge";
-    case 429: return "RateLimitError";
-    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
-  }
-}
-
-void AppendEscaped(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (u < 0x20) {
-      out += "\\u00";
-      out.push_back(kHex[u >> 4]);
-      out.push_back(kHex[u & 15]);
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-}
 
 // Status line, Content-Type and the caller's fields; the caller appends framing
 // headers and the blank line.
@@ -95,14 +66,7 @@ std::string ChunkSizeLine(std::size_t n) {
 }  // namespace
 
 std::string DefaultErrorBody(int status, std::string_view message) {
-  std::string out = "{\"error\":{\"message\":";
-  AppendEscaped(out, message);
-  out += ",\"type\":";
-  AppendEscaped(out, ErrorTypeName(status));
-  out += ",\"param\":null,\"code\":";
-  out += std::to_string(status);
-  out += "}}";
-  return out;
+  return api::ErrorBody(api::MakeError(status, std::string(message)));
 }
 
 // Settings every connection of one server shares (immutable after Listen).

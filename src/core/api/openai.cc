@@ -16,10 +16,12 @@ std::string_view ErrorTypeForStatus(int status) {
     case 403: return "PermissionDeniedError";
     case 404: return "NotFoundError";
     case 408: return "RequestTimeoutError";
+    case 405: return "MethodNotAllowed";
     case 409: return "ConflictError";
     case 413: return "RequestEntityTooLarge";
     case 422: return "UnprocessableEntityError";
     case 429: return "RateLimitError";
+    case 431: return "RequestHeaderFieldsTooLarge";
     case 503: return "ServiceUnavailableError";
     default: break;
   }

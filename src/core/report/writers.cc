@@ -5,35 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/api/openai.h"
+
 namespace kvroute::report {
 namespace {
 
-void AppendEscaped(std::string& out, std::string_view s) {
-  out.push_back('"');
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<int>(c));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-}
+void AppendEscaped(std::string& out, std::string_view s) { api::AppendJsonString(out, s); }
 
 std::string Num(double v) {
   if (!std::isfinite(v)) return "null";
