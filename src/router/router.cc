@@ -209,13 +209,7 @@ struct Router::Impl {
         if (from.endpoints[i].address != to.endpoints[j].address) continue;
         const sched::EndpointState& o = from.states[i];
         sched::EndpointState& n = to.states[j];
-        n.kv_usage = o.kv_usage;
-        n.waiting = o.waiting;
-        n.running = o.running;
-        n.num_gpu_blocks = o.num_gpu_blocks;
-        n.block_size = o.block_size;
-        n.scraped_at_s = o.scraped_at_s;
-        n.scrape_ok = o.scrape_ok;
+        n.CopyScrapedFrom(o);
         to.down[j] = from.down[i];
         if (o.scraped_at_s >= 0) to.scheduler->OnMetricsUpdated(n.id, o.scraped_at_s);
       }

@@ -93,13 +93,7 @@ void SchedulerBase::Remember(const EndpointState& e) {
     for (size_t i = 0; i < known_.size(); ++i) known_[i].id = static_cast<uint32_t>(i);
   }
   EndpointState& k = known_[e.id];
-  k.num_gpu_blocks = e.num_gpu_blocks;
-  k.block_size = e.block_size;
-  k.kv_usage = e.kv_usage;
-  k.waiting = e.waiting;
-  k.running = e.running;
-  k.scraped_at_s = e.scraped_at_s;
-  k.scrape_ok = e.scrape_ok;
+  k.CopyScrapedFrom(e);
   k.healthy = e.healthy;
 }
 

@@ -51,6 +51,17 @@ struct EndpointState {
   double MetricsAge(double now_s) const;
   // Scraped at least once, last attempt succeeded, and not older than `stale_after_s`.
   bool MetricsFresh(double now_s, double stale_after_s) const;
+  // Copies what a scrape reports (usage, queue, capacity, scrape time and outcome) from
+  // `o`; identity, labels and health stay as they are.
+  void CopyScrapedFrom(const EndpointState& o) {
+    kv_usage = o.kv_usage;
+    waiting = o.waiting;
+    running = o.running;
+    num_gpu_blocks = o.num_gpu_blocks;
+    block_size = o.block_size;
+    scraped_at_s = o.scraped_at_s;
+    scrape_ok = o.scrape_ok;
+  }
 };
 
 // What the scheduler needs of one request. Views: the caller keeps the strings alive for
