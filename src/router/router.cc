@@ -21,7 +21,7 @@
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "metrics/prom_writer.h"
-#include "router/scraper.h"
+#include "metrics/scrape/scraper.h"
 
 namespace kvroute::router {
 
@@ -102,7 +102,7 @@ struct Generation {
   std::unique_ptr<sched::Scheduler> scheduler;  // guarded by mu
   std::vector<sched::EndpointState> states;     // guarded by mu
   std::vector<uint8_t> down;                    // guarded by mu: not reachable
-  std::unique_ptr<MetricsScraper> scraper;
+  std::unique_ptr<metrics::MetricsScraper> scraper;
   // The scheduler's approximate prefix index, if its policy has one (nullptr otherwise);
   // read under mu for /metrics.
   const sched::ApproxPrefixIndex* prefix_index = nullptr;
@@ -217,18 +217,18 @@ struct Router::Impl {
   }
 
   void StartScraper(const std::shared_ptr<Generation>& g) {
-    std::vector<ScrapeTarget> targets;
+    std::vector<metrics::ScrapeTarget> targets;
     for (const EndpointInfo& e : g->endpoints) targets.push_back({e.host, e.port});
-    ScraperOptions so;
+    metrics::ScraperOptions so;
     so.interval_s = g->config.pool.scrape_interval_s;
     so.timeout_s = g->config.pool.staleness_s;
     so.connect_timeout_s = g->config.timeouts.connect_s;
     so.names = g->config.pool.metric_names;
     so.model = g->config.pool.model;
     std::weak_ptr<Generation> weak = g;
-    g->scraper = std::make_unique<MetricsScraper>(
+    g->scraper = std::make_unique<metrics::MetricsScraper>(
         pool->context(0), std::move(targets), std::move(so), [this] { return Now(); },
-        [weak](uint32_t i, const EndpointSnapshot& snap) {
+        [weak](uint32_t i, const metrics::EndpointSnapshot& snap) {
           auto gen = weak.lock();
           if (!gen) return;
           std::lock_guard<std::mutex> lock(gen->mu);

@@ -1,11 +1,11 @@
-#include "router/scraper.h"
+#include "metrics/scrape/scraper.h"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cmath>
 #include <limits>
 
-namespace kvroute::router {
+namespace kvroute::metrics {
 
 namespace asio = boost::asio;
 
@@ -102,11 +102,11 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
     } else if (status != 200) {
       next->error = "status " + std::to_string(status);
     } else {
-      metrics::EngineMetrics m;
-      metrics::ParseReport report = metrics::ExtractEngineMetrics(ep.text, options.names, options.model, m);
-      constexpr uint32_t kLoad = metrics::EngineMetrics::kKvUsage |
-                                 metrics::EngineMetrics::kWaiting |
-                                 metrics::EngineMetrics::kRunning;
+      EngineMetrics m;
+      ParseReport report = ExtractEngineMetrics(ep.text, options.names, options.model, m);
+      constexpr uint32_t kLoad = EngineMetrics::kKvUsage |
+                                 EngineMetrics::kWaiting |
+                                 EngineMetrics::kRunning;
       if (report.aborted || (m.present & kLoad) == 0) {
         next->error = report.aborted ? "not a Prometheus exposition"
                                      : "no kv-usage/waiting/running series in the exposition";
@@ -174,4 +174,4 @@ std::shared_ptr<const EndpointSnapshot> MetricsScraper::Snapshot(uint32_t index)
   return impl_->snapshots[index].load();
 }
 
-}  // namespace kvroute::router
+}  // namespace kvroute::metrics

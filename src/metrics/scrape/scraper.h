@@ -23,10 +23,10 @@
 #include "http/client.h"
 #include "metrics/engine_metrics.h"
 
-namespace kvroute::router {
+namespace kvroute::metrics {
 
 struct EndpointSnapshot {
-  metrics::EngineMetrics metrics;  // values of the last successful scrape
+  EngineMetrics metrics;  // values of the last successful scrape
   double scraped_at_s = -1.0;      // when that scrape was sent (router clock); < 0: never
   double attempted_at_s = -1.0;    // when the last attempt was sent
   bool ok = false;                 // the last attempt succeeded
@@ -51,7 +51,7 @@ struct ScraperOptions {
   // than this is a failure.
   double timeout_s = 2.0;
   double connect_timeout_s = 2.0;
-  metrics::MetricNames names = metrics::MetricNames::For(metrics::EngineType::kVllm);
+  MetricNames names = MetricNames::For(EngineType::kVllm);
   std::string model;                        // model_name filter ("" = all)
   std::size_t max_body_bytes = 16u << 20;   // larger expositions fail
 };
@@ -83,4 +83,4 @@ class MetricsScraper {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace kvroute::router
+}  // namespace kvroute::metrics
