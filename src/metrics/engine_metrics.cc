@@ -134,8 +134,11 @@ class Extractor : public SampleVisitor {
       AddCacheInfo(s);
       return;
     }
-    if (std::isnan(s.value)) return;
     seen_[current_] = true;
+    if (!Plausible(current_, s.value)) {
+      bad_[current_] = true;
+      return;
+    }
     switch (current_) {
       case kUsageSlot:
       case kUsageOldSlot:
@@ -151,6 +154,10 @@ class Extractor : public SampleVisitor {
     auto take = [&](Slot slot, Slot old_slot, double& dst, EngineMetrics::Field f) {
       const Slot use = seen_[slot] ? slot : old_slot;
       if (!seen_[use]) return;
+      if (bad_[use]) {
+        out.invalid |= f;
+        return;
+      }
       dst = sums_[use];
       out.present |= f;
     };
@@ -172,6 +179,10 @@ class Extractor : public SampleVisitor {
     }
 
     const int u = seen_[kUsageSlot] ? 0 : 1;  // current name wins when both are exported
+    if (bad_[u == 0 ? kUsageSlot : kUsageOldSlot]) {
+      out.invalid |= EngineMetrics::kKvUsage;
+      return;
+    }
     const Usage& usage = usage_[u];
     if (usage.count == 0) return;
     out.present |= EngineMetrics::kKvUsage;
@@ -195,6 +206,12 @@ class Extractor : public SampleVisitor {
     int count = 0;
     double sum = 0;
   };
+
+  static bool Plausible(Slot slot, double v) {
+    if (!std::isfinite(v) || v < 0) return false;
+    if (slot == kUsageSlot || slot == kUsageOldSlot) return v <= 1.0;
+    return v <= EngineMetrics::kMaxPlausibleCount;
+  }
 
   std::string_view EngineKey(const Sample& s) const {
     if (names_.engine_label.empty()) return {};
@@ -237,6 +254,7 @@ class Extractor : public SampleVisitor {
   Slot current_ = kRunningSlot;
   std::array<double, kNumSlots> sums_{};
   std::array<bool, kNumSlots> seen_{};
+  std::array<bool, kNumSlots> bad_{};  // a sample of the slot was garbage
   Usage usage_[2];
   std::array<CacheInfoEntry, kMaxEngines> info_{};
   size_t n_info_ = 0;

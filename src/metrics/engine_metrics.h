@@ -75,14 +75,24 @@ struct EngineMetrics {
   int64_t block_size = 0;      // tokens per block (first engine's), 0 when unknown
   int64_t num_gpu_blocks = 0;  // summed over engines, 0 when unknown
   int engines = 0;             // KV-usage series aggregated (one per engine)
-  uint32_t present = 0;        // Field bits for what the scrape contained
+  uint32_t present = 0;        // Field bits for what the scrape contained, usable
+  // Field bits for series the scrape contained but that cannot be used: a sample that is
+  // NaN, +/-Inf, negative, above kMaxPlausibleCount (counts), or outside [0, 1] (KV
+  // usage), in any engine. One bad engine makes the whole field invalid (the endpoint's
+  // aggregate is unknown, not the sum of the rest). An invalid field is not `present`.
+  uint32_t invalid = 0;
+
+  // Larger queue/running/counter values than this are garbage, not load.
+  static constexpr double kMaxPlausibleCount = 1e9;
 
   bool Has(Field f) const { return (present & f) != 0; }
+  bool Invalid(Field f) const { return (invalid & f) != 0; }
 };
 
 // Reads `text` (one scrape) into `out` using `names`. When `model_name` is not empty,
 // series whose model label differs are ignored (series without the label are kept:
-// cache_config_info has none in vLLM). NaN samples are ignored. `out` is overwritten.
+// cache_config_info has none in vLLM). A garbage sample (see EngineMetrics::invalid)
+// marks its field invalid instead of present. `out` is overwritten.
 // Returns the parse report (bad lines are skipped, see ParsePrometheusText).
 ParseReport ExtractEngineMetrics(std::string_view text, const MetricNames& names,
                                  std::string_view model_name, EngineMetrics& out);

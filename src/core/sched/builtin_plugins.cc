@@ -33,6 +33,14 @@ int64_t PrefixCacheScorer::CachedPromptChars(const PendingRequest& req,
   return static_cast<int64_t>(index_.MatchOne(hashes, endpoint_id) * p_.block_chars);
 }
 
+void PrefixCacheScorer::AdoptStateFrom(Plugin& previous) {
+  // Same type() as this one (the scheduler matched them), so the same class.
+  auto& prev = static_cast<PrefixCacheScorer&>(previous);
+  if (prev.p_.block_chars != p_.block_chars || prev.p_.max_blocks != p_.max_blocks) return;
+  index_ = std::move(prev.index_);
+  prev.index_ = ApproxPrefixIndex();
+}
+
 size_t PrefixCacheScorer::CapacityFor(const EndpointState& e) const {
   if (p_.lru_capacity > 0) return p_.lru_capacity;
   if (e.num_gpu_blocks > 0 && e.block_size > 0) {

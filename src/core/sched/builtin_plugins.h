@@ -28,6 +28,9 @@ class PrefixCacheScorer : public Scorer {
   void OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
                     double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override { index_.RemoveEndpoint(endpoint_id); }
+  // Takes the previous scorer's index when it hashed the same way (block_chars and
+  // max_blocks equal); a new LRU capacity applies from the next dispatch.
+  void AdoptStateFrom(Plugin& previous) override;
 
   // LRU capacity (in blocks of block_chars) used for `e`.
   size_t CapacityFor(const EndpointState& e) const;

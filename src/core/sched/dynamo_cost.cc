@@ -9,6 +9,17 @@ DynamoCostScheduler::DynamoCostScheduler(const Config& config, const SchedulerOp
     : SchedulerBase(options, 1), config_(config) {
   scorer_names_ = {"cost", "overlap"};
   weights_ = {1.0, 1.0};
+  scorer_roles_ = {ScorerRole::kCost, ScorerRole::kPrefix};
+}
+
+void DynamoCostScheduler::AdoptPolicyState(SchedulerBase& previous) {
+  auto* prev = dynamic_cast<DynamoCostScheduler*>(&previous);
+  if (prev == nullptr || prev->config_.block_size != config_.block_size ||
+      prev->config_.max_blocks != config_.max_blocks) {
+    return;
+  }
+  index_ = std::move(prev->index_);
+  prev->index_ = ApproxPrefixIndex();
 }
 
 PickResult DynamoCostScheduler::Pick(const SchedRequest& req,

@@ -34,8 +34,14 @@ class DynamoCostScheduler : public SchedulerBase {
   void OnEndpointRemoved(uint32_t endpoint_id) override;
 
   const ApproxPrefixIndex& index() const { return index_; }
+  int64_t PrefixEntries(uint32_t endpoint_id) const override {
+    return static_cast<int64_t>(index_.Size(endpoint_id));
+  }
 
  private:
+  // Takes the previous dynamo-cost scheduler's index when block_size and max_blocks match.
+  void AdoptPolicyState(SchedulerBase& previous) override;
+
   Config config_;
   ApproxPrefixIndex index_;
   std::vector<uint32_t> match_;

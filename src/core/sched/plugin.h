@@ -59,6 +59,10 @@ class Plugin {
   virtual void OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
                             double now_s) {}
   virtual void OnEndpointRemoved(uint32_t endpoint_id) {}
+  // Reload: takes the learned state of `previous`, a plugin of the same type() from the
+  // scheduler being replaced, when its parameters make that state valid here. Default:
+  // nothing to take.
+  virtual void AdoptStateFrom(Plugin& previous) {}
 
  private:
   friend class ProfileScheduler;

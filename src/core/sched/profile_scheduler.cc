@@ -27,6 +27,49 @@ ProfileScheduler::ProfileScheduler(Parts parts, const SchedulerOptions& options)
   for (auto& s : scorers_) {
     scorer_names_.push_back(s.scorer->name());
     weights_.push_back(s.weight);
+    scorer_roles_.push_back(RoleOfScorerType(s.scorer->type()));
+  }
+  for (auto& s : scorers_) {
+    if (prefix_ == nullptr && s.scorer->type() == "prefix-cache-scorer") {
+      prefix_ = static_cast<const PrefixCacheScorer*>(s.scorer.get());
+    }
+  }
+}
+
+Scheduler::ScorerRole RoleOfScorerType(std::string_view type) {
+  using R = Scheduler::ScorerRole;
+  if (type == "prefix-cache-scorer") return R::kPrefix;
+  if (type == "kv-cache-utilization-scorer") return R::kKvCache;
+  if (type == "queue-depth-scorer" || type == "queue-scorer") return R::kQueue;
+  if (type == "running-requests-scorer" || type == "least-request-scorer" ||
+      type == "soft-load-scorer" || type == "load-aware-scorer") {
+    return R::kLoad;
+  }
+  return R::kOther;
+}
+
+int64_t ProfileScheduler::PrefixEntries(uint32_t endpoint_id) const {
+  return prefix_ ? static_cast<int64_t>(prefix_->prefix_index().Size(endpoint_id)) : -1;
+}
+
+void ProfileScheduler::AdoptPolicyState(SchedulerBase& previous) {
+  auto* prev = dynamic_cast<ProfileScheduler*>(&previous);
+  if (prev == nullptr) return;
+  auto count_type = [](const std::vector<Plugin*>& v, const std::string& type) {
+    return std::count_if(v.begin(), v.end(), [&](Plugin* p) { return p->type() == type; });
+  };
+  for (Plugin* mine : all_) {
+    Plugin* match = nullptr;
+    for (Plugin* old : prev->all_) {
+      if (old->type() == mine->type() && old->name() == mine->name()) match = old;
+    }
+    if (match == nullptr && count_type(all_, mine->type()) == 1 &&
+        count_type(prev->all_, mine->type()) == 1) {
+      for (Plugin* old : prev->all_) {
+        if (old->type() == mine->type()) match = old;
+      }
+    }
+    if (match != nullptr) mine->AdoptStateFrom(*match);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/sched/plugin.h"
+#include "core/sched/builtin_plugins.h"
 #include "core/sched/scheduler_base.h"
 
 namespace kvroute::sched {
@@ -33,6 +34,8 @@ class ProfileScheduler : public SchedulerBase {
                   double now_s) override;
   void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
+  // The first prefix-cache scorer's index size for the endpoint; -1 without one.
+  int64_t PrefixEntries(uint32_t endpoint_id) const override;
 
   bool inflight_adjustment() const { return inflight_adjustment_; }
   // The plugins, in order: filters, scorers, picker, others.
@@ -40,6 +43,9 @@ class ProfileScheduler : public SchedulerBase {
 
  private:
   static size_t CountPlugins(const Parts& p);
+  // Plugins are matched by type and name, else by type when the type is unique on both
+  // sides.
+  void AdoptPolicyState(SchedulerBase& previous) override;
 
   std::string policy_;
   std::vector<std::unique_ptr<Filter>> filters_;
@@ -48,6 +54,10 @@ class ProfileScheduler : public SchedulerBase {
   std::vector<std::unique_ptr<Plugin>> others_;
   bool inflight_adjustment_;
   std::vector<Plugin*> all_;
+  const PrefixCacheScorer* prefix_ = nullptr;  // the first prefix-cache-scorer, if any
 };
+
+// The role of a built-in scorer type ("prefix-cache-scorer" -> kPrefix, ...).
+Scheduler::ScorerRole RoleOfScorerType(std::string_view type);
 
 }  // namespace kvroute::sched

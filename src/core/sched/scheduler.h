@@ -104,6 +104,28 @@ class Scheduler {
 
   // The router's own accounting (in-flight counts and estimated blocks per endpoint).
   virtual const InflightTracker& inflight() const = 0;
+
+  // ---- reload ----
+
+  // Takes over what `previous` learned, so that a configuration reload (new weights, new
+  // plugin parameters, even another policy) keeps the router's affinity and accounting:
+  // every handle `previous` issued stays valid here (OnFirstToken/OnFinished on this
+  // scheduler), in-flight accounting carries over, and prefix state moves where both
+  // sides model it the same way (the same plugin type with the same hashing parameters,
+  // or the same dedicated policy). `previous` is left empty and must not be used again
+  // except to be destroyed. Endpoint ids must mean the same endpoints in both.
+  // Returns false (and takes nothing) when `previous` is not a built-in scheduler.
+  virtual bool AdoptStateFrom(Scheduler& previous) = 0;
+
+  // ---- observability ----
+
+  // Prompt blocks the scheduler's prefix model assumes cached on the endpoint, or -1 when
+  // the policy keeps no prefix model (round-robin, least-request, ...).
+  virtual int64_t PrefixEntries(uint32_t endpoint_id) const { return -1; }
+
+  // What each row of PickResult::scorer_names measures, in the same order.
+  enum class ScorerRole { kPrefix, kKvCache, kQueue, kLoad, kCost, kOther };
+  virtual std::span<const ScorerRole> scorer_roles() const = 0;
 };
 
 }  // namespace kvroute::sched

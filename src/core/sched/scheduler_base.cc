@@ -55,6 +55,28 @@ void SchedulerBase::Release(PendingRequest& p) {
   free_slots_.push_back(p.slot);
 }
 
+bool SchedulerBase::AdoptStateFrom(Scheduler& previous) {
+  // Every built-in scheduler derives from SchedulerBase; the cast stays inside kvroute_sched.
+  auto* prev = dynamic_cast<SchedulerBase*>(&previous);
+  if (prev == nullptr || prev == this) return false;
+  tracker_ = std::move(prev->tracker_);
+  slots_ = std::move(prev->slots_);
+  free_slots_ = std::move(prev->free_slots_);
+  live_ = prev->live_;
+  known_ = std::move(prev->known_);
+  for (Slot& s : slots_) {
+    s.req.hashes.resize(hash_rows_);
+    for (auto& h : s.req.hashes) h.clear();
+  }
+  prev->tracker_ = InflightTracker();
+  prev->slots_.clear();
+  prev->free_slots_.clear();
+  prev->live_ = 0;
+  prev->known_.clear();
+  AdoptPolicyState(*prev);
+  return true;
+}
+
 void SchedulerBase::OnFirstToken(RequestHandle handle, double now_s) {
   if (PendingRequest* p = Find(handle)) tracker_.MarkStarted(p->slot);
 }

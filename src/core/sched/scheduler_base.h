@@ -22,6 +22,12 @@ class SchedulerBase : public Scheduler {
   void OnFinished(RequestHandle handle, double now_s) override;
   void OnMetricsUpdated(uint32_t endpoint_id, double scraped_at_s) override;
   const InflightTracker& inflight() const override { return tracker_; }
+  std::span<const ScorerRole> scorer_roles() const override { return scorer_roles_; }
+  // Moves the request table, in-flight accounting and remembered endpoint capacities,
+  // then AdoptPolicyState. In-flight requests keep their handles; their cached prompt
+  // hashes are dropped (a retry after the reload records no prefix), since hash rows
+  // belong to the previous plugin layout.
+  bool AdoptStateFrom(Scheduler& previous) override;
 
   size_t PendingCount() const { return live_; }
 
@@ -55,8 +61,12 @@ class SchedulerBase : public Scheduler {
                     std::span<const uint32_t> order);
   PickResult Fail(PickStatus status);
 
+  // The policy-specific part of AdoptStateFrom (prefix index, radix tree); default none.
+  virtual void AdoptPolicyState(SchedulerBase& previous) {}
+
   SchedulerOptions options_;
   InflightTracker tracker_;
+  std::vector<ScorerRole> scorer_roles_;  // parallel to scorer_names_
   Rng rng_;
 
   // Per-pick buffers, reused.

@@ -194,6 +194,21 @@ SglangCacheAwareScheduler::SglangCacheAwareScheduler(const Config& config,
     : SchedulerBase(options, 0), config_(config) {
   scorer_names_.push_back("prefix-match");
   weights_.push_back(1.0);
+  scorer_roles_.push_back(ScorerRole::kPrefix);
+}
+
+int64_t SglangCacheAwareScheduler::PrefixEntries(uint32_t endpoint_id) const {
+  size_t chars = 0;
+  for (const auto& [model, tree] : trees_) chars += tree.WorkerChars(endpoint_id);
+  return static_cast<int64_t>((chars + 63) / 64);
+}
+
+void SglangCacheAwareScheduler::AdoptPolicyState(SchedulerBase& previous) {
+  auto* prev = dynamic_cast<SglangCacheAwareScheduler*>(&previous);
+  if (prev == nullptr) return;
+  trees_ = std::move(prev->trees_);
+  prev->trees_.clear();
+  tick_ = prev->tick_;
 }
 
 const CharRadixTree* SglangCacheAwareScheduler::TreeFor(std::string_view model) const {

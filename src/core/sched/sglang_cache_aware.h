@@ -79,6 +79,9 @@ class SglangCacheAwareScheduler : public SchedulerBase {
                   double now_s) override;
   void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
+  // Characters the worker holds in the radix trees, in 64-character blocks (rounded up),
+  // comparable with the block indexes' counts.
+  int64_t PrefixEntries(uint32_t endpoint_id) const override;
 
   // The tree of `model` (nullptr if none yet).
   const CharRadixTree* TreeFor(std::string_view model) const;
@@ -88,6 +91,9 @@ class SglangCacheAwareScheduler : public SchedulerBase {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
+  // Takes the previous sglang-cache-aware scheduler's trees (any config).
+  void AdoptPolicyState(SchedulerBase& previous) override;
+
   Config config_;
   std::unordered_map<std::string, CharRadixTree, StringHash, std::equal_to<>> trees_;
   uint64_t tick_ = 0;

@@ -1,0 +1,812 @@
+#include "core/routing/routing_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+#include "core/sched/registry.h"
+#include "metrics/prom_writer.h"
+
+namespace kvroute::routing {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Written by one thread at a time (under the scheduler's lock, or by the owning scrape),
+// read by any: relaxed atomics are enough, and a plain store beats a CAS loop.
+void Set(std::atomic<double>& a, double v) { a.store(v, std::memory_order_relaxed); }
+double Get(const std::atomic<double>& a) { return a.load(std::memory_order_relaxed); }
+void Bump(std::atomic<uint64_t>& a, uint64_t n = 1) { a.fetch_add(n, std::memory_order_relaxed); }
+double GetU(const std::atomic<uint64_t>& a) {
+  return static_cast<double>(a.load(std::memory_order_relaxed));
+}
+
+// Counts by HTTP status without a lock: a small open table whose slots are claimed by
+// CAS on the code. Codes beyond its size fall into `other` (status 0 on /metrics).
+struct CodeCounts {
+  static constexpr std::size_t kSlots = 16;
+  struct Entry {
+    std::atomic<int> code{0};
+    std::atomic<uint64_t> n{0};
+  };
+  std::array<Entry, kSlots> entries;
+  std::atomic<uint64_t> other{0};
+
+  void Add(int code) {
+    for (Entry& e : entries) {
+      int c = e.code.load(std::memory_order_acquire);
+      if (c == 0) {
+        int expected = 0;
+        if (e.code.compare_exchange_strong(expected, code, std::memory_order_acq_rel)) {
+          c = code;
+        } else {
+          c = expected;
+        }
+      }
+      if (c == code) {
+        Bump(e.n);
+        return;
+      }
+    }
+    Bump(other);
+  }
+
+  template <typename F>
+  void ForEach(F&& f) const {
+    std::vector<std::pair<int, uint64_t>> rows;
+    for (const Entry& e : entries) {
+      int c = e.code.load(std::memory_order_acquire);
+      if (c != 0) rows.emplace_back(c, e.n.load(std::memory_order_relaxed));
+    }
+    std::sort(rows.begin(), rows.end());
+    for (auto& [c, n] : rows) f(c, n);
+    uint64_t o = other.load(std::memory_order_relaxed);
+    if (o) f(0, o);
+  }
+};
+
+// Fixed-bound histogram with atomic buckets.
+struct AtomicHistogram {
+  static constexpr std::array<double, 14> kBounds = {1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5,
+                                                    1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+                                                    1e-2, 2.5e-2};
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts{};
+  std::atomic<double> sum{0.0};
+  void Observe(double v) {  // single writer (under the scheduler's lock)
+    std::size_t i = std::lower_bound(kBounds.begin(), kBounds.end(), v) - kBounds.begin();
+    Bump(counts[i]);
+    Set(sum, Get(sum) + v);
+  }
+};
+
+struct ScoreSummary {
+  std::atomic<double> sum{0.0};
+  std::atomic<uint64_t> count{0};
+  void Add(double v) {  // single writer (under the scheduler's lock)
+    Set(sum, Get(sum) + v);
+    Bump(count);
+  }
+};
+
+}  // namespace
+
+struct EndpointStats {
+  CodeCounts requests;
+  std::mutex errors_mu;  // failures only: never on a successful request's path
+  std::map<std::string, uint64_t, std::less<>> errors;
+  std::atomic<uint64_t> scrapes_ok{0}, scrapes_failed{0};
+  // Published under the scheduler's lock after each change of the endpoint's accounting.
+  std::atomic<double> kv_adjusted{kNaN}, waiting_adjusted{kNaN}, inflight{0}, prefix_entries{-1};
+};
+
+struct RoutingCore::Slot {
+  std::shared_ptr<EndpointStats> stats = std::make_shared<EndpointStats>();
+  // Guards health and last: the scraper writes, the next pick's sync and AppendMetrics
+  // copy. Per endpoint, held for a copy: never a global lock.
+  mutable std::mutex mu;
+  health::EndpointHealth health;
+  metrics::EngineMetrics last;  // the last good scrape, raw (for /metrics)
+  std::atomic<bool> dirty{false};
+};
+
+struct RoutingCore::SchedState {
+  std::unique_ptr<sched::Scheduler> scheduler;
+  std::shared_ptr<const EndpointTable> table;
+  std::shared_ptr<const std::vector<std::shared_ptr<Slot>>> slots;
+  std::vector<sched::EndpointState> states;  // by id; vacant ids unhealthy
+  std::vector<health::Verdict> verdicts;     // by id, as last applied
+  std::vector<uint8_t> vacant;               // by id
+  health::HealthOptions health;
+  std::size_t max_ranked = kMaxRanked;
+  uint64_t seen_epoch = ~uint64_t{0};
+  double next_change = -kInf;  // a full health pass is due once now passes it
+  std::size_t normal_count = 0;
+  std::vector<uint32_t> changed;  // reused by SyncLocked
+  // Per scorer row of the current scheduler: its summary, and whether it is a prefix role.
+  std::vector<std::pair<ScoreSummary*, bool>> score_slots;
+  std::function<double()> timer;
+};
+
+struct RoutingCore::Counters {
+  CodeCounts no_endpoint;  // requests answered without an endpoint
+  std::atomic<uint64_t> retries{0}, picks_failed{0}, reloads_failed{0};
+  AtomicHistogram sched_seconds;
+  ScoreSummary prefix_hit;
+  std::mutex scores_mu;  // guards the map's shape (Configure adds, AppendMetrics reads)
+  std::map<std::string, std::unique_ptr<ScoreSummary>, std::less<>> scores;
+  // Ids that scraped since the last sync (each at most once: Slot::dirty).
+  std::mutex dirty_mu;
+  std::vector<uint32_t> dirty;
+};
+
+RoutingCore::RoutingCore(std::function<void(std::string_view)> log)
+    : log_(std::move(log)), sched_(std::make_unique<SchedState>()),
+      counters_(std::make_unique<Counters>()) {
+  table_.store(std::make_shared<const EndpointTable>());
+  slots_.store(std::make_shared<const std::vector<std::shared_ptr<Slot>>>());
+  options_.store(std::make_shared<const CoreOptions>());
+}
+
+RoutingCore::~RoutingCore() = default;
+
+void RoutingCore::Log(std::vector<std::string>& logs) {
+  if (log_) {
+    for (const std::string& l : logs) log_(l);
+  }
+  logs.clear();
+}
+
+std::string_view RoutingCore::policy() const {
+  std::lock_guard<std::mutex> lock(sched_mu_);
+  return sched_->scheduler ? sched_->scheduler->policy() : std::string_view();
+}
+
+// ---- configuration ----
+
+Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSpec> endpoints,
+                              double now_s) {
+  std::lock_guard<std::mutex> config_lock(config_mu_);
+  sched::SchedulerOptions so;
+  so.seed = options.seed;
+  so.max_ranked = std::clamp<std::size_t>(options.max_ranked, 1, kMaxRanked);
+  sched::BuildResult built = sched::BuildScheduler(options.scheduling, so);
+  if (!built.ok()) {
+    return Status::InvalidArgument(built.error ? built.error->field + ": " + built.error->message
+                                               : "scheduling: cannot build the scheduler");
+  }
+  std::unordered_map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    EndpointSpec& e = endpoints[i];
+    if (e.name.empty()) e.name = e.address;
+    if (!seen.emplace(e.address, i).second) {
+      return Status::InvalidArgument("pool.endpoints[" + std::to_string(i) + "]: address " +
+                                     e.address + " is listed twice");
+    }
+  }
+
+  auto old_table = table_.load();
+  auto old_slots = slots_.load();
+  std::unordered_map<std::string, uint32_t> old_ids;
+  for (const auto& ep : old_table->by_id) {
+    if (ep) old_ids.emplace(ep->spec.address, ep->id);
+  }
+
+  // Surviving addresses keep their ids (and slots, stats, prefix entries, accounting).
+  // New endpoints take vacant ids with nothing in flight, else new ones.
+  auto table = std::make_shared<EndpointTable>();
+  table->version = old_table->version + 1;
+  auto slots = std::make_shared<std::vector<std::shared_ptr<Slot>>>();
+  std::vector<uint8_t> taken;
+  std::vector<std::size_t> fresh;  // positions in `endpoints` needing an id
+  std::vector<uint32_t> ids(endpoints.size());
+  auto grow = [&](std::size_t n) {
+    if (table->by_id.size() < n) {
+      table->by_id.resize(n);
+      slots->resize(n);
+      taken.resize(n, 0);
+    }
+  };
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    auto it = old_ids.find(endpoints[i].address);
+    if (it == old_ids.end()) {
+      fresh.push_back(i);
+      continue;
+    }
+    ids[i] = it->second;
+    grow(ids[i] + 1);
+    taken[ids[i]] = 1;
+    (*slots)[ids[i]] = (*old_slots)[ids[i]];
+  }
+  uint32_t next_free = 0;
+  for (std::size_t i : fresh) {
+    uint32_t id = next_free;
+    for (;; ++id) {
+      if (id < taken.size() && taken[id]) continue;
+      const Endpoint* prev = old_table->Find(id);
+      bool busy = prev && old_ids.count(prev->spec.address) == 0 &&
+                  Get(prev->stats->inflight) > 0;  // removed, still finishing requests
+      if (!busy) break;
+    }
+    next_free = id + 1;
+    ids[i] = id;
+    grow(id + 1);
+    taken[id] = 1;
+    (*slots)[id] = std::make_shared<Slot>();
+  }
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    auto ep = std::make_shared<Endpoint>();
+    ep->id = ids[i];
+    ep->stats = (*slots)[ids[i]]->stats;
+    ep->spec = std::move(endpoints[i]);
+    table->by_id[ids[i]] = std::move(ep);
+  }
+
+  std::unique_ptr<sched::Scheduler> old_scheduler;
+  std::vector<std::string> logs;
+  {
+    std::lock_guard<std::mutex> lock(sched_mu_);
+    SchedState& s = *sched_;
+    if (s.scheduler) {
+      built.scheduler->AdoptStateFrom(*s.scheduler);
+      for (uint32_t id = 0; id < s.states.size(); ++id) {
+        if (id < s.vacant.size() && s.vacant[id]) continue;
+        const Endpoint* prev = old_table->Find(id);
+        bool survives = prev && id < taken.size() && taken[id] && table->by_id[id] &&
+                        table->by_id[id]->spec.address == prev->spec.address;
+        if (prev && !survives) built.scheduler->OnEndpointRemoved(id);
+      }
+    }
+    old_scheduler = std::move(s.scheduler);
+    s.scheduler = std::move(built.scheduler);
+    const std::size_t n = table->by_id.size();
+    s.states.resize(n);
+    s.verdicts.resize(n);
+    s.vacant.assign(n, 1);
+    for (uint32_t id = 0; id < n; ++id) {
+      sched::EndpointState& st = s.states[id];
+      const Endpoint* ep = table->Find(id);
+      if (!ep) {
+        st = sched::EndpointState();
+        st.id = id;
+        st.healthy = false;
+        continue;
+      }
+      s.vacant[id] = 0;
+      const Endpoint* prev = old_table->Find(id);
+      if (!prev || prev->spec.address != ep->spec.address) {
+        st = sched::EndpointState();
+        s.verdicts[id] = health::Verdict();
+        (*slots)[id]->dirty.store(true);  // fold its (empty) health in at the next sync
+      }
+      st.id = id;
+      st.name = ep->spec.name;
+      st.labels = ep->spec.labels;
+    }
+    s.table = table;
+    s.slots = slots;
+    s.health = options.health;
+    s.max_ranked = so.max_ranked;
+    s.next_change = -kInf;  // full health pass at the next pick
+    s.seen_epoch = ~uint64_t{0};
+    s.score_slots.clear();
+    table_.store(table);
+    slots_.store(slots);
+    options_.store(std::make_shared<const CoreOptions>(options));
+    for (uint32_t id = 0; id < n; ++id) {
+      if (!s.vacant[id]) UpdateStatsLocked(id);
+    }
+  }
+  if (old_scheduler) {
+    reloads_ok_.fetch_add(1, std::memory_order_relaxed);
+    logs.push_back("configuration applied: " + std::to_string(table->by_id.size()) +
+                   " endpoint ids, policy " + std::string(policy()));
+  }
+  Log(logs);
+  return Status::Ok();
+}
+
+// ---- scrapes ----
+
+void RoutingCore::OnScrape(uint32_t id, const ScrapeResult& result, double now_s) {
+  auto slots = slots_.load();
+  if (id >= slots->size() || !(*slots)[id]) return;
+  Slot& slot = *(*slots)[id];
+  {
+    std::lock_guard<std::mutex> lock(slot.mu);
+    if (result.ok) {
+      slot.health.OnScrape(result.metrics, result.sent_at_s);
+      slot.last = result.metrics;
+    } else {
+      slot.health.OnScrapeFailed(result.sent_at_s, result.connect_failed);
+    }
+  }
+  Bump(result.ok ? slot.stats->scrapes_ok : slot.stats->scrapes_failed);
+  if (!slot.dirty.exchange(true, std::memory_order_acq_rel)) {
+    std::lock_guard<std::mutex> lock(counters_->dirty_mu);
+    counters_->dirty.push_back(id);
+  }
+  scrape_epoch_.fetch_add(1, std::memory_order_release);
+}
+
+// Folds scrapes that arrived since the last pick into the scheduler's view, and re-judges
+// health where something changed or a deadline passed. Caller holds sched_mu_.
+void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
+  SchedState& s = *sched_;
+  const uint64_t epoch = scrape_epoch_.load(std::memory_order_acquire);
+  const bool time_due = now_s > s.next_change;
+  if (epoch == s.seen_epoch && !time_due) return;
+  s.seen_epoch = epoch;
+  s.changed.clear();
+  {
+    std::lock_guard<std::mutex> lock(counters_->dirty_mu);
+    s.changed.swap(counters_->dirty);
+  }
+  for (uint32_t id : s.changed) {
+    if (id >= s.states.size() || s.vacant[id]) continue;
+    Slot& slot = *(*s.slots)[id];
+    slot.dirty.store(false, std::memory_order_release);
+    double scraped_at;
+    sched::EndpointState& st = s.states[id];
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      const health::EndpointHealth& h = slot.health;
+      st.kv_usage = h.kv_usage();
+      st.waiting = h.waiting();
+      st.running = h.running();
+      st.num_gpu_blocks = h.num_gpu_blocks();
+      st.block_size = h.block_size();
+      st.scrape_ok = h.last_attempt_ok();
+      scraped_at = h.scraped_at_s();
+    }
+    if (scraped_at > st.scraped_at_s) s.scheduler->OnMetricsUpdated(id, scraped_at);
+    st.scraped_at_s = scraped_at;
+    UpdateStatsLocked(id);
+  }
+  // Health depends on every endpoint (last-resort ones are used only when no normal one
+  // is left), so re-judge all of them; O(endpoints), once per batch of scrapes.
+  RefreshHealthLocked(now_s, logs);
+}
+
+void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* logs) {
+  SchedState& s = *sched_;
+  const std::size_t n = s.states.size();
+  std::size_t normal = 0;
+  double next = kInf;
+  for (uint32_t id = 0; id < n; ++id) {
+    if (s.vacant[id]) continue;
+    Slot& slot = *(*s.slots)[id];
+    health::Verdict v;
+    sched::EndpointState& st = s.states[id];
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      v = slot.health.Assess(now_s, s.health);
+      next = std::min(next, slot.health.NextChange(s.health));
+      // Raw values again: a previous pass may have overwritten them as saturated.
+      st.kv_usage = slot.health.kv_usage();
+      st.waiting = slot.health.waiting();
+      st.running = slot.health.running();
+    }
+    if (v.treatment == health::Treatment::kNormal) ++normal;
+    if (v != s.verdicts[id] && logs) {
+      const health::Verdict& old = s.verdicts[id];
+      std::string line = "endpoint " + st.name + ": " + std::string(ConditionName(v.condition));
+      for (int k = 0; k < health::kNumSignals; ++k) {
+        if (v.known[k] != old.known[k] || (!v.known[k] && v.condition != old.condition)) {
+          line += std::string(", ") +
+                  std::string(health::SignalName(static_cast<health::Signal>(k))) +
+                  (v.known[k] ? " known" : " unknown (missing, NaN, Inf or out of range)");
+        }
+      }
+      line += ", treated as " + std::string(TreatmentName(v.treatment));
+      if (v.treatment != old.treatment || v.condition != old.condition ||
+          v.Known(health::Signal::kKvUsage) != old.Known(health::Signal::kKvUsage) ||
+          v.Known(health::Signal::kWaiting) != old.Known(health::Signal::kWaiting)) {
+        logs->push_back(std::move(line));
+      }
+    }
+    s.verdicts[id] = v;
+  }
+  s.normal_count = normal;
+  s.next_change = next;
+  for (uint32_t id = 0; id < n; ++id) {
+    sched::EndpointState& st = s.states[id];
+    if (s.vacant[id]) {
+      st.healthy = false;
+      continue;
+    }
+    const health::Verdict& v = s.verdicts[id];
+    const bool fresh = v.condition == health::Condition::kUp;
+    switch (v.treatment) {
+      case health::Treatment::kNormal:
+        st.healthy = true;
+        break;
+      case health::Treatment::kDown:
+        st.healthy = false;
+        break;
+      case health::Treatment::kSaturated:
+      case health::Treatment::kLastResort:
+        st.healthy = v.treatment == health::Treatment::kSaturated || normal == 0;
+        // Unknown or stale load counts as full: never attractive.
+        if (!fresh || !v.Known(health::Signal::kKvUsage)) st.kv_usage = 1.0;
+        if (!fresh || !v.Known(health::Signal::kWaiting)) {
+          st.waiting = std::max(st.waiting, health::kSaturatedWaiting);
+        }
+        break;
+    }
+  }
+}
+
+void RoutingCore::UpdateStatsLocked(uint32_t id) {
+  SchedState& s = *sched_;
+  if (id >= s.states.size() || s.vacant[id]) return;
+  const sched::EndpointState& st = s.states[id];
+  const sched::InflightTracker& t = s.scheduler->inflight();
+  EndpointStats& stats = *(*s.slots)[id]->stats;
+  const double capacity = st.num_gpu_blocks > 0
+                              ? static_cast<double>(st.num_gpu_blocks)
+                              : static_cast<double>(sched::SchedulerOptions{}.default_num_gpu_blocks);
+  sched::EndpointLoad adj = t.Load(st, capacity, true);
+  const health::Verdict& v = s.verdicts[id];
+  Set(stats.kv_adjusted, v.Known(health::Signal::kKvUsage) ? adj.kv_usage : kNaN);
+  Set(stats.waiting_adjusted, v.Known(health::Signal::kWaiting) ? adj.waiting : kNaN);
+  Set(stats.inflight, static_cast<double>(adj.inflight));
+  Set(stats.prefix_entries, static_cast<double>(s.scheduler->PrefixEntries(id)));
+}
+
+// ---- picks ----
+
+void RoutingCore::RecordPickLocked(const sched::PickResult& r, double pick_s) {
+  SchedState& s = *sched_;
+  if (pick_s >= 0) counters_->sched_seconds.Observe(pick_s);
+  if (r.ranked.empty()) return;
+  std::size_t c = 0;
+  while (c < r.candidates.size() && r.candidates[c] != r.ranked[0]) ++c;
+  if (c == r.candidates.size()) return;
+  if (s.score_slots.size() != r.scorer_names.size()) {
+    // First pick of this scheduler: resolve each row's summary once (allocates once).
+    auto roles = s.scheduler->scorer_roles();
+    std::lock_guard<std::mutex> lock(counters_->scores_mu);
+    s.score_slots.clear();
+    for (std::size_t i = 0; i < r.scorer_names.size(); ++i) {
+      auto it = counters_->scores.find(r.scorer_names[i]);
+      if (it == counters_->scores.end()) {
+        it = counters_->scores.emplace(r.scorer_names[i], std::make_unique<ScoreSummary>()).first;
+      }
+      bool prefix = i < roles.size() && roles[i] == sched::Scheduler::ScorerRole::kPrefix;
+      s.score_slots.emplace_back(it->second.get(), prefix);
+    }
+  }
+  for (std::size_t i = 0; i < s.score_slots.size(); ++i) {
+    double v = r.Score(i, c);
+    s.score_slots[i].first->Add(v);
+    if (s.score_slots[i].second) counters_->prefix_hit.Add(v);
+  }
+}
+
+namespace {
+
+std::string_view Trim(std::string_view v) {
+  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+  return v;
+}
+
+}  // namespace
+
+PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
+  PickResult out;
+  std::vector<std::string> logs;  // stays empty (no allocation) unless health changed
+  sched::PickStatus status;
+  {
+    std::lock_guard<std::mutex> lock(sched_mu_);
+    SchedState& s = *sched_;
+    if (!s.scheduler) {
+      out.status = Status::Unavailable("no endpoint is configured");
+      return out;
+    }
+    SyncLocked(now_s, &logs);
+    out.table = s.table;
+    const double t0 = s.timer ? s.timer() : 0.0;
+    sched::PickResult r = s.scheduler->Pick(request.request, s.states, now_s);
+    const double pick_s = s.timer ? s.timer() - t0 : -1.0;
+    status = r.status;
+    if (r.ok()) {
+      out.handle = r.handle;
+      const std::size_t limit = s.max_ranked;
+      auto add = [&](uint32_t id) {
+        for (std::size_t k = 0; k < out.n_ranked; ++k) {
+          if (out.ranked[k] == id) return;
+        }
+        out.ranked[out.n_ranked++] = id;
+      };
+      std::string_view hint = request.hint;
+      while (!hint.empty() && out.n_ranked < limit) {
+        std::size_t comma = hint.find(',');
+        std::string_view item = Trim(hint.substr(0, comma));
+        hint = comma == std::string_view::npos ? std::string_view() : hint.substr(comma + 1);
+        for (uint32_t id = 0; id < s.states.size() && out.n_ranked < limit; ++id) {
+          const Endpoint* ep = s.table->Find(id);
+          if (!ep || s.verdicts[id].treatment == health::Treatment::kDown) continue;
+          if (ep->spec.address == item || ep->spec.name == item) add(id);
+        }
+      }
+      for (uint32_t id : r.ranked) {
+        if (out.n_ranked == limit) break;
+        add(id);
+      }
+    } else {
+      Bump(counters_->picks_failed);
+    }
+    RecordPickLocked(r, pick_s);
+  }
+  if (!logs.empty()) Log(logs);
+  if (status == sched::PickStatus::kOk) return out;
+  out.status = Status::Unavailable(status == sched::PickStatus::kAllFiltered
+                                       ? "every endpoint is saturated or filtered out"
+                                       : "no healthy endpoint is available");
+  return out;
+}
+
+void RoutingCore::OnDispatched(sched::RequestHandle handle, uint32_t endpoint_id, double now_s) {
+  if (handle == sched::kNoHandle) return;
+  std::lock_guard<std::mutex> lock(sched_mu_);
+  sched_->scheduler->OnDispatched(handle, endpoint_id, now_s);
+  UpdateStatsLocked(endpoint_id);
+}
+
+void RoutingCore::OnFirstToken(sched::RequestHandle handle, double now_s) {
+  if (handle == sched::kNoHandle) return;
+  std::lock_guard<std::mutex> lock(sched_mu_);
+  sched_->scheduler->OnFirstToken(handle, now_s);
+}
+
+void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code,
+                             double now_s) {
+  if (handle != sched::kNoHandle) {
+    std::lock_guard<std::mutex> lock(sched_mu_);
+    sched_->scheduler->OnFinished(handle, now_s);
+    if (endpoint_id != kNoEndpoint) UpdateStatsLocked(endpoint_id);
+  }
+  if (endpoint_id == kNoEndpoint) {
+    counters_->no_endpoint.Add(code);
+    return;
+  }
+  auto table = table_.load();
+  if (const Endpoint* ep = table->Find(endpoint_id)) ep->stats->requests.Add(code);
+}
+
+void RoutingCore::OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure& failure,
+                                    double now_s) {
+  auto slots = slots_.load();
+  if (endpoint_id >= slots->size() || !(*slots)[endpoint_id]) return;
+  Slot& slot = *(*slots)[endpoint_id];
+  {
+    std::lock_guard<std::mutex> lock(slot.stats->errors_mu);
+    auto it = slot.stats->errors.find(failure.kind);
+    if (it == slot.stats->errors.end()) it = slot.stats->errors.emplace(std::string(failure.kind), 0).first;
+    ++it->second;
+  }
+  if (!failure.connect_failed) return;
+  {
+    std::lock_guard<std::mutex> lock(slot.mu);
+    slot.health.OnConnectFailed(now_s);
+  }
+  if (!slot.dirty.exchange(true, std::memory_order_acq_rel)) {
+    std::lock_guard<std::mutex> lock(counters_->dirty_mu);
+    counters_->dirty.push_back(endpoint_id);
+  }
+  scrape_epoch_.fetch_add(1, std::memory_order_release);
+}
+
+void RoutingCore::set_pick_timer(std::function<double()> seconds) {
+  std::lock_guard<std::mutex> lock(sched_mu_);
+  sched_->timer = std::move(seconds);
+}
+
+void RoutingCore::OnRetry() { Bump(counters_->retries); }
+void RoutingCore::OnReloadFailed() { Bump(counters_->reloads_failed); }
+
+std::size_t RoutingCore::AnyUsable(double now_s, uint32_t* out, std::size_t max) {
+  std::vector<std::string> logs;
+  std::size_t k = 0;
+  {
+    std::lock_guard<std::mutex> lock(sched_mu_);
+    SchedState& s = *sched_;
+    SyncLocked(now_s, &logs);
+    const std::size_t n = s.states.size();
+    const std::size_t first = n ? models_rr_.fetch_add(1, std::memory_order_relaxed) % n : 0;
+    for (std::size_t j = 0; j < n && k < max; ++j) {
+      std::size_t id = (first + j) % n;
+      if (s.states[id].healthy) out[k++] = static_cast<uint32_t>(id);
+    }
+  }
+  if (!logs.empty()) Log(logs);
+  return k;
+}
+
+health::Verdict RoutingCore::Health(uint32_t id, double now_s) const {
+  auto slots = slots_.load();
+  auto options = options_.load();
+  if (id >= slots->size() || !(*slots)[id]) {
+    health::Verdict v;
+    v.condition = health::Condition::kDown;
+    v.treatment = health::Treatment::kDown;
+    return v;
+  }
+  const Slot& slot = *(*slots)[id];
+  std::lock_guard<std::mutex> lock(slot.mu);
+  return slot.health.Assess(now_s, options->health);
+}
+
+bool RoutingCore::Ready(double now_s) const {
+  auto table = table_.load();
+  for (const auto& ep : table->by_id) {
+    if (ep && Health(ep->id, now_s).condition == health::Condition::kUp) return true;
+  }
+  return false;
+}
+
+// ---- observability ----
+
+void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
+  using metrics::AppendCounter;
+  using metrics::AppendGauge;
+  using metrics::AppendHeader;
+  using metrics::AppendSample;
+  using metrics::Label;
+  using metrics::MetricType;
+  auto table = table_.load();
+  auto slots = slots_.load();
+  auto options = options_.load();
+  const Counters& c = *counters_;
+
+  AppendHeader(out, "kvroute_requests_total",
+               "Requests answered, by endpoint used (empty: none) and HTTP status.",
+               MetricType::kCounter);
+  auto requests = [&](std::string_view endpoint, const CodeCounts& counts) {
+    counts.ForEach([&](int code, uint64_t n) {
+      std::string code_s = std::to_string(code);
+      Label labels[] = {{"endpoint", endpoint}, {"code", code_s}};
+      AppendSample(out, "kvroute_requests_total", labels, static_cast<double>(n));
+    });
+  };
+  requests("", c.no_endpoint);
+  for (const auto& ep : table->by_id) {
+    if (ep) requests(ep->spec.name, ep->stats->requests);
+  }
+  AppendHeader(out, "kvroute_upstream_errors_total", "Failed upstream attempts, by endpoint and kind.",
+               MetricType::kCounter);
+  for (const auto& ep : table->by_id) {
+    if (!ep) continue;
+    std::lock_guard<std::mutex> lock(ep->stats->errors_mu);
+    for (const auto& [kind, n] : ep->stats->errors) {
+      Label labels[] = {{"endpoint", ep->spec.name}, {"kind", kind}};
+      AppendSample(out, "kvroute_upstream_errors_total", labels, static_cast<double>(n));
+    }
+  }
+  AppendCounter(out, "kvroute_retries_total", "Attempts sent to a fallback endpoint.", {},
+                GetU(c.retries));
+  AppendCounter(out, "kvroute_pick_failures_total", "Picks that found no usable endpoint.", {},
+                GetU(c.picks_failed));
+  AppendHeader(out, "kvroute_scheduling_duration_seconds",
+               "Time spent in Scheduler::Pick (health refresh excluded).", MetricType::kHistogram);
+  {
+    std::array<uint64_t, AtomicHistogram::kBounds.size() + 1> counts;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      counts[i] = c.sched_seconds.counts[i].load(std::memory_order_relaxed);
+    }
+    metrics::AppendHistogramSeries(out, "kvroute_scheduling_duration_seconds", {},
+                                   AtomicHistogram::kBounds, counts, Get(c.sched_seconds.sum));
+  }
+  AppendHeader(out, "kvroute_plugin_score", "Raw score (0..1) each scorer gave the chosen endpoint.",
+               MetricType::kSummary);
+  {
+    std::lock_guard<std::mutex> lock(counters_->scores_mu);
+    for (const auto& [name, s] : c.scores) {
+      Label labels[] = {{"plugin", name}};
+      AppendSample(out, "kvroute_plugin_score_count", labels, GetU(s->count));
+      AppendSample(out, "kvroute_plugin_score_sum", labels, Get(s->sum));
+    }
+  }
+  const double hits = GetU(c.prefix_hit.count);
+  AppendGauge(out, "kvroute_prefix_estimated_hit_ratio",
+              "Mean prefix-scorer score of the chosen endpoint: the share of each prompt's "
+              "blocks the router expects cached there.",
+              {}, hits > 0 ? Get(c.prefix_hit.sum) / hits : 0.0);
+  AppendCounter(out, "kvroute_config_reloads_total", "Successful configuration reloads.", {},
+                static_cast<double>(reloads_ok_.load(std::memory_order_relaxed)));
+  AppendCounter(out, "kvroute_config_reload_failures_total",
+                "Rejected configuration reloads (the old configuration stayed).", {},
+                GetU(c.reloads_failed));
+
+  struct Row {
+    const Endpoint* ep;
+    health::Verdict v;
+    metrics::EngineMetrics m;
+    double age;
+  };
+  std::vector<Row> rows;
+  rows.reserve(table->by_id.size());
+  for (const auto& ep : table->by_id) {
+    if (!ep || ep->id >= slots->size()) continue;
+    const Slot& slot = *(*slots)[ep->id];
+    Row r{ep.get(), {}, {}, -1.0};
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      r.v = slot.health.Assess(now_s, options->health);
+      r.m = slot.last;
+      if (slot.health.scraped_at_s() >= 0) r.age = now_s - slot.health.scraped_at_s();
+    }
+    rows.push_back(r);
+  }
+  auto family = [&](std::string_view name, std::string_view help, MetricType type, auto value) {
+    AppendHeader(out, name, help, type);
+    for (const Row& r : rows) {
+      Label labels[] = {{"endpoint", r.ep->spec.name}};
+      AppendSample(out, name, labels, value(r));
+    }
+  };
+  using health::Signal;
+  auto known = [](const Row& r, Signal s) { return r.v.Known(s); };
+  family("kvroute_endpoint_kv_usage", "KV-cache usage as last scraped (0..1; NaN: unknown).",
+         MetricType::kGauge, [&](const Row& r) { return known(r, Signal::kKvUsage) ? r.m.kv_usage : kNaN; });
+  family("kvroute_endpoint_kv_usage_adjusted",
+         "KV-cache usage plus the router's in-flight estimate since the scrape (NaN: unknown).",
+         MetricType::kGauge, [&](const Row& r) { return Get(r.ep->stats->kv_adjusted); });
+  family("kvroute_endpoint_waiting", "Queued requests as last scraped (NaN: unknown).", MetricType::kGauge,
+         [&](const Row& r) { return known(r, Signal::kWaiting) ? r.m.waiting : kNaN; });
+  family("kvroute_endpoint_waiting_adjusted", "Queued requests plus dispatched-not-started ones (NaN: unknown).",
+         MetricType::kGauge, [&](const Row& r) { return Get(r.ep->stats->waiting_adjusted); });
+  family("kvroute_endpoint_running", "Running requests as last scraped (NaN: unknown).", MetricType::kGauge,
+         [&](const Row& r) { return known(r, Signal::kRunning) ? r.m.running : kNaN; });
+  family("kvroute_endpoint_inflight", "Requests the router has in flight there.", MetricType::kGauge,
+         [&](const Row& r) { return Get(r.ep->stats->inflight); });
+  family("kvroute_endpoint_scrape_age_seconds",
+         "Seconds since the last successful scrape was sent (-1: never).", MetricType::kGauge,
+         [&](const Row& r) { return r.age; });
+  family("kvroute_endpoint_up", "1 unless the endpoint refused connections since its last good scrape.",
+         MetricType::kGauge, [&](const Row& r) { return r.v.condition == health::Condition::kDown ? 0.0 : 1.0; });
+  family("kvroute_endpoint_metrics_fresh", "1 when the endpoint's metrics are within pool.staleness.",
+         MetricType::kGauge, [&](const Row& r) { return r.v.condition == health::Condition::kUp ? 1.0 : 0.0; });
+  AppendHeader(out, "kvroute_endpoint_signal_known",
+               "1 when the endpoint's last scrape gave a usable value for the signal; 0 when it "
+               "was missing, NaN, Inf, negative or out of range (the signal is then unknown, "
+               "handled as pool.stale_policy says, never as 0).",
+               MetricType::kGauge);
+  for (const Row& r : rows) {
+    for (int k = 0; k < health::kNumSignals; ++k) {
+      Label labels[] = {{"endpoint", r.ep->spec.name},
+                        {"signal", health::SignalName(static_cast<Signal>(k))}};
+      AppendSample(out, "kvroute_endpoint_signal_known", labels, r.v.known[k] ? 1.0 : 0.0);
+    }
+  }
+  AppendHeader(out, "kvroute_endpoint_treatment",
+               "How the scheduler treats the endpoint now (1 on the current treatment): "
+               "normal, saturated (stale_policy saturated), last_resort (stale_policy exclude) "
+               "or down.",
+               MetricType::kGauge);
+  for (const Row& r : rows) {
+    for (auto t : {health::Treatment::kNormal, health::Treatment::kSaturated,
+                   health::Treatment::kLastResort, health::Treatment::kDown}) {
+      Label labels[] = {{"endpoint", r.ep->spec.name}, {"treatment", health::TreatmentName(t)}};
+      AppendSample(out, "kvroute_endpoint_treatment", labels, r.v.treatment == t ? 1.0 : 0.0);
+    }
+  }
+  family("kvroute_endpoint_scrapes_ok_total", "Successful scrapes.", MetricType::kCounter,
+         [&](const Row& r) { return GetU(r.ep->stats->scrapes_ok); });
+  family("kvroute_endpoint_scrapes_failed_total", "Failed scrapes.", MetricType::kCounter,
+         [&](const Row& r) { return GetU(r.ep->stats->scrapes_failed); });
+  bool any_prefix = false;
+  for (const Row& r : rows) any_prefix = any_prefix || Get(r.ep->stats->prefix_entries) >= 0;
+  if (any_prefix) {
+    family("kvroute_prefix_index_entries",
+           "Prompt blocks the router's prefix model assumes cached on the endpoint.",
+           MetricType::kGauge, [&](const Row& r) { return Get(r.ep->stats->prefix_entries); });
+  }
+}
+
+}  // namespace kvroute::routing

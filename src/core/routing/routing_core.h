@@ -1,0 +1,217 @@
+// The routing core: one pool of endpoints and everything that decides where a request
+// goes, shared by every front end (the HTTP proxy of `kvroute serve`, the ext_proc
+// endpoint picker, the simulator). It knows nothing of HTTP, gRPC, sockets or clocks:
+// front ends translate their protocol into these calls and pass the time in.
+//
+//   Configure(options, endpoints, now)   the endpoint set from a discovery source and the
+//                                        scheduling/health settings; again on every reload
+//   OnScrape(id, result, now)            a scraper's result for one endpoint
+//   Pick(request, now) -> PickResult     ranked endpoints and a handle
+//   OnDispatched(handle, endpoint, now)  sent there (again for a retry elsewhere)
+//   OnFirstToken(handle, now)            first response byte
+//   OnFinished(handle, endpoint, code, now)  done, whatever the outcome; exactly once
+//   AppendMetrics(out, now)              the router's own Prometheus exposition
+//
+// Threads. Every method may be called from any thread. What a pick reads about endpoints
+// (the endpoint table, scraped values, health inputs) is published by OnScrape and
+// Configure without the scheduler's lock; the one serialised region is the scheduler
+// itself (its prefix index and in-flight accounting are shared by design: one affinity
+// map and one load picture for all workers), held for Scheduler::Pick or one lifecycle
+// call and nothing else: no formatting, no allocation in steady state, no I/O. Scrapes
+// never take that lock (they publish and mark the endpoint dirty; the next pick folds the
+// dirty endpoints in), and AppendMetrics reads only atomics and published snapshots.
+//
+// Reloads. Configure keeps, for every endpoint whose address survives, its id, scraped
+// state, prefix-index entries and in-flight accounting; the new scheduler adopts the old
+// one's state (Scheduler::AdoptStateFrom), so new weights, a new scrape interval or even
+// a new policy reset nothing. Removed endpoints are dropped from the prefix model; their
+// in-flight requests finish normally.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/common/status.h"
+#include "core/health/endpoint_health.h"
+#include "core/sched/profile_spec.h"
+#include "core/sched/scheduler.h"
+#include "metrics/engine_metrics.h"
+
+namespace kvroute::routing {
+
+inline constexpr std::size_t kMaxRanked = 8;
+
+// One endpoint as a discovery source names it.
+struct EndpointSpec {
+  std::string address;  // "host:port": the identity across reloads
+  std::string name;     // for logs and metrics; defaults to address
+  std::string host;
+  uint16_t port = 0;
+  std::vector<std::pair<std::string, std::string>> labels;
+};
+
+struct CoreOptions {
+  sched::SchedulingSpec scheduling;  // empty: the kvroute policy
+  health::HealthOptions health;
+  std::size_t max_ranked = kMaxRanked;  // 1..kMaxRanked
+  uint64_t seed = 1;
+};
+
+// The outcome of one scrape attempt, as the scraper adapter reports it.
+struct ScrapeResult {
+  bool ok = false;
+  bool connect_failed = false;  // meaningful when !ok
+  double sent_at_s = 0.0;       // when the scrape request was sent
+  metrics::EngineMetrics metrics;  // valid when ok
+};
+
+// Per-endpoint counters and gauges for observability, updated lock-free.
+struct EndpointStats;
+
+// An endpoint of the published table. Immutable once published, except `stats`.
+struct Endpoint {
+  uint32_t id = 0;
+  EndpointSpec spec;
+  std::shared_ptr<EndpointStats> stats;  // survives reloads with the endpoint
+};
+
+// The endpoints of one configuration, by id (ids are dense; vacant ids hold nullptr).
+struct EndpointTable {
+  uint64_t version = 0;
+  std::vector<std::shared_ptr<const Endpoint>> by_id;
+  // The endpoint with id `id`, or nullptr.
+  const Endpoint* Find(uint32_t id) const {
+    return id < by_id.size() ? by_id[id].get() : nullptr;
+  }
+};
+
+struct PickRequest {
+  sched::SchedRequest request;
+  // Client-supplied preferred endpoints (names or addresses, comma-separated), tried
+  // before the scheduler's ranking when the front end allows routing hints; down ones are
+  // skipped. Empty: none.
+  std::string_view hint;
+};
+
+struct PickResult {
+  // Ok, or Unavailable with why ("every endpoint is saturated or filtered out", "no
+  // healthy endpoint is available").
+  Status status;
+  sched::RequestHandle handle = sched::kNoHandle;  // pass to OnDispatched..OnFinished
+  std::array<uint32_t, kMaxRanked> ranked{};       // endpoint ids, best first
+  std::size_t n_ranked = 0;
+  // The table the ids refer to; holds every ranked endpoint alive for the request.
+  std::shared_ptr<const EndpointTable> table;
+
+  bool ok() const { return status.ok(); }
+  const Endpoint& endpoint(std::size_t i) const { return *table->by_id[ranked[i]]; }
+};
+
+// Why an upstream attempt failed, for counters and passive health.
+struct UpstreamFailure {
+  std::string_view kind;         // "connect_refused", "reset", "first_byte_timeout", ...
+  bool connect_failed = false;   // the endpoint did not accept the connection
+};
+
+class RoutingCore {
+ public:
+  // `log` receives one line per health transition and reload (may be empty). It is
+  // called outside the scheduler's lock, on whichever thread noticed the transition.
+  explicit RoutingCore(std::function<void(std::string_view)> log = {});
+  ~RoutingCore();
+  RoutingCore(const RoutingCore&) = delete;
+  RoutingCore& operator=(const RoutingCore&) = delete;
+
+  // Applies a configuration: builds the scheduler from options.scheduling (outside the
+  // lock), maps endpoints to ids (surviving addresses keep theirs), then swaps. Returns
+  // InvalidArgument ("field: message") when the scheduling spec is invalid or two
+  // endpoints share an address; the running configuration is then unchanged.
+  Status Configure(const CoreOptions& options, std::vector<EndpointSpec> endpoints,
+                   double now_s);
+
+  // A scrape of endpoint `id` (ids from table()). Ignored for ids not in the table.
+  // Never takes the scheduler's lock.
+  void OnScrape(uint32_t id, const ScrapeResult& result, double now_s);
+
+  // Ranks the endpoints for one request at `now_s`. On success the handle must get
+  // OnFinished exactly once (also when the front end gives up before dispatching).
+  PickResult Pick(const PickRequest& request, double now_s);
+
+  void OnDispatched(sched::RequestHandle handle, uint32_t endpoint_id, double now_s);
+  void OnFirstToken(sched::RequestHandle handle, double now_s);
+  // Releases the handle (kNoHandle: only counts) and counts the request under
+  // `endpoint_id` (kNoEndpoint: answered without an endpoint) and `code` (HTTP status;
+  // 499 for a client that left).
+  static constexpr uint32_t kNoEndpoint = 0xffffffffu;
+  void OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code, double now_s);
+  // An attempt on `endpoint_id` failed (counted by kind); a connect failure marks the
+  // endpoint down until its next good scrape.
+  void OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure& failure, double now_s);
+  // An attempt was retried on a fallback endpoint.
+  void OnRetry();
+  // A reload was rejected before reaching Configure (bad file).
+  void OnReloadFailed();
+
+  // Up to `max` endpoint ids usable at `now_s` (round-robin start), for requests that
+  // need any endpoint (GET /v1/models). Returns how many were written.
+  std::size_t AnyUsable(double now_s, uint32_t* out, std::size_t max);
+  // True when at least one endpoint's metrics are fresh (readiness).
+  bool Ready(double now_s) const;
+
+  std::shared_ptr<const EndpointTable> table() const { return table_.load(); }
+  // The verdict of endpoint `id` at `now_s` (from published state; no scheduler lock).
+  health::Verdict Health(uint32_t id, double now_s) const;
+  std::string_view policy() const;
+  uint64_t reloads() const { return reloads_ok_.load(std::memory_order_relaxed); }
+
+  // Appends the router's metrics: requests by endpoint and code, upstream errors, retries,
+  // pick failures, the scheduling-time histogram, scorer summaries, reloads, and per
+  // endpoint its scraped and adjusted load, in-flight count, scrape age, health and
+  // whether each signal is known (kvroute_endpoint_signal_known{signal}); an unknown
+  // value is written as NaN, never as 0.
+  void AppendMetrics(std::string& out, double now_s) const;
+
+  // Injects the monotonic clock (seconds) used only to time Scheduler::Pick for the
+  // scheduling histogram; the core reads no clock of its own. Without one the histogram
+  // stays empty.
+  void set_pick_timer(std::function<double()> seconds);
+
+ private:
+  struct Slot;         // per endpoint id: published scrape state and health inputs
+  struct SchedState;   // guarded by sched_mu_
+
+  void SyncLocked(double now_s, std::vector<std::string>* logs);
+  void RefreshHealthLocked(double now_s, std::vector<std::string>* logs);
+  void UpdateStatsLocked(uint32_t id);
+  void RecordPickLocked(const sched::PickResult& r, double pick_s);
+  void Log(std::vector<std::string>& logs);
+
+  std::function<void(std::string_view)> log_;
+  std::atomic<std::shared_ptr<const EndpointTable>> table_;
+  std::atomic<std::shared_ptr<const CoreOptions>> options_;
+
+  // Slots by id; the vector is replaced (copy-on-write) only by Configure, under
+  // config_mu_. Readers load the pointer.
+  std::atomic<std::shared_ptr<const std::vector<std::shared_ptr<Slot>>>> slots_;
+  std::atomic<uint64_t> scrape_epoch_{0};
+
+  std::mutex config_mu_;  // serialises Configure calls (never held by a pick)
+  mutable std::mutex sched_mu_;
+  std::unique_ptr<SchedState> sched_;  // guarded by sched_mu_
+
+  // Counters without an endpoint.
+  struct Counters;
+  std::unique_ptr<Counters> counters_;
+  std::atomic<uint64_t> reloads_ok_{0};
+  std::atomic<uint64_t> models_rr_{0};
+};
+
+}  // namespace kvroute::routing
