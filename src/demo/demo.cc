@@ -12,10 +12,10 @@
 
 #include "bench/output.h"
 #include "config/router_config.h"
+#include "config/scenario_config.h"
 #include "core/sched/registry.h"
 #include "router/router.h"
 #include "sim/fleet.h"
-#include "simulate/scenario.h"
 
 namespace kvroute::demo {
 namespace {
@@ -90,12 +90,12 @@ DemoResult RunDemo(const DemoOptions& o) {
                    "pass --scenario)";
     return result;
   }
-  simulate::ScenarioLoad load = simulate::LoadScenarioFile(path);
-  if (!load.scenario) {
-    result.error = load.error;
+  config::ConfigOr<config::Scenario> load = config::LoadScenarioFile(path);
+  if (!load.ok()) {
+    result.error = load.error.ToString();
     return result;
   }
-  const simulate::Scenario& sc = *load.scenario;
+  const config::Scenario& sc = *load.value;
   for (const std::string& p : o.policies) {
     if (std::find(sched::PolicyNames().begin(), sched::PolicyNames().end(), p) ==
         sched::PolicyNames().end()) {
@@ -124,8 +124,8 @@ DemoResult RunDemo(const DemoOptions& o) {
     replicas[i].preset = sc.fleet.engine_preset;
     replicas[i].engine = ec;
     replicas[i].time_scale = o.time_scale;
-    if (std::string e = sim::ValidateReplica(replicas[i]); !e.empty()) {
-      result.error = "replica config: " + e;
+    if (Status s = config::ValidateReplica(replicas[i]); !s.ok()) {
+      result.error = "replica config: " + s.message();
       return result;
     }
   }
@@ -179,8 +179,8 @@ DemoResult RunDemo(const DemoOptions& o) {
     ro.threads = 1;
     ro.log = false;
     router::Router rt(rc, ro);
-    if (std::string e = rt.Start(); !e.empty()) {
-      result.error = "router: " + e;
+    if (Status st = rt.Start(); !st.ok()) {
+      result.error = "router: " + st.message();
       return result;
     }
     // Wait (bounded) until the router has scraped the fleet.

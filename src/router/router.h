@@ -1,32 +1,23 @@
-// `kvroute serve`: the OpenAI-compatible proxy that picks an endpoint per request.
+// `kvroute serve`: the OpenAI-compatible proxy. A thin HTTP front end over the routing
+// core (src/core/routing, wired by src/pool): it parses the request, asks the core for a
+// pick, forwards to the winner through its worker's upstream client, relays the response
+// as it arrives, and reports dispatched / first token / finished back to the core.
 //
 // Request path (on the worker thread that owns the client connection):
-//   parse the body once (api::ParseRequest) -> SchedRequest -> Pick (ranked endpoints)
-//   -> forward the original body to ranked[0] through that worker's UpstreamClient
-//   -> stream the response back piece by piece as it arrives.
+//   parse the body once (api::ParseRequest) -> PickRequest -> RoutingCore::Pick (ranked
+//   endpoints and a handle) -> forward the original body to ranked[0] -> stream back.
 // A connect failure (or a reset before any response byte) moves on to the next ranked
-// endpoint, up to retries.max_attempts attempts. Every Pick handle gets OnDispatched per
-// attempt, OnFirstToken at the first body byte, and OnFinished once, whatever happens.
+// endpoint, up to retries.max_attempts attempts; a connect failure also marks the
+// endpoint down in the core until a scrape reaches it again.
 //
-// Threads and state:
-//   - N worker threads (an IoPool); each has its own UpstreamClient (connection pool), so
-//     forwarding takes no locks.
-//   - One Scheduler per configuration generation, shared by all workers and serialised by
-//     a mutex. Why not one per worker: each would learn its own prefix affinity and send
-//     the same prefix to up to N different replicas (the "active-active loses affinity"
-//     problem of GIE's EPP), and the in-flight accounting would see only 1/N of the
-//     load. A pick costs microseconds, so the lock is held briefly.
-//   - The scraper runs on worker 0 and publishes immutable snapshots; after each scrape
-//     it updates the scheduler's EndpointState under the same mutex.
-//   - Reload builds a complete new generation (endpoints, scheduler, scraper) and swaps
-//     it in atomically; requests in flight finish on the generation that picked them.
-//     listen address, threads and request limits apply at start only.
+// Threads: N worker threads (an IoPool), each with its own UpstreamClient, so forwarding
+// takes no locks; the core serialises only its scheduler (see routing_core.h). Scraping
+// runs on worker 0. /metrics is rendered from atomics and published snapshots.
 //
-// Endpoint health: an endpoint whose last scrape could not connect, or that refused a
-// proxied connection since, is down (never picked) until a scrape succeeds. Otherwise an
-// endpoint whose metrics are stale (failed scrape or older than pool.staleness) is
-// excluded (stale_policy exclude, unless every reachable endpoint is stale) or counted as
-// saturated: kv usage 1, waiting +1000 (stale_policy saturated).
+// Reload (SIGHUP or Reload()): the file is parsed whole; a valid one is applied to the
+// pool (endpoints that survive keep their prefix-index entries, in-flight accounting and
+// scraped state) and to the front end's own settings (timeouts, retries, routing
+// headers). listen, threads and request limits apply at start only.
 #pragma once
 
 #include <atomic>
@@ -37,6 +28,7 @@
 #include <string>
 
 #include "config/router_config.h"
+#include "core/common/status.h"
 
 namespace kvroute::router {
 
@@ -60,9 +52,8 @@ class Router {
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
-  // Starts the workers, binds the listen address and starts scraping. Returns "" or an
-  // error. Thread: any; once.
-  std::string Start();
+  // Starts the workers, binds the listen address and starts scraping. Thread: any; once.
+  Status Start();
   // Stops accepting, scraping and the workers (in-flight requests are dropped).
   // Thread: any but a worker; idempotent.
   void Stop();
@@ -70,12 +61,12 @@ class Router {
   // The bound port (after Start).
   uint16_t port() const;
 
-  // Reads options.config_path and, if it is valid, swaps in a new generation. Returns ""
-  // on success, else the error ("file:line: field: message"); the running configuration
-  // is then unchanged. Thread: any (SIGHUP calls it on worker 0).
-  std::string Reload();
-  // Swaps in `config` (already validated). Returns "" or why it could not be applied.
-  std::string Apply(config::RouterConfig config);
+  // Reads options.config_path and, if it is valid, applies it. On error ("file:line:
+  // field: message") the running configuration is unchanged. Thread: any (SIGHUP calls it
+  // on worker 0).
+  Status Reload();
+  // Applies `config` (already validated), or says why it could not be applied.
+  Status Apply(config::RouterConfig config);
 
   // The router's own /metrics exposition. Thread: any.
   std::string MetricsText();

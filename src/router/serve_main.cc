@@ -96,9 +96,8 @@ int ServeMain(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 128 << 20);
 
   Router router(std::move(*loaded.config), options);
-  std::string error = router.Start();
-  if (!error.empty()) {
-    std::fprintf(stderr, "kvroute serve: %s\n", error.c_str());
+  if (Status st = router.Start(); !st.ok()) {
+    std::fprintf(stderr, "kvroute serve: %s\n", st.message().c_str());
     return 1;
   }
   std::fprintf(stderr, "kvroute serve: listening on port %u\n", router.port());

@@ -202,7 +202,8 @@ class RouterTest : public ::testing::Test {
     o.config_path = path;
     o.handle_signals = !path.empty();
     router_ = std::make_unique<Router>(std::move(*r.config), o);
-    ASSERT_EQ(router_->Start(), "");
+    Status st = router_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
   }
 
   void WaitReady() {
@@ -531,7 +532,7 @@ TEST_F(RouterTest, SighupReloadsGoodConfigAndKeepsOldOnBadOne) {
     return MetricSum(RouterMetrics(), "kvroute_config_reload_failures_total") == 1;
   }));
   EXPECT_EQ(router_->reloads(), 1u);
-  std::string error = router_->Reload();
+  std::string error = router_->Reload().message();
   EXPECT_EQ(error.rfind(path + ":3:", 0), 0u) << error;
   seen.clear();
   for (int i = 0; i < 4; ++i) ++seen[Post(CompletionBody("c", 1))->Header("x-kvroute-endpoint")];
