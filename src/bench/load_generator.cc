@@ -16,6 +16,7 @@
 #include "core/engine/engine.h"
 #include "core/workload/oracle.h"
 #include "http/client.h"
+#include "metrics/scrape/scraper.h"
 
 namespace kvroute::bench {
 namespace {
@@ -54,39 +55,52 @@ report::ErrorKind KindForUpstream(http::UpstreamError e) {
   }
 }
 
-// Reads every replica's /metrics: once before the run, periodically during it (feeding a
-// FleetRecorder), once after. One round at a time; a round asked for while another is
-// running starts when that one ends.
+std::vector<metrics::ScrapeTarget> ScrapeTargets(const std::vector<HostPort>& fleet) {
+  std::vector<metrics::ScrapeTarget> targets;
+  for (const HostPort& hp : fleet) targets.push_back({hp.host, hp.port});
+  return targets;
+}
+
+metrics::ScraperOptions ScrapeOptions(const BenchConfig& cfg) {
+  metrics::ScraperOptions o;
+  o.interval_s = cfg.scrape_interval_s;
+  // A loaded replica may be slow to render /metrics; a scrape is not worth failing early.
+  o.timeout_s = std::max(2.0, cfg.scrape_interval_s * 8);
+  o.connect_timeout_s = cfg.connect_timeout_s;
+  o.names = metrics::MetricNames::For(cfg.engine_type);
+  return o;
+}
+
+// The run's view of the fleet, on top of metrics::MetricsScraper: a round of every
+// replica once before the run, rounds every scrape interval during it (each complete
+// round one FleetRecorder sample), one round after. Rounds rather than the scraper's own
+// per-endpoint ticks so that every fleet sample is one read of every replica.
 class FleetScraper {
  public:
-  FleetScraper(asio::io_context& ctx, http::UpstreamClient& client, const BenchConfig& cfg)
-      : ctx_(ctx), client_(client), cfg_(cfg), names_(metrics::MetricNames::For(cfg.engine_type)),
-        timer_(ctx) {
-    targets_.resize(cfg.fleet.size());
-    for (size_t i = 0; i < targets_.size(); ++i) targets_[i].scrape.address = cfg.fleet[i];
-    if (!targets_.empty()) {
-      recorder_ = std::make_unique<report::FleetRecorder>(static_cast<int>(targets_.size()));
+  FleetScraper(asio::io_context& ctx, const BenchConfig& cfg)
+      : cfg_(cfg),
+        scraper_(ctx, ScrapeTargets(cfg.fleet), ScrapeOptions(cfg),
+                 [] { return Seconds(Clock::now().time_since_epoch()); },
+                 [this](uint32_t i, const metrics::EndpointSnapshot& s) { OnScrape(i, s); }),
+        timer_(ctx),
+        first_(cfg.fleet.size()) {
+    if (!cfg.fleet.empty()) {
+      recorder_ = std::make_unique<report::FleetRecorder>(static_cast<int>(cfg.fleet.size()));
     }
-    kv_.resize(targets_.size());
-    waiting_.resize(targets_.size());
+    kv_.resize(cfg.fleet.size());
+    waiting_.resize(cfg.fleet.size());
   }
 
-  bool empty() const { return targets_.empty(); }
+  bool empty() const { return cfg_.fleet.empty(); }
 
-  // Scrapes every replica once; `done` runs when all have answered or failed. The sample
-  // is recorded at time `t0`-relative when the recorder is on.
+  // Scrapes every replica once; `done` runs when all have answered or failed.
   void Round(std::function<void()> done) {
-    if (targets_.empty()) {
-      asio::post(ctx_, std::move(done));
-      return;
-    }
-    if (pending_ > 0) {
-      queued_.push_back(std::move(done));
-      return;
-    }
-    round_done_ = std::move(done);
-    pending_ = static_cast<int>(targets_.size());
-    for (size_t i = 0; i < targets_.size(); ++i) ScrapeOne(i);
+    ++rounds_in_flight_;
+    scraper_.ScrapeAll([this, done = std::move(done)] {
+      --rounds_in_flight_;
+      OnRound();
+      done();
+    });
   }
 
   void StartPeriodic(Clock::time_point t0) {
@@ -104,111 +118,73 @@ class FleetScraper {
 
   report::FleetRecorder* recorder() { return recorder_.get(); }
   std::vector<ReplicaScrape> scrapes() const {
-    std::vector<ReplicaScrape> out;
-    for (const Target& t : targets_) out.push_back(t.scrape);
+    std::vector<ReplicaScrape> out(cfg_.fleet.size());
+    for (uint32_t i = 0; i < out.size(); ++i) {
+      const auto snap = scraper_.Snapshot(i);
+      ReplicaScrape& r = out[i];
+      r.address = cfg_.fleet[i];
+      r.ok_before = first_[i].has_value();
+      if (r.ok_before) r.before = *first_[i];
+      r.ok_after = snap->successes > 0;
+      r.after = snap->metrics;  // the last successful scrape's
+      r.scrapes_ok = static_cast<int64_t>(snap->successes);
+      r.scrapes_failed = static_cast<int64_t>(snap->failures);
+    }
     return out;
   }
   // Latest KV min/max across replicas and running hit rate, for progress.
   void Latest(double* kv_min, double* kv_max, double* hit_rate) const {
     *kv_min = *kv_max = 0.0;
-    *hit_rate = -1.0;
     bool any = false;
-    for (const Target& t : targets_) {
-      if (!t.scrape.ok_after) continue;
-      const double kv = t.scrape.after.kv_usage;
+    const std::vector<ReplicaScrape> all = scrapes();
+    for (const ReplicaScrape& r : all) {
+      if (!r.ok_after) continue;
+      const double kv = r.after.kv_usage;
       *kv_min = any ? std::min(*kv_min, kv) : kv;
       *kv_max = any ? std::max(*kv_max, kv) : kv;
       any = true;
     }
-    *hit_rate = HitRateFromScrapes(scrapes());
+    *hit_rate = HitRateFromScrapes(all);
   }
 
  private:
-  struct Target {
-    ReplicaScrape scrape;
-    std::string body;
-    int status = 0;
-  };
+  void OnScrape(uint32_t i, const metrics::EndpointSnapshot& snap) {
+    // The counters at the first successful read are the run's baseline.
+    if (snap.ok && !first_[i]) first_[i] = snap.metrics;
+  }
+
+  // A round ended: one fleet sample, if every replica has ever been read.
+  void OnRound() {
+    if (!recording_ || !recorder_) return;
+    for (uint32_t k = 0; k < kv_.size(); ++k) {
+      const auto snap = scraper_.Snapshot(k);
+      if (snap->successes == 0) return;
+      kv_[k] = snap->metrics.kv_usage;
+      waiting_[k] = snap->metrics.waiting;
+    }
+    recorder_->AddSample(Seconds(Clock::now() - t0_), kv_, waiting_);
+  }
 
   void Arm() {
     if (!periodic_) return;
     timer_.expires_after(Ms(cfg_.scrape_interval_s));
     timer_.async_wait([this](boost::system::error_code ec) {
       if (ec || !periodic_) return;
-      if (pending_ == 0) Round([] {});
+      if (rounds_in_flight_ == 0) Round([] {});  // a slow fleet skips ticks
       Arm();
     });
   }
 
-  void ScrapeOne(size_t i) {
-    Target& t = targets_[i];
-    t.body.clear();
-    t.status = 0;
-    http::UpstreamRequest req;
-    req.method = bhttp::verb::get;
-    req.target = "/metrics";
-    req.connect_timeout = Ms(cfg_.connect_timeout_s);
-    req.first_byte_timeout = Ms(std::max(2.0, cfg_.scrape_interval_s * 8));
-    req.idle_timeout = Ms(5.0);
-    http::UpstreamCallbacks cb;
-    cb.on_head = [this, i](const http::ResponseHead& h) { targets_[i].status = h.status; };
-    cb.on_data = [this, i](std::string_view d) {
-      if (targets_[i].body.size() < (8u << 20)) targets_[i].body.append(d);
-    };
-    cb.on_done = [this, i](http::UpstreamResult&& r) { OnScraped(i, r.ok()); };
-    client_.Start(t.scrape.address.host, t.scrape.address.port, req, std::move(cb));
-  }
-
-  void OnScraped(size_t i, bool ok) {
-    Target& t = targets_[i];
-    if (ok && t.status == 200) {
-      metrics::EngineMetrics m;
-      metrics::ExtractEngineMetrics(t.body, names_, "", m);
-      if (!t.scrape.ok_before) {
-        t.scrape.before = m;
-        t.scrape.ok_before = true;
-      }
-      t.scrape.after = m;
-      t.scrape.ok_after = true;
-      ++t.scrape.scrapes_ok;
-    } else {
-      ++t.scrape.scrapes_failed;
-    }
-    if (--pending_ > 0) return;
-    // Every replica answered (or failed): one fleet sample, if each has ever been read.
-    if (recording_ && recorder_) {
-      bool all = true;
-      for (size_t k = 0; k < targets_.size(); ++k) {
-        all = all && targets_[k].scrape.ok_after;
-        kv_[k] = targets_[k].scrape.after.kv_usage;
-        waiting_[k] = targets_[k].scrape.after.waiting;
-      }
-      if (all) recorder_->AddSample(Seconds(Clock::now() - t0_), kv_, waiting_);
-    }
-    auto done = std::move(round_done_);
-    round_done_ = nullptr;
-    if (!queued_.empty()) {
-      auto next = std::move(queued_.front());
-      queued_.erase(queued_.begin());
-      Round(std::move(next));
-    }
-    if (done) done();
-  }
-
-  asio::io_context& ctx_;
-  http::UpstreamClient& client_;
   const BenchConfig& cfg_;
-  metrics::MetricNames names_;
+  metrics::MetricsScraper scraper_;
   asio::steady_timer timer_;
-  std::vector<Target> targets_;
+  std::vector<std::optional<metrics::EngineMetrics>> first_;  // per replica
   std::unique_ptr<report::FleetRecorder> recorder_;
   std::vector<double> kv_, waiting_;
-  int pending_ = 0;
-  std::function<void()> round_done_;
-  std::vector<std::function<void()>> queued_;
   Clock::time_point t0_;
   bool periodic_ = false;
   bool recording_ = false;
+  int rounds_in_flight_ = 0;
 };
 
 class Runner {
@@ -218,7 +194,7 @@ class Runner {
         cfg_(cfg),
         out_(out),
         client_(ctx, MakeClientOptions(cfg)),
-        scraper_(ctx, client_, cfg),
+        scraper_(ctx, cfg),
         generator_(cfg.workload, cfg.arrivals, cfg.seed),
         arrival_timer_(ctx),
         drain_timer_(ctx),

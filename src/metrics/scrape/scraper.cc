@@ -21,11 +21,19 @@ std::chrono::milliseconds Ms(double s) {
 }  // namespace
 
 struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl> {
+  // One ScrapeAll: done when `pending` endpoints have reported.
+  struct Round {
+    std::size_t pending = 0;
+    std::function<void()> done;
+  };
   struct Endpoint {
     ScrapeTarget target;
     bool in_flight = false;
     http::UpstreamCall call;
     std::string text;  // reused receive buffer
+    // Rounds the attempt in flight completes, and rounds that need a fresh attempt
+    // because they began while an older one was already in flight.
+    std::vector<std::shared_ptr<Round>> rounds_now, rounds_next;
   };
 
   Impl(asio::io_context& c, std::vector<ScrapeTarget> targets, ScraperOptions o,
@@ -53,6 +61,26 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
     timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec) self->Tick();
     });
+  }
+
+  void BeginRound(std::function<void()> done) {
+    if (stopped.load()) return;
+    if (endpoints.empty()) {
+      asio::post(ctx, std::move(done));
+      return;
+    }
+    auto round = std::make_shared<Round>();
+    round->pending = endpoints.size();
+    round->done = std::move(done);
+    for (uint32_t i = 0; i < endpoints.size(); ++i) {
+      Endpoint& ep = endpoints[i];
+      if (ep.in_flight) {
+        ep.rounds_next.push_back(round);
+      } else {
+        ep.rounds_now.push_back(round);
+        ScrapeOne(i);
+      }
+    }
   }
 
   void ScrapeOne(uint32_t i) {
@@ -127,6 +155,18 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
     std::shared_ptr<const EndpointSnapshot> published = std::move(next);
     snapshots[i].store(published);
     if (on_scrape) on_scrape(i, *published);
+    if (stopped.load()) return;
+    // Moved out first: a round's callback may start another round.
+    std::vector<std::shared_ptr<Round>> finished = std::move(ep.rounds_now);
+    ep.rounds_now = std::move(ep.rounds_next);
+    ep.rounds_next.clear();
+    if (!ep.rounds_now.empty()) ScrapeOne(i);
+    for (const std::shared_ptr<Round>& round : finished) {
+      if (--round->pending == 0 && !stopped.load()) {
+        auto done = std::move(round->done);
+        done();
+      }
+    }
   }
 
   void StopOnThread() {
@@ -134,6 +174,8 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
     for (Endpoint& ep : endpoints) {
       ep.call.Cancel();
       ep.call = {};
+      ep.rounds_now.clear();
+      ep.rounds_next.clear();
     }
     client.CloseIdle();
   }
@@ -159,6 +201,12 @@ MetricsScraper::~MetricsScraper() { Stop(); }
 
 void MetricsScraper::Start() {
   asio::post(impl_->ctx, [impl = impl_] { impl->Tick(); });
+}
+
+void MetricsScraper::ScrapeAll(std::function<void()> done) {
+  asio::post(impl_->ctx, [impl = impl_, done = std::move(done)]() mutable {
+    impl->BeginRound(std::move(done));
+  });
 }
 
 void MetricsScraper::Stop() {

@@ -1,0 +1,326 @@
+// Loopback tests of the Prometheus scraper: real HTTP to a real server on port 0 that
+// serves what each test scripts (a vLLM fixture, an error, garbage, a slow answer).
+// Every wait is bounded.
+#include "metrics/scrape/scraper.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../testdata_util.h"
+#include "http/io_pool.h"
+#include "http/server.h"
+
+namespace kvroute::metrics {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::kV010;
+using testing::ReadTestdata;
+
+constexpr const char* kLoad =
+    "vllm:num_requests_running 1.0\nvllm:num_requests_waiting 2.0\nvllm:kv_cache_usage_perc 0.5\n";
+
+template <class Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+// A port nobody listens on.
+uint16_t ClosedPort() {
+  boost::asio::io_context ctx;
+  boost::asio::ip::tcp::acceptor acc(ctx, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  uint16_t port = acc.local_endpoint().port();
+  acc.close();
+  return port;
+}
+
+// Serves GET /metrics with a scripted status and body, optionally after a delay.
+class MetricsServer {
+ public:
+  MetricsServer() : pool_(1) {
+    pool_.Start();
+    server_ = std::make_unique<http::Server>(pool_.contexts(), http::ServerOptions{},
+                                             [this](std::shared_ptr<http::Exchange> ex) { Handle(ex); });
+    EXPECT_EQ(server_->Listen(), "");
+  }
+  ~MetricsServer() {
+    server_->StopAccepting();
+    pool_.Stop();
+  }
+  uint16_t port() const { return server_->port(); }
+  int requests() const { return requests_.load(); }
+
+  void Serve(int status, std::string body, std::chrono::milliseconds delay = 0ms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    body_ = std::move(body);
+    delay_ = delay;
+  }
+
+ private:
+  void Handle(std::shared_ptr<http::Exchange> ex) {
+    ++requests_;
+    int status;
+    std::string body;
+    std::chrono::milliseconds delay;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      status = status_;
+      body = body_;
+      delay = delay_;
+    }
+    if (delay == 0ms) {
+      ex->Respond(status, std::move(body), "text/plain");
+      return;
+    }
+    auto timer = std::make_shared<boost::asio::steady_timer>(ex->executor(), delay);
+    timer->async_wait([timer, ex, status, body = std::move(body)](boost::system::error_code) mutable {
+      ex->Respond(status, std::move(body), "text/plain");
+    });
+  }
+
+  http::IoPool pool_;
+  std::unique_ptr<http::Server> server_;
+  std::atomic<int> requests_{0};
+  std::mutex mu_;
+  int status_ = 200;
+  std::string body_ = kLoad;
+  std::chrono::milliseconds delay_{0};
+};
+
+// The scraper on its own event loop, with a recording OnScrape.
+class ScraperTest : public ::testing::Test {
+ protected:
+  ScraperTest() : pool_(1) { pool_.Start(); }
+  ~ScraperTest() override {
+    if (scraper_) scraper_->Stop();
+    pool_.Stop();
+  }
+
+  void Make(std::vector<ScrapeTarget> targets, ScraperOptions options = {}) {
+    options.timeout_s = std::min(options.timeout_s, 1.0);
+    scraper_ = std::make_unique<MetricsScraper>(
+        pool_.context(0), std::move(targets), std::move(options),
+        [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); },
+        [this](uint32_t i, const EndpointSnapshot& s) {
+          std::lock_guard<std::mutex> lock(mu_);
+          scraped_.push_back(i);
+          scraped_ok_.push_back(s.ok);
+        });
+  }
+
+  // ScrapeAll and wait (bounded) for its callback. Returns whether it was called.
+  bool ScrapeAllAndWait(std::chrono::milliseconds limit = 5000ms) {
+    auto called = std::make_shared<std::promise<void>>();
+    std::future<void> f = called->get_future();
+    scraper_->ScrapeAll([called] { called->set_value(); });
+    return f.wait_for(limit) == std::future_status::ready;
+  }
+
+  std::vector<uint32_t> Scraped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return scraped_;
+  }
+
+  static ScrapeTarget Loopback(uint16_t port) { return {"127.0.0.1", port}; }
+
+  http::IoPool pool_;
+  std::unique_ptr<MetricsScraper> scraper_;
+  std::mutex mu_;
+  std::vector<uint32_t> scraped_;
+  std::vector<bool> scraped_ok_;
+};
+
+TEST_F(ScraperTest, SnapshotOfTheVllmV010Fixture) {
+  MetricsServer server;
+  server.Serve(200, ReadTestdata(kV010));
+  Make({Loopback(server.port())});
+  EXPECT_FALSE(scraper_->Snapshot(0)->ok);  // nothing is scraped before Start/ScrapeAll
+  EXPECT_EQ(server.requests(), 0);
+
+  ASSERT_TRUE(ScrapeAllAndWait());
+  auto s = scraper_->Snapshot(0);
+  EXPECT_TRUE(s->ok) << s->error;
+  EXPECT_FALSE(s->down);
+  EXPECT_EQ(s->error, "");
+  EXPECT_EQ(s->last_error, http::UpstreamError::kNone);
+  EXPECT_EQ(s->metrics.running, 41.0);
+  EXPECT_EQ(s->metrics.waiting, 132.0);
+  EXPECT_EQ(s->metrics.kv_usage, 0.9812345679012346);
+  // The raw counters ride along for callers that take deltas (the load generator).
+  EXPECT_EQ(s->metrics.prefix_queries, 82634112.0);
+  EXPECT_EQ(s->metrics.prefix_hits, 5784384.0);
+  EXPECT_EQ(s->metrics.preemptions, 1874.0);
+  EXPECT_EQ(s->metrics.num_gpu_blocks, 26304);
+  EXPECT_EQ(s->metrics.block_size, 16);
+  EXPECT_EQ(s->successes, 1u);
+  EXPECT_EQ(s->failures, 0u);
+  EXPECT_GE(s->scraped_at_s, 0.0);
+  EXPECT_EQ(s->scraped_at_s, s->attempted_at_s);
+  EXPECT_GE(s->Age(s->scraped_at_s + 1.5), 1.5);
+  EXPECT_EQ(Scraped(), std::vector<uint32_t>{0});
+}
+
+TEST_F(ScraperTest, ModelFilterAppliesToTheFixture) {
+  MetricsServer server;
+  server.Serve(200, ReadTestdata(kV010));
+  ScraperOptions o;
+  o.model = "other-model";
+  Make({Loopback(server.port())}, o);
+  ASSERT_TRUE(ScrapeAllAndWait());
+  auto s = scraper_->Snapshot(0);
+  EXPECT_FALSE(s->ok);
+  EXPECT_EQ(s->error, "no kv-usage/waiting/running series in the exposition");
+  EXPECT_EQ(s->failures, 1u);
+}
+
+TEST_F(ScraperTest, FailedAttemptKeepsTheLastGoodValues) {
+  MetricsServer server;
+  server.Serve(200, ReadTestdata(kV010));
+  Make({Loopback(server.port())});
+  ASSERT_TRUE(ScrapeAllAndWait());
+  const double good_at = scraper_->Snapshot(0)->scraped_at_s;
+
+  server.Serve(500, "boom");
+  ASSERT_TRUE(ScrapeAllAndWait());
+  auto s = scraper_->Snapshot(0);
+  EXPECT_FALSE(s->ok);
+  EXPECT_FALSE(s->down);  // it answered
+  EXPECT_EQ(s->error, "status 500");
+  EXPECT_EQ(s->metrics.running, 41.0);  // kept
+  EXPECT_EQ(s->scraped_at_s, good_at);
+  EXPECT_GT(s->attempted_at_s, good_at);
+  EXPECT_EQ(s->successes, 1u);
+  EXPECT_EQ(s->failures, 1u);
+
+  server.Serve(200, "this is not\nprometheus {{{\n");
+  ASSERT_TRUE(ScrapeAllAndWait());
+  s = scraper_->Snapshot(0);
+  EXPECT_FALSE(s->ok);
+  EXPECT_FALSE(s->error.empty());
+  EXPECT_EQ(s->metrics.waiting, 132.0);
+  EXPECT_EQ(s->failures, 2u);
+
+  server.Serve(200, kLoad);
+  ASSERT_TRUE(ScrapeAllAndWait());
+  s = scraper_->Snapshot(0);
+  EXPECT_TRUE(s->ok);
+  EXPECT_EQ(s->error, "");
+  EXPECT_EQ(s->metrics.running, 1.0);
+  EXPECT_EQ(s->metrics.kv_usage, 0.5);
+  EXPECT_EQ(s->successes, 2u);
+}
+
+TEST_F(ScraperTest, RefusedConnectionMarksTheEndpointDown) {
+  Make({Loopback(ClosedPort())});
+  ASSERT_TRUE(ScrapeAllAndWait());
+  auto s = scraper_->Snapshot(0);
+  EXPECT_FALSE(s->ok);
+  EXPECT_TRUE(s->down);
+  EXPECT_TRUE(http::IsConnectError(s->last_error));
+  EXPECT_FALSE(s->error.empty());
+  EXPECT_TRUE(std::isinf(s->Age(1e9)));
+  EXPECT_EQ(s->failures, 1u);
+}
+
+TEST_F(ScraperTest, OversizedExpositionFails) {
+  MetricsServer server;
+  server.Serve(200, std::string(kLoad) + std::string(4096, '#'));
+  ScraperOptions o;
+  o.max_body_bytes = 1024;
+  Make({Loopback(server.port())}, o);
+  ASSERT_TRUE(ScrapeAllAndWait());
+  auto s = scraper_->Snapshot(0);
+  EXPECT_FALSE(s->ok);
+  EXPECT_EQ(s->error, "exposition larger than 1024 bytes");
+}
+
+TEST_F(ScraperTest, SlowEndpointTimesOut) {
+  MetricsServer server;
+  server.Serve(200, kLoad, 2000ms);
+  ScraperOptions o;
+  o.timeout_s = 0.1;
+  Make({Loopback(server.port())}, o);
+  ASSERT_TRUE(ScrapeAllAndWait());
+  auto s = scraper_->Snapshot(0);
+  EXPECT_FALSE(s->ok);
+  EXPECT_FALSE(s->down);
+  EXPECT_EQ(s->last_error, http::UpstreamError::kFirstByteTimeout);
+}
+
+TEST_F(ScraperTest, ScrapeAllWaitsForEveryEndpoint) {
+  MetricsServer fast, slow;
+  slow.Serve(200, ReadTestdata(kV010), 150ms);
+  Make({Loopback(fast.port()), Loopback(ClosedPort()), Loopback(slow.port())});
+  ASSERT_TRUE(ScrapeAllAndWait());
+  // Every endpoint reported (OnScrape first) before the round's callback.
+  std::vector<uint32_t> seen = Scraped();
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_TRUE(scraper_->Snapshot(0)->ok);
+  EXPECT_TRUE(scraper_->Snapshot(1)->down);
+  EXPECT_TRUE(scraper_->Snapshot(2)->ok);
+  EXPECT_EQ(scraper_->Snapshot(2)->metrics.waiting, 132.0);
+}
+
+TEST_F(ScraperTest, ScrapeAllDuringAnAttemptInFlightWaitsForAFreshOne) {
+  MetricsServer server;
+  server.Serve(200, "vllm:num_requests_running 1\n", 200ms);
+  Make({Loopback(server.port())});
+  auto first = std::make_shared<std::promise<void>>();
+  std::future<void> first_done = first->get_future();
+  scraper_->ScrapeAll([first] { first->set_value(); });
+  ASSERT_TRUE(WaitFor([&] { return server.requests() == 1; }));
+  // The first request is being answered; what the server says from now on differs.
+  server.Serve(200, "vllm:num_requests_running 2\n");
+  ASSERT_TRUE(ScrapeAllAndWait());
+  EXPECT_EQ(first_done.wait_for(0ms), std::future_status::ready);
+  EXPECT_EQ(server.requests(), 2);
+  auto s = scraper_->Snapshot(0);
+  EXPECT_EQ(s->metrics.running, 2.0);
+  EXPECT_EQ(s->successes, 2u);
+}
+
+TEST_F(ScraperTest, ScrapeAllWithoutEndpointsCallsBack) {
+  Make({});
+  EXPECT_EQ(scraper_->size(), 0u);
+  EXPECT_TRUE(ScrapeAllAndWait());
+}
+
+TEST_F(ScraperTest, StartScrapesOnTheInterval) {
+  MetricsServer server;
+  server.Serve(200, ReadTestdata(kV010));
+  ScraperOptions o;
+  o.interval_s = 0.01;
+  Make({Loopback(server.port())}, o);
+  scraper_->Start();
+  ASSERT_TRUE(WaitFor([&] { return scraper_->Snapshot(0)->successes >= 5; }));
+  EXPECT_EQ(scraper_->Snapshot(0)->failures, 0u);
+  scraper_->Stop();
+  // Stop: nothing more is published and ScrapeAll no longer calls back.
+  std::this_thread::sleep_for(30ms);
+  const uint64_t n = scraper_->Snapshot(0)->successes;
+  EXPECT_FALSE(ScrapeAllAndWait(100ms));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(scraper_->Snapshot(0)->successes, n);
+}
+
+}  // namespace
+}  // namespace kvroute::metrics
