@@ -158,7 +158,68 @@ TEST(EngineMetrics, MalformedLinesDoNotSpoilTheRest) {
   EXPECT_EQ(r.errors[2].line, 3);
   EXPECT_EQ(m.running, 3.0);
   EXPECT_EQ(m.waiting, 6.0);
-  EXPECT_FALSE(m.Has(EngineMetrics::kKvUsage));  // only a NaN sample
+  EXPECT_FALSE(m.Has(EngineMetrics::kKvUsage));  // only a NaN sample: invalid
+  EXPECT_TRUE(m.Invalid(EngineMetrics::kKvUsage));
+}
+
+// Garbage in the real fixture: each bad value makes exactly its field invalid (not
+// present, not zero); the rest of the scrape is read as usual.
+TEST(EngineMetrics, GarbageValuesMakeTheFieldInvalid) {
+  using testing::V010With;
+  struct Case {
+    std::string running, waiting, kv;
+    uint32_t invalid;
+  };
+  const Case cases[] = {
+      {"41.0", "132.0", "NaN", EngineMetrics::kKvUsage},
+      {"41.0", "132.0", "+Inf", EngineMetrics::kKvUsage},
+      {"41.0", "132.0", "-Inf", EngineMetrics::kKvUsage},
+      {"41.0", "132.0", "-0.01", EngineMetrics::kKvUsage},
+      {"41.0", "132.0", "1.5", EngineMetrics::kKvUsage},
+      {"41.0", "-3", "0.5", EngineMetrics::kWaiting},
+      {"41.0", "NaN", "0.5", EngineMetrics::kWaiting},
+      {"1e12", "132.0", "0.5", EngineMetrics::kRunning},
+      {"-Inf", "+Inf", "NaN",
+       EngineMetrics::kRunning | EngineMetrics::kWaiting | EngineMetrics::kKvUsage},
+  };
+  for (const Case& c : cases) {
+    EngineMetrics m = Extract(V010With(c.running, c.waiting, c.kv), EngineType::kVllm);
+    EXPECT_EQ(m.invalid, c.invalid) << c.running << " " << c.waiting << " " << c.kv;
+    for (auto f : {EngineMetrics::kRunning, EngineMetrics::kWaiting, EngineMetrics::kKvUsage}) {
+      EXPECT_EQ(m.Has(f), (c.invalid & f) == 0) << f;
+    }
+    EXPECT_EQ(m.num_gpu_blocks, 26304);  // the rest of the scrape is unaffected
+  }
+  // The edges are valid: exactly 0 and exactly 1.
+  EngineMetrics edge = Extract(V010With("0", "0", "1"), EngineType::kVllm);
+  EXPECT_EQ(edge.invalid, 0u);
+  EXPECT_EQ(edge.kv_usage, 1.0);
+}
+
+TEST(EngineMetrics, OneEngineGarbageMakesTheAggregateInvalid) {
+  EngineMetrics nan = Extract(testing::V010DataParallel("NaN"), EngineType::kVllm);
+  EXPECT_TRUE(nan.Invalid(EngineMetrics::kKvUsage));
+  EXPECT_FALSE(nan.Has(EngineMetrics::kKvUsage));
+  EXPECT_EQ(nan.running, 80.0);
+  EXPECT_EQ(nan.waiting, 252.0);
+  EngineMetrics ok = Extract(testing::V010DataParallel("0.5"), EngineType::kVllm);
+  EXPECT_TRUE(ok.Has(EngineMetrics::kKvUsage));
+  EXPECT_EQ(ok.engines, 2);
+}
+
+TEST(EngineMetrics, MissingSeriesAreAbsentNotInvalid) {
+  std::string text = testing::ReadTestdata(testing::kV010);
+  text = testing::ReplaceOnce(text, testing::V010Series("kv_cache_usage_perc", "0") + "0.9812345679012346", "");
+  EngineMetrics m = Extract(text, EngineType::kVllm);
+  EXPECT_FALSE(m.Has(EngineMetrics::kKvUsage));
+  EXPECT_FALSE(m.Invalid(EngineMetrics::kKvUsage));
+  EXPECT_EQ(m.waiting, 132.0);
+}
+
+TEST(EngineMetrics, OldNamesGarbageIsInvalidToo) {
+  EngineMetrics m = Extract(testing::V06WithKv("NaN"), EngineType::kVllm);
+  EXPECT_TRUE(m.Invalid(EngineMetrics::kKvUsage));
+  EXPECT_EQ(Extract(testing::V06WithKv("0.96"), EngineType::kVllm).kv_usage, 0.96);
 }
 
 TEST(EngineMetrics, EngineTypeNames) {

@@ -23,6 +23,7 @@
 #include "http/test_client.h"
 #include "metrics/prom_parser.h"
 #include "sim/fleet.h"
+#include "../metrics/testdata_util.h"
 
 namespace kvroute::router {
 namespace {
@@ -101,7 +102,9 @@ class StubUpstream {
   static constexpr std::size_t kFloodChunk = 64u << 10;
   static constexpr std::size_t kFloodChunks = 1024;  // 64 MiB
   uint64_t flushed() const { return flushed_.load(); }
-  explicit StubUpstream(Mode mode) : mode_(mode), pool_(1) {
+  // `metrics` is what GET /metrics answers (default: an idle vLLM).
+  explicit StubUpstream(Mode mode, std::string metrics = kIdleMetrics)
+      : metrics_(std::move(metrics)), mode_(mode), pool_(1) {
     pool_.Start();
     server_ = std::make_unique<http::Server>(pool_.contexts(), http::ServerOptions{},
                                              [this](std::shared_ptr<http::Exchange> ex) { Handle(ex); });
@@ -118,10 +121,7 @@ class StubUpstream {
  private:
   void Handle(std::shared_ptr<http::Exchange> ex) {
     if (ex->request().target() == "/metrics") {
-      ex->Respond(200,
-                  "vllm:num_requests_running 0.0\nvllm:num_requests_waiting 0.0\n"
-                  "vllm:kv_cache_usage_perc 0.0\n",
-                  "text/plain");
+      ex->Respond(200, metrics_, "text/plain");
       return;
     }
     switch (mode_) {
@@ -154,7 +154,11 @@ class StubUpstream {
       boost::asio::post(ex->executor(), [this, ex, i] { Flood(ex, i + 1); });
     });
   }
+  static constexpr const char* kIdleMetrics =
+      "vllm:num_requests_running 0.0\nvllm:num_requests_waiting 0.0\n"
+      "vllm:kv_cache_usage_perc 0.0\n";
   std::atomic<uint64_t> flushed_{0};
+  std::string metrics_;
   Mode mode_;
   http::IoPool pool_;
   std::unique_ptr<http::Server> server_;
@@ -580,6 +584,104 @@ TEST_F(RouterTest, RouterMetricsAgreeWithReplicaCounts) {
               4.0 * prompts_by_endpoint[name].size())
         << name;
   }
+}
+
+// The fleet over real HTTP: replicas whose /metrics are the repository's vLLM
+// fixtures (a busy data-parallel one, one at 96% KV under the old names, a calm one at
+// 31% KV with an empty queue) plus one whose KV usage is NaN. Fresh requests go to the
+// calm one, and the router's /metrics says the NaN endpoint's KV signal is unknown.
+TEST_F(RouterTest, FixtureFleetWithANaNReplicaRoutesToTheCalmOne) {
+  using namespace metrics::testing;
+  StubUpstream busy(StubUpstream::Mode::kOk, V010DataParallel("0.95"));
+  StubUpstream old96(StubUpstream::Mode::kOk, V06WithKv("0.96"));
+  StubUpstream calm(StubUpstream::Mode::kOk, V010With("3.0", "0.0", "0.31"));
+  StubUpstream nan(StubUpstream::Mode::kOk, V010With("2.0", "3.0", "NaN"));
+  std::string eps;
+  for (auto [name, port] : {std::pair<std::string, uint16_t>{"busy-dp", busy.port()},
+                            {"old-96", old96.port()}, {"calm", calm.port()}, {"nan", nan.port()}}) {
+    eps += "    - {address: 127.0.0.1:" + std::to_string(port) + ", name: " + name + "}\n";
+  }
+  StartRouter(Yaml(eps, "", "kvroute"));
+  ASSERT_TRUE(WaitFor([&] { return MetricSum(RouterMetrics(), "kvroute_endpoint_metrics_fresh") == 4; }));
+  std::map<std::string, int> seen;
+  for (int i = 0; i < 40; ++i) {
+    auto r = Post(CompletionBody("fresh request " + std::to_string(i) + std::string(400, 'x'), 4));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200);
+    ++seen[r->Header("x-kvroute-endpoint")];
+  }
+  EXPECT_EQ(seen["calm"], 40);
+  EXPECT_EQ(seen["nan"], 0);
+  const std::string m = RouterMetrics();
+  EXPECT_NE(m.find("kvroute_endpoint_kv_usage{endpoint=\"nan\"} NaN\n"), std::string::npos) << m;
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_signal_known", {{"endpoint", "nan"}, {"signal", "kv_usage"}}), 0);
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_signal_known", {{"endpoint", "calm"}, {"signal", "kv_usage"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_treatment", {{"endpoint", "nan"}, {"treatment", "last_resort"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_kv_usage", {{"endpoint", "old-96"}}), 0.96);
+}
+
+// Reload keeps affinity: four same-prefix groups keep their replicas across a SIGHUP that
+// changes the weights (the prefix index and in-flight accounting survive the reload).
+TEST_F(RouterTest, SighupWithNewWeightsKeepsEachPrefixGroupOnItsReplica) {
+  StartFleet({Replica(), Replica(), Replica(), Replica()});
+  char path_template[] = "/tmp/kvroute-router-test-XXXXXX";
+  int fd = mkstemp(path_template);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const std::string path = path_template;
+  auto profile = [&](int prefix, int kv, int load) {
+    return "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n  endpoints:\n" +
+           FleetEndpoints() +
+           "plugins:\n  - {type: inflight-accounting}\n  - {type: prefix-cache-scorer}\n"
+           "  - {type: kv-cache-utilization-scorer}\n"
+           "  - {type: soft-load-scorer, parameters: {minSpread: 8}}\n"
+           "schedulingProfiles:\n  - name: default\n    plugins:\n"
+           "      - {pluginRef: prefix-cache-scorer, weight: " + std::to_string(prefix) + "}\n"
+           "      - {pluginRef: kv-cache-utilization-scorer, weight: " + std::to_string(kv) + "}\n"
+           "      - {pluginRef: soft-load-scorer, weight: " + std::to_string(load) + "}\n";
+  };
+  {
+    std::ofstream f(path, std::ios::trunc);
+    f << profile(3, 2, 4);
+  }
+  StartRouter(profile(3, 2, 4), path);
+  WaitAllFresh(4);
+  auto prompt = [](int g, int i) {
+    std::string p = "group " + std::to_string(g) + " system prompt ";
+    while (p.size() < 2048) p += static_cast<char>('a' + (g * 7 + p.size()) % 26);
+    return p + " question " + std::to_string(i);
+  };
+  // Each group's first request streams slowly enough that the next group sees it in
+  // flight, so the groups spread; then every group has a home.
+  std::map<int, std::string> home;
+  for (int g = 0; g < 4; ++g) {
+    auto r = Post(CompletionBody(prompt(g, 0), 1));
+    ASSERT_TRUE(r.has_value());
+    home[g] = r->Header("x-kvroute-endpoint");
+  }
+  for (int g = 0; g < 4; ++g) {
+    EXPECT_EQ(Post(CompletionBody(prompt(g, 1), 1))->Header("x-kvroute-endpoint"), home[g]) << g;
+  }
+  std::set<std::string> homes;
+  for (auto& [g, name] : home) homes.insert(name);
+  EXPECT_GE(homes.size(), 2u);
+  {
+    std::ofstream f(path, std::ios::trunc);
+    f << profile(5, 1, 2);
+  }
+  ASSERT_EQ(kill(getpid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitFor([&] { return router_->reloads() == 1; }));
+  // Groups in reverse order: a scheduler that forgot them would not even replay the same
+  // tie-breaks.
+  for (int i = 2; i < 5; ++i) {
+    for (int g = 3; g >= 0; --g) {
+      EXPECT_EQ(Post(CompletionBody(prompt(g, i), 1))->Header("x-kvroute-endpoint"), home[g])
+          << "group " << g << " request " << i;
+    }
+  }
+  const std::string m = RouterMetrics();
+  EXPECT_GT(MetricSum(m, "kvroute_prefix_index_entries"), 0);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/sched/registry.h"
+#include "../../metrics/testdata_util.h"
 
 namespace kvroute::routing {
 namespace {
@@ -20,50 +21,14 @@ using health::Condition;
 using health::Signal;
 using health::Treatment;
 
-std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) + "/tests/metrics/testdata/" + name);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using metrics::testing::ReplaceOnce;
+using metrics::testing::V010Series;
 
-std::string Replace(std::string text, const std::string& from, const std::string& to) {
-  std::size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
-
-const std::string kModel = "model_name=\"meta-llama/Llama-3.1-8B-Instruct\"";
-const std::string kRunning0 = "vllm:num_requests_running{engine=\"0\"," + kModel + "} 41.0";
-const std::string kWaiting0 = "vllm:num_requests_waiting{engine=\"0\"," + kModel + "} 132.0";
-const std::string kKv0 = "vllm:kv_cache_usage_perc{engine=\"0\"," + kModel + "} 0.9812345679012346";
-
-// The v0.10 fixture with its engine-0 load replaced.
 std::string V010(const std::string& running, const std::string& waiting, const std::string& kv) {
-  std::string t = Fixture("metrics-v0.10-engine-label.txt");
-  t = Replace(t, kRunning0, "vllm:num_requests_running{engine=\"0\"," + kModel + "} " + running);
-  t = Replace(t, kWaiting0, "vllm:num_requests_waiting{engine=\"0\"," + kModel + "} " + waiting);
-  t = Replace(t, kKv0, "vllm:kv_cache_usage_perc{engine=\"0\"," + kModel + "} " + kv);
-  return t;
+  return metrics::testing::V010With(running, waiting, kv);
 }
-
-// Two data-parallel engines: the fixture's engine 0 (41 running, 132 waiting, 98% KV) and
-// an engine 1 with `kv1`.
-std::string DataParallel(const std::string& kv1) {
-  std::string t = Fixture("metrics-v0.10-engine-label.txt");
-  t = Replace(t, kRunning0, kRunning0 + "\nvllm:num_requests_running{engine=\"1\"," + kModel + "} 39.0");
-  t = Replace(t, kWaiting0, kWaiting0 + "\nvllm:num_requests_waiting{engine=\"1\"," + kModel + "} 120.0");
-  t = Replace(t, kKv0, kKv0 + "\nvllm:kv_cache_usage_perc{engine=\"1\"," + kModel + "} " + kv1);
-  return t;
-}
-
-// The old-names fixture (v0.6) at 96% KV.
-std::string OldNames96() {
-  return Replace(Fixture("metrics-v0.6-old-names.txt"),
-                 "vllm:gpu_cache_usage_perc{" + kModel + "} 0.4011",
-                 "vllm:gpu_cache_usage_perc{" + kModel + "} 0.96");
-}
+std::string DataParallel(const std::string& kv1) { return metrics::testing::V010DataParallel(kv1); }
+std::string OldNames96() { return metrics::testing::V06WithKv("0.96"); }
 
 ScrapeResult Scraped(const std::string& text, double at) {
   ScrapeResult r;
@@ -196,12 +161,10 @@ TEST(RoutingCore, GarbageKvIsUnknownNotZero) {
 
 TEST(RoutingCore, NegativeOrMissingQueueIsUnknown) {
   const std::string calm = V010("0.0", "0.0", "0.10");
-  const std::string negative = Replace(calm, "vllm:num_requests_waiting{engine=\"0\"," + kModel + "} 0.0",
-                                       "vllm:num_requests_waiting{engine=\"0\"," + kModel + "} -4");
-  const std::string missing = Replace(calm, "vllm:num_requests_waiting{engine=\"0\"," + kModel + "} 0.0", "");
-  const std::string garbage_line =
-      Replace(calm, "vllm:num_requests_waiting{engine=\"0\"," + kModel + "} 0.0",
-              "vllm:num_requests_waiting{engine=\"0\"," + kModel + "} zero");
+  const std::string waiting0 = V010Series("num_requests_waiting", "0") + "0.0";
+  const std::string negative = ReplaceOnce(calm, waiting0, V010Series("num_requests_waiting", "0") + "-4");
+  const std::string missing = ReplaceOnce(calm, waiting0, "");
+  const std::string garbage_line = ReplaceOnce(calm, waiting0, V010Series("num_requests_waiting", "0") + "zero");
   for (const std::string& text : {negative, missing, garbage_line}) {
     RoutingCore core;
     ASSERT_TRUE(core.Configure(Options(), Eps({"real", "odd"}), 0.0).ok());
