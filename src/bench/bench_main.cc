@@ -12,8 +12,8 @@
 #include "bench/load_generator.h"
 #include "bench/options.h"
 #include "bench/output.h"
+#include "config/scenario_config.h"
 #include "core/report/writers.h"
-#include "simulate/scenario.h"
 
 namespace kvroute::bench {
 namespace {
@@ -157,13 +157,13 @@ int BenchMain(int argc, char** argv) {
   meta.tool = "kvroute bench";
   meta.scenario = "flags";
   if (o_scenario->count()) {
-    simulate::ScenarioLoad load = simulate::LoadScenarioFile(scenario_path);
-    if (!load.scenario) return fail(load.error);
-    cfg.workload = load.scenario->workload;
-    cfg.arrivals = load.scenario->arrivals;
-    cfg.seed = load.scenario->seed;
-    cfg.slo = load.scenario->slo;
-    meta.scenario = load.scenario->name;
+    config::ConfigOr<config::Scenario> load = config::LoadScenarioFile(scenario_path);
+    if (!load.ok()) return fail(load.error.ToString());
+    cfg.workload = load.value->workload;
+    cfg.arrivals = load.value->arrivals;
+    cfg.seed = load.value->seed;
+    cfg.slo = load.value->slo;
+    meta.scenario = load.value->name;
   } else {
     // Flag defaults describe a complete workload.
     cfg.workload.num_groups = num_groups;

@@ -3,7 +3,10 @@
 // file, line and field ("seed.yaml:12: schedulingProfile[1].weight: weight must be >= 0
 // (got -1)"); nothing is ever half applied.
 //
-// File shape (every key optional; unknown keys are errors, to catch typos):
+// Read through config/yaml_reader.h, like every kvroute config format.
+//
+// File shape (every key optional; unknown keys are errors, with a did-you-mean for a
+// near miss: "unknown key 'scrape_intervl' (did you mean 'scrape_interval'?)"):
 //
 //   listen: 0.0.0.0:8080          # host:port ([v6]:port accepted)
 //   threads: 0                    # worker threads, 0 = one per core
@@ -40,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/yaml_reader.h"
 #include "core/sched/profile_spec.h"
 #include "metrics/engine_metrics.h"
 
@@ -55,14 +59,6 @@ struct HostPort {
 // Parses "host:port" / "[v6]:port". Port 1-65535, host not empty and free of spaces,
 // slashes and '@'. On failure returns nullopt and sets `*error` when given.
 std::optional<HostPort> ParseHostPort(std::string_view s, std::string* error = nullptr);
-
-// "50ms", "2s", "1.5s", "250us", "1m", "1h", or a bare number of seconds. Returns seconds,
-// nullopt when malformed or negative.
-std::optional<double> ParseDuration(std::string_view s);
-
-// "16MiB", "64KiB", "1GiB", "500KB", "2MB", "1024", "1024B". Returns bytes, nullopt when
-// malformed or not a whole number of bytes.
-std::optional<uint64_t> ParseByteSize(std::string_view s);
 
 enum class StalePolicy {
   kExclude,    // stale endpoints are not candidates (unless all are stale)
@@ -116,16 +112,7 @@ struct RouterConfig {
   bool allow_routing_headers = false;
 };
 
-struct ConfigError {
-  std::string file;
-  int line = 0;        // 1-based; 0 when the error is not tied to a line
-  std::string field;   // e.g. "pool.endpoints[2].address"; empty for syntax errors
-  std::string message;
-  // "file:line: field: message" (parts that are empty are left out).
-  std::string ToString() const;
-};
-
-// Either a config or an error. Never throws.
+// Either a config or an error (ConfigError: config/yaml_reader.h). Never throws.
 struct ConfigResult {
   std::optional<RouterConfig> config;
   ConfigError error;

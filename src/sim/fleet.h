@@ -11,7 +11,7 @@
 #include "core/engine/engine.h"
 #include "http/io_pool.h"
 #include "http/server.h"
-#include "sim/fleet_config.h"
+#include "config/fleet_config.h"
 #include "sim/replica.h"
 
 namespace kvroute::sim {

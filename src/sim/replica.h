@@ -21,9 +21,12 @@
 
 #include "core/engine/engine.h"
 #include "http/server.h"
-#include "sim/fleet_config.h"
+#include "config/fleet_config.h"
 
 namespace kvroute::sim {
+
+// The sim reads its replicas from config/fleet_config.h; the name is the sim's too.
+using config::ReplicaConfig;
 
 // A Prometheus histogram with fixed upper bounds (per-bucket counts, last = overflow).
 struct Histogram {

@@ -5,8 +5,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
 
+#include "config/fleet_config.h"
 #include "sim/fleet.h"
-#include "sim/fleet_config.h"
 
 namespace kvroute::sim {
 
@@ -22,7 +22,7 @@ int SimMain(int argc, char** argv) {
   int port = 8000;
   int threads = 0;
   std::string config_path;
-  ReplicaOverrides cli;
+  config::ReplicaOverrides cli;
   std::string host = "127.0.0.1", preset, model;
   int kv_blocks = 0, max_num_seqs = 0, max_batched_tokens = 0, max_model_len = 0;
   int default_max_tokens = 0, fixed_output_tokens = 0;
@@ -90,15 +90,14 @@ int SimMain(int argc, char** argv) {
     return app.exit(e);
   }
 
-  FleetFile file;
+  config::FleetFile file;
   if (!config_path.empty()) {
-    std::string error;
-    auto loaded = LoadFleetFile(config_path, &error);
-    if (!loaded) {
-      std::fprintf(stderr, "kvroute sim: %s\n", error.c_str());
+    config::ConfigOr<config::FleetFile> loaded = config::LoadFleetFile(config_path);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "kvroute sim: %s\n", loaded.error.ToString().c_str());
       return 2;
     }
-    file = std::move(*loaded);
+    file = std::move(*loaded.value);
   }
   if (o_host->count()) cli.host = host;
   if (o_preset->count()) cli.preset = preset;
@@ -118,8 +117,8 @@ int SimMain(int argc, char** argv) {
   if (threads == 0 && file.threads) threads = *file.threads;
 
   std::vector<ReplicaConfig> configs;
-  if (std::string err = ResolveFleet(file, cli, replicas, base_port, &configs); !err.empty()) {
-    std::fprintf(stderr, "kvroute sim: %s\n", err.c_str());
+  if (Status s = config::ResolveFleet(file, cli, replicas, base_port, &configs); !s.ok()) {
+    std::fprintf(stderr, "kvroute sim: %s\n", s.message().c_str());
     return 2;
   }
 

@@ -13,7 +13,7 @@
 
 #include "core/report/writers.h"
 #include "core/sched/registry.h"
-#include "simulate/scenario.h"
+#include "config/scenario_config.h"
 #include "simulate/simulator.h"
 #include "simulate/sweep.h"
 
@@ -89,12 +89,12 @@ int SimulateMain(int argc, char** argv) {
     return app.exit(e);
   }
 
-  ScenarioLoad load = LoadScenarioFile(scenario_path);
-  if (!load.scenario) {
-    std::fprintf(stderr, "kvroute simulate: %s\n", load.error.c_str());
+  config::ConfigOr<config::Scenario> load = config::LoadScenarioFile(scenario_path);
+  if (!load.ok()) {
+    std::fprintf(stderr, "kvroute simulate: %s\n", load.error.ToString().c_str());
     return 2;
   }
-  Scenario& sc = *load.scenario;
+  config::Scenario& sc = *load.value;
   if (app.count("--seed")) sc.seed = seed;
   if (requests > 0) sc.arrivals.num_requests = requests;
   if (replicas > 0) sc.fleet.replicas = replicas;
@@ -132,7 +132,7 @@ int SimulateMain(int argc, char** argv) {
     std::vector<PolicySweep> sweeps;
     for (const std::string& p : policies) sweeps.push_back({p, {}});
     for (double rate : rates) {
-      const Scenario at = WithRate(sc, rate);
+      const config::Scenario at = WithRate(sc, rate);
       const double oracle = ComputeOracleHitRate(at);
       for (PolicySweep& ps : sweeps) {
         const auto start = std::chrono::steady_clock::now();

@@ -75,7 +75,7 @@ struct Replica {
 
 class Simulation {
  public:
-  Simulation(const Scenario& s, sched::Scheduler* scheduler, const ProgressFn& progress)
+  Simulation(const config::Scenario& s, sched::Scheduler* scheduler, const ProgressFn& progress)
       : sc_(s),
         sched_(scheduler),
         progress_(progress),
@@ -390,7 +390,7 @@ class Simulation {
     if (!Done()) Push(t + sc_.fleet.scrape_interval_s, Ev::kScrape, 0);
   }
 
-  const Scenario& sc_;
+  const config::Scenario& sc_;
   sched::Scheduler* sched_;
   const ProgressFn& progress_;
   workload::RequestGenerator gen_;
@@ -428,7 +428,7 @@ class Simulation {
 
 }  // namespace
 
-sched::SchedulerOptions SimulationSchedulerOptions(const Scenario& scenario) {
+sched::SchedulerOptions SimulationSchedulerOptions(const config::Scenario& scenario) {
   const engine::EngineConfig config = scenario.fleet.EngineConfigFor();
   sched::SchedulerOptions opts;
   opts.seed = scenario.seed;
@@ -438,7 +438,7 @@ sched::SchedulerOptions SimulationSchedulerOptions(const Scenario& scenario) {
   return opts;
 }
 
-SimulationResult RunSimulationWith(const Scenario& scenario, sched::Scheduler& scheduler,
+SimulationResult RunSimulationWith(const config::Scenario& scenario, sched::Scheduler& scheduler,
                                    const std::string& label, double oracle_hit_rate,
                                    const ProgressFn& progress) {
   SimulationResult result;
@@ -454,7 +454,7 @@ SimulationResult RunSimulationWith(const Scenario& scenario, sched::Scheduler& s
   return result;
 }
 
-SimulationResult RunSimulation(const Scenario& scenario, const std::string& policy,
+SimulationResult RunSimulation(const config::Scenario& scenario, const std::string& policy,
                                double oracle_hit_rate, const ProgressFn& progress) {
   sched::BuildResult built = sched::BuildPolicy(policy, SimulationSchedulerOptions(scenario));
   if (!built.ok()) {
@@ -466,7 +466,7 @@ SimulationResult RunSimulation(const Scenario& scenario, const std::string& poli
   return RunSimulationWith(scenario, *built.scheduler, policy, oracle_hit_rate, progress);
 }
 
-double ComputeOracleHitRate(const Scenario& scenario) {
+double ComputeOracleHitRate(const config::Scenario& scenario) {
   workload::RequestGenerator gen(scenario.workload, scenario.arrivals, scenario.seed);
   const engine::EngineConfig config = scenario.fleet.EngineConfigFor();
   workload::PrefixOracle oracle(config.block_size, engine::kBytesPerToken);

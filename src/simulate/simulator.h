@@ -23,7 +23,7 @@
 
 #include "core/report/summary.h"
 #include "core/sched/scheduler.h"
-#include "simulate/scenario.h"
+#include "config/scenario_config.h"
 
 namespace kvroute::simulate {
 
@@ -42,24 +42,24 @@ using ProgressFn = std::function<void(double now_s, int64_t sent, int64_t finish
 
 // Runs `scenario` under `policy` (a sched::PolicyNames() entry). `oracle_hit_rate` is
 // copied into the report (pass ComputeOracleHitRate's value, or -1).
-SimulationResult RunSimulation(const Scenario& scenario, const std::string& policy,
+SimulationResult RunSimulation(const config::Scenario& scenario, const std::string& policy,
                                double oracle_hit_rate, const ProgressFn& progress = {});
 
 // The scheduler options RunSimulation builds policies with for `scenario`: the scenario's
 // seed, one ranked endpoint (the simulator never retries), the fleet's block size and KV
 // blocks as defaults.
-sched::SchedulerOptions SimulationSchedulerOptions(const Scenario& scenario);
+sched::SchedulerOptions SimulationSchedulerOptions(const config::Scenario& scenario);
 
 // Runs `scenario` with a scheduler the caller built (a custom plugin profile, say, from
 // sched::BuildScheduler with SimulationSchedulerOptions); `label` names it in the report.
 // `scheduler` must be fresh (no requests yet) and is only used during the call.
-SimulationResult RunSimulationWith(const Scenario& scenario, sched::Scheduler& scheduler,
+SimulationResult RunSimulationWith(const config::Scenario& scenario, sched::Scheduler& scheduler,
                                    const std::string& label, double oracle_hit_rate,
                                    const ProgressFn& progress = {});
 
 // The workload's oracle prefix hit rate (workload/oracle.h): requests in generation
 // order, each prompt queried then recorded together with its output (a later turn may
 // reuse it). Independent of the policy.
-double ComputeOracleHitRate(const Scenario& scenario);
+double ComputeOracleHitRate(const config::Scenario& scenario);
 
 }  // namespace kvroute::simulate

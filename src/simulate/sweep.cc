@@ -32,8 +32,8 @@ const PolicySweep* Find(std::span<const PolicySweep> sweeps, const std::string& 
 
 }  // namespace
 
-Scenario WithRate(const Scenario& scenario, double rate) {
-  Scenario s = scenario;
+config::Scenario WithRate(const config::Scenario& scenario, double rate) {
+  config::Scenario s = scenario;
   if (s.arrivals.num_requests <= 0) {
     double expected = 0.0;
     for (const workload::RateStage& st : scenario.arrivals.stages) {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/report/summary.h"
-#include "simulate/scenario.h"
+#include "config/scenario_config.h"
 
 namespace kvroute::simulate {
 
@@ -17,7 +17,7 @@ namespace kvroute::simulate {
 // (same process and burstiness). The request count is kept; a scenario limited only by
 // durations (stages) gets the number of requests its stages would send on average, so
 // every rate of a sweep serves the same amount of work.
-Scenario WithRate(const Scenario& scenario, double rate);
+config::Scenario WithRate(const config::Scenario& scenario, double rate);
 
 // Throughput in steady state, without the warm-up and the drain tail a fixed request count
 // brings: output tokens (and requests) of the succeeded requests that finish inside the

@@ -1,24 +1,20 @@
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <map>
 
-#include "simulate/scenario.h"
+#include "config/scenario_config.h"
 #include "simulate/simulator.h"
 
 namespace kvroute::simulate {
 namespace {
 
-Scenario MustParse(const std::string& yaml) {
-  ScenarioLoad load = ParseScenario(yaml, "test.yaml", ".");
-  EXPECT_TRUE(load.scenario.has_value()) << load.error;
-  return load.scenario ? *load.scenario : Scenario{};
-}
+using config::Scenario;
 
-std::string ErrorOf(const std::string& yaml) {
-  ScenarioLoad load = ParseScenario(yaml, "test.yaml", ".");
-  EXPECT_FALSE(load.scenario.has_value());
-  return load.error;
+// Scenario parsing itself is tested in tests/config/scenario_config_test.cc.
+Scenario MustParse(const std::string& yaml) {
+  config::ConfigOr<Scenario> load = config::ParseScenario(yaml, "test.yaml", ".");
+  EXPECT_TRUE(load.ok()) << load.error.ToString();
+  return load.ok() ? *load.value : Scenario{};
 }
 
 // A small shared-prefix fleet: 4 replicas, 8 groups of 2k-token system prompts, a KV
@@ -45,56 +41,6 @@ fleet:
   network_delay_s: 0.001
 slo: {ttft_s: 0.5}
 )";
-
-TEST(ScenarioTest, ParsesEveryField) {
-  Scenario s = MustParse(kSharedPrefix);
-  EXPECT_EQ(s.name, "small");
-  EXPECT_EQ(s.seed, 3u);
-  EXPECT_EQ(s.workload.kind, workload::WorkloadKind::kSharedPrefix);
-  EXPECT_EQ(s.workload.num_groups, 8);
-  EXPECT_EQ(s.workload.system_prompt_len.components[0].min, 2000);
-  EXPECT_EQ(s.workload.question_len.components[0].std_dev, 30);
-  EXPECT_EQ(s.arrivals.kind, workload::ArrivalKind::kPoisson);
-  ASSERT_EQ(s.arrivals.stages.size(), 1u);
-  EXPECT_EQ(s.arrivals.stages[0].rate, 24);
-  EXPECT_EQ(s.arrivals.num_requests, 300);
-  EXPECT_EQ(s.fleet.replicas, 4);
-  EXPECT_EQ(s.fleet.EngineConfigFor().num_gpu_blocks, 700);
-  EXPECT_EQ(s.fleet.network_delay_s, 0.001);
-  EXPECT_EQ(s.slo.ttft_s, 0.5);
-  EXPECT_EQ(s.slo.tpot_s, 0.0);
-}
-
-TEST(ScenarioTest, ErrorsNameFileLineAndField) {
-  EXPECT_EQ(ErrorOf("workload:\n  type: shared-prefix\n  num_group: 3\narrivals: {rate: 1, "
-                    "num_requests: 1}\n"),
-            "test.yaml:3: workload.num_group: unknown field");
-  EXPECT_EQ(ErrorOf("workload:\n  type: random\n  input_len: {min: 5, max: 1, mean: 3}\n"
-                    "arrivals: {rate: 1, num_requests: 1}\n"),
-            "test.yaml:3: workload.input_len: min must be <= max");
-  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals:\n  rate: fast\n  num_requests: 1\n"),
-            "test.yaml:3: arrivals.rate: expected a number, got 'fast'");
-  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1}\n"),
-            "test.yaml:2: arrivals: needs num_requests, duration_s or finite stage durations");
-  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
-                    "  engine_preset: a100\n"),
-            "test.yaml:4: fleet.engine_preset: unknown preset 'a100' (llama3-8b-h100, small-kv)");
-  EXPECT_EQ(ErrorOf("workload:\n  type: trace\n  path: /nonexistent.csv\n"),
-            "test.yaml:3: workload.path: cannot read /nonexistent.csv");
-}
-
-TEST(ScenarioTest, ExampleScenariosLoad) {
-  const std::filesystem::path dir =
-      std::filesystem::path(KVROUTE_SOURCE_DIR) / "examples" / "scenarios";
-  int n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".yaml") continue;
-    ScenarioLoad load = LoadScenarioFile(entry.path().string());
-    EXPECT_TRUE(load.scenario.has_value()) << load.error;
-    ++n;
-  }
-  EXPECT_GE(n, 5);
-}
 
 TEST(OracleTest, SharedPrefixExact) {
   // 2 groups x 1 prompt, 160 + 16 tokens: each prompt is sent twice (one shuffled cycle
@@ -209,13 +155,13 @@ namespace {
 // The oracle is an upper bound for every policy, also on a trace whose shared prefixes
 // have varying lengths (short rows share a shorter prefix of the same text).
 TEST(SimulateTest, OracleBoundsTheAchievedHitRateOnTheExampleTrace) {
-  ScenarioLoad load =
-      LoadScenarioFile(std::string(KVROUTE_SOURCE_DIR) + "/examples/scenarios/azure-trace.yaml");
-  ASSERT_TRUE(load.scenario) << load.error;
-  const double oracle = ComputeOracleHitRate(*load.scenario);
+  config::ConfigOr<Scenario> load = config::LoadScenarioFile(
+      std::string(KVROUTE_SOURCE_DIR) + "/examples/scenarios/azure-trace.yaml");
+  ASSERT_TRUE(load.ok()) << load.error.ToString();
+  const double oracle = ComputeOracleHitRate(*load.value);
   EXPECT_GT(oracle, 0.2);
   for (const char* policy : {"round-robin", "gie-default", "kvroute"}) {
-    SimulationResult r = RunSimulation(*load.scenario, policy, oracle);
+    SimulationResult r = RunSimulation(*load.value, policy, oracle);
     EXPECT_EQ(r.report.succeeded, 240) << policy;
     EXPECT_LE(r.report.request_cached_fraction, oracle + 1e-12) << policy;
     EXPECT_GT(r.report.request_cached_fraction, 0.0) << policy;

@@ -101,35 +101,14 @@ TEST(SweepTest, SteadyThroughputCountsCompletionsInsideTheArrivalWindow) {
 }
 
 TEST(SweepTest, WithRateKeepsTheAmountOfWork) {
-  Scenario s;
+  config::Scenario s;
   s.arrivals.stages = {{6, 60}, {12, 60}};
-  Scenario r = WithRate(s, 20);
+  config::Scenario r = WithRate(s, 20);
   ASSERT_EQ(r.arrivals.stages.size(), 1u);
   EXPECT_EQ(r.arrivals.stages[0].rate, 20);
   EXPECT_EQ(r.arrivals.num_requests, 6 * 60 + 12 * 60);
   s.arrivals.num_requests = 500;
   EXPECT_EQ(WithRate(s, 20).arrivals.num_requests, 500);
-}
-
-}  // namespace
-}  // namespace kvroute::simulate
-
-namespace kvroute::simulate {
-namespace {
-
-TEST(SweepTest, ScenarioSweepField) {
-  ScenarioLoad ok = ParseScenario(
-      "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
-      "sweep: {rates: [5, 10.5], ttft_p99_bound_s: 1.5}\n",
-      "t.yaml", ".");
-  ASSERT_TRUE(ok.scenario) << ok.error;
-  EXPECT_EQ(ok.scenario->sweep_rates, (std::vector<double>{5, 10.5}));
-  EXPECT_EQ(ok.scenario->sweep_ttft_p99_bound_s, 1.5);
-  ScenarioLoad bad = ParseScenario(
-      "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
-      "sweep:\n  rates: [10, 5]\n",
-      "t.yaml", ".");
-  EXPECT_EQ(bad.error, "t.yaml:4: sweep.rates[1]: rates must ascend");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// Scenario files for `kvroute simulate` (and any driver that wants the same workload):
-// a workload, its arrivals, the fleet, the SLOs and the policies to compare, in YAML.
-// Errors name the file, the 1-based line and the field. Example: examples/scenarios/.
+// Scenario files for `kvroute simulate` and `kvroute bench` (and any driver that wants the
+// same workload): a workload, its arrivals, the fleet, the SLOs and the policies to
+// compare, in YAML. Read through config/yaml_reader.h: errors are ConfigErrors naming the
+// file, the 1-based line and the field ("seed-8x.yaml:12: arrivals.rate: must be a number
+// (got 'fast')"); unknown keys get a did-you-mean. Examples: examples/scenarios/.
 //
 //   name: seed-8x
 //   seed: 1
@@ -30,6 +32,11 @@
 //   slo: {ttft_s: 2.0, tpot_s: 0.1}
 //   policies: [round-robin, kvroute] # default: every built-in policy
 //   sweep: {rates: [10, 20, 30], ttft_p99_bound_s: 2.0}  # for `simulate --sweep`
+//   description: "..."               # free text, ignored
+//
+// Lengths (system_prompt_len, question_len, output_len, input_len) are an integer, a
+// {min, max, mean, std_dev} (mean required; min defaults to 1), or a
+// {mixture: [{weight, value | min, max, mean, std_dev}, ...]}.
 #pragma once
 
 #include <cstdint>
@@ -38,12 +45,13 @@
 #include <string_view>
 #include <vector>
 
+#include "config/yaml_reader.h"
 #include "core/engine/engine.h"
 #include "core/report/summary.h"
 #include "core/workload/arrivals.h"
 #include "core/workload/workload.h"
 
-namespace kvroute::simulate {
+namespace kvroute::config {
 
 struct FleetSpec {
   int replicas = 8;
@@ -74,16 +82,12 @@ struct Scenario {
   double sweep_ttft_p99_bound_s = 0.0;
 };
 
-struct ScenarioLoad {
-  std::optional<Scenario> scenario;
-  std::string error;  // "<file>:<line>: <field>: <problem>"
-};
+// Parses scenario YAML. `source_name` names the file in errors and becomes
+// Scenario::source; relative trace paths are resolved against `base_dir`. Reads the trace
+// file when the workload is a trace. Returns the scenario or the first error; never throws.
+ConfigOr<Scenario> ParseScenario(std::string_view yaml, std::string_view source_name,
+                                 std::string_view base_dir);
+// Reads and parses a scenario file (trace paths relative to its directory).
+ConfigOr<Scenario> LoadScenarioFile(const std::string& path);
 
-// Parses scenario YAML. `source_name` prefixes errors; relative trace paths are resolved
-// against `base_dir`. Reads the trace file when the workload is a trace.
-ScenarioLoad ParseScenario(std::string_view yaml, std::string_view source_name,
-                           std::string_view base_dir);
-// Reads and parses a scenario file.
-ScenarioLoad LoadScenarioFile(const std::string& path);
-
-}  // namespace kvroute::simulate
+}  // namespace kvroute::config

@@ -1,0 +1,208 @@
+#include "config/fleet_config.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kvroute::config {
+
+namespace {
+
+template <typename T>
+void Set(const std::optional<T>& v, T& field) {
+  if (v) field = *v;
+}
+
+constexpr int64_t kIntMin = std::numeric_limits<int32_t>::min();
+constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+
+constexpr std::string_view kSectionKeys[] = {"name",
+                                             "host",
+                                             "port",
+                                             "preset",
+                                             "model",
+                                             "kv_blocks",
+                                             "block_size",
+                                             "max_num_seqs",
+                                             "max_batched_tokens",
+                                             "max_model_len",
+                                             "fixed_output_tokens",
+                                             "mean_output_tokens",
+                                             "default_max_tokens",
+                                             "time_scale",
+                                             "latency_ms",
+                                             "old_metric_names",
+                                             "enable_prefix_caching",
+                                             "priority_scheduling",
+                                             "hash_seed",
+                                             "output_seed",
+                                             "max_body_bytes",
+                                             "step",
+                                             "labels"};
+
+// Reads one `defaults:` or `replicas[i]` section, key by key in file order.
+ReplicaOverrides ReadSection(const ConfigNode& section) {
+  ReplicaOverrides o;
+  auto integer = [](const ConfigNode& v) { return static_cast<int>(v.Int(kIntMin, kIntMax)); };
+  // clang-format off
+  section.ForEachKey(kSectionKeys, [&](const std::string& key, const ConfigNode& v) {
+    if (key == "name") o.name = v.String();
+    else if (key == "host") o.host = v.String();
+    else if (key == "port") o.port = static_cast<int>(v.Int(0, 65535));
+    else if (key == "preset") o.preset = v.String();
+    else if (key == "model") o.model = v.String();
+    else if (key == "kv_blocks") o.kv_blocks = integer(v);
+    else if (key == "block_size") o.block_size = integer(v);
+    else if (key == "max_num_seqs") o.max_num_seqs = integer(v);
+    else if (key == "max_batched_tokens") o.max_batched_tokens = integer(v);
+    else if (key == "max_model_len") o.max_model_len = integer(v);
+    else if (key == "fixed_output_tokens") o.fixed_output_tokens = integer(v);
+    else if (key == "mean_output_tokens") o.mean_output_tokens = v.Number();
+    else if (key == "default_max_tokens") o.default_max_tokens = integer(v);
+    else if (key == "time_scale") o.time_scale = v.Number();
+    else if (key == "latency_ms") o.latency_ms = v.Number();
+    else if (key == "old_metric_names") o.old_metric_names = v.Bool();
+    else if (key == "enable_prefix_caching") o.enable_prefix_caching = v.Bool();
+    else if (key == "priority_scheduling") o.priority_scheduling = v.Bool();
+    else if (key == "hash_seed") o.hash_seed = v.Uint();
+    else if (key == "output_seed") o.output_seed = v.Uint();
+    else if (key == "max_body_bytes") o.max_body_bytes = v.ByteSize();
+    else if (key == "step") {
+      v.ForEachKey({"base_us", "per_prefill_token_us", "per_decode_seq_us",
+                    "per_context_token_us"},
+                   [&](const std::string& k, const ConfigNode& s) {
+                     const double us = s.Number();
+                     if (k == "base_us") o.step_base_us = us;
+                     else if (k == "per_prefill_token_us") o.step_per_prefill_token_us = us;
+                     else if (k == "per_decode_seq_us") o.step_per_decode_seq_us = us;
+                     else o.step_per_context_token_us = us;
+                   });
+    } else {  // labels
+      if (!v.IsNull() && !v.IsMap()) v.Fail("must be a mapping of label names to values");
+      for (const ConfigNode& l : v.Entries()) o.labels.emplace_back(l.key(), l.String());
+    }
+  });
+  // clang-format on
+  return o;
+}
+
+FleetFile ReadFleet(const ConfigNode& root) {
+  FleetFile file;
+  root.ForEachKey({"defaults", "replicas", "base_port", "threads"},
+                  [&](const std::string& key, const ConfigNode& v) {
+                    if (key == "defaults") {
+                      file.defaults = ReadSection(v);
+                    } else if (key == "replicas") {
+                      for (const ConfigNode& entry : v.Items("a list of replicas")) {
+                        file.replicas.push_back(ReadSection(entry));
+                      }
+                    } else if (key == "base_port") {
+                      file.base_port = static_cast<int>(v.Int(0, 65535));
+                    } else {
+                      file.threads = static_cast<int>(v.Int(0, 256));
+                    }
+                  });
+  return file;
+}
+
+}  // namespace
+
+void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
+  Set(name, r.name);
+  Set(host, r.host);
+  if (port) r.port = static_cast<uint16_t>(*port);
+  Set(model, r.engine.model_name);
+  Set(kv_blocks, r.engine.num_gpu_blocks);
+  Set(block_size, r.engine.block_size);
+  Set(max_num_seqs, r.engine.max_num_seqs);
+  Set(max_batched_tokens, r.engine.max_num_batched_tokens);
+  Set(max_model_len, r.engine.max_model_len);
+  Set(fixed_output_tokens, r.engine.fixed_output_tokens);
+  Set(mean_output_tokens, r.engine.mean_output_tokens);
+  Set(default_max_tokens, r.default_max_tokens);
+  Set(time_scale, r.time_scale);
+  Set(latency_ms, r.latency_ms);
+  Set(old_metric_names, r.old_metric_names);
+  Set(enable_prefix_caching, r.engine.enable_prefix_caching);
+  Set(priority_scheduling, r.engine.priority_scheduling);
+  Set(hash_seed, r.engine.hash_seed);
+  Set(output_seed, r.engine.output_seed);
+  if (max_body_bytes) r.max_body_bytes = static_cast<std::size_t>(*max_body_bytes);
+  Set(step_base_us, r.engine.step.base_us);
+  Set(step_per_prefill_token_us, r.engine.step.per_prefill_token_us);
+  Set(step_per_decode_seq_us, r.engine.step.per_decode_seq_us);
+  Set(step_per_context_token_us, r.engine.step.per_context_token_us);
+  for (const auto& [k, v] : labels) {
+    bool replaced = false;
+    for (auto& [rk, rv] : r.labels) {
+      if (rk == k) {
+        rv = v;
+        replaced = true;
+      }
+    }
+    if (!replaced) r.labels.emplace_back(k, v);
+  }
+}
+
+ConfigOr<FleetFile> ParseFleetYaml(std::string_view text, std::string_view source) {
+  return ParseYaml<FleetFile>(text, source, ReadFleet);
+}
+
+ConfigOr<FleetFile> LoadFleetFile(const std::string& path) {
+  ConfigOr<std::string> text = ReadConfigFile(path);
+  if (!text.ok()) return {std::nullopt, std::move(text.error)};
+  return ParseFleetYaml(*text.value, path);
+}
+
+Status ValidateReplica(const ReplicaConfig& r) {
+  const auto& e = r.engine;
+  auto bad = [&](std::string_view what) {
+    return Status::InvalidArgument(r.name + ": " + std::string(what));
+  };
+  if (e.block_size < 1) return bad("block_size must be >= 1");
+  if (e.num_gpu_blocks < 2) return bad("kv_blocks must be >= 2");
+  if (e.max_num_seqs < 1) return bad("max_num_seqs must be >= 1");
+  if (e.max_num_batched_tokens < 1) return bad("max_batched_tokens must be >= 1");
+  if (e.max_model_len < 2) return bad("max_model_len must be >= 2");
+  if (r.time_scale < 0) return bad("time_scale must be >= 0");
+  if (r.latency_ms < 0) return bad("latency_ms must be >= 0");
+  if (r.default_max_tokens < 1) return bad("default_max_tokens must be >= 1");
+  if (e.model_name.empty()) return bad("model must not be empty");
+  return Status::Ok();
+}
+
+Status ResolveFleet(const FleetFile& file, const ReplicaOverrides& cli, int count, int base_port,
+                    std::vector<ReplicaConfig>* out) {
+  out->clear();
+  if (count <= 0) count = std::max<int>(1, static_cast<int>(file.replicas.size()));
+  for (int i = 0; i < count; ++i) {
+    const ReplicaOverrides* own =
+        i < static_cast<int>(file.replicas.size()) ? &file.replicas[i] : nullptr;
+    std::string preset = "llama3-8b-h100";
+    if (own && own->preset)
+      preset = *own->preset;
+    else if (cli.preset)
+      preset = *cli.preset;
+    else if (file.defaults.preset)
+      preset = *file.defaults.preset;
+    auto engine = engine::PresetConfig(preset);
+    if (!engine) {
+      const std::vector<std::string> names = engine::PresetNames();
+      const std::vector<std::string_view> views(names.begin(), names.end());
+      return Status::InvalidArgument("replica " + std::to_string(i) + ": unknown preset '" +
+                                     preset + "'" + Suggest(preset, views));
+    }
+    ReplicaConfig r;
+    r.name = "replica-" + std::to_string(i);
+    r.preset = preset;
+    r.engine = *engine;
+    r.port = base_port == 0 ? 0 : static_cast<uint16_t>(base_port + i);
+    file.defaults.ApplyTo(r);
+    cli.ApplyTo(r);
+    if (own) own->ApplyTo(r);
+    if (Status s = ValidateReplica(r); !s.ok()) return s;
+    out->push_back(std::move(r));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvroute::config

@@ -1,0 +1,104 @@
+// Configuration of a simulated fleet (`kvroute sim`): one ReplicaConfig per replica,
+// resolved from an engine preset, a fleet YAML file and command-line flags.
+//
+// Precedence for each knob of a replica (later wins):
+//   preset (per-replica `preset`, else --preset, else `defaults.preset`, else
+//   llama3-8b-h100)  <  fleet file `defaults:`  <  command-line flags given explicitly
+//   <  the replica's own entry under `replicas:`.
+//
+// Fleet file (examples/fleet.yaml; every key optional; read through config/yaml_reader.h,
+// so errors are "file:line: field: message" and unknown keys get a did-you-mean):
+//
+//   base_port: 18001          # replica i listens on base_port + i unless it sets `port`
+//   threads: 2                # event-loop threads shared by the replicas (0: default)
+//   defaults:                 # a section: applies to every replica
+//     preset: llama3-8b-h100  # engine::PresetNames()
+//     model: meta-llama/Llama-3.1-8B-Instruct
+//     time_scale: 1.0         # numbers: time_scale, latency_ms, mean_output_tokens
+//     max_num_seqs: 256       # integers: kv_blocks, block_size, max_num_seqs,
+//                             #   max_batched_tokens, max_model_len, fixed_output_tokens,
+//                             #   default_max_tokens
+//     old_metric_names: true  # true | false: also enable_prefix_caching, priority_scheduling
+//     hash_seed: 0            # non-negative integers: hash_seed, output_seed
+//     max_body_bytes: 16MiB   # a byte size (or a plain number of bytes)
+//     step: {base_us: 5753, per_prefill_token_us: 17.25, per_decode_seq_us: 6.0,
+//            per_context_token_us: 0.05}   # the step-time model, microseconds
+//     labels: {region: us-east}           # merged by key across the levels
+//   replicas:                 # one section per replica: the keys of defaults, and
+//     - name: h100-a          #   name, host (127.0.0.1), port (0-65535, 0: any free)
+//     - {name: small-far, preset: small-kv, kv_blocks: 1024}
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/yaml_reader.h"
+#include "core/common/status.h"
+#include "core/engine/engine.h"
+
+namespace kvroute::config {
+
+struct ReplicaConfig {
+  std::string name;  // "replica-<i>" unless set
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: any free port
+  std::string preset = "llama3-8b-h100";
+  engine::EngineConfig engine;  // engine.model_name is the served model name
+  // Wall seconds per engine second: every step of engine duration d takes d * time_scale
+  // wall seconds. 0 runs steps back to back without waiting.
+  double time_scale = 1.0;
+  // Extra delay (wall ms) before a request reaches the engine, as a farther network would.
+  double latency_ms = 0.0;
+  bool old_metric_names = false;  // emulate vLLM < 0.9.2 metric names (no engine label)
+  // max_tokens for a chat request that sets none (vLLM would use the rest of the context).
+  // Completions default to 16, as in vLLM and OpenAI.
+  int default_max_tokens = 256;
+  std::size_t max_body_bytes = 16u << 20;
+  // Free-form labels (e.g. region) exposed as kvroute_sim_replica_info{...} in /metrics.
+  std::vector<std::pair<std::string, std::string>> labels;
+};
+
+// Optional settings as written in a fleet file section or on the command line.
+struct ReplicaOverrides {
+  std::optional<std::string> name, host, preset, model;
+  std::optional<int> port, kv_blocks, block_size, max_num_seqs, max_batched_tokens, max_model_len,
+      fixed_output_tokens, default_max_tokens;
+  std::optional<double> time_scale, latency_ms, mean_output_tokens, step_base_us,
+      step_per_prefill_token_us, step_per_decode_seq_us, step_per_context_token_us;
+  std::optional<bool> old_metric_names, enable_prefix_caching, priority_scheduling;
+  std::optional<uint64_t> hash_seed, output_seed;
+  std::optional<uint64_t> max_body_bytes;
+  std::vector<std::pair<std::string, std::string>> labels;  // merged by key
+
+  // Applies the set fields (all but preset) to `r`.
+  void ApplyTo(ReplicaConfig& r) const;
+};
+
+struct FleetFile {
+  ReplicaOverrides defaults;
+  std::vector<ReplicaOverrides> replicas;
+  std::optional<int> base_port;
+  std::optional<int> threads;
+};
+
+// Parses a fleet YAML document; `source` names the file in errors. Returns the file or the
+// first error ("f.yaml:2: replicas[0].kv_blocks: must be an integer (got 'lots')").
+ConfigOr<FleetFile> ParseFleetYaml(std::string_view text, std::string_view source);
+// Reads and parses a file.
+ConfigOr<FleetFile> LoadFleetFile(const std::string& path);
+
+// Resolves `count` replicas into `*out` (count 0: as many as the file lists, at least 1).
+// Replica i gets port base_port + i unless its entry sets one (base_port 0: all 0).
+// InvalidArgument for an unknown preset or invalid engine limits ("replica 0: unknown
+// preset 'x' (known: ...)", "<name>: max_num_seqs must be >= 1").
+Status ResolveFleet(const FleetFile& file, const ReplicaOverrides& cli, int count, int base_port,
+                    std::vector<ReplicaConfig>* out);
+
+// Checks the engine limits Engine's constructor asserts and the sim's own ranges.
+Status ValidateReplica(const ReplicaConfig& r);
+
+}  // namespace kvroute::config

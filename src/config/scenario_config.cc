@@ -1,0 +1,274 @@
+#include "config/scenario_config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+
+#include "core/workload/trace.h"
+
+namespace kvroute::config {
+namespace {
+
+constexpr int64_t kIntMin = std::numeric_limits<int32_t>::min();
+constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+
+// Optional fields: assigned only when the key is present.
+void OptInt(const ConfigNode& map, std::string_view key, int64_t* out,
+            int64_t min = std::numeric_limits<int64_t>::min()) {
+  if (ConfigNode n = map.Get(key)) *out = n.Int(min);
+}
+void OptInt(const ConfigNode& map, std::string_view key, int* out, int64_t min = kIntMin) {
+  if (ConfigNode n = map.Get(key)) *out = static_cast<int>(n.Int(min, kIntMax));
+}
+void OptNumber(const ConfigNode& map, std::string_view key, double* out) {
+  if (ConfigNode n = map.Get(key)) *out = n.Number();
+}
+
+workload::LengthComponent Component(const ConfigNode& n, bool allow_weight) {
+  workload::LengthComponent c;
+  if (n.IsScalar()) {
+    c.min = c.max = n.Int();
+    c.mean = static_cast<double>(c.min);
+    return c;
+  }
+  if (!n.IsMap()) n.Fail("must be a length: an integer or {min, max, mean, std_dev}");
+  if (allow_weight) {
+    n.CheckKeys({"weight", "value", "min", "max", "mean", "std_dev"});
+    OptNumber(n, "weight", &c.weight);
+  } else {
+    n.CheckKeys({"min", "max", "mean", "std_dev"});
+  }
+  if (ConfigNode v = n.Get("value")) {
+    if (n.Has("min") || n.Has("max") || n.Has("mean") || n.Has("std_dev")) {
+      v.Fail("use either value or min/max/mean/std_dev");
+    }
+    c.min = c.max = v.Int();
+    c.mean = static_cast<double>(c.min);
+    return c;
+  }
+  c.mean = n.Require("mean").Number();
+  c.min = 1;
+  c.max = int64_t{1} << 30;
+  OptInt(n, "min", &c.min);
+  OptInt(n, "max", &c.max);
+  OptNumber(n, "std_dev", &c.std_dev);
+  return c;
+}
+
+workload::LengthDist Dist(const ConfigNode& n, int64_t min_allowed) {
+  workload::LengthDist d;
+  if (n.IsMap() && n.Has("mixture")) {
+    n.CheckKeys({"mixture"});
+    const ConfigNode list = n.Get("mixture");
+    const std::vector<ConfigNode> items = list.Items("a non-empty list");
+    if (items.empty()) list.Fail("must be a non-empty list");
+    for (const ConfigNode& item : items) d.components.push_back(Component(item, true));
+  } else {
+    d.components.push_back(Component(n, false));
+  }
+  const std::string err = d.Validate(min_allowed);
+  if (!err.empty()) n.Fail(err);
+  return d;
+}
+
+void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::WorkloadSpec* w) {
+  if (!n.IsMap()) n.Fail("must be a mapping");
+  n.CheckKeys({"type", "endpoint", "num_groups", "num_prompts_per_group", "system_prompt_len",
+               "question_len", "output_len", "max_turns", "think_time_s", "input_len", "path",
+               "time_scale", "prefix_len"});
+  w->kind = n.Require("type").Enum<workload::WorkloadKind>(
+      "type", {{"shared-prefix", workload::WorkloadKind::kSharedPrefix},
+               {"multi-turn", workload::WorkloadKind::kMultiTurn},
+               {"random", workload::WorkloadKind::kRandom},
+               {"trace", workload::WorkloadKind::kTrace},
+               {"shared_prefix", workload::WorkloadKind::kSharedPrefix},
+               {"multi_turn", workload::WorkloadKind::kMultiTurn}});
+  if (ConfigNode e = n.Get("endpoint")) {
+    w->endpoint =
+        e.Enum<api::Endpoint>("endpoint", {{"completions", api::Endpoint::kCompletions},
+                                           {"chat", api::Endpoint::kChatCompletions},
+                                           {"chat-completions", api::Endpoint::kChatCompletions}});
+  }
+  OptInt(n, "num_groups", &w->num_groups);
+  OptInt(n, "num_prompts_per_group", &w->num_prompts_per_group);
+  if (ConfigNode x = n.Get("system_prompt_len")) w->system_prompt_len = Dist(x, 0);
+  if (ConfigNode x = n.Get("question_len")) w->question_len = Dist(x, 1);
+  if (ConfigNode x = n.Get("output_len")) w->output_len = Dist(x, 1);
+  if (ConfigNode x = n.Get("input_len")) w->input_len = Dist(x, 1);
+  if (ConfigNode x = n.Get("max_turns")) {
+    w->max_turns = static_cast<int32_t>(std::clamp<int64_t>(x.Int(), -1, 1 << 20));
+  }
+  OptNumber(n, "think_time_s", &w->think_time_s);
+  OptNumber(n, "time_scale", &w->time_scale);
+  OptInt(n, "prefix_len", &w->prefix_len);
+  if (w->kind == workload::WorkloadKind::kTrace) {
+    const ConfigNode path = n.Get("path");
+    if (!path) path.Fail("required for a trace workload");
+    std::filesystem::path p = path.String();
+    if (p.is_relative()) p = std::filesystem::path(std::string(base_dir)) / p;
+    std::ifstream in(p, std::ios::binary);
+    if (!in) path.Fail("cannot read " + p.string() + ": " + std::strerror(errno));
+    std::stringstream text;
+    text << in.rdbuf();
+    workload::TraceParseResult t = workload::ParseTraceCsv(text.str(), p.string());
+    if (!t.ok()) path.Fail(t.error);
+    w->trace = std::make_shared<std::vector<workload::TraceRow>>(std::move(t.rows));
+  }
+  // Validate() says "<key>: <problem>"; the error goes to that key's line when present.
+  const std::string err = w->Validate();
+  if (!err.empty()) {
+    const size_t colon = err.find(':');
+    const std::string key = err.substr(0, colon);
+    const std::string problem = colon == std::string::npos ? err : err.substr(colon + 2);
+    const ConfigNode at = n.Get(key);
+    n.FailAt(at.line(), at.field(), problem);
+  }
+}
+
+void ParseArrivals(const ConfigNode& n, workload::ArrivalSpec* a, bool trace) {
+  n.CheckKeys(
+      {"process", "burstiness", "rate", "stages", "num_requests", "duration_s", "max_concurrency"});
+  if (ConfigNode p = n.Get("process")) {
+    a->kind =
+        p.Enum<workload::ArrivalKind>("process", {{"poisson", workload::ArrivalKind::kPoisson},
+                                                  {"gamma", workload::ArrivalKind::kGamma},
+                                                  {"constant", workload::ArrivalKind::kConstant}});
+  }
+  OptNumber(n, "burstiness", &a->burstiness);
+  if (n.Has("burstiness") && !n.Has("process")) a->kind = workload::ArrivalKind::kGamma;
+  OptInt(n, "num_requests", &a->num_requests);
+  OptNumber(n, "duration_s", &a->duration_s);
+  OptInt(n, "max_concurrency", &a->max_concurrency);
+  if (n.Has("rate") && n.Has("stages")) n.Get("stages").Fail("use either rate or stages");
+  if (ConfigNode r = n.Get("rate")) a->stages = {{r.Number()}};
+  if (ConfigNode s = n.Get("stages")) {
+    const std::vector<ConfigNode> stages = s.Items("a non-empty list");
+    if (stages.empty()) s.Fail("must be a non-empty list");
+    a->stages.clear();
+    for (const ConfigNode& item : stages) {
+      if (!item.IsMap()) item.Fail("must be a mapping of rate and duration_s");
+      item.CheckKeys({"rate", "duration_s"});
+      workload::RateStage st;
+      st.rate = item.Require("rate").Number();
+      OptNumber(item, "duration_s", &st.duration_s);
+      a->stages.push_back(st);
+    }
+  }
+  if (trace) {
+    // Trace arrivals come from the trace; only the count and duration limits apply.
+    if (a->stages.empty()) a->stages = {{1.0}};
+    if (a->num_requests < 0) n.Get("num_requests").Fail("must be >= 0");
+    if (a->duration_s < 0) n.Get("duration_s").Fail("must be >= 0");
+    return;
+  }
+  const std::string err = a->Validate();
+  if (!err.empty()) n.Fail(err);
+}
+
+void ParseFleet(const ConfigNode& n, FleetSpec* fl) {
+  n.CheckKeys({"replicas", "engine_preset", "kv_blocks", "max_num_seqs", "max_num_batched_tokens",
+               "max_model_len", "scrape_interval_s", "network_delay_s"});
+  OptInt(n, "replicas", &fl->replicas, 1);
+  if (ConfigNode p = n.Get("engine_preset")) {
+    fl->engine_preset = p.String();
+    if (!engine::PresetConfig(fl->engine_preset)) {
+      const std::vector<std::string> names = engine::PresetNames();
+      const std::vector<std::string_view> views(names.begin(), names.end());
+      p.Fail("unknown preset '" + fl->engine_preset + "'" + Suggest(fl->engine_preset, views));
+    }
+  }
+  OptInt(n, "kv_blocks", &fl->kv_blocks, 0);
+  OptInt(n, "max_num_seqs", &fl->max_num_seqs, 0);
+  OptInt(n, "max_num_batched_tokens", &fl->max_num_batched_tokens, 0);
+  OptInt(n, "max_model_len", &fl->max_model_len, 0);
+  OptNumber(n, "scrape_interval_s", &fl->scrape_interval_s);
+  OptNumber(n, "network_delay_s", &fl->network_delay_s);
+  if (fl->kv_blocks == 1) n.Get("kv_blocks").Fail("must be 0 (the preset's) or >= 2 (got 1)");
+  if (!(fl->scrape_interval_s > 0)) n.Get("scrape_interval_s").Fail("must be > 0");
+  if (!(fl->network_delay_s >= 0)) n.Get("network_delay_s").Fail("must be >= 0");
+}
+
+void ParseSweep(const ConfigNode& n, Scenario* s) {
+  n.CheckKeys({"rates", "ttft_p99_bound_s"});
+  if (ConfigNode r = n.Get("rates")) {
+    const std::vector<ConfigNode> rates = r.Items("a non-empty list");
+    if (rates.empty()) r.Fail("must be a non-empty list");
+    for (const ConfigNode& item : rates) {
+      const double v = item.Number();
+      if (!(v > 0)) item.Fail("must be > 0");
+      if (!s->sweep_rates.empty() && v <= s->sweep_rates.back()) item.Fail("rates must ascend");
+      s->sweep_rates.push_back(v);
+    }
+  }
+  OptNumber(n, "ttft_p99_bound_s", &s->sweep_ttft_p99_bound_s);
+  if (s->sweep_ttft_p99_bound_s < 0) n.Get("ttft_p99_bound_s").Fail("must be >= 0");
+}
+
+Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
+  root.CheckKeys(
+      {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies", "sweep"});
+  Scenario s;
+  if (ConfigNode n = root.Get("name")) s.name = n.String();
+  if (ConfigNode n = root.Get("description")) n.String();
+  if (ConfigNode n = root.Get("seed")) s.seed = n.Uint();
+  ParseWorkload(root.Require("workload"), base_dir, &s.workload);
+  const bool trace = s.workload.kind == workload::WorkloadKind::kTrace;
+  if (ConfigNode n = root.Get("arrivals")) {
+    ParseArrivals(n, &s.arrivals, trace);
+  } else if (trace) {
+    s.arrivals.stages = {{1.0}};
+  } else {
+    n.Fail("required");
+  }
+  if (ConfigNode n = root.Get("fleet")) ParseFleet(n, &s.fleet);
+  if (ConfigNode n = root.Get("slo")) {
+    n.CheckKeys({"ttft_s", "tpot_s", "e2e_s"});
+    OptNumber(n, "ttft_s", &s.slo.ttft_s);
+    OptNumber(n, "tpot_s", &s.slo.tpot_s);
+    OptNumber(n, "e2e_s", &s.slo.e2e_s);
+  }
+  if (ConfigNode n = root.Get("policies")) {
+    for (const ConfigNode& p : n.Items("a list of policy names")) s.policies.push_back(p.String());
+  }
+  if (ConfigNode n = root.Get("sweep")) ParseSweep(n, &s);
+  return s;
+}
+
+}  // namespace
+
+engine::EngineConfig FleetSpec::EngineConfigFor() const {
+  engine::EngineConfig c = *engine::PresetConfig(engine_preset);
+  if (kv_blocks > 0) c.num_gpu_blocks = kv_blocks;
+  if (max_num_seqs > 0) c.max_num_seqs = max_num_seqs;
+  if (max_num_batched_tokens > 0) c.max_num_batched_tokens = max_num_batched_tokens;
+  if (max_model_len > 0) c.max_model_len = max_model_len;
+  // Requests run to max_tokens (clients send ignore_eos), so outputs match the workload.
+  c.fixed_output_tokens = 0;
+  c.mean_output_tokens = 0.0;
+  return c;
+}
+
+ConfigOr<Scenario> ParseScenario(std::string_view yaml, std::string_view source_name,
+                                 std::string_view base_dir) {
+  const std::string source(source_name);
+  return ParseYaml<Scenario>(yaml, source, [&](const ConfigNode& root) {
+    Scenario s = Parse(root, base_dir);
+    s.source = source;
+    if (s.name.empty()) s.name = std::filesystem::path(source).stem().string();
+    return s;
+  });
+}
+
+ConfigOr<Scenario> LoadScenarioFile(const std::string& path) {
+  ConfigOr<std::string> text = ReadConfigFile(path);
+  if (!text.ok()) return {std::nullopt, std::move(text.error)};
+  return ParseScenario(*text.value, path, std::filesystem::path(path).parent_path().string());
+}
+
+}  // namespace kvroute::config

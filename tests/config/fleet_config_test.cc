@@ -1,0 +1,134 @@
+#include "config/fleet_config.h"
+
+#include <gtest/gtest.h>
+
+namespace kvroute::config {
+namespace {
+
+FleetFile MustParse(std::string_view text) {
+  ConfigOr<FleetFile> r = ParseFleetYaml(text, "t.yaml");
+  EXPECT_TRUE(r.ok()) << r.error.ToString();
+  return r.ok() ? *r.value : FleetFile{};
+}
+
+std::string ErrorOf(std::string_view text) {
+  ConfigOr<FleetFile> r = ParseFleetYaml(text, "f.yaml");
+  EXPECT_FALSE(r.ok()) << text;
+  return r.error.ToString();
+}
+
+TEST(FleetConfigTest, ExampleFileParsesAndResolves) {
+  ConfigOr<FleetFile> file =
+      LoadFleetFile(std::string(KVROUTE_SOURCE_DIR) + "/examples/fleet.yaml");
+  ASSERT_TRUE(file.ok()) << file.error.ToString();
+  ASSERT_EQ(file.value->replicas.size(), 4u);
+  EXPECT_EQ(file.value->base_port, 18001);
+  EXPECT_EQ(file.value->threads, 2);
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(*file.value, {}, 0, *file.value->base_port, &out).ok());
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].name, "h100-a");
+  EXPECT_EQ(out[0].port, 18001);
+  EXPECT_EQ(out[3].port, 18004);
+  EXPECT_EQ(out[0].engine.num_gpu_blocks, 26304);
+  EXPECT_EQ(out[0].engine.model_name, "meta-llama/Llama-3.1-8B-Instruct");
+  EXPECT_EQ(out[2].preset, "small-kv");
+  EXPECT_EQ(out[2].engine.num_gpu_blocks, 1024);
+  EXPECT_EQ(out[2].engine.max_num_seqs, 64);
+  EXPECT_EQ(out[2].latency_ms, 20.0);
+  EXPECT_TRUE(out[3].old_metric_names);
+  EXPECT_TRUE(out[3].engine.enable_prefix_caching);
+  EXPECT_EQ(out[3].engine.mean_output_tokens, 200.0);
+  EXPECT_EQ(out[3].engine.step.base_us, 5753);
+  EXPECT_EQ(out[3].engine.step.per_prefill_token_us, 17.25);
+  EXPECT_EQ(out[3].engine.step.per_context_token_us, 0.05);
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(out[1].labels, (Labels{{"region", "us-east"}, {"zone", "b"}}));
+  EXPECT_EQ(out[2].labels, (Labels{{"region", "eu-west"}}));
+}
+
+TEST(FleetConfigTest, PrecedenceIsPresetDefaultsCliReplica) {
+  FleetFile file = MustParse(
+      "defaults:\n  kv_blocks: 100\n  max_num_seqs: 7\n  time_scale: 2\n"
+      "replicas:\n  - max_num_seqs: 9\n  - preset: small-kv\n");
+  ReplicaOverrides cli;
+  cli.max_num_seqs = 8;
+  cli.time_scale = 0.5;
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(file, cli, 3, 9000, &out).ok());
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].engine.max_num_seqs, 9);  // replica entry beats the flag
+  EXPECT_EQ(out[1].engine.max_num_seqs, 8);  // flag beats defaults
+  EXPECT_EQ(out[2].engine.max_num_seqs, 8);
+  EXPECT_EQ(out[0].time_scale, 0.5);
+  EXPECT_EQ(out[1].engine.num_gpu_blocks, 100);  // defaults beat the preset
+  EXPECT_EQ(out[1].preset, "small-kv");
+  EXPECT_EQ(out[2].port, 9002);
+}
+
+TEST(FleetConfigTest, ScalarForms) {
+  FleetFile file = MustParse(
+      "threads: 0\ndefaults:\n  max_body_bytes: 1MiB\n  hash_seed: 18446744073709551615\n"
+      "  priority_scheduling: false\nreplicas:\n  - {port: 7000, max_body_bytes: 4096}\n");
+  EXPECT_EQ(file.threads, 0);
+  EXPECT_EQ(file.defaults.max_body_bytes, 1u << 20);
+  EXPECT_EQ(file.defaults.hash_seed, UINT64_MAX);
+  EXPECT_EQ(file.defaults.priority_scheduling, false);
+  EXPECT_EQ(file.replicas[0].port, 7000);
+  EXPECT_EQ(file.replicas[0].max_body_bytes, 4096u);
+  EXPECT_TRUE(MustParse("").replicas.empty());
+  EXPECT_TRUE(MustParse("# only a comment\n").replicas.empty());
+}
+
+TEST(FleetConfigTest, ErrorsNameFileLineAndField) {
+  // Bad values.
+  EXPECT_EQ(ErrorOf("replicas:\n  - kv_blocks: lots\n"),
+            "f.yaml:2: replicas[0].kv_blocks: must be an integer (got 'lots')");
+  EXPECT_EQ(ErrorOf("base_port: 18001\nreplicas:\n  - name: a\n  - name: b\n    port: 70000\n"),
+            "f.yaml:5: replicas[1].port: must be <= 65535 (got 70000)");
+  EXPECT_EQ(ErrorOf("defaults:\n  old_metric_names: maybe\n"),
+            "f.yaml:2: defaults.old_metric_names: must be true or false (got 'maybe')");
+  EXPECT_EQ(ErrorOf("defaults:\n  step:\n    base_us: fast\n"),
+            "f.yaml:3: defaults.step.base_us: must be a number (got 'fast')");
+  EXPECT_EQ(ErrorOf("defaults:\n  labels: [a, b]\n"),
+            "f.yaml:2: defaults.labels: must be a mapping of label names to values");
+  EXPECT_EQ(ErrorOf("replicas: 3\n"), "f.yaml:1: replicas: must be a list of replicas");
+  EXPECT_EQ(ErrorOf("replicas:\n  - small-kv\n"), "f.yaml:2: replicas[0]: must be a mapping");
+  EXPECT_EQ(ErrorOf("- a\n"), "f.yaml:1: the top level must be a mapping");
+  // Unknown keys: a near miss gets a did-you-mean, anything else the list of keys.
+  EXPECT_EQ(ErrorOf("defaults:\n  preset: small-kv\n  kv_block: 9\n"),
+            "f.yaml:3: defaults.kv_block: unknown key 'kv_block' (did you mean 'kv_blocks'?)");
+  EXPECT_EQ(ErrorOf("replicas:\n  - step: {base_us: 1, per_decode_us: 2}\n"),
+            "f.yaml:2: replicas[0].step.per_decode_us: unknown key 'per_decode_us' (did you mean "
+            "'per_decode_seq_us'?)");
+  EXPECT_EQ(ErrorOf("base_port: 1\nthread: 2\n"),
+            "f.yaml:2: thread: unknown key 'thread' (did you mean 'threads'?)");
+  EXPECT_EQ(ErrorOf("defaults:\n  colour: red\n"),
+            "f.yaml:2: defaults.colour: unknown key 'colour' (known: name, host, port, preset, "
+            "model, kv_blocks, block_size, max_num_seqs, max_batched_tokens, max_model_len, "
+            "fixed_output_tokens, mean_output_tokens, default_max_tokens, time_scale, "
+            "latency_ms, old_metric_names, enable_prefix_caching, priority_scheduling, "
+            "hash_seed, output_seed, max_body_bytes, step, labels)");
+  EXPECT_EQ(ErrorOf("defaults:\n  kv_blocks: 1\n  kv_blocks: 2\n"),
+            "f.yaml:3: defaults.kv_blocks: duplicate key 'kv_blocks'");
+  // YAML syntax.
+  EXPECT_EQ(ErrorOf("defaults:\n  labels: {region: eu\nreplicas: []\n"),
+            "f.yaml:3: YAML syntax error: end of map flow not found (column 9)");
+  // Missing file.
+  EXPECT_EQ(LoadFleetFile("/nonexistent/fleet.yaml").error.ToString(),
+            "/nonexistent/fleet.yaml: cannot read file: No such file or directory");
+}
+
+TEST(FleetConfigTest, ResolveErrors) {
+  std::vector<ReplicaConfig> out;
+  Status s = ResolveFleet(MustParse("defaults:\n  preset: nope\n"), {}, 1, 0, &out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "replica 0: unknown preset 'nope' (known: llama3-8b-h100, small-kv)");
+  s = ResolveFleet(MustParse("defaults:\n  preset: smal-kv\n"), {}, 1, 0, &out);
+  EXPECT_EQ(s.message(), "replica 0: unknown preset 'smal-kv' (did you mean 'small-kv'?)");
+  s = ResolveFleet(MustParse("replicas:\n  - max_num_seqs: 0\n"), {}, 1, 0, &out);
+  EXPECT_EQ(s.message(), "replica-0: max_num_seqs must be >= 1");
+}
+
+}  // namespace
+}  // namespace kvroute::config

@@ -1,0 +1,166 @@
+#include "config/scenario_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace kvroute::config {
+namespace {
+
+Scenario MustParse(const std::string& yaml) {
+  ConfigOr<Scenario> load = ParseScenario(yaml, "test.yaml", ".");
+  EXPECT_TRUE(load.ok()) << load.error.ToString();
+  return load.ok() ? *load.value : Scenario{};
+}
+
+std::string ErrorOf(const std::string& yaml) {
+  ConfigOr<Scenario> load = ParseScenario(yaml, "test.yaml", ".");
+  EXPECT_FALSE(load.ok()) << yaml;
+  return load.error.ToString();
+}
+
+const char* kSharedPrefix = R"(
+name: small
+seed: 3
+workload:
+  type: shared-prefix
+  num_groups: 8
+  num_prompts_per_group: 8
+  system_prompt_len: 2000
+  question_len: {min: 50, max: 150, mean: 100, std_dev: 30}
+  output_len: {min: 20, max: 120, mean: 60, std_dev: 30}
+arrivals:
+  process: poisson
+  rate: 24
+  num_requests: 300
+fleet:
+  replicas: 4
+  engine_preset: llama3-8b-h100
+  kv_blocks: 700
+  scrape_interval_s: 0.05
+  network_delay_s: 0.001
+slo: {ttft_s: 0.5}
+)";
+
+TEST(ScenarioTest, ParsesEveryField) {
+  Scenario s = MustParse(kSharedPrefix);
+  EXPECT_EQ(s.name, "small");
+  EXPECT_EQ(s.source, "test.yaml");
+  EXPECT_EQ(s.seed, 3u);
+  EXPECT_EQ(s.workload.kind, workload::WorkloadKind::kSharedPrefix);
+  EXPECT_EQ(s.workload.num_groups, 8);
+  EXPECT_EQ(s.workload.system_prompt_len.components[0].min, 2000);
+  EXPECT_EQ(s.workload.question_len.components[0].std_dev, 30);
+  EXPECT_EQ(s.arrivals.kind, workload::ArrivalKind::kPoisson);
+  ASSERT_EQ(s.arrivals.stages.size(), 1u);
+  EXPECT_EQ(s.arrivals.stages[0].rate, 24);
+  EXPECT_EQ(s.arrivals.num_requests, 300);
+  EXPECT_EQ(s.fleet.replicas, 4);
+  EXPECT_EQ(s.fleet.EngineConfigFor().num_gpu_blocks, 700);
+  EXPECT_EQ(s.fleet.network_delay_s, 0.001);
+  EXPECT_EQ(s.slo.ttft_s, 0.5);
+  EXPECT_EQ(s.slo.tpot_s, 0.0);
+}
+
+TEST(ScenarioTest, MixturesStagesAndAliases) {
+  Scenario s = MustParse(R"(
+workload:
+  type: multi_turn
+  endpoint: chat
+  output_len:
+    mixture:
+      - {weight: 0.7, value: 50}
+      - {weight: 0.3, min: 1500, max: 2500, mean: 2000, std_dev: 200}
+arrivals:
+  burstiness: 0.5
+  num_requests: 10
+  stages:
+    - {rate: 6, duration_s: 60}
+    - {rate: 12}
+policies: [round-robin, kvroute]
+)");
+  EXPECT_EQ(s.name, "test");  // the file's stem
+  EXPECT_EQ(s.workload.kind, workload::WorkloadKind::kMultiTurn);
+  EXPECT_EQ(s.workload.endpoint, api::Endpoint::kChatCompletions);
+  ASSERT_EQ(s.workload.output_len.components.size(), 2u);
+  EXPECT_EQ(s.workload.output_len.components[0].min, 50);
+  EXPECT_EQ(s.workload.output_len.components[1].weight, 0.3);
+  EXPECT_EQ(s.arrivals.kind, workload::ArrivalKind::kGamma);  // burstiness implies gamma
+  ASSERT_EQ(s.arrivals.stages.size(), 2u);
+  EXPECT_EQ(s.arrivals.stages[0].duration_s, 60);
+  EXPECT_TRUE(std::isinf(s.arrivals.stages[1].duration_s));
+  EXPECT_EQ(s.policies, (std::vector<std::string>{"round-robin", "kvroute"}));
+}
+
+TEST(ScenarioTest, SweepField) {
+  Scenario s = MustParse(
+      "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+      "sweep: {rates: [5, 10.5], ttft_p99_bound_s: 1.5}\n");
+  EXPECT_EQ(s.sweep_rates, (std::vector<double>{5, 10.5}));
+  EXPECT_EQ(s.sweep_ttft_p99_bound_s, 1.5);
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+                    "sweep:\n  rates: [10, 5]\n"),
+            "test.yaml:4: sweep.rates[1]: rates must ascend");
+}
+
+TEST(ScenarioTest, ErrorsNameFileLineAndField) {
+  // Unknown keys: did-you-mean for a near miss, the known keys otherwise.
+  EXPECT_EQ(ErrorOf("workload:\n  type: shared-prefix\n  num_group: 3\narrivals: {rate: 1, "
+                    "num_requests: 1}\n"),
+            "test.yaml:3: workload.num_group: unknown key 'num_group' (did you mean "
+            "'num_groups'?)");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
+                    "  replicas: 2\n  scrape_intervl_s: 0.1\n"),
+            "test.yaml:5: fleet.scrape_intervl_s: unknown key 'scrape_intervl_s' (did you mean "
+            "'scrape_interval_s'?)");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nslo:\n"
+                    "  p99: 1\n"),
+            "test.yaml:4: slo.p99: unknown key 'p99' (known: ttft_s, tpot_s, e2e_s)");
+  // Bad values.
+  EXPECT_EQ(ErrorOf("workload:\n  type: random\n  input_len: {min: 5, max: 1, mean: 3}\n"
+                    "arrivals: {rate: 1, num_requests: 1}\n"),
+            "test.yaml:3: workload.input_len: min must be <= max");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals:\n  rate: fast\n  num_requests: 1\n"),
+            "test.yaml:3: arrivals.rate: must be a number (got 'fast')");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals:\n  rate: 1\n  num_requests: 1.5\n"),
+            "test.yaml:4: arrivals.num_requests: must be an integer (got '1.5')");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1}\n"),
+            "test.yaml:2: arrivals: needs num_requests, duration_s or finite stage durations");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
+                    "  engine_preset: a100\n"),
+            "test.yaml:4: fleet.engine_preset: unknown preset 'a100' (known: llama3-8b-h100, "
+            "small-kv)");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
+                    "  replicas: 0\n"),
+            "test.yaml:4: fleet.replicas: must be >= 1 (got 0)");
+  EXPECT_EQ(ErrorOf("workload:\n  type: randm\n"),
+            "test.yaml:2: workload.type: unknown type 'randm' (did you mean 'random'?)");
+  EXPECT_EQ(ErrorOf("workload:\n  type: trace\n  path: /nonexistent.csv\n"),
+            "test.yaml:3: workload.path: cannot read /nonexistent.csv: No such file or "
+            "directory");
+  EXPECT_EQ(ErrorOf("workload:\n  num_groups: 2\n"), "test.yaml:2: workload.type: required");
+  EXPECT_EQ(ErrorOf("name: x\nworkload: {type: random}\n"), "test.yaml:1: arrivals: required");
+  EXPECT_EQ(ErrorOf("- a\n"), "test.yaml:1: the top level must be a mapping");
+  // YAML syntax.
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1\nslo: {}\n"),
+            "test.yaml:3: YAML syntax error: end of map flow not found (column 4)");
+  // Missing file.
+  EXPECT_EQ(LoadScenarioFile("/nonexistent/s.yaml").error.ToString(),
+            "/nonexistent/s.yaml: cannot read file: No such file or directory");
+}
+
+TEST(ScenarioTest, ExampleScenariosLoad) {
+  const std::filesystem::path dir =
+      std::filesystem::path(KVROUTE_SOURCE_DIR) / "examples" / "scenarios";
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    ConfigOr<Scenario> load = LoadScenarioFile(entry.path().string());
+    EXPECT_TRUE(load.ok()) << load.error.ToString();
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+}
+
+}  // namespace
+}  // namespace kvroute::config
