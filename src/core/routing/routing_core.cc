@@ -6,6 +6,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "core/sched/plugin.h"
 #include "core/sched/registry.h"
 #include "metrics/prom_writer.h"
 
@@ -122,8 +123,10 @@ struct RoutingCore::SchedState {
   std::vector<uint8_t> vacant;               // by id
   health::HealthOptions health;
   std::size_t max_ranked = kMaxRanked;
-  uint64_t seen_epoch = ~uint64_t{0};
-  double next_change = -kInf;  // a full health pass is due once now passes it
+  // Written under the exclusive lock, read by SyncDue without it.
+  std::atomic<uint64_t> seen_epoch{~uint64_t{0}};
+  std::atomic<double> next_change{-kInf};  // a full health pass is due once now passes it
+  uint64_t generation = 0;  // bumped by every Configure
   std::size_t normal_count = 0;
   std::vector<uint32_t> changed;  // reused by SyncLocked
   // Per scorer row of the current scheduler: its summary, and whether it is a prefix role.
@@ -143,9 +146,52 @@ struct RoutingCore::Counters {
   std::vector<uint32_t> dirty;
 };
 
+// Scratch buffers for concurrent picks, leased without a lock: a pick takes the first
+// free entry (single-threaded callers always get entry 0, so their tie-breaks are
+// reproducible); with more concurrent picks than entries it falls back to a private one.
+struct RoutingCore::ScratchPool {
+  static constexpr std::size_t kSize = 16;
+  std::array<std::atomic<bool>, kSize> busy{};
+  std::array<std::unique_ptr<sched::PickScratch>, kSize> entries;
+  ScratchPool() {
+    for (std::size_t i = 0; i < kSize; ++i) entries[i] = std::make_unique<sched::PickScratch>(i + 1);
+  }
+};
+
+namespace {
+
+class ScratchLease {
+ public:
+  template <typename Pool>
+  explicit ScratchLease(Pool& pool) : busy_(nullptr) {
+    for (std::size_t i = 0; i < Pool::kSize; ++i) {
+      bool expected = false;
+      if (!pool.busy[i].load(std::memory_order_relaxed) &&
+          pool.busy[i].compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+        busy_ = &pool.busy[i];
+        scratch_ = pool.entries[i].get();
+        return;
+      }
+    }
+    own_ = std::make_unique<sched::PickScratch>(0x9e3779b97f4a7c15ull);
+    scratch_ = own_.get();
+  }
+  ~ScratchLease() {
+    if (busy_) busy_->store(false, std::memory_order_release);
+  }
+  sched::PickScratch& get() { return *scratch_; }
+
+ private:
+  std::atomic<bool>* busy_;
+  sched::PickScratch* scratch_ = nullptr;
+  std::unique_ptr<sched::PickScratch> own_;
+};
+
+}  // namespace
+
 RoutingCore::RoutingCore(std::function<void(std::string_view)> log)
     : log_(std::move(log)), sched_(std::make_unique<SchedState>()),
-      counters_(std::make_unique<Counters>()) {
+      scratch_(std::make_unique<ScratchPool>()), counters_(std::make_unique<Counters>()) {
   table_.store(std::make_shared<const EndpointTable>());
   slots_.store(std::make_shared<const std::vector<std::shared_ptr<Slot>>>());
   options_.store(std::make_shared<const CoreOptions>());
@@ -161,7 +207,7 @@ void RoutingCore::Log(std::vector<std::string>& logs) {
 }
 
 std::string_view RoutingCore::policy() const {
-  std::lock_guard<std::mutex> lock(sched_mu_);
+  std::shared_lock<std::shared_mutex> lock(sched_mu_);
   return sched_->scheduler ? sched_->scheduler->policy() : std::string_view();
 }
 
@@ -248,7 +294,7 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
   std::unique_ptr<sched::Scheduler> old_scheduler;
   std::vector<std::string> logs;
   {
-    std::lock_guard<std::mutex> lock(sched_mu_);
+    std::unique_lock<std::shared_mutex> lock(sched_mu_);
     SchedState& s = *sched_;
     if (s.scheduler) {
       built.scheduler->AdoptStateFrom(*s.scheduler);
@@ -290,8 +336,9 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     s.slots = slots;
     s.health = options.health;
     s.max_ranked = so.max_ranked;
-    s.next_change = -kInf;  // full health pass at the next pick
-    s.seen_epoch = ~uint64_t{0};
+    s.next_change.store(-kInf);  // full health pass at the next pick
+    s.seen_epoch.store(~uint64_t{0});
+    ++s.generation;
     s.score_slots.clear();
     table_.store(table);
     slots_.store(slots);
@@ -337,9 +384,9 @@ void RoutingCore::OnScrape(uint32_t id, const ScrapeResult& result, double now_s
 void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
   SchedState& s = *sched_;
   const uint64_t epoch = scrape_epoch_.load(std::memory_order_acquire);
-  const bool time_due = now_s > s.next_change;
-  if (epoch == s.seen_epoch && !time_due) return;
-  s.seen_epoch = epoch;
+  const bool time_due = now_s > s.next_change.load(std::memory_order_relaxed);
+  if (epoch == s.seen_epoch.load(std::memory_order_relaxed) && !time_due) return;
+  s.seen_epoch.store(epoch, std::memory_order_relaxed);
   s.changed.clear();
   {
     std::lock_guard<std::mutex> lock(counters_->dirty_mu);
@@ -411,7 +458,7 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
     s.verdicts[id] = v;
   }
   s.normal_count = normal;
-  s.next_change = next;
+  s.next_change.store(next, std::memory_order_relaxed);
   for (uint32_t id = 0; id < n; ++id) {
     sched::EndpointState& st = s.states[id];
     if (s.vacant[id]) {
@@ -497,51 +544,100 @@ std::string_view Trim(std::string_view v) {
 
 }  // namespace
 
+bool RoutingCore::SyncDue(double now_s) const {
+  const SchedState& s = *sched_;
+  return scrape_epoch_.load(std::memory_order_acquire) !=
+             s.seen_epoch.load(std::memory_order_relaxed) ||
+         now_s > s.next_change.load(std::memory_order_relaxed);
+}
+
+void RoutingCore::RankLocked(const PickRequest& request, const sched::PickResult& r,
+                             PickResult& out) const {
+  const SchedState& s = *sched_;
+  const std::size_t limit = s.max_ranked;
+  auto add = [&](uint32_t id) {
+    for (std::size_t k = 0; k < out.n_ranked; ++k) {
+      if (out.ranked[k] == id) return;
+    }
+    out.ranked[out.n_ranked++] = id;
+  };
+  std::string_view hint = request.hint;
+  while (!hint.empty() && out.n_ranked < limit) {
+    std::size_t comma = hint.find(',');
+    std::string_view item = Trim(hint.substr(0, comma));
+    hint = comma == std::string_view::npos ? std::string_view() : hint.substr(comma + 1);
+    for (uint32_t id = 0; id < s.states.size() && out.n_ranked < limit; ++id) {
+      const Endpoint* ep = s.table->Find(id);
+      if (!ep || s.verdicts[id].treatment == health::Treatment::kDown) continue;
+      if (ep->spec.address == item || ep->spec.name == item) add(id);
+    }
+  }
+  for (uint32_t id : r.ranked) {
+    if (out.n_ranked == limit) break;
+    add(id);
+  }
+}
+
 PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
   PickResult out;
   std::vector<std::string> logs;  // stays empty (no allocation) unless health changed
-  sched::PickStatus status;
-  {
-    std::lock_guard<std::mutex> lock(sched_mu_);
-    SchedState& s = *sched_;
-    if (!s.scheduler) {
-      out.status = Status::Unavailable("no endpoint is configured");
-      return out;
-    }
+  if (SyncDue(now_s)) {
+    std::unique_lock<std::shared_mutex> lock(sched_mu_);
     SyncLocked(now_s, &logs);
-    out.table = s.table;
-    const double t0 = s.timer ? s.timer() : 0.0;
-    sched::PickResult r = s.scheduler->Pick(request.request, s.states, now_s);
-    const double pick_s = s.timer ? s.timer() - t0 : -1.0;
-    status = r.status;
-    if (r.ok()) {
-      out.handle = r.handle;
-      const std::size_t limit = s.max_ranked;
-      auto add = [&](uint32_t id) {
-        for (std::size_t k = 0; k < out.n_ranked; ++k) {
-          if (out.ranked[k] == id) return;
-        }
-        out.ranked[out.n_ranked++] = id;
-      };
-      std::string_view hint = request.hint;
-      while (!hint.empty() && out.n_ranked < limit) {
-        std::size_t comma = hint.find(',');
-        std::string_view item = Trim(hint.substr(0, comma));
-        hint = comma == std::string_view::npos ? std::string_view() : hint.substr(comma + 1);
-        for (uint32_t id = 0; id < s.states.size() && out.n_ranked < limit; ++id) {
-          const Endpoint* ep = s.table->Find(id);
-          if (!ep || s.verdicts[id].treatment == health::Treatment::kDown) continue;
-          if (ep->spec.address == item || ep->spec.name == item) add(id);
-        }
-      }
-      for (uint32_t id : r.ranked) {
-        if (out.n_ranked == limit) break;
-        add(id);
-      }
-    } else {
-      Bump(counters_->picks_failed);
+  }
+  ScratchLease lease(*scratch_);
+  sched::PickScratch& sc = lease.get();
+  sched::PickStatus status = sched::PickStatus::kNoHealthyEndpoint;
+  bool concurrent = false;
+  bool configured = false;
+  uint64_t generation = 0;
+  sched::PickResult r;
+  double pick_s = -1.0;
+  {
+    // Rank concurrently with other picks when the policy allows it.
+    std::shared_lock<std::shared_mutex> lock(sched_mu_);
+    const SchedState& s = *sched_;
+    configured = s.scheduler != nullptr;
+    if (configured && s.scheduler->concurrent_picks()) {
+      concurrent = true;
+      generation = s.generation;
+      out.table = s.table;
+      const double t0 = s.timer ? s.timer() : 0.0;
+      r = s.scheduler->Rank(request.request, s.states, now_s, sc);
+      if (s.timer) pick_s = s.timer() - t0;
+      status = r.status;
+      if (r.ok()) RankLocked(request, r, out);
     }
-    RecordPickLocked(r, pick_s);
+  }
+  if (!configured) {
+    out.status = Status::Unavailable("no endpoint is configured");
+    return out;
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(sched_mu_);
+    SchedState& s = *sched_;
+    if (concurrent) {
+      if (s.generation != generation) {
+        // A reload swapped the scheduler while this pick ranked: commit to the new one
+        // (it adopted the old one's requests), without the old plugin layout's hashes.
+        for (auto& h : sc.pending.hashes) h.clear();
+      }
+      if (r.ok()) out.handle = s.scheduler->Commit(sc, s.states);
+      if (s.generation == generation) RecordPickLocked(r, pick_s);
+    } else {
+      SyncLocked(now_s, &logs);
+      out.table = s.table;
+      const double t0 = s.timer ? s.timer() : 0.0;
+      r = s.scheduler->Pick(request.request, s.states, now_s);
+      if (s.timer) pick_s = s.timer() - t0;
+      status = r.status;
+      if (r.ok()) {
+        out.handle = r.handle;
+        RankLocked(request, r, out);
+      }
+      RecordPickLocked(r, pick_s);
+    }
+    if (status != sched::PickStatus::kOk) Bump(counters_->picks_failed);
   }
   if (!logs.empty()) Log(logs);
   if (status == sched::PickStatus::kOk) return out;
@@ -553,21 +649,21 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
 
 void RoutingCore::OnDispatched(sched::RequestHandle handle, uint32_t endpoint_id, double now_s) {
   if (handle == sched::kNoHandle) return;
-  std::lock_guard<std::mutex> lock(sched_mu_);
+  std::unique_lock<std::shared_mutex> lock(sched_mu_);
   sched_->scheduler->OnDispatched(handle, endpoint_id, now_s);
   UpdateStatsLocked(endpoint_id);
 }
 
 void RoutingCore::OnFirstToken(sched::RequestHandle handle, double now_s) {
   if (handle == sched::kNoHandle) return;
-  std::lock_guard<std::mutex> lock(sched_mu_);
+  std::unique_lock<std::shared_mutex> lock(sched_mu_);
   sched_->scheduler->OnFirstToken(handle, now_s);
 }
 
 void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code,
                              double now_s) {
   if (handle != sched::kNoHandle) {
-    std::lock_guard<std::mutex> lock(sched_mu_);
+    std::unique_lock<std::shared_mutex> lock(sched_mu_);
     sched_->scheduler->OnFinished(handle, now_s);
     if (endpoint_id != kNoEndpoint) UpdateStatsLocked(endpoint_id);
   }
@@ -603,7 +699,7 @@ void RoutingCore::OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure&
 }
 
 void RoutingCore::set_pick_timer(std::function<double()> seconds) {
-  std::lock_guard<std::mutex> lock(sched_mu_);
+  std::unique_lock<std::shared_mutex> lock(sched_mu_);
   sched_->timer = std::move(seconds);
 }
 
@@ -614,7 +710,7 @@ std::size_t RoutingCore::AnyUsable(double now_s, uint32_t* out, std::size_t max)
   std::vector<std::string> logs;
   std::size_t k = 0;
   {
-    std::lock_guard<std::mutex> lock(sched_mu_);
+    std::unique_lock<std::shared_mutex> lock(sched_mu_);
     SchedState& s = *sched_;
     SyncLocked(now_s, &logs);
     const std::size_t n = s.states.size();

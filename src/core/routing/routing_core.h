@@ -14,12 +14,16 @@
 //
 // Threads. Every method may be called from any thread. What a pick reads about endpoints
 // (the endpoint table, scraped values, health inputs) is published by OnScrape and
-// Configure without the scheduler's lock; the one serialised region is the scheduler
-// itself (its prefix index and in-flight accounting are shared by design: one affinity
-// map and one load picture for all workers), held for Scheduler::Pick or one lifecycle
-// call and nothing else: no formatting, no allocation in steady state, no I/O. Scrapes
-// never take that lock (they publish and mark the endpoint dirty; the next pick folds the
-// dirty endpoints in), and AppendMetrics reads only atomics and published snapshots.
+// Configure without the scheduler's lock. The scheduler's state (prefix index, in-flight
+// accounting: one affinity map and one load picture for all workers, by design) sits
+// behind a reader/writer lock: picks rank concurrently under the shared side
+// (Scheduler::Rank, for policies that support it: every plugin-profile policy, kvroute's
+// included), and only the short commits take it exclusively: the pick's handle, one
+// lifecycle call, folding in the scrapes that arrived since the last pick. Nothing under
+// it formats, allocates in steady state or does I/O. Scrapes never take it (they publish
+// and mark the endpoint dirty), and AppendMetrics reads only atomics and published state.
+// sglang-cache-aware and dynamo-cost rank under the exclusive side (their ranking changes
+// their state).
 //
 // Reloads. Configure keeps, for every endpoint whose address survives, its id, scraped
 // state, prefix-index entries and in-flight accounting; the new scheduler adopts the old
@@ -34,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -192,6 +197,9 @@ class RoutingCore {
   void RefreshHealthLocked(double now_s, std::vector<std::string>* logs);
   void UpdateStatsLocked(uint32_t id);
   void RecordPickLocked(const sched::PickResult& r, double pick_s);
+  // The front end's ranking: hinted endpoints (not down) first, then the scheduler's.
+  // Caller holds sched_mu_ (either side).
+  void RankLocked(const PickRequest& request, const sched::PickResult& r, PickResult& out) const;
   void Log(std::vector<std::string>& logs);
 
   std::function<void(std::string_view)> log_;
@@ -204,8 +212,14 @@ class RoutingCore {
   std::atomic<uint64_t> scrape_epoch_{0};
 
   std::mutex config_mu_;  // serialises Configure calls (never held by a pick)
-  mutable std::mutex sched_mu_;
+  // Shared: concurrent Rank calls (schedulers with concurrent_picks). Exclusive: everything
+  // that changes the scheduler's state (commits, lifecycle calls, folding in scrapes).
+  mutable std::shared_mutex sched_mu_;
   std::unique_ptr<SchedState> sched_;  // guarded by sched_mu_
+  struct ScratchPool;  // per-pick buffers for concurrent picks, leased lock-free
+  std::unique_ptr<ScratchPool> scratch_;
+  // Whether a pick at `now_s` must fold in scrapes or re-judge health first (lock-free).
+  bool SyncDue(double now_s) const;
 
   // Counters without an endpoint.
   struct Counters;

@@ -19,11 +19,12 @@ void PrefixCacheScorer::Score(const PickContext& ctx, std::span<const uint32_t> 
   }
   uint32_t max_id = 0;
   for (uint32_t pos : candidates) max_id = std::max(max_id, ctx.endpoints[pos].id);
-  if (match_.size() <= max_id) match_.resize(max_id + 1);
-  index_.Match(hashes, match_);
+  std::vector<uint32_t>& match = ctx.scratch->u32_a;
+  if (match.size() <= max_id) match.resize(max_id + 1);
+  index_.Match(hashes, match);
   const double total = static_cast<double>(hashes.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
-    out[i] = match_[ctx.endpoints[candidates[i]].id] / total;
+    out[i] = match[ctx.endpoints[candidates[i]].id] / total;
   }
 }
 
@@ -182,7 +183,7 @@ void RankByMaxScore(std::span<const double> totals, size_t max_ranked, Rng& rng,
 void MaxScorePicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
                           std::span<const double> totals, size_t max_ranked,
                           std::vector<uint32_t>& ranked) {
-  RankByMaxScore(totals, max_ranked, *ctx.rng, scratch_, tiebreak_, ranked);
+  RankByMaxScore(totals, max_ranked, *ctx.rng, ctx.scratch->u32_b, ctx.scratch->u64, ranked);
 }
 
 void WeightedRandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
@@ -190,6 +191,8 @@ void WeightedRandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t
                                 std::vector<uint32_t>& ranked) {
   const size_t n = totals.size();
   const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+  std::vector<double>& w_ = ctx.scratch->f64;
+  std::vector<uint32_t>& idx_ = ctx.scratch->u32_b;
   w_.assign(totals.begin(), totals.end());
   idx_.resize(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -230,6 +233,7 @@ void RandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> candid
                         std::vector<uint32_t>& ranked) {
   const size_t n = candidates.size();
   const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+  std::vector<uint32_t>& idx_ = ctx.scratch->u32_b;
   idx_.resize(n);
   for (uint32_t i = 0; i < n; ++i) idx_[i] = i;
   for (size_t i = 0; i < k; ++i) {
@@ -244,7 +248,7 @@ void RoundRobinPicker::Rank(const PickContext& ctx, std::span<const uint32_t> ca
                             std::vector<uint32_t>& ranked) {
   const size_t n = candidates.size();
   const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
-  const size_t start = static_cast<size_t>(next_++ % n);
+  const size_t start = static_cast<size_t>(next_.fetch_add(1, std::memory_order_relaxed) % n);
   ranked.clear();
   for (size_t i = 0; i < k; ++i) ranked.push_back(static_cast<uint32_t>((start + i) % n));
 }

@@ -2,6 +2,7 @@
 // docs/POLICIES.md for formulas). Candidates are positions into PickContext::endpoints.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -40,7 +41,6 @@ class PrefixCacheScorer : public Scorer {
  private:
   Params p_;
   ApproxPrefixIndex index_;
-  std::vector<uint32_t> match_;
 };
 
 // 1 - kv usage.
@@ -123,10 +123,6 @@ class MaxScorePicker : public Picker {
   void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
             std::span<const double> totals, size_t max_ranked,
             std::vector<uint32_t>& ranked) override;
-
- private:
-  std::vector<uint32_t> scratch_;
-  std::vector<uint64_t> tiebreak_;
 };
 
 // Samples without replacement with probability proportional to the total score; uniform
@@ -136,10 +132,6 @@ class WeightedRandomPicker : public Picker {
   void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
             std::span<const double> totals, size_t max_ranked,
             std::vector<uint32_t>& ranked) override;
-
- private:
-  std::vector<double> w_;
-  std::vector<uint32_t> idx_;
 };
 
 // Uniform random order, scores ignored.
@@ -148,9 +140,6 @@ class RandomPicker : public Picker {
   void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
             std::span<const double> totals, size_t max_ranked,
             std::vector<uint32_t>& ranked) override;
-
- private:
-  std::vector<uint32_t> idx_;
 };
 
 // Cycles through the candidates: the n-th pick starts at candidate n mod count and
@@ -162,7 +151,7 @@ class RoundRobinPicker : public Picker {
             std::vector<uint32_t>& ranked) override;
 
  private:
-  uint64_t next_ = 0;
+  std::atomic<uint64_t> next_{0};
 };
 
 }  // namespace kvroute::sched

@@ -3,7 +3,10 @@
 // score in [0,1] that is multiplied by its weight and summed, and one picker ranks the
 // candidates. Plugins are built by name from a PluginSpec (registry.h).
 //
-// Threads: plugins belong to one Scheduler and share its single thread.
+// Threads: plugins belong to one Scheduler. Filter::Apply, Scorer::Score and Picker::Rank
+// may run on several threads at once (concurrent Rank calls, see scheduler.h): they read
+// the plugin's learned state and write only into the PickContext's scratch. Every other
+// hook runs with exclusive access.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,26 @@ struct PendingRequest {
   std::vector<std::vector<uint64_t>> hashes;
 };
 
+// The buffers one pick works in, owned by whoever runs it: the scheduler itself for
+// Scheduler::Pick, or the caller (one per thread) for the concurrent Rank/Commit path.
+// Nothing in it outlives the pick but capacity, so steady-state picks allocate nothing.
+struct PickScratch {
+  explicit PickScratch(uint64_t seed = 1) : rng(seed) {}
+  PendingRequest pending;  // the request being ranked; plugins fill its hash rows
+  Rng rng;                 // tie-breaks and random pickers of picks in this scratch
+  std::vector<uint32_t> candidates;     // positions into the endpoint span
+  std::vector<EndpointLoad> loads;      // by position
+  std::vector<uint32_t> order;          // indexes into candidates, best first
+  std::vector<uint32_t> ranked_ids;
+  std::vector<uint32_t> candidate_ids;
+  std::vector<double> scores;           // [scorer][candidate]
+  std::vector<double> totals;
+  // For plugins, one call at a time: contents do not persist between plugin calls.
+  std::vector<uint32_t> u32_a, u32_b;
+  std::vector<uint64_t> u64;
+  std::vector<double> f64;
+};
+
 // Everything a plugin reads during one Pick. Candidates are positions into `endpoints`
 // (not ids); `loads` is indexed by position as well.
 struct PickContext {
@@ -40,6 +63,7 @@ struct PickContext {
   const InflightTracker* inflight = nullptr;
   PendingRequest* pending = nullptr;
   Rng* rng = nullptr;
+  PickScratch* scratch = nullptr;  // never null in a pick
 };
 
 class Plugin {

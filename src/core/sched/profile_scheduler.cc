@@ -75,47 +75,53 @@ void ProfileScheduler::AdoptPolicyState(SchedulerBase& previous) {
 
 PickResult ProfileScheduler::Pick(const SchedRequest& req,
                                   std::span<const EndpointState> endpoints, double now_s) {
-  candidates_.clear();
-  for (uint32_t i = 0; i < endpoints.size(); ++i) {
-    if (endpoints[i].healthy) candidates_.push_back(i);
-  }
-  if (candidates_.empty()) return Fail(PickStatus::kNoHealthyEndpoint);
+  PickResult r = Rank(req, endpoints, now_s, own_);
+  if (r.ok()) r.handle = Commit(own_, endpoints);
+  return r;
+}
 
-  PendingRequest& pending = NewRequest(req);
-  ComputeLoads(endpoints, inflight_adjustment_);
+PickResult ProfileScheduler::Rank(const SchedRequest& req,
+                                  std::span<const EndpointState> endpoints, double now_s,
+                                  PickScratch& sc) {
+  sc.candidates.clear();
+  for (uint32_t i = 0; i < endpoints.size(); ++i) {
+    if (endpoints[i].healthy) sc.candidates.push_back(i);
+  }
+  if (sc.candidates.empty()) return Fail(PickStatus::kNoHealthyEndpoint);
+
+  FillPending(sc.pending, req);
+  ComputeLoads(sc, endpoints, inflight_adjustment_);
   PickContext ctx;
   ctx.request = &req;
   ctx.now_s = now_s;
   ctx.endpoints = endpoints;
-  ctx.loads = loads_;
+  ctx.loads = sc.loads;
   ctx.inflight = &tracker_;
-  ctx.pending = &pending;
-  ctx.rng = &rng_;
+  ctx.pending = &sc.pending;
+  ctx.rng = &sc.rng;
+  ctx.scratch = &sc;
 
   for (auto& f : filters_) {
-    f->Apply(ctx, candidates_);
-    if (candidates_.empty()) {
-      Release(pending);
-      return Fail(PickStatus::kAllFiltered);
-    }
+    f->Apply(ctx, sc.candidates);
+    if (sc.candidates.empty()) return Fail(PickStatus::kAllFiltered);
   }
 
-  const size_t n = candidates_.size();
-  scores_.resize(scorers_.size() * n);
-  totals_.assign(n, 0.0);
+  const size_t n = sc.candidates.size();
+  sc.scores.resize(scorers_.size() * n);
+  sc.totals.assign(n, 0.0);
   for (size_t s = 0; s < scorers_.size(); ++s) {
-    std::span<double> row(scores_.data() + s * n, n);
-    scorers_[s].scorer->Score(ctx, candidates_, row);
+    std::span<double> row(sc.scores.data() + s * n, n);
+    scorers_[s].scorer->Score(ctx, sc.candidates, row);
     const double w = scorers_[s].weight;
     for (size_t c = 0; c < n; ++c) {
       // NaN (a scorer's 0/0) counts as 0 rather than poisoning the sum.
       double v = row[c] == row[c] ? std::clamp(row[c], 0.0, 1.0) : 0.0;
       row[c] = v;
-      totals_[c] += w * v;
+      sc.totals[c] += w * v;
     }
   }
-  picker_->Rank(ctx, candidates_, totals_, options_.max_ranked, order_);
-  return Finish(HandleOf(pending), endpoints, order_);
+  picker_->Rank(ctx, sc.candidates, sc.totals, options_.max_ranked, sc.order);
+  return Finish(sc, endpoints);
 }
 
 void ProfileScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {

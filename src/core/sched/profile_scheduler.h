@@ -32,6 +32,10 @@ class ProfileScheduler : public SchedulerBase {
   std::string_view policy() const override { return policy_; }
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s) override;
+  // Ranking touches no shared state (plugins write into the scratch): concurrent.
+  bool concurrent_picks() const override { return true; }
+  PickResult Rank(const SchedRequest& req, std::span<const EndpointState> endpoints,
+                  double now_s, PickScratch& scratch) override;
   void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
   // The first prefix-cache scorer's index size for the endpoint; -1 without one.

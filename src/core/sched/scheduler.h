@@ -10,10 +10,10 @@
 // and, independently, s.OnMetricsUpdated(id, scraped_at) after each scrape of endpoint id
 // (after updating that endpoint's EndpointState).
 //
-// Threads: a Scheduler is single-threaded. It keeps mutable state (prefix index, in-flight
-// accounting, reused buffers, RNG), so every call on one instance must be serialised: the
-// router either owns one per worker thread (each with its own affinity state) or funnels
-// calls through one thread. No call blocks, reads a clock or does I/O.
+// Threads: a Scheduler keeps mutable state (prefix index, in-flight accounting, reused
+// buffers, RNG), so calls on one instance must be serialised, with one exception: a
+// scheduler whose concurrent_picks() is true lets several threads run Rank at once (see
+// below). No call blocks, reads a clock or does I/O.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +26,8 @@
 #include "core/sched/types.h"
 
 namespace kvroute::sched {
+
+struct PickScratch;  // plugin.h
 
 enum class PickStatus {
   kOk,
@@ -85,6 +87,21 @@ class Scheduler {
   // are never returned. `endpoints` ids must be distinct.
   virtual PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
                           double now_s) = 0;
+
+  // ---- concurrent picks ----
+  // When concurrent_picks() is true, a pick may be split in two so that several threads
+  // rank at once: Rank reads the learned state (prefix index, in-flight accounting) and
+  // writes only into `scratch` (one per thread), so Rank calls may run concurrently with
+  // each other, but with no other call on this scheduler; Commit then takes the handle
+  // (exclusive access, like every other call). The result's spans point into `scratch`
+  // and stay valid until its next use. Rank returns handle kNoHandle; Commit fills it
+  // in for a successful Rank (Pick == Rank into an own scratch + Commit).
+  // Schedulers whose ranking itself changes state (sglang-cache-aware inserts into its
+  // tree at selection time) return false and must be driven through Pick.
+  virtual bool concurrent_picks() const { return false; }
+  virtual PickResult Rank(const SchedRequest& req, std::span<const EndpointState> endpoints,
+                          double now_s, PickScratch& scratch);
+  virtual RequestHandle Commit(PickScratch& scratch, std::span<const EndpointState> endpoints);
 
   // The request behind `handle` was sent to `endpoint_id` (normally ranked[0]; a fallback
   // after a failed attempt). Records its prefix there and adds its in-flight accounting.

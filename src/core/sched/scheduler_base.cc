@@ -6,7 +6,55 @@
 namespace kvroute::sched {
 
 SchedulerBase::SchedulerBase(const SchedulerOptions& options, size_t hash_rows)
-    : options_(options), rng_(options.seed), hash_rows_(hash_rows) {}
+    : own_(options.seed), options_(options), hash_rows_(hash_rows) {}
+
+// Scheduler's defaults for schedulers without a concurrent path: never used by callers
+// that check concurrent_picks().
+PickResult Scheduler::Rank(const SchedRequest&, std::span<const EndpointState>, double,
+                           PickScratch&) {
+  PickResult r;
+  r.status = PickStatus::kNoHealthyEndpoint;
+  return r;
+}
+RequestHandle Scheduler::Commit(PickScratch&, std::span<const EndpointState>) { return kNoHandle; }
+
+void SchedulerBase::FillPending(PendingRequest& p, const SchedRequest& req) const {
+  p.prompt_tokens = req.EstimatedPromptTokens();
+  p.prompt_chars = req.prompt.size();
+  if (req.max_tokens >= 0) {
+    p.expected_output_tokens = std::min(req.max_tokens, options_.max_expected_output_tokens);
+  } else {
+    p.expected_output_tokens = options_.default_output_tokens;
+  }
+  p.hashes.resize(hash_rows_);
+  for (auto& h : p.hashes) h.clear();
+}
+
+RequestHandle SchedulerBase::Commit(PickScratch& sc, std::span<const EndpointState> endpoints) {
+  uint32_t s;
+  if (!free_slots_.empty()) {
+    s = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    s = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    slots_.back().req.hashes.resize(hash_rows_);
+  }
+  Slot& slot = slots_[s];
+  slot.live = true;
+  ++live_;
+  PendingRequest& p = slot.req;
+  p.slot = s;
+  p.prompt_tokens = sc.pending.prompt_tokens;
+  p.prompt_chars = sc.pending.prompt_chars;
+  p.expected_output_tokens = sc.pending.expected_output_tokens;
+  // Swap, not copy: both sides keep their capacity, nothing is allocated.
+  p.hashes.resize(hash_rows_);
+  sc.pending.hashes.resize(hash_rows_);
+  for (size_t i = 0; i < hash_rows_; ++i) p.hashes[i].swap(sc.pending.hashes[i]);
+  for (uint32_t i : sc.order) Remember(endpoints[sc.candidates[i]]);
+  return HandleOf(p);
+}
 
 PendingRequest& SchedulerBase::NewRequest(const SchedRequest& req) {
   uint32_t s;
@@ -127,11 +175,12 @@ const EndpointState& SchedulerBase::Known(uint32_t endpoint_id) {
   return known_[endpoint_id];
 }
 
-void SchedulerBase::ComputeLoads(std::span<const EndpointState> endpoints, bool adjust) {
-  loads_.resize(endpoints.size());
-  for (uint32_t pos : candidates_) {
+void SchedulerBase::ComputeLoads(PickScratch& sc, std::span<const EndpointState> endpoints,
+                                 bool adjust) const {
+  sc.loads.resize(endpoints.size());
+  for (uint32_t pos : sc.candidates) {
     const EndpointState& e = endpoints[pos];
-    loads_[pos] = tracker_.Load(e, CapacityBlocks(e), adjust);
+    sc.loads[pos] = tracker_.Load(e, CapacityBlocks(e), adjust);
   }
 }
 
@@ -157,7 +206,24 @@ PickResult SchedulerBase::Finish(RequestHandle handle, std::span<const EndpointS
   return r;
 }
 
-PickResult SchedulerBase::Fail(PickStatus status) {
+PickResult SchedulerBase::Finish(PickScratch& sc, std::span<const EndpointState> endpoints) const {
+  sc.candidate_ids.clear();
+  for (uint32_t pos : sc.candidates) sc.candidate_ids.push_back(endpoints[pos].id);
+  sc.ranked_ids.clear();
+  for (uint32_t i : sc.order) sc.ranked_ids.push_back(endpoints[sc.candidates[i]].id);
+  PickResult r;
+  r.status = PickStatus::kOk;
+  r.handle = kNoHandle;
+  r.ranked = sc.ranked_ids;
+  r.candidates = sc.candidate_ids;
+  r.scorer_names = scorer_names_;
+  r.weights = weights_;
+  r.scores = sc.scores;
+  r.totals = sc.totals;
+  return r;
+}
+
+PickResult SchedulerBase::Fail(PickStatus status) const {
   PickResult r;
   r.status = status;
   return r;

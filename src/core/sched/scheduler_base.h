@@ -31,6 +31,10 @@ class SchedulerBase : public Scheduler {
 
   size_t PendingCount() const { return live_; }
 
+  // Allocates the handle for a successful Rank into `scratch` (its request's hash rows
+  // move into the request table) and remembers the ranked endpoints' capacities.
+  RequestHandle Commit(PickScratch& scratch, std::span<const EndpointState> endpoints) override;
+
  protected:
   // A fresh request record (buffers reused). Never fails.
   PendingRequest& NewRequest(const SchedRequest& req);
@@ -52,14 +56,25 @@ class SchedulerBase : public Scheduler {
   void Remember(const EndpointState& e);
   const EndpointState& Known(uint32_t endpoint_id);
 
-  // Fills loads_[i] for every endpoint position (adjusted or not).
-  void ComputeLoads(std::span<const EndpointState> endpoints, bool adjust);
+  // Fills loads[i] for every candidate position (adjusted or not).
+  void ComputeLoads(std::span<const EndpointState> endpoints, bool adjust) {
+    ComputeLoads(own_, endpoints, adjust);
+  }
+  void ComputeLoads(PickScratch& sc, std::span<const EndpointState> endpoints, bool adjust) const;
+  // The request-level estimates of `req` into `p` (hash rows sized and cleared).
+  void FillPending(PendingRequest& p, const SchedRequest& req) const;
 
-  // Result assembly: copies ids of `candidates_` (positions) and `order` (indexes into
-  // candidates_) into the id buffers and returns the spans.
+  // Result assembly: copies ids of `candidates` (positions) and `order` (indexes into
+  // candidates) into the id buffers and returns the spans. The own-scratch form also
+  // remembers the ranked endpoints (the concurrent path does that in Commit).
   PickResult Finish(RequestHandle handle, std::span<const EndpointState> endpoints,
                     std::span<const uint32_t> order);
-  PickResult Fail(PickStatus status);
+  PickResult Finish(PickScratch& sc, std::span<const EndpointState> endpoints) const;
+  PickResult Fail(PickStatus status) const;
+
+  // The scheduler's own scratch, for Pick; the members below are views into it so that
+  // schedulers written for the single-threaded path read as before.
+  PickScratch own_;
 
   // The policy-specific part of AdoptStateFrom (prefix index, radix tree); default none.
   virtual void AdoptPolicyState(SchedulerBase& previous) {}
@@ -67,18 +82,18 @@ class SchedulerBase : public Scheduler {
   SchedulerOptions options_;
   InflightTracker tracker_;
   std::vector<ScorerRole> scorer_roles_;  // parallel to scorer_names_
-  Rng rng_;
+  Rng& rng_ = own_.rng;
 
-  // Per-pick buffers, reused.
-  std::vector<uint32_t> candidates_;     // positions into the endpoint span
-  std::vector<EndpointLoad> loads_;      // by position
-  std::vector<uint32_t> order_;          // indexes into candidates_, best first
-  std::vector<uint32_t> ranked_ids_;
-  std::vector<uint32_t> candidate_ids_;
+  // Per-pick buffers of the own scratch.
+  std::vector<uint32_t>& candidates_ = own_.candidates;  // positions into the endpoint span
+  std::vector<EndpointLoad>& loads_ = own_.loads;        // by position
+  std::vector<uint32_t>& order_ = own_.order;            // indexes into candidates_, best first
+  std::vector<uint32_t>& ranked_ids_ = own_.ranked_ids;
+  std::vector<uint32_t>& candidate_ids_ = own_.candidate_ids;
+  std::vector<double>& scores_ = own_.scores;            // [scorer][candidate]
+  std::vector<double>& totals_ = own_.totals;
   std::vector<std::string> scorer_names_;
   std::vector<double> weights_;
-  std::vector<double> scores_;           // [scorer][candidate]
-  std::vector<double> totals_;
 
  private:
   struct Slot {
