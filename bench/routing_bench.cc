@@ -94,8 +94,8 @@ void Cycle(RoutingCore& core, const std::string& prompt, double now) {
   pr.request.model = "m";
   pr.request.prompt = prompt;
   pr.request.max_tokens = 128;
+  pr.dispatch_first = true;  // as the HTTP front end does
   PickResult r = core.Pick(pr, now);
-  core.OnDispatched(r.handle, r.ranked[0], now);
   core.OnFirstToken(r.handle, now);
   core.OnFinished(r.handle, r.ranked[0], 200, now);
 }

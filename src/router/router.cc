@@ -254,7 +254,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
 
   void Dispatch() {
     const routing::Endpoint& ep = endpoint();
-    core().OnDispatched(pick.handle, ep.id, router->Now());
+    if (attempt > 0 || !pick.dispatched) core().OnDispatched(pick.handle, ep.id, router->Now());
     http::UpstreamRequest req;
     req.method = method;
     req.target = std::string_view(ex->request().target().data(), ex->request().target().size());
@@ -441,6 +441,7 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
   }
   routing::PickRequest pr;
   pr.request = sched::FromParsed(*parsed.request);
+  pr.dispatch_first = true;
   // Client routing hint (EPP style), honoured only when configured.
   if (fs->allow_routing_headers) {
     auto it = ex->request().find(boost::beast::string_view(kRoutingHeader.data(), kRoutingHeader.size()));

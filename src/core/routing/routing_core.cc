@@ -637,7 +637,13 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       }
       RecordPickLocked(r, pick_s);
     }
-    if (status != sched::PickStatus::kOk) Bump(counters_->picks_failed);
+    if (status != sched::PickStatus::kOk) {
+      Bump(counters_->picks_failed);
+    } else if (request.dispatch_first && out.n_ranked > 0) {
+      s.scheduler->OnDispatched(out.handle, out.ranked[0], now_s);
+      UpdateStatsLocked(out.ranked[0]);
+      out.dispatched = true;
+    }
   }
   if (!logs.empty()) Log(logs);
   if (status == sched::PickStatus::kOk) return out;

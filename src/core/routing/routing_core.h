@@ -104,6 +104,9 @@ struct PickRequest {
   // before the scheduler's ranking when the front end allows routing hints; down ones are
   // skipped. Empty: none.
   std::string_view hint;
+  // Also record the dispatch to the best endpoint in the same exclusive section as the
+  // pick's commit (saves the front end one OnDispatched call and one lock round trip).
+  bool dispatch_first = false;
 };
 
 struct PickResult {
@@ -113,6 +116,7 @@ struct PickResult {
   sched::RequestHandle handle = sched::kNoHandle;  // pass to OnDispatched..OnFinished
   std::array<uint32_t, kMaxRanked> ranked{};       // endpoint ids, best first
   std::size_t n_ranked = 0;
+  bool dispatched = false;  // dispatch_first was honoured: ranked[0] is recorded as sent
   // The table the ids refer to; holds every ranked endpoint alive for the request.
   std::shared_ptr<const EndpointTable> table;
 

@@ -394,6 +394,27 @@ TEST(RoutingCore, HintedEndpointsComeFirstUnlessDown) {
   core.OnFinished(r.handle, 1, 200, 0.3);
 }
 
+TEST(RoutingCore, DispatchFirstRecordsTheDispatchWithThePick) {
+  RoutingCore core;
+  ASSERT_TRUE(core.Configure(Options(), Eps({"a"}), 0.0).ok());
+  core.OnScrape(0, Scraped(V010("0.0", "0.0", "0.1"), 0.0), 0.0);
+  PickRequest pr;
+  pr.request.prompt = GroupPrompt(1, 1);
+  pr.dispatch_first = true;
+  PickResult r = core.Pick(pr, 0.1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.dispatched);
+  EXPECT_NE(Metrics(core, 0.1).find("kvroute_endpoint_inflight{endpoint=\"a\"} 1.0"), std::string::npos);
+  EXPECT_NE(Metrics(core, 0.1).find("kvroute_prefix_index_entries{endpoint=\"a\"} 32.0"), std::string::npos);
+  core.OnFinished(r.handle, 0, 200, 0.2);
+  EXPECT_NE(Metrics(core, 0.2).find("kvroute_endpoint_inflight{endpoint=\"a\"} 0.0"), std::string::npos);
+  pr.dispatch_first = false;
+  r = core.Pick(pr, 0.3);
+  EXPECT_FALSE(r.dispatched);
+  EXPECT_NE(Metrics(core, 0.3).find("kvroute_endpoint_inflight{endpoint=\"a\"} 0.0"), std::string::npos);
+  core.OnFinished(r.handle, 0, 200, 0.3);
+}
+
 TEST(RoutingCore, ReadyOnlyWithFreshMetrics) {
   RoutingCore core;
   ASSERT_TRUE(core.Configure(Options(), Eps({"a"}), 0.0).ok());
