@@ -205,7 +205,7 @@ struct Router::Impl {
   std::unique_ptr<pool::Pool> core_pool;
   std::unique_ptr<http::Server> server;
   std::unique_ptr<asio::signal_set> signals;
-  std::atomic<std::shared_ptr<const FrontSettings>> settings;
+  Published<FrontSettings> settings;
   bool stopped = false;
   std::mutex shutdown_mu;
   std::condition_variable shutdown_cv;

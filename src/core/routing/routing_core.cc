@@ -668,13 +668,20 @@ void RoutingCore::OnFirstToken(sched::RequestHandle handle, double now_s) {
 
 void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code,
                              double now_s) {
+  if (endpoint_id == kNoEndpoint) {
+    if (handle != sched::kNoHandle) {
+      std::unique_lock<std::shared_mutex> lock(sched_mu_);
+      sched_->scheduler->OnFinished(handle, now_s);
+    }
+    counters_->no_endpoint.Add(code);
+    return;
+  }
   if (handle != sched::kNoHandle) {
     std::unique_lock<std::shared_mutex> lock(sched_mu_);
-    sched_->scheduler->OnFinished(handle, now_s);
-    if (endpoint_id != kNoEndpoint) UpdateStatsLocked(endpoint_id);
-  }
-  if (endpoint_id == kNoEndpoint) {
-    counters_->no_endpoint.Add(code);
+    SchedState& s = *sched_;
+    s.scheduler->OnFinished(handle, now_s);
+    UpdateStatsLocked(endpoint_id);
+    if (const Endpoint* ep = s.table->Find(endpoint_id)) ep->stats->requests.Add(code);
     return;
   }
   auto table = table_.load();

@@ -44,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/published.h"
 #include "core/common/status.h"
 #include "core/health/endpoint_health.h"
 #include "core/sched/profile_spec.h"
@@ -207,12 +208,12 @@ class RoutingCore {
   void Log(std::vector<std::string>& logs);
 
   std::function<void(std::string_view)> log_;
-  std::atomic<std::shared_ptr<const EndpointTable>> table_;
-  std::atomic<std::shared_ptr<const CoreOptions>> options_;
+  Published<EndpointTable> table_;
+  Published<CoreOptions> options_;
 
   // Slots by id; the vector is replaced (copy-on-write) only by Configure, under
   // config_mu_. Readers load the pointer.
-  std::atomic<std::shared_ptr<const std::vector<std::shared_ptr<Slot>>>> slots_;
+  Published<std::vector<std::shared_ptr<Slot>>> slots_;
   std::atomic<uint64_t> scrape_epoch_{0};
 
   std::mutex config_mu_;  // serialises Configure calls (never held by a pick)

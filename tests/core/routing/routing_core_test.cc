@@ -311,7 +311,8 @@ TEST(RoutingCore, ReloadWithNewWeightsKeepsAffinityAndInflight) {
 
   // One request in flight across the reload.
   PickRequest pr;
-  pr.request.prompt = GroupPrompt(0, 99);
+  const std::string prompt99 = GroupPrompt(0, 99);
+  pr.request.prompt = prompt99;
   pr.request.model = "meta-llama/Llama-3.1-8B-Instruct";
   PickResult inflight = core.Pick(pr, 0.3);
   ASSERT_TRUE(inflight.ok());
@@ -399,7 +400,8 @@ TEST(RoutingCore, DispatchFirstRecordsTheDispatchWithThePick) {
   ASSERT_TRUE(core.Configure(Options(), Eps({"a"}), 0.0).ok());
   core.OnScrape(0, Scraped(V010("0.0", "0.0", "0.1"), 0.0), 0.0);
   PickRequest pr;
-  pr.request.prompt = GroupPrompt(1, 1);
+  const std::string prompt = GroupPrompt(1, 1);
+  pr.request.prompt = prompt;
   pr.dispatch_first = true;
   PickResult r = core.Pick(pr, 0.1);
   ASSERT_TRUE(r.ok());
@@ -514,11 +516,11 @@ TEST(RoutingCore, ConcurrentPicksScrapesRenderingAndReloads) {
   EXPECT_EQ(failed.load(), 0);
   const std::string text = Metrics(core, 1.0);
   double total = 0, inflight = 0;
-  for (const std::string& n : {"r0", "r1", "r2", "r3"}) {
-    const std::string key = "kvroute_requests_total{endpoint=\"" + n + "\",code=\"200\"} ";
+  for (const char* n : {"r0", "r1", "r2", "r3"}) {
+    const std::string key = std::string("kvroute_requests_total{endpoint=\"") + n + "\",code=\"200\"} ";
     std::size_t at = text.find(key);
     if (at != std::string::npos) total += std::stod(text.substr(at + key.size()));
-    const std::string ik = "kvroute_endpoint_inflight{endpoint=\"" + n + "\"} ";
+    const std::string ik = std::string("kvroute_endpoint_inflight{endpoint=\"") + n + "\"} ";
     at = text.find(ik);
     ASSERT_NE(at, std::string::npos);
     inflight += std::stod(text.substr(at + ik.size()));
