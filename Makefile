@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all deps build build-kvroute demo test test-asan bench clean
+.PHONY: all deps build build-kvroute demo test test-asan test-tsan bench clean
 
 all: build
 
@@ -35,8 +35,17 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TESTS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'core|metrics|config'
 
+TSAN_BUILD ?= build-tsan
+# The routing core's concurrency tests (picks, scrapes, /metrics and reloads on several
+# threads at once) under ThreadSanitizer.
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVROUTE_BENCHMARKS=OFF \
+	  -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target routing_tests
+	TSAN_OPTIONS=halt_on_error=1 ./$(TSAN_BUILD)/tests/routing_tests
+
 bench: build
 	@for b in $(BUILD)/bench/*_bench; do echo "== $$b"; $$b; done
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
