@@ -150,7 +150,8 @@ DemoResult RunDemo(const DemoOptions& o) {
     if (o.stop && o.stop->load()) break;
     Log(o, fmt::format("[{}] starting {} simulated replicas and the router", policy, n));
     sim::Fleet fleet(replicas, 1);
-    if (std::string e = fleet.Start(); !e.empty()) {
+    if (Status st = fleet.Start(); !st.ok()) {
+      const std::string e = st.message();
       result.error = "fleet: " + e;
       return result;
     }

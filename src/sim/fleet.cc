@@ -44,15 +44,15 @@ Fleet::Fleet(std::vector<ReplicaConfig> replicas, int threads)
 
 Fleet::~Fleet() { Stop(); }
 
-std::string Fleet::Start() {
+Status Fleet::Start() {
   for (std::size_t i = 0; i < servers_.size(); ++i) {
     if (std::string err = servers_[i]->Listen(); !err.empty()) {
-      return configs_[i].name + ": " + err;
+      return Status::Unavailable(configs_[i].name + ": " + err);
     }
   }
   pool_.Start();
   running_ = true;
-  return {};
+  return Status::Ok();
 }
 
 void Fleet::Stop() {

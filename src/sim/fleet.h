@@ -3,6 +3,8 @@
 // on loop i % threads). Used by `kvroute sim`, the demo and loopback tests.
 #pragma once
 
+#include "core/common/status.h"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,9 +27,10 @@ class Fleet {
   Fleet(const Fleet&) = delete;
   Fleet& operator=(const Fleet&) = delete;
 
-  // Binds every replica's port and starts the loops. Returns "" or the first error
-  // (nothing keeps running then). Call once.
-  std::string Start();
+  // Binds every replica's port and starts the loops. Returns Unavailable with the first
+  // error ("replica-0: bind 127.0.0.1:18001: Address already in use"); nothing keeps
+  // running then. Call once.
+  Status Start();
   // Stops accepting, stops the loops and drops in-flight requests. Idempotent.
   // Must not be called from a fleet thread.
   void Stop();

@@ -123,7 +123,8 @@ int SimMain(int argc, char** argv) {
   }
 
   Fleet fleet(configs, threads);
-  if (std::string err = fleet.Start(); !err.empty()) {
+  if (Status st = fleet.Start(); !st.ok()) {
+    const std::string err = st.message();
     std::fprintf(stderr, "kvroute sim: %s\n", err.c_str());
     return 1;
   }

@@ -54,7 +54,7 @@ class BenchFleetTest : public ::testing::Test {
   void StartFleet(int n) {
     std::vector<sim::ReplicaConfig> rs(n, SmallReplica());
     fleet_ = std::make_unique<sim::Fleet>(std::move(rs), 1);
-    ASSERT_EQ(fleet_->Start(), "");
+    ASSERT_TRUE(fleet_->Start().ok());
   }
   HostPort Addr(int i) const { return {"127.0.0.1", fleet_->port(i)}; }
   std::unique_ptr<sim::Fleet> fleet_;

@@ -179,7 +179,7 @@ class RouterTest : public ::testing::Test {
       replicas[i].name += std::to_string(i);
     }
     fleet_ = std::make_unique<sim::Fleet>(std::move(replicas), 2);
-    ASSERT_EQ(fleet_->Start(), "");
+    ASSERT_TRUE(fleet_->Start().ok());
   }
 
   std::string FleetEndpoints() {

@@ -38,7 +38,7 @@ class FleetTest : public ::testing::Test {
  protected:
   void StartFleet(std::vector<ReplicaConfig> replicas) {
     fleet_ = std::make_unique<Fleet>(std::move(replicas), 2);
-    ASSERT_EQ(fleet_->Start(), "");
+    ASSERT_TRUE(fleet_->Start().ok());
   }
   void TearDown() override { fleet_.reset(); }
   uint16_t port(int i = 0) const { return fleet_->port(i); }
