@@ -207,7 +207,7 @@ void RoutingCore::Log(std::vector<std::string>& logs) {
 }
 
 std::string_view RoutingCore::policy() const {
-  std::shared_lock<std::shared_mutex> lock(sched_mu_);
+  std::shared_lock<RwSpinLock> lock(sched_mu_);
   return sched_->scheduler ? sched_->scheduler->policy() : std::string_view();
 }
 
@@ -294,7 +294,7 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
   std::unique_ptr<sched::Scheduler> old_scheduler;
   std::vector<std::string> logs;
   {
-    std::unique_lock<std::shared_mutex> lock(sched_mu_);
+    std::unique_lock<RwSpinLock> lock(sched_mu_);
     SchedState& s = *sched_;
     if (s.scheduler) {
       built.scheduler->AdoptStateFrom(*s.scheduler);
@@ -582,7 +582,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
   PickResult out;
   std::vector<std::string> logs;  // stays empty (no allocation) unless health changed
   if (SyncDue(now_s)) {
-    std::unique_lock<std::shared_mutex> lock(sched_mu_);
+    std::unique_lock<RwSpinLock> lock(sched_mu_);
     SyncLocked(now_s, &logs);
   }
   ScratchLease lease(*scratch_);
@@ -595,7 +595,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
   double pick_s = -1.0;
   {
     // Rank concurrently with other picks when the policy allows it.
-    std::shared_lock<std::shared_mutex> lock(sched_mu_);
+    std::shared_lock<RwSpinLock> lock(sched_mu_);
     const SchedState& s = *sched_;
     configured = s.scheduler != nullptr;
     if (configured && s.scheduler->concurrent_picks()) {
@@ -614,7 +614,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
     return out;
   }
   {
-    std::unique_lock<std::shared_mutex> lock(sched_mu_);
+    std::unique_lock<RwSpinLock> lock(sched_mu_);
     SchedState& s = *sched_;
     if (concurrent) {
       if (s.generation != generation) {
@@ -655,14 +655,14 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
 
 void RoutingCore::OnDispatched(sched::RequestHandle handle, uint32_t endpoint_id, double now_s) {
   if (handle == sched::kNoHandle) return;
-  std::unique_lock<std::shared_mutex> lock(sched_mu_);
+  std::unique_lock<RwSpinLock> lock(sched_mu_);
   sched_->scheduler->OnDispatched(handle, endpoint_id, now_s);
   UpdateStatsLocked(endpoint_id);
 }
 
 void RoutingCore::OnFirstToken(sched::RequestHandle handle, double now_s) {
   if (handle == sched::kNoHandle) return;
-  std::unique_lock<std::shared_mutex> lock(sched_mu_);
+  std::unique_lock<RwSpinLock> lock(sched_mu_);
   sched_->scheduler->OnFirstToken(handle, now_s);
 }
 
@@ -670,14 +670,14 @@ void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, 
                              double now_s) {
   if (endpoint_id == kNoEndpoint) {
     if (handle != sched::kNoHandle) {
-      std::unique_lock<std::shared_mutex> lock(sched_mu_);
+      std::unique_lock<RwSpinLock> lock(sched_mu_);
       sched_->scheduler->OnFinished(handle, now_s);
     }
     counters_->no_endpoint.Add(code);
     return;
   }
   if (handle != sched::kNoHandle) {
-    std::unique_lock<std::shared_mutex> lock(sched_mu_);
+    std::unique_lock<RwSpinLock> lock(sched_mu_);
     SchedState& s = *sched_;
     s.scheduler->OnFinished(handle, now_s);
     UpdateStatsLocked(endpoint_id);
@@ -712,7 +712,7 @@ void RoutingCore::OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure&
 }
 
 void RoutingCore::set_pick_timer(std::function<double()> seconds) {
-  std::unique_lock<std::shared_mutex> lock(sched_mu_);
+  std::unique_lock<RwSpinLock> lock(sched_mu_);
   sched_->timer = std::move(seconds);
 }
 
@@ -723,7 +723,7 @@ std::size_t RoutingCore::AnyUsable(double now_s, uint32_t* out, std::size_t max)
   std::vector<std::string> logs;
   std::size_t k = 0;
   {
-    std::unique_lock<std::shared_mutex> lock(sched_mu_);
+    std::unique_lock<RwSpinLock> lock(sched_mu_);
     SchedState& s = *sched_;
     SyncLocked(now_s, &logs);
     const std::size_t n = s.states.size();

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "core/common/published.h"
+#include "core/common/rw_spin_lock.h"
 #include "core/common/status.h"
 #include "core/health/endpoint_health.h"
 #include "core/sched/profile_spec.h"
@@ -219,7 +220,7 @@ class RoutingCore {
   std::mutex config_mu_;  // serialises Configure calls (never held by a pick)
   // Shared: concurrent Rank calls (schedulers with concurrent_picks). Exclusive: everything
   // that changes the scheduler's state (commits, lifecycle calls, folding in scrapes).
-  mutable std::shared_mutex sched_mu_;
+  mutable RwSpinLock sched_mu_;
   std::unique_ptr<SchedState> sched_;  // guarded by sched_mu_
   struct ScratchPool;  // per-pick buffers for concurrent picks, leased lock-free
   std::unique_ptr<ScratchPool> scratch_;
