@@ -30,7 +30,7 @@ void SchedulerBase::FillPending(PendingRequest& p, const SchedRequest& req) cons
   for (auto& h : p.hashes) h.clear();
 }
 
-RequestHandle SchedulerBase::Commit(PickScratch& sc, std::span<const EndpointState> endpoints) {
+PendingRequest& SchedulerBase::AllocateRequest() {
   uint32_t s;
   if (!free_slots_.empty()) {
     s = free_slots_.back();
@@ -43,8 +43,12 @@ RequestHandle SchedulerBase::Commit(PickScratch& sc, std::span<const EndpointSta
   Slot& slot = slots_[s];
   slot.live = true;
   ++live_;
-  PendingRequest& p = slot.req;
-  p.slot = s;
+  slot.req.slot = s;
+  return slot.req;
+}
+
+RequestHandle SchedulerBase::Commit(PickScratch& sc, std::span<const EndpointState> endpoints) {
+  PendingRequest& p = AllocateRequest();
   p.prompt_tokens = sc.pending.prompt_tokens;
   p.prompt_chars = sc.pending.prompt_chars;
   p.expected_output_tokens = sc.pending.expected_output_tokens;
@@ -57,28 +61,8 @@ RequestHandle SchedulerBase::Commit(PickScratch& sc, std::span<const EndpointSta
 }
 
 PendingRequest& SchedulerBase::NewRequest(const SchedRequest& req) {
-  uint32_t s;
-  if (!free_slots_.empty()) {
-    s = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    s = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
-    slots_.back().req.hashes.resize(hash_rows_);
-  }
-  Slot& slot = slots_[s];
-  slot.live = true;
-  ++live_;
-  PendingRequest& p = slot.req;
-  p.slot = s;
-  p.prompt_tokens = req.EstimatedPromptTokens();
-  p.prompt_chars = req.prompt.size();
-  if (req.max_tokens >= 0) {
-    p.expected_output_tokens = std::min(req.max_tokens, options_.max_expected_output_tokens);
-  } else {
-    p.expected_output_tokens = options_.default_output_tokens;
-  }
-  for (auto& h : p.hashes) h.clear();
+  PendingRequest& p = AllocateRequest();
+  FillPending(p, req);
   return p;
 }
 

@@ -36,8 +36,10 @@ class SchedulerBase : public Scheduler {
   RequestHandle Commit(PickScratch& scratch, std::span<const EndpointState> endpoints) override;
 
  protected:
-  // A fresh request record (buffers reused). Never fails.
+  // A fresh request record (buffers reused) filled from `req`. Never fails.
   PendingRequest& NewRequest(const SchedRequest& req);
+  // A fresh live slot, fields as the previous occupant left them (hash rows sized).
+  PendingRequest& AllocateRequest();
   RequestHandle HandleOf(const PendingRequest& p) const;
   // nullptr for unknown, stale or finished handles.
   PendingRequest* Find(RequestHandle handle);
