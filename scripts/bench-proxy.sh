@@ -3,13 +3,17 @@
 # in front of the same backend (one `kvroute sim` replica, time scale 0, 1 output token).
 # Pinning: the proxy under test on CPU 0; backend and wrk share CPU 1 (a 2-core machine).
 #
-# Usage: [ROUNDS=5] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
-# Prints, per round and target (direct, nginx, kvroute): p50/p99 at 1 connection, max
-# req/s at 32 connections, CPU time per request of the proxy (backend for direct) during
-# that run, and p50 and CPU per request at 1 connection with a 220 KB prompt. Then the
-# medians over rounds, the added latency (proxied minus direct, per round, then median)
-# and the kvroute/nginx ratios. The load average is printed before and after: latency
-# figures are only as good as the machine is quiet.
+# Usage: [ROUNDS=5] [CASES="issue3 4k"] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
+# Every run is wrk (one thread) POSTing /v1/completions, non-streaming, 1 output token.
+# CASES picks what each round measures per target (direct, nginx, kvroute):
+#   issue3  p50/p99 at 1 connection, max req/s at 32 connections and the proxy's CPU time
+#           per request during that run (the backend's for direct), p50 and CPU/request at
+#           1 connection with a 220 KB prompt (small prompt otherwise).
+#   4k      the issue 7 case: a 4,096-byte prompt at 32 connections (req/s, p50, p99, CPU
+#           per request) and at 4 connections (req/s, p50, p99).
+# Then the medians over rounds, the added latency (proxied minus direct, per round, then
+# median) and the kvroute/nginx ratios. The load average is printed before and after:
+# latency figures are only as good as the machine is quiet.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -111,6 +115,16 @@ with open(sys.argv[1], "w") as f:
     f.write("wrk.body = [[%s]]\n" % body)
 PY
 
+python3 - "$WORK/4k.lua" <<'PY'
+import sys
+prompt = ("The quick brown fox jumps over the lazy dog. " * 100)[:4096]
+assert len(prompt) == 4096
+body = '{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"%s","max_tokens":1}' % prompt
+with open(sys.argv[1], "w") as f:
+    f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')
+    f.write("wrk.body = [[%s]]\n" % body)
+PY
+
 # wrk's --latency table: "50%  1.23ms"; converts to microseconds.
 pct() { awk -v p="$2" '$1==p {v=$2; u=v; sub(/[0-9.]+/,"",u); sub(/[a-z]+$/,"",v);
   m=(u=="us")?1:(u=="ms")?1000:(u=="s")?1e6:1; printf "%.0f", v*m}' "$1"; }
@@ -129,12 +143,17 @@ run() {  # name port script conns out
 }
 
 # Rounds interleave the targets so background load hits all of them alike; each row is one
-# round. Compare targets within a round (or medians over rounds).
+# round. Compare targets within a round (or medians over rounds). A case not run leaves
+# its columns "nan".
 ROUNDS=${ROUNDS:-5}
+CASES=${CASES:-"issue3 4k"}
+has() { [[ " $CASES " == *" $1 "* ]]; }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
-printf "%-6s %-8s %10s %10s %10s %12s %14s %16s\n" round target p50_us p99_us max_rps cpu_us/req large_p50_us large_cpu_us/req
+COLS=(p50_us p99_us max_rps cpu_us/req large_p50_us large_cpu_us/req
+  4k_c32_rps 4k_c32_p50_us 4k_c32_p99_us 4k_c32_cpu_us/req 4k_c4_rps 4k_c4_p50_us 4k_c4_p99_us)
+printf "%-6s %-8s" round target; printf " %s" "${COLS[@]}"; echo
 for r in $(seq "$ROUNDS"); do
   for t in direct nginx kvroute; do
     case $t in
@@ -142,17 +161,33 @@ for r in $(seq "$ROUNDS"); do
       nginx) port=$NGINX_PORT pid=$NGINX_WORKER ;;
       kvroute) port=$KVROUTE_PORT pid=$KVROUTE_PID ;;
     esac
-    run "$t" "$port" "$WORK/small.lua" 1 "$WORK/$t-c1-$r.txt"
-    t0=$(ticks "$pid")
-    run "$t" "$port" "$WORK/small.lua" 32 "$WORK/$t-c32-$r.txt"
-    t1=$(ticks "$pid")
-    t2=$(ticks "$pid")
-    run "$t" "$port" "$WORK/large.lua" 1 "$WORK/$t-large-$r.txt"
-    t3=$(ticks "$pid")
-    row=("$r" "$t" "$(pct "$WORK/$t-c1-$r.txt" 50%)" "$(pct "$WORK/$t-c1-$r.txt" 99%)"
-      "$(rps "$WORK/$t-c32-$r.txt")" "$(cpu_per_req "$pid" "$WORK/$t-c32-$r.txt" "$t0" "$t1")"
-      "$(pct "$WORK/$t-large-$r.txt" 50%)" "$(cpu_per_req "$pid" "$WORK/$t-large-$r.txt" "$t2" "$t3")")
-    printf "%-6s %-8s %10s %10s %10s %12s %14s %16s\n" "${row[@]}"
+    row=("$r" "$t")
+    if has issue3; then
+      run "$t" "$port" "$WORK/small.lua" 1 "$WORK/$t-c1-$r.txt"
+      t0=$(ticks "$pid")
+      run "$t" "$port" "$WORK/small.lua" 32 "$WORK/$t-c32-$r.txt"
+      t1=$(ticks "$pid")
+      t2=$(ticks "$pid")
+      run "$t" "$port" "$WORK/large.lua" 1 "$WORK/$t-large-$r.txt"
+      t3=$(ticks "$pid")
+      row+=("$(pct "$WORK/$t-c1-$r.txt" 50%)" "$(pct "$WORK/$t-c1-$r.txt" 99%)"
+        "$(rps "$WORK/$t-c32-$r.txt")" "$(cpu_per_req "$pid" "$WORK/$t-c32-$r.txt" "$t0" "$t1")"
+        "$(pct "$WORK/$t-large-$r.txt" 50%)" "$(cpu_per_req "$pid" "$WORK/$t-large-$r.txt" "$t2" "$t3")")
+    else
+      row+=(nan nan nan nan nan nan)
+    fi
+    if has 4k; then
+      t0=$(ticks "$pid")
+      run "$t" "$port" "$WORK/4k.lua" 32 "$WORK/$t-4k-c32-$r.txt"
+      t1=$(ticks "$pid")
+      run "$t" "$port" "$WORK/4k.lua" 4 "$WORK/$t-4k-c4-$r.txt"
+      f32="$WORK/$t-4k-c32-$r.txt" f4="$WORK/$t-4k-c4-$r.txt"
+      row+=("$(rps "$f32")" "$(pct "$f32" 50%)" "$(pct "$f32" 99%)"
+        "$(cpu_per_req "$pid" "$f32" "$t0" "$t1")" "$(rps "$f4")" "$(pct "$f4" 50%)" "$(pct "$f4" 99%)")
+    else
+      row+=(nan nan nan nan nan nan nan)
+    fi
+    printf "%-6s %-8s" "${row[0]}" "${row[1]}"; printf " %s" "${row[@]:2}"; echo
     (IFS=$'\t'; echo "${row[*]}") >>"$RESULTS"
   done
 done
@@ -160,30 +195,44 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Medians over rounds; added latency = proxied - direct within each round, then median.
 python3 - "$RESULTS" <<'PY'
-import statistics, sys
+import math, statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
 by = {}
 for r in rows:
     by.setdefault(r[1], {})[int(r[0])] = [float(x) for x in r[2:]]
 med = lambda xs: statistics.median(xs)
-cols = ["p50_us", "p99_us", "max_rps", "cpu_us/req", "large_p50_us", "large_cpu_us/req"]
-print("\nmedian over %d rounds" % len(by["direct"]))
-print("%-8s" % "target" + "".join("%17s" % c for c in cols))
-for t in ("direct", "nginx", "kvroute"):
-    print("%-8s" % t + "".join("%17.1f" % med([v[i] for v in by[t].values()]) for i in range(len(cols))))
-added = {}
-for t in ("nginx", "kvroute"):
-    added[t] = {}
-    for name, i in (("p50", 0), ("p99", 1), ("large_p50", 4)):
-        added[t][name] = med([by[t][r][i] - by["direct"][r][i] for r in by[t]])
-    print("%-8s added latency (median of per-round proxied - direct): p50 %.0f us, p99 %.0f us, 220 KB p50 %.0f us"
-          % (t, added[t]["p50"], added[t]["p99"], added[t]["large_p50"]))
 ratio = lambda a, b: a / b if b else float("nan")
-k, n = by["kvroute"], by["nginx"]
-print("kvroute/nginx: added p50 %.2f, added p99 %.2f, max req/s %.2f, CPU/request %.2f, 220 KB CPU/request %.2f"
-      % (ratio(added["kvroute"]["p50"], added["nginx"]["p50"]), ratio(added["kvroute"]["p99"], added["nginx"]["p99"]),
-         ratio(med([v[2] for v in k.values()]), med([v[2] for v in n.values()])),
-         ratio(med([v[3] for v in k.values()]), med([v[3] for v in n.values()])),
-         ratio(med([v[5] for v in k.values()]), med([v[5] for v in n.values()]))))
+def col(t, i):
+    return med([v[i] for v in by[t].values()])
+def added(t, i):
+    return med([by[t][r][i] - by["direct"][r][i] for r in by[t]])
+def table(title, cols):
+    print("\n%s, median over %d rounds" % (title, len(by["direct"])))
+    print("%-8s" % "target" + "".join("%16s" % c for c, _ in cols))
+    for t in ("direct", "nginx", "kvroute"):
+        print("%-8s" % t + "".join("%16.1f" % col(t, i) for _, i in cols))
+k = "kvroute"
+if not math.isnan(col("direct", 0)):
+    table("small prompt (issue 3)", [("p50_us", 0), ("p99_us", 1), ("max_rps", 2), ("cpu_us/req", 3),
+                                     ("220KB_p50_us", 4), ("220KB_cpu/req", 5)])
+    a = {t: {n: added(t, i) for n, i in (("p50", 0), ("p99", 1), ("large_p50", 4))} for t in ("nginx", k)}
+    for t in ("nginx", k):
+        print("%-8s added latency (median of per-round proxied - direct): p50 %.0f us, p99 %.0f us, 220 KB p50 %.0f us"
+              % (t, a[t]["p50"], a[t]["p99"], a[t]["large_p50"]))
+    print("kvroute/nginx: added p50 %.2f, added p99 %.2f, max req/s %.2f, CPU/request %.2f, 220 KB CPU/request %.2f"
+          % (ratio(a[k]["p50"], a["nginx"]["p50"]), ratio(a[k]["p99"], a["nginx"]["p99"]),
+             ratio(col(k, 2), col("nginx", 2)), ratio(col(k, 3), col("nginx", 3)),
+             ratio(col(k, 5), col("nginx", 5))))
+if not math.isnan(col("direct", 6)):
+    for conns, (ir, i50, i99) in ((32, (6, 7, 8)), (4, (10, 11, 12))):
+        cols = [("req/s", ir), ("p50_us", i50), ("p99_us", i99)] + ([("cpu_us/req", 9)] if conns == 32 else [])
+        table("4 KB prompt, %d connections (issue 7)" % conns, cols)
+        a = {t: (added(t, i50), added(t, i99)) for t in ("nginx", k)}
+        for t in ("nginx", k):
+            print("%-8s added (median of per-round proxied - direct): p50 %.0f us, p99 %.0f us" % (t, a[t][0], a[t][1]))
+        extra = ", CPU/request %.2f" % ratio(col(k, 9), col("nginx", 9)) if conns == 32 else ""
+        print("kvroute/nginx at %d connections: req/s %.2f, added p50 %.2f, added p99 %.2f%s"
+              % (conns, ratio(col(k, ir), col("nginx", ir)), ratio(a[k][0], a["nginx"][0]),
+                 ratio(a[k][1], a["nginx"][1]), extra))
 PY
 echo "raw wrk output in $WORK"
