@@ -3,7 +3,7 @@
 # in front of the same backend (one `kvroute sim` replica, time scale 0, 1 output token).
 # Pinning: the proxy under test on CPU 0; backend and wrk share CPU 1 (a 2-core machine).
 #
-# Usage: [ROUNDS=5] [CASES="issue3 4k"] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
+# Usage: [ROUNDS=5] [CASES="issue3 4k"] [SYSCALLS=1] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
 # Every run is wrk (one thread) POSTing /v1/completions, non-streaming, 1 output token.
 # CASES picks what each round measures per target (direct, nginx, kvroute):
 #   issue3  p50/p99 at 1 connection, max req/s at 32 connections and the proxy's CPU time
@@ -12,7 +12,9 @@
 #   4k      the issue 7 case: a 4,096-byte prompt at 32 connections (req/s, p50, p99, CPU
 #           per request) and at 4 connections (req/s, p50, p99).
 # Then the medians over rounds, the added latency (proxied minus direct, per round, then
-# median) and the kvroute/nginx ratios. The load average is printed before and after:
+# median) and the kvroute/nginx ratios. SYSCALLS=1 adds one run per proxy (4 KB prompt, 32
+# connections) under `perf stat` on the syscall tracepoints: syscalls per request, by kind,
+# and how often the proxy blocked (sched_switch). The load average is printed before and after:
 # latency figures are only as good as the machine is quiet.
 set -euo pipefail
 
@@ -235,4 +237,37 @@ if not math.isnan(col("direct", 6)):
               % (conns, ratio(col(k, ir), col("nginx", ir)), ratio(a[k][0], a["nginx"][0]),
                  ratio(a[k][1], a["nginx"][1]), extra))
 PY
+# Syscalls per request of each proxy under wrk (4 KB prompt, 32 connections), counted on the
+# syscall tracepoints with perf stat in one more run per target (not during the timed runs).
+if [ -n "${SYSCALLS:-}" ]; then
+  EV=raw_syscalls:sys_enter,sched:sched_switch
+  for sc in recvfrom recvmsg read readv sendto sendmsg write writev epoll_wait epoll_pwait; do
+    EV+=",syscalls:sys_enter_$sc"
+  done
+  echo
+  printf "%-8s %12s %10s %10s %10s %10s %10s  (4 KB prompt, 32 connections, perf stat)\n" \
+    target syscalls/req epoll_wait recv+read send+write other blocked
+  for t in nginx kvroute; do
+    case $t in
+      nginx) port=$NGINX_PORT pid=$NGINX_WORKER ;;
+      kvroute) port=$KVROUTE_PORT pid=$KVROUTE_PID ;;
+    esac
+    perf stat -x, -e "$EV" -p "$pid" -o "$WORK/$t-syscalls.perf" &
+    PERF=$!
+    sleep 0.5
+    run "$t" "$port" "$WORK/4k.lua" 32 "$WORK/$t-syscalls.txt"
+    kill -INT "$PERF"
+    wait "$PERF" || true
+    n=$(awk '/^ *[0-9]+ requests in/ {print $1}' "$WORK/$t-syscalls.txt")
+    awk -F, -v n="$n" -v t="$t" '
+      $3 ~ /:/ { name = $3; sub(/.*:(sys_enter_)?/, "", name); c[name] = $1 }
+      END {
+        total = c["sys_enter"]; ep = c["epoll_wait"] + c["epoll_pwait"]
+        rd = c["recvfrom"] + c["recvmsg"] + c["read"] + c["readv"]
+        wr = c["sendto"] + c["sendmsg"] + c["write"] + c["writev"]
+        printf "%-8s %12.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", t, total / n, ep / n, rd / n, wr / n,
+          (total - ep - rd - wr) / n, c["sched_switch"] / n
+      }' "$WORK/$t-syscalls.perf"
+  done
+fi
 echo "raw wrk output in $WORK"

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Per-request work of the proxies, immune to machine load: instructions (callgrind) and
-# syscalls (strace) of kvroute serve and of nginx over an exact number of proxied requests,
-# in front of the same backend as scripts/bench-proxy.sh (`kvroute sim`, time scale 0,
-# 1 output token) and with the same nginx configuration (plus master_process off).
+# syscalls (perf stat tracepoints, else strace) of kvroute serve and of nginx over an exact
+# number of proxied requests, in front of the same backend as scripts/bench-proxy.sh
+# (`kvroute sim`, time scale 0, 1 output token) and with the same nginx configuration (plus
+# master_process off).
 #
 # Usage: scripts/callgrind-proxy.sh [BUILD_DIR] [REQUESTS] [CONNECTIONS] [PROMPT_BYTES]
 #   defaults: build 2000 32 4096
 # Per target: the proxy under valgrind --tool=callgrind, 100 warm-up requests, counters
 # zeroed (callgrind_control -z), REQUESTS requests over CONNECTIONS keep-alive connections
 # (scripts/proxy_load.py), callgrind_control -d; instructions = Ir of that dump / REQUESTS.
-# Then the proxy without valgrind, warm-up, strace -c -f over the same REQUESTS: syscalls
-# per request in total and the main ones. kvroute runs with threads 1 and scrape_interval
-# 5 s, staleness 30 s (a scrape or two fall into each measurement).
+# Then the proxy without valgrind, warm-up, and its syscalls over the same REQUESTS, counted
+# with perf stat on the syscall tracepoints (strace -c -f if perf cannot; strace slows the
+# proxy enough to change how events batch): per request in total, the main ones, and
+# "blocked" (sched_switch: how often the proxy went to sleep waiting for work). kvroute runs
+# with threads 1, scrape_interval 5 s and staleness 30 s (a scrape or two fall into each
+# measurement). The load generator is Python, slower than the proxies: the syscall mix is
+# that of a proxy waiting for its clients (bench-proxy.sh SYSCALLS=1 counts them under wrk).
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -109,10 +114,17 @@ stop_proxy() {
   wait "$PROXY_PID" 2>/dev/null || true
 }
 
+PERF_EVENTS=raw_syscalls:sys_enter,sched:sched_switch
+for sc in recvfrom recvmsg read readv sendto sendmsg write writev epoll_wait epoll_pwait accept4; do
+  PERF_EVENTS+=",syscalls:sys_enter_$sc"
+done
+COUNTER=strace
+if perf stat -e "$PERF_EVENTS" true >/dev/null 2>&1; then COUNTER=perf; fi
+
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "$N requests, $CONNS connections, $PROMPT-byte prompt"
-printf "%-8s %14s %12s %10s %10s %10s %10s %10s\n" target instr/req syscalls/req epoll_wait \
-  recv+read send+write accept other
+echo "$N requests, $CONNS connections, $PROMPT-byte prompt; syscalls counted with $COUNTER"
+printf "%-8s %14s %12s %10s %10s %10s %10s %10s %10s\n" target instr/req syscalls/req epoll_wait \
+  recv+read send+write accept other blocked
 for t in kvroute nginx; do
   # Instructions.
   start_proxy "$t" valgrind --tool=callgrind --callgrind-out-file="$WORK/$t.cg.%p"
@@ -123,30 +135,48 @@ for t in kvroute nginx; do
   dump=$(ls -t "$WORK/$t".cg.* | head -1)
   ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
   stop_proxy
-  # Syscalls.
+  # Syscalls: tracepoint counts (perf stat, negligible overhead, so the timing and the
+  # batching of events stay as they are), or strace -c where perf cannot count them.
   start_proxy "$t"
   $LOAD "127.0.0.1:$PROXY_PORT" "$CONNS" 100 "$PROMPT"
-  strace -c -f -p "$PROXY_PID" -o "$WORK/$t.strace" 2>/dev/null &
-  STRACE=$!
+  if [ "$COUNTER" = perf ]; then
+    perf stat -x, -e "$PERF_EVENTS" -p "$PROXY_PID" -o "$WORK/$t.perf" 2>/dev/null &
+  else
+    strace -c -f -p "$PROXY_PID" -o "$WORK/$t.strace" 2>/dev/null &
+  fi
+  COUNTING=$!
   sleep 1
   $LOAD "127.0.0.1:$PROXY_PORT" "$CONNS" "$N" "$PROMPT"
-  kill -INT "$STRACE"
-  wait "$STRACE" 2>/dev/null || true
+  kill -INT "$COUNTING"
+  wait "$COUNTING" 2>/dev/null || true
   stop_proxy
-  awk -v n="$N" -v t="$t" -v ir="$ir" '
-    $NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $1 ~ /^[0-9.]+$/ {
-      calls = $4; name = $NF; total += calls
-      if (name == "epoll_wait" || name == "epoll_pwait") ep += calls
-      else if (name ~ /^(recvfrom|recvmsg|read|readv)$/) rd += calls
-      else if (name ~ /^(sendto|sendmsg|write|writev)$/) wr += calls
-      else if (name ~ /^accept4?$/) ac += calls
-      else { other += calls; names = names " " name "=" calls }
-    }
-    END {
-      printf "%-8s %14.0f %12.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", t, ir / n, total / n,
-        ep / n, rd / n, wr / n, ac / n, other / n
-      if (names != "") print "         other:" names
-    }' "$WORK/$t.strace"
+  if [ "$COUNTER" = perf ]; then
+    awk -F, -v n="$N" -v t="$t" -v ir="$ir" '
+      $3 ~ /:/ { name = $3; sub(/.*:(sys_enter_)?/, "", name); c[name] = $1 }
+      END {
+        total = c["sys_enter"]
+        ep = c["epoll_wait"] + c["epoll_pwait"]
+        rd = c["recvfrom"] + c["recvmsg"] + c["read"] + c["readv"]
+        wr = c["sendto"] + c["sendmsg"] + c["write"] + c["writev"]
+        printf "%-8s %14.0f %12.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", t, ir / n, total / n,
+          ep / n, rd / n, wr / n, c["accept4"] / n, (total - ep - rd - wr - c["accept4"]) / n, c["sched_switch"] / n
+      }' "$WORK/$t.perf"
+  else
+    awk -v n="$N" -v t="$t" -v ir="$ir" '
+      $NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $1 ~ /^[0-9.]+$/ {
+        calls = $4; name = $NF; total += calls
+        if (name == "epoll_wait" || name == "epoll_pwait") ep += calls
+        else if (name ~ /^(recvfrom|recvmsg|read|readv)$/) rd += calls
+        else if (name ~ /^(sendto|sendmsg|write|writev)$/) wr += calls
+        else if (name ~ /^accept4?$/) ac += calls
+        else { other += calls; names = names " " name "=" calls }
+      }
+      END {
+        printf "%-8s %14.0f %12.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10s\n", t, ir / n, total / n,
+          ep / n, rd / n, wr / n, ac / n, other / n, "-"
+        if (names != "") print "         other:" names
+      }' "$WORK/$t.strace"
+  fi
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "callgrind dumps and strace tables in $WORK"
+echo "callgrind dumps and syscall counts in $WORK"

@@ -182,7 +182,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (reading_ || closed_) return;
     if (in_response_ && buffer_.size() >= shared_->options.max_pipelined_bytes) return;
     reading_ = true;
-    std::size_t want = std::max<std::size_t>(4096, std::min<std::size_t>(buffer_.capacity() - buffer_.size(), 65536));
+    // At least kMinRead: a request with a few KB of prompt then arrives in one recv (with
+    // 4 KB, head and body took two, and the second, completing at once, was posted through
+    // the event loop: an extra queue pass and epoll_wait per request).
+    std::size_t want = std::max<std::size_t>(kMinRead, std::min<std::size_t>(buffer_.capacity() - buffer_.size(), 65536));
     if (!in_response_ && parser_ && parser_->is_header_done()) {
       // A long body: read the rest in one go (one allocation, few syscalls).
       if (auto left = parser_->content_length_remaining()) {
@@ -411,6 +414,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   static constexpr std::size_t kMaxGather = 64;
+  static constexpr std::size_t kMinRead = 16u << 10;
 
   Socket socket_;
   std::shared_ptr<const ServerShared> shared_;
