@@ -3,7 +3,8 @@
 # in front of the same backend (one `kvroute sim` replica, time scale 0, 1 output token).
 # Pinning: the proxy under test on CPU 0; backend and wrk share CPU 1 (a 2-core machine).
 #
-# Usage: [ROUNDS=5] [CASES="issue3 4k"] [SYSCALLS=1] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
+# Usage: [ROUNDS=5] [CASES="issue3 4k"] [SYSCALLS=1] [BASELINE=other/kvroute] \
+#          scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
 # Every run is wrk (one thread) POSTing /v1/completions, non-streaming, 1 output token.
 # CASES picks what each round measures per target (direct, nginx, kvroute):
 #   issue3  p50/p99 at 1 connection, max req/s at 32 connections and the proxy's CPU time
@@ -14,7 +15,12 @@
 # Then the medians over rounds, the added latency (proxied minus direct, per round, then
 # median) and the kvroute/nginx ratios. SYSCALLS=1 adds one run per proxy (4 KB prompt, 32
 # connections) under `perf stat` on the syscall tracepoints: syscalls per request, by kind,
-# and how often the proxy blocked (sched_switch). The load average is printed before and after:
+# and how often the proxy blocked (sched_switch). BASELINE=path/to/another/kvroute binary adds
+# it as target "baseline" (its own serve process, same config, also on CPU 0) to every round,
+# with kvroute/baseline ratios: before/after a change in the same rounds. Each 4 KB run also
+# records the share of the machine's CPU other processes took meanwhile ("foreign"); the
+# 4 KB medians use only the rounds where it stayed under FOREIGN_MAX percent (default 5) for
+# every target, when at least 3 rounds qualify. The load average is printed before and after:
 # latency figures are only as good as the machine is quiet.
 set -euo pipefail
 
@@ -25,6 +31,7 @@ WORK=$(mktemp -d /tmp/kvroute-bench-proxy.XXXXXX)
 BACKEND_PORT=18300
 NGINX_PORT=18301
 KVROUTE_PORT=18302
+BASELINE_PORT=18303
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -101,6 +108,19 @@ taskset -c 0 "$KV" serve --config "$WORK/kvroute.yaml" >"$WORK/kvroute.log" 2>&1
 KVROUTE_PID=$!
 PIDS+=($KVROUTE_PID)
 wait_port "$KVROUTE_PORT" /readyz
+TARGETS=(direct nginx kvroute)
+PROXIES=(nginx kvroute)
+if [ -n "${BASELINE:-}" ]; then
+  # A second kvroute build (e.g. the commit before a change) as one more target, measured in
+  # the same rounds: before/after without the drift between separate runs.
+  sed "s/^listen: .*/listen: 127.0.0.1:$BASELINE_PORT/" "$WORK/kvroute.yaml" >"$WORK/baseline.yaml"
+  taskset -c 0 "$(realpath "$BASELINE")" serve --config "$WORK/baseline.yaml" >"$WORK/baseline.log" 2>&1 &
+  BASELINE_PID=$!
+  PIDS+=($BASELINE_PID)
+  wait_port "$BASELINE_PORT" /readyz
+  TARGETS=(direct nginx baseline kvroute)
+  PROXIES=(nginx baseline kvroute)
+fi
 
 # Load: POST /v1/completions, non-streaming, 1 output token.
 cat >"$WORK/small.lua" <<'LUA'
@@ -140,6 +160,38 @@ TCK=$(getconf CLK_TCK)
 cpu_per_req() { awk -v a="$3" -v b="$4" -v t="$TCK" '/^ *[0-9]+ requests in/ {n=$1}
   END {printf "%.1f", (b-a)*1e6/t/n}' "$2"; }
 
+# Busy ticks of the whole machine (user+nice+system+irq+softirq+steal over all CPUs), and the
+# CPU ticks of the shell's finished children (wrk), for the share of the machine other work
+# took during a run: rows with a large "foreign" share measured the neighbours, not the proxy.
+busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+NCPU=$(nproc)
+children_ticks() {  # needs `times >"$WORK/times"` in the current shell first
+  awk -v t="$TCK" 'NR == 2 {n = 0; for (i = 1; i <= 2; i++) {split($i, a, /[ms]/); n += a[1] * 60 + a[2]}
+    printf "%.0f", n * t}' "$WORK/times"
+}
+# Runs wrk like run() and sets FOREIGN: the percentage of the machine's CPU time during the run
+# spent by anything but the proxy ($6), the backend and wrk.
+foreign_run() {  # name port script conns out proxy_pid
+  local b0 b1 p0 p1 s0 s1 c0 c1 e0 e1
+  times >"$WORK/times"; c0=$(children_ticks); b0=$(busy); p0=$(ticks "$6"); s0=$(ticks "$SIM_PID")
+  e0=$(date +%s%N)
+  run "$1" "$2" "$3" "$4" "$5"
+  e1=$(date +%s%N)
+  times >"$WORK/times"; c1=$(children_ticks); b1=$(busy); p1=$(ticks "$6"); s1=$(ticks "$SIM_PID")
+  if [ "$6" = "$SIM_PID" ]; then p1=$p0; fi
+  FOREIGN=$(awk -v b=$((b1 - b0)) -v o=$((p1 - p0 + s1 - s0 + c1 - c0)) -v e=$((e1 - e0)) \
+    -v t="$TCK" -v n="$NCPU" 'BEGIN {f = (b - o) * 100 / (e / 1e9 * t * n); printf "%.1f", f < 0 ? 0 : f}')
+}
+
+target_port_pid() {  # sets port and pid (whose CPU time is measured) of target $1
+  case $1 in
+    direct) port=$BACKEND_PORT pid=$SIM_PID ;;
+    nginx) port=$NGINX_PORT pid=$NGINX_WORKER ;;
+    kvroute) port=$KVROUTE_PORT pid=$KVROUTE_PID ;;
+    baseline) port=$BASELINE_PORT pid=$BASELINE_PID ;;
+  esac
+}
+
 run() {  # name port script conns out
   taskset -c 1 wrk -t1 -c"$4" -d"${DUR}s" --latency -s "$3" "http://127.0.0.1:$2/v1/completions" >"$5"
 }
@@ -154,15 +206,12 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
 COLS=(p50_us p99_us max_rps cpu_us/req large_p50_us large_cpu_us/req
-  4k_c32_rps 4k_c32_p50_us 4k_c32_p99_us 4k_c32_cpu_us/req 4k_c4_rps 4k_c4_p50_us 4k_c4_p99_us)
+  4k_c32_rps 4k_c32_p50_us 4k_c32_p99_us 4k_c32_cpu_us/req 4k_c4_rps 4k_c4_p50_us 4k_c4_p99_us
+  4k_c32_foreign% 4k_c4_foreign%)
 printf "%-6s %-8s" round target; printf " %s" "${COLS[@]}"; echo
 for r in $(seq "$ROUNDS"); do
-  for t in direct nginx kvroute; do
-    case $t in
-      direct) port=$BACKEND_PORT pid=$SIM_PID ;;
-      nginx) port=$NGINX_PORT pid=$NGINX_WORKER ;;
-      kvroute) port=$KVROUTE_PORT pid=$KVROUTE_PID ;;
-    esac
+  for t in "${TARGETS[@]}"; do
+    target_port_pid "$t"
     row=("$r" "$t")
     if has issue3; then
       run "$t" "$port" "$WORK/small.lua" 1 "$WORK/$t-c1-$r.txt"
@@ -180,14 +229,16 @@ for r in $(seq "$ROUNDS"); do
     fi
     if has 4k; then
       t0=$(ticks "$pid")
-      run "$t" "$port" "$WORK/4k.lua" 32 "$WORK/$t-4k-c32-$r.txt"
+      foreign_run "$t" "$port" "$WORK/4k.lua" 32 "$WORK/$t-4k-c32-$r.txt" "$pid"
       t1=$(ticks "$pid")
-      run "$t" "$port" "$WORK/4k.lua" 4 "$WORK/$t-4k-c4-$r.txt"
+      f32_foreign=$FOREIGN
+      foreign_run "$t" "$port" "$WORK/4k.lua" 4 "$WORK/$t-4k-c4-$r.txt" "$pid"
       f32="$WORK/$t-4k-c32-$r.txt" f4="$WORK/$t-4k-c4-$r.txt"
       row+=("$(rps "$f32")" "$(pct "$f32" 50%)" "$(pct "$f32" 99%)"
-        "$(cpu_per_req "$pid" "$f32" "$t0" "$t1")" "$(rps "$f4")" "$(pct "$f4" 50%)" "$(pct "$f4" 99%)")
+        "$(cpu_per_req "$pid" "$f32" "$t0" "$t1")" "$(rps "$f4")" "$(pct "$f4" 50%)" "$(pct "$f4" 99%)"
+        "$f32_foreign" "$FOREIGN")
     else
-      row+=(nan nan nan nan nan nan nan)
+      row+=(nan nan nan nan nan nan nan nan nan)
     fi
     printf "%-6s %-8s" "${row[0]}" "${row[1]}"; printf " %s" "${row[@]:2}"; echo
     (IFS=$'\t'; echo "${row[*]}") >>"$RESULTS"
@@ -197,11 +248,13 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Medians over rounds; added latency = proxied - direct within each round, then median.
 python3 - "$RESULTS" <<'PY'
-import math, statistics, sys
+import math, os, statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
 by = {}
 for r in rows:
     by.setdefault(r[1], {})[int(r[0])] = [float(x) for x in r[2:]]
+targets = list(by)  # in the order measured: direct, nginx, [baseline,] kvroute
+proxies = [t for t in targets if t != "direct"]
 med = lambda xs: statistics.median(xs)
 ratio = lambda a, b: a / b if b else float("nan")
 def col(t, i):
@@ -211,31 +264,43 @@ def added(t, i):
 def table(title, cols):
     print("\n%s, median over %d rounds" % (title, len(by["direct"])))
     print("%-8s" % "target" + "".join("%16s" % c for c, _ in cols))
-    for t in ("direct", "nginx", "kvroute"):
+    for t in targets:
         print("%-8s" % t + "".join("%16.1f" % col(t, i) for _, i in cols))
-k = "kvroute"
+# Each kvroute build against nginx, and kvroute against the baseline build.
+pairs = [(t, "nginx") for t in proxies if t != "nginx"] + ([("kvroute", "baseline")] if "baseline" in by else [])
 if not math.isnan(col("direct", 0)):
     table("small prompt (issue 3)", [("p50_us", 0), ("p99_us", 1), ("max_rps", 2), ("cpu_us/req", 3),
                                      ("220KB_p50_us", 4), ("220KB_cpu/req", 5)])
-    a = {t: {n: added(t, i) for n, i in (("p50", 0), ("p99", 1), ("large_p50", 4))} for t in ("nginx", k)}
-    for t in ("nginx", k):
+    a = {t: {n: added(t, i) for n, i in (("p50", 0), ("p99", 1), ("large_p50", 4))} for t in proxies}
+    for t in proxies:
         print("%-8s added latency (median of per-round proxied - direct): p50 %.0f us, p99 %.0f us, 220 KB p50 %.0f us"
               % (t, a[t]["p50"], a[t]["p99"], a[t]["large_p50"]))
-    print("kvroute/nginx: added p50 %.2f, added p99 %.2f, max req/s %.2f, CPU/request %.2f, 220 KB CPU/request %.2f"
-          % (ratio(a[k]["p50"], a["nginx"]["p50"]), ratio(a[k]["p99"], a["nginx"]["p99"]),
-             ratio(col(k, 2), col("nginx", 2)), ratio(col(k, 3), col("nginx", 3)),
-             ratio(col(k, 5), col("nginx", 5))))
+    for k, n in pairs:
+        print("%s/%s: added p50 %.2f, added p99 %.2f, max req/s %.2f, CPU/request %.2f, 220 KB CPU/request %.2f"
+              % (k, n, ratio(a[k]["p50"], a[n]["p50"]), ratio(a[k]["p99"], a[n]["p99"]),
+                 ratio(col(k, 2), col(n, 2)), ratio(col(k, 3), col(n, 3)), ratio(col(k, 5), col(n, 5))))
 if not math.isnan(col("direct", 6)):
+    # Rounds in which every target ran with other work under FOREIGN_MAX % of the machine
+    # (all rounds if fewer than 3 qualify).
+    fmax = float(os.environ.get("FOREIGN_MAX", "5"))
+    quiet = [r for r in by["direct"] if all(max(by[t][r][13], by[t][r][14]) <= fmax for t in targets)]
+    print("\n4 KB rounds with foreign CPU <= %g%% for every target: %s of %d" % (fmax, quiet, len(by["direct"])))
+    if len(quiet) >= 3:
+        by = {t: {r: v for r, v in by[t].items() if r in quiet} for t in targets}
+    else:
+        print("(fewer than 3: using every round; the figures below include the neighbours' load)")
     for conns, (ir, i50, i99) in ((32, (6, 7, 8)), (4, (10, 11, 12))):
-        cols = [("req/s", ir), ("p50_us", i50), ("p99_us", i99)] + ([("cpu_us/req", 9)] if conns == 32 else [])
+        cols = [("req/s", ir), ("p50_us", i50), ("p99_us", i99)] + ([("cpu_us/req", 9)] if conns == 32 else []) \
+            + [("foreign%", 13 if conns == 32 else 14)]
         table("4 KB prompt, %d connections (issue 7)" % conns, cols)
-        a = {t: (added(t, i50), added(t, i99)) for t in ("nginx", k)}
-        for t in ("nginx", k):
+        a = {t: (added(t, i50), added(t, i99)) for t in proxies}
+        for t in proxies:
             print("%-8s added (median of per-round proxied - direct): p50 %.0f us, p99 %.0f us" % (t, a[t][0], a[t][1]))
-        extra = ", CPU/request %.2f" % ratio(col(k, 9), col("nginx", 9)) if conns == 32 else ""
-        print("kvroute/nginx at %d connections: req/s %.2f, added p50 %.2f, added p99 %.2f%s"
-              % (conns, ratio(col(k, ir), col("nginx", ir)), ratio(a[k][0], a["nginx"][0]),
-                 ratio(a[k][1], a["nginx"][1]), extra))
+        for k, n in pairs:
+            extra = ", CPU/request %.2f" % ratio(col(k, 9), col(n, 9)) if conns == 32 else ""
+            print("%s/%s at %d connections: req/s %.2f, added p50 %.2f, added p99 %.2f%s"
+                  % (k, n, conns, ratio(col(k, ir), col(n, ir)), ratio(a[k][0], a[n][0]),
+                     ratio(a[k][1], a[n][1]), extra))
 PY
 # Syscalls per request of each proxy under wrk (4 KB prompt, 32 connections), counted on the
 # syscall tracepoints with perf stat in one more run per target (not during the timed runs).
@@ -247,11 +312,8 @@ if [ -n "${SYSCALLS:-}" ]; then
   echo
   printf "%-8s %12s %10s %10s %10s %10s %10s  (4 KB prompt, 32 connections, perf stat)\n" \
     target syscalls/req epoll_wait recv+read send+write other blocked
-  for t in nginx kvroute; do
-    case $t in
-      nginx) port=$NGINX_PORT pid=$NGINX_WORKER ;;
-      kvroute) port=$KVROUTE_PORT pid=$KVROUTE_PID ;;
-    esac
+  for t in "${PROXIES[@]}"; do
+    target_port_pid "$t"
     perf stat -x, -e "$EV" -p "$pid" -o "$WORK/$t-syscalls.perf" &
     PERF=$!
     sleep 0.5
