@@ -10,6 +10,8 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <array>
+#include <charconv>
 #include <atomic>
 #include <deque>
 #include <future>
@@ -30,12 +32,10 @@ namespace {
 constexpr std::string_view kCrlf = "\r\n";
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
-// Status line, Content-Type and the caller's fields; the caller appends framing
-// headers and the blank line.
-std::string StatusHead(int status, std::string_view content_type, const Fields& extra,
-                       bool keep_alive) {
-  std::string head;
-  head.reserve(128);
+// Appends the status line, Content-Type and the caller's fields to `head`; the caller
+// appends framing headers and the blank line.
+void AppendStatusHead(std::string& head, int status, std::string_view content_type,
+                      const Fields& extra, bool keep_alive) {
   head += "HTTP/1.1 ";
   head += std::to_string(status);
   head.push_back(' ');
@@ -54,7 +54,22 @@ std::string StatusHead(int status, std::string_view content_type, const Fields& 
     head += kCrlf;
   }
   if (!keep_alive) head += "connection: close\r\n";
+}
+
+std::string StatusHead(int status, std::string_view content_type, const Fields& extra,
+                       bool keep_alive) {
+  std::string head;
+  head.reserve(128);
+  AppendStatusHead(head, status, content_type, extra, keep_alive);
   return head;
+}
+
+void AppendContentLength(std::string& head, std::size_t n) {
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), n);
+  head += "content-length: ";
+  head.append(digits, end);
+  head += "\r\n\r\n";
 }
 
 std::string ChunkSizeLine(std::size_t n) {
@@ -64,6 +79,45 @@ std::string ChunkSizeLine(std::size_t n) {
 }
 
 }  // namespace
+
+namespace detail {
+namespace {
+// A few buffers per thread cover the bodies in flight between one exchange's end and the
+// next body's start; only sizes worth saving a malloc for (past the small-size caches)
+// and not so large that keeping them idle would matter.
+constexpr std::size_t kRecycledBodies = 8;
+constexpr std::size_t kMinRecycledBody = 1u << 10;
+constexpr std::size_t kMaxRecycledBody = 256u << 10;
+struct BodyPool {
+  std::array<std::string, kRecycledBodies> free;
+  std::size_t n = 0;
+};
+thread_local BodyPool t_bodies;
+}  // namespace
+
+bool TakeBodyBuffer(std::string& body, std::size_t capacity) {
+  BodyPool& p = t_bodies;
+  // Newest first (warm in cache); any big enough buffer will do.
+  for (std::size_t i = p.n; i-- > 0;) {
+    if (p.free[i].capacity() < capacity) continue;
+    body.swap(p.free[i]);
+    body.clear();
+    p.free[i].swap(p.free[--p.n]);
+    p.free[p.n] = std::string();  // releases what `body` held before, if anything
+    return true;
+  }
+  return false;
+}
+
+void RecycleBodyBuffer(std::string&& body) {
+  BodyPool& p = t_bodies;
+  if (body.capacity() < kMinRecycledBody || body.capacity() > kMaxRecycledBody ||
+      p.n == kRecycledBodies) {
+    return;
+  }
+  p.free[p.n++].swap(body);
+}
+}  // namespace detail
 
 std::string DefaultErrorBody(int status, std::string_view message) {
   return api::ErrorBody(api::MakeError(status, std::string(message)));
@@ -124,6 +178,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
     pending_bytes_ += a.size() + b.size() + tail.size();
     out_.push_back(Out{std::move(a), std::move(b), tail, last, std::move(done)});
     if (!writing_) DoWrite();
+  }
+
+  // Scratch for building a response head (keeps its capacity: no allocation per response).
+  std::string& head_scratch() { return head_scratch_; }
+
+  // A complete response (head and body) when nothing is queued or being written, the usual
+  // case: written at once, straight from the caller's buffers, without queueing; only bytes
+  // the socket does not take now are copied into the queue. Same effect as
+  // Enqueue(head, body, {}, true, {}). Returns false (nothing done) when output is queued
+  // or the connection is closed: then Enqueue.
+  bool WriteResponse(std::string_view head, std::string_view body) {
+    if (closed_ || writing_ || !out_.empty()) return false;
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(head.data(), head.size()),
+                                           asio::buffer(body.data(), body.size())};
+    error_code ec;
+    std::size_t n = socket_.write_some(bufs, ec);
+    if (!ec && n == head.size() + body.size()) {
+      OnResponseDone();
+      return true;
+    }
+    if (ec) n = 0;  // full, or failed: the queued write waits for the socket or reports it
+    std::size_t from_head = std::min(n, head.size());
+    Enqueue(std::string(head.substr(from_head)), std::string(body.substr(n - from_head)), {}, true, {});
+    return true;
   }
 
   // The handler dropped its Exchange without finishing the response.
@@ -430,6 +508,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t in_flight_ = 0;
   std::size_t pending_bytes_ = 0;
   std::vector<std::function<void(bool)>> dones_;  // scratch for Flushed
+  std::string head_scratch_;
   bool closed_ = false;
   bool writing_ = false;
   bool reading_ = false;
@@ -451,6 +530,7 @@ Exchange::Exchange(Key, std::shared_ptr<Connection> conn, Request request, int w
       executor_(std::move(executor)) {}
 
 Exchange::~Exchange() {
+  detail::RecycleBodyBuffer(std::move(request_.body()));
   if (state_ == State::kDone || gone_) return;
   auto conn = conn_;
   if (!conn) return;
@@ -479,13 +559,13 @@ bool Exchange::Respond(int status, std::string body, std::string_view content_ty
   if (!conn || conn->closed()) return false;
   state_ = State::kDone;
   on_gone_ = nullptr;
-  std::string head = StatusHead(status, content_type, extra, conn->keep_alive());
-  head += "content-length: ";
-  head += std::to_string(body.size());
-  head += "\r\n\r\n";
+  std::string& head = conn->head_scratch();
+  head.clear();
+  AppendStatusHead(head, status, content_type, extra, conn->keep_alive());
+  AppendContentLength(head, body.size());
   if (conn->head_only()) body.clear();
-  conn->Enqueue(std::move(head), std::move(body), {}, true, {});
-  conn_.reset();  // done: do not pin the connection any longer
+  conn_.reset();  // done: do not pin the connection any longer (`conn` still does here)
+  if (!conn->WriteResponse(head, body)) conn->Enqueue(std::string(head), std::move(body), {}, true, {});
   return true;
 }
 
