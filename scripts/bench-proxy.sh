@@ -3,7 +3,7 @@
 # in front of the same backend (one `kvroute sim` replica, time scale 0, 1 output token).
 # Pinning: the proxy under test on CPU 0; backend and wrk share CPU 1 (a 2-core machine).
 #
-# Usage: [ROUNDS=5] [CASES="issue3 4k"] [SYSCALLS=1] [BASELINE=other/kvroute] \
+# Usage: [ROUNDS=5] [CASES="issue3 4k"] [SYSCALLS=1] [BASELINE=other/kvroute] [POLICY=kvroute] \
 #          scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
 # Every run is wrk (one thread) POSTing /v1/completions, non-streaming, 1 output token.
 # CASES picks what each round measures per target (direct, nginx, kvroute):
@@ -20,7 +20,9 @@
 # with kvroute/baseline ratios: before/after a change in the same rounds. Each 4 KB run also
 # records the share of the machine's CPU other processes took meanwhile ("foreign"); the
 # 4 KB medians use only the rounds where it stayed under FOREIGN_MAX percent (default 5) for
-# every target, when at least 3 rounds qualify. The load average is printed before and after:
+# every target, when at least 3 rounds qualify. POLICY is kvroute's scheduling policy
+# (default kvroute; round-robin parses the request but does no prefix hashing or scoring,
+# which separates the routing work from the proxying). The load average is printed before and after:
 # latency figures are only as good as the machine is quiet.
 set -euo pipefail
 
@@ -102,7 +104,7 @@ pool:
   endpoints:
     - {address: 127.0.0.1:$BACKEND_PORT, name: sim0}
 scheduling:
-  policy: kvroute
+  policy: ${POLICY:-kvroute}
 YAML
 taskset -c 0 "$KV" serve --config "$WORK/kvroute.yaml" >"$WORK/kvroute.log" 2>&1 &
 KVROUTE_PID=$!

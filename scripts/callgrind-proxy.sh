@@ -5,7 +5,7 @@
 # (`kvroute sim`, time scale 0, 1 output token) and with the same nginx configuration (plus
 # master_process off).
 #
-# Usage: scripts/callgrind-proxy.sh [BUILD_DIR] [REQUESTS] [CONNECTIONS] [PROMPT_BYTES]
+# Usage: [POLICY=kvroute] scripts/callgrind-proxy.sh [BUILD_DIR] [REQUESTS] [CONNECTIONS] [PROMPT_BYTES]
 #   defaults: build 2000 32 4096
 # Per target: the proxy under valgrind --tool=callgrind, 100 warm-up requests, counters
 # zeroed (callgrind_control -z), REQUESTS requests over CONNECTIONS keep-alive connections
@@ -14,8 +14,8 @@
 # with perf stat on the syscall tracepoints (strace -c -f if perf cannot; strace slows the
 # proxy enough to change how events batch): per request in total, the main ones, and
 # "blocked" (sched_switch: how often the proxy went to sleep waiting for work). kvroute runs
-# with threads 1, scrape_interval 5 s and staleness 30 s (a scrape or two fall into each
-# measurement). The load generator is Python, slower than the proxies: the syscall mix is
+# with threads 1, scrape_interval 5 s, staleness 30 s (a scrape or two fall into each
+# measurement) and scheduling policy $POLICY (default kvroute). The load generator is Python, slower than the proxies: the syscall mix is
 # that of a proxy waiting for its clients (bench-proxy.sh SYSCALLS=1 counts them under wrk).
 set -euo pipefail
 
@@ -95,7 +95,7 @@ pool:
   endpoints:
     - {address: 127.0.0.1:$BACKEND_PORT, name: sim0}
 scheduling:
-  policy: kvroute
+  policy: ${POLICY:-kvroute}
 YAML
 
 start_proxy() {  # target [wrapper...]: starts it, waits until it serves; sets PROXY_PID
