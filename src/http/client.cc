@@ -20,6 +20,8 @@
 
 namespace kvroute::http {
 
+using namespace std::string_view_literals;
+
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
@@ -501,29 +503,29 @@ UpstreamCall UpstreamClient::Start(std::string_view host, uint16_t port,
   h.append(method.data(), method.size());
   h.push_back(' ');
   h += request.target;
-  h += " HTTP/1.1\r\nhost: ";
+  h += " HTTP/1.1\r\nhost: "sv;
   h += s->slot->host_header;
-  h += "\r\n";
+  h += "\r\n"sv;
   if (request.headers) {
     for (const auto& [name, value] : *request.headers) {
       h += name;
-      h += ": ";
+      h += ": "sv;
       h += value;
-      h += "\r\n";
+      h += "\r\n"sv;
     }
   }
   if (!request.body.empty() || request.method == bhttp::verb::post ||
       request.method == bhttp::verb::put) {
     if (!request.body.empty() && !request.content_type.empty()) {
-      h += "content-type: ";
+      h += "content-type: "sv;
       h += request.content_type;
-      h += "\r\n";
+      h += "\r\n"sv;
     }
-    h += "content-length: ";
+    h += "content-length: "sv;
     h += std::to_string(request.body.size());
-    h += "\r\n";
+    h += "\r\n"sv;
   }
-  h += "\r\n";
+  h += "\r\n"sv;
 
   s->Begin();
   return UpstreamCall(std::move(s));

@@ -21,6 +21,8 @@
 
 namespace kvroute::http {
 
+using namespace std::string_view_literals;
+
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
@@ -36,24 +38,24 @@ constexpr std::string_view kLastChunk = "0\r\n\r\n";
 // appends framing headers and the blank line.
 void AppendStatusHead(std::string& head, int status, std::string_view content_type,
                       const Fields& extra, bool keep_alive) {
-  head += "HTTP/1.1 ";
+  head += "HTTP/1.1 "sv;
   head += std::to_string(status);
   head.push_back(' ');
   std::string_view reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
   head += reason.empty() ? std::string_view("Unknown") : reason;
   head += kCrlf;
   if (!content_type.empty()) {
-    head += "content-type: ";
+    head += "content-type: "sv;
     head += content_type;
     head += kCrlf;
   }
   for (const auto& [name, value] : extra) {
     head += name;
-    head += ": ";
+    head += ": "sv;
     head += value;
     head += kCrlf;
   }
-  if (!keep_alive) head += "connection: close\r\n";
+  if (!keep_alive) head += "connection: close\r\n"sv;
 }
 
 std::string StatusHead(int status, std::string_view content_type, const Fields& extra,
@@ -67,9 +69,9 @@ std::string StatusHead(int status, std::string_view content_type, const Fields& 
 void AppendContentLength(std::string& head, std::size_t n) {
   char digits[24];
   auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), n);
-  head += "content-length: ";
+  head += "content-length: "sv;
   head.append(digits, end);
-  head += "\r\n\r\n";
+  head += "\r\n\r\n"sv;
 }
 
 std::string ChunkSizeLine(std::size_t n) {
@@ -388,9 +390,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     in_response_ = true;
     std::string body = shared_->ErrorBody(status, message);
     std::string head = StatusHead(status, "application/json", {}, false);
-    head += "content-length: ";
+    head += "content-length: "sv;
     head += std::to_string(body.size());
-    head += "\r\n\r\n";
+    head += "\r\n\r\n"sv;
     Enqueue(std::move(head), std::move(body), {}, true, {});
   }
 
@@ -580,7 +582,7 @@ bool Exchange::BeginStream(int status, std::string_view content_type, const Fiel
   if (!conn || conn->closed()) return false;
   state_ = State::kStreaming;
   std::string head = StatusHead(status, content_type, extra, conn->keep_alive() && conn->chunked());
-  if (conn->chunked()) head += "transfer-encoding: chunked\r\n";
+  if (conn->chunked()) head += "transfer-encoding: chunked\r\n"sv;
   head += kCrlf;
   conn->Enqueue(std::move(head), {}, {}, false, {});
   return true;
