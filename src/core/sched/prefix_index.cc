@@ -22,8 +22,11 @@ void HashPromptBlocks(std::string_view model, std::string_view cache_salt,
   XXH64_update(&st, cache_salt.data(), cache_salt.size());
   uint64_t h = XXH64_digest(&st);
   const char* p = prompt.data();
+  // XXH3 per block: for 64-byte inputs it costs about a third of XXH64 (whose per-call
+  // set-up and finalisation dominate at this size): 4 KB prompt, callgrind, 10.0k -> see
+  // docs/BENCHMARKS.md "Routing core" for the figure.
   for (size_t i = 0; i < n; ++i, p += block_chars) {
-    h = XXH64(p, block_chars, h);
+    h = XXH3_64bits_withSeed(p, block_chars, h);
     out.push_back(h);
   }
 }

@@ -12,8 +12,9 @@
 namespace kvroute::sched {
 
 // Cuts a prompt into fixed-size character blocks (trailing partial block dropped) and
-// chains their xxh64 hashes: h0 = XXH64(model + cache_salt, seed 0),
-// h_i = XXH64(block_i, seed = h_{i-1}) for i = 1..n. The chain makes a block's hash depend
+// chains their hashes: h0 = XXH64(model + cache_salt, seed 0),
+// h_i = XXH3_64bits(block_i, seed = h_{i-1}) for i = 1..n (GIE chains xxh64 the same way;
+// the hashes stay inside kvroute, so the faster XXH3 is used per block). The chain makes a block's hash depend
 // on everything before it, so equal hashes mean equal prefixes.
 // Appends at most `max_blocks` hashes (h_1..h_n, not h0) to `out` after clearing it.
 void HashPromptBlocks(std::string_view model, std::string_view cache_salt,

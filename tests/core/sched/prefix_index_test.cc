@@ -15,8 +15,8 @@ TEST(HashPromptBlocks, ChainsXxh64SeededByModelAndSalt) {
   ASSERT_EQ(h.size(), 2u);  // "abcd", "efgh"; the partial "-" is dropped
   const std::string seed_text = "llamasalt";
   const uint64_t h0 = XXH64(seed_text.data(), seed_text.size(), 0);
-  const uint64_t h1 = XXH64("abcd", 4, h0);
-  const uint64_t h2 = XXH64("efgh", 4, h1);
+  const uint64_t h1 = XXH3_64bits_withSeed("abcd", 4, h0);
+  const uint64_t h2 = XXH3_64bits_withSeed("efgh", 4, h1);
   EXPECT_EQ(h[0], h1);
   EXPECT_EQ(h[1], h2);
 }
