@@ -28,12 +28,6 @@ void PrefixCacheScorer::Score(const PickContext& ctx, std::span<const uint32_t> 
   }
 }
 
-int64_t PrefixCacheScorer::CachedPromptChars(const PendingRequest& req,
-                                             uint32_t endpoint_id) const {
-  const std::vector<uint64_t>& hashes = req.hashes[index()];
-  return static_cast<int64_t>(index_.MatchOne(hashes, endpoint_id) * p_.block_chars);
-}
-
 void PrefixCacheScorer::AdoptStateFrom(Plugin& previous) {
   // Same type() as this one (the scheduler matched them), so the same class.
   auto& prev = static_cast<PrefixCacheScorer&>(previous);
@@ -54,10 +48,12 @@ size_t PrefixCacheScorer::CapacityFor(const EndpointState& e) const {
   return kDefaultCapacity;
 }
 
-void PrefixCacheScorer::OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
-                                     double now_s) {
+int64_t PrefixCacheScorer::OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
+                                        double now_s) {
   const std::vector<uint64_t>& hashes = req.hashes[index()];
-  if (!hashes.empty()) index_.Record(hashes, endpoint.id, CapacityFor(endpoint), now_s);
+  if (hashes.empty()) return 0;
+  const size_t held = index_.Record(hashes, endpoint.id, CapacityFor(endpoint), now_s);
+  return static_cast<int64_t>(held * p_.block_chars);
 }
 
 // ---- load scorers ----

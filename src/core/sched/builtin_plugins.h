@@ -25,9 +25,10 @@ class PrefixCacheScorer : public Scorer {
 
   void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
              std::span<double> out) override;
-  int64_t CachedPromptChars(const PendingRequest& req, uint32_t endpoint_id) const override;
-  void OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
-                    double now_s) override;
+  // Records the chain under the endpoint; returns the characters of its leading blocks
+  // that were already recorded there.
+  int64_t OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
+                       double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override { index_.RemoveEndpoint(endpoint_id); }
   // Takes the previous scorer's index when it hashed the same way (block_chars and
   // max_blocks equal); a new LRU capacity applies from the next dispatch.

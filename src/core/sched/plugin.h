@@ -75,13 +75,12 @@ class Plugin {
   size_t index() const { return index_; }
 
   // Lifecycle hooks; default no-op. `endpoint` is the state last seen in a Pick.
-  // Before OnDispatched the scheduler may ask how many prompt characters the endpoint
-  // probably has cached (for in-flight block estimates); -1 means "no opinion".
-  virtual int64_t CachedPromptChars(const PendingRequest& req, uint32_t endpoint_id) const {
+  // OnDispatched returns how many prompt characters the endpoint probably had cached
+  // before this request (for in-flight block estimates), or -1 for "no opinion".
+  virtual int64_t OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
+                               double now_s) {
     return -1;
   }
-  virtual void OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
-                            double now_s) {}
   virtual void OnEndpointRemoved(uint32_t endpoint_id) {}
   // Reload: takes the learned state of `previous`, a plugin of the same type() from the
   // scheduler being replaced, when its parameters make that state valid here. Default:

@@ -176,15 +176,17 @@ size_t ApproxPrefixIndex::MatchOne(std::span<const uint64_t> hashes, uint32_t en
   return i;
 }
 
-void ApproxPrefixIndex::Record(std::span<const uint64_t> hashes, uint32_t endpoint_id,
-                               size_t capacity, double now_s) {
+size_t ApproxPrefixIndex::Record(std::span<const uint64_t> hashes, uint32_t endpoint_id,
+                                 size_t capacity, double now_s) {
   LruOf(endpoint_id);
+  size_t held = hashes.size();  // the lowest index found missing, walking from the tail
   for (size_t k = hashes.size(); k-- > 0;) {
     const uint64_t h = hashes[k];
     uint32_t e = FindEntry(h, endpoint_id);
     if (e != kNil) {
       Unlink(e);
     } else {
+      held = k;
       if (!free_.empty()) {
         e = free_.back();
         free_.pop_back();
@@ -203,6 +205,7 @@ void ApproxPrefixIndex::Record(std::span<const uint64_t> hashes, uint32_t endpoi
   }
   Lru& l = lru_[endpoint_id];
   while (l.size > capacity && l.head != kNil) EraseEntry(l.head);
+  return held;
 }
 
 void ApproxPrefixIndex::ExpireBefore(double cutoff_s) {

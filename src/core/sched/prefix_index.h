@@ -42,8 +42,9 @@ class ApproxPrefixIndex {
   // marks them most recently used, the first block last so that a chain is evicted tail
   // first (as vLLM does): its shared head stays longest. Then evicts down to `capacity`.
   // `now_s` stamps the entries for ExpireBefore; pass non-decreasing times (or 0 when no
-  // expiry is used).
-  void Record(std::span<const uint64_t> hashes, uint32_t endpoint_id, size_t capacity,
+  // expiry is used). Returns how many leading hashes the endpoint held before the call
+  // (what MatchOne would have returned).
+  size_t Record(std::span<const uint64_t> hashes, uint32_t endpoint_id, size_t capacity,
               double now_s = 0.0);
 
   // Drops every entry last recorded before `cutoff_s` (a TTL, as Dynamo's approximate

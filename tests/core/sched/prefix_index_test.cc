@@ -36,6 +36,17 @@ TEST(HashPromptBlocks, EqualHashesMeanEqualPrefixes) {
   EXPECT_NE(a[1], b[1]);  // same block text, different history
 }
 
+TEST(ApproxPrefixIndex, RecordReturnsTheLeadingBlocksHeldBefore) {
+  ApproxPrefixIndex idx;
+  std::vector<uint64_t> chain{11, 12, 13, 14};
+  EXPECT_EQ(idx.Record(std::span(chain).first(2), 0, 100), 0u);
+  EXPECT_EQ(idx.Record(chain, 0, 100), 2u);
+  EXPECT_EQ(idx.Record(chain, 0, 100), 4u);
+  EXPECT_EQ(idx.Record(chain, 1, 100), 0u);
+  std::vector<uint64_t> holed{11, 99, 13, 14};  // 13 and 14 held, 99 not: leading run is 1
+  EXPECT_EQ(idx.Record(holed, 0, 100), 1u);
+}
+
 TEST(ApproxPrefixIndex, MatchCountsLeadingBlocksPerEndpoint) {
   ApproxPrefixIndex idx;
   std::vector<uint64_t> chain{11, 12, 13, 14};
