@@ -4,7 +4,7 @@
 # Pinning: the proxy under test on CPU 0; backend and wrk share CPU 1 (a 2-core machine).
 #
 # Usage: [ROUNDS=5] [CASES="issue3 4k"] [SYSCALLS=1] [BASELINE=other/kvroute] [POLICY=kvroute] \
-#          scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
+#          [WAIT_QUIET=seconds] [FOREIGN_MAX=5] scripts/bench-proxy.sh [BUILD_DIR] [DURATION_S]
 # Every run is wrk (one thread) POSTing /v1/completions, non-streaming, 1 output token.
 # CASES picks what each round measures per target (direct, nginx, kvroute):
 #   issue3  p50/p99 at 1 connection, max req/s at 32 connections and the proxy's CPU time
@@ -22,7 +22,8 @@
 # 4 KB medians use only the rounds where it stayed under FOREIGN_MAX percent (default 5) for
 # every target, when at least 3 rounds qualify. POLICY is kvroute's scheduling policy
 # (default kvroute; round-robin parses the request but does no prefix hashing or scoring,
-# which separates the routing work from the proxying). The load average is printed before and after:
+# which separates the routing work from the proxying). WAIT_QUIET=S delays each round (up to
+# S seconds) until the machine has been idle for 2 s. The load average is printed before and after:
 # latency figures are only as good as the machine is quiet.
 set -euo pipefail
 
@@ -211,7 +212,19 @@ COLS=(p50_us p99_us max_rps cpu_us/req large_p50_us large_cpu_us/req
   4k_c32_rps 4k_c32_p50_us 4k_c32_p99_us 4k_c32_cpu_us/req 4k_c4_rps 4k_c4_p50_us 4k_c4_p99_us
   4k_c32_foreign% 4k_c4_foreign%)
 printf "%-6s %-8s" round target; printf " %s" "${COLS[@]}"; echo
+# WAIT_QUIET=S: before each round, wait (up to S seconds) until the machine has been idle
+# for 2 s (under 5% busy; our own processes are idle between rounds).
+wait_quiet() {
+  local deadline=$((SECONDS + ${WAIT_QUIET:-0})) b0 b1
+  while :; do
+    b0=$(busy); sleep 2; b1=$(busy)
+    awk -v b=$((b1 - b0)) -v t="$TCK" -v n="$NCPU" 'BEGIN {exit !(b * 100 / (2 * t * n) < 5)}' && return 0
+    [ "$SECONDS" -ge "$deadline" ] && return 0
+    sleep 5
+  done
+}
 for r in $(seq "$ROUNDS"); do
+  [ -n "${WAIT_QUIET:-}" ] && wait_quiet
   for t in "${TARGETS[@]}"; do
     target_port_pid "$t"
     row=("$r" "$t")
