@@ -225,7 +225,11 @@ wait_quiet() {
 }
 for r in $(seq "$ROUNDS"); do
   [ -n "${WAIT_QUIET:-}" ] && wait_quiet
-  for t in "${TARGETS[@]}"; do
+  # direct first, then the proxies in an order rotated every round, so that a drift over a
+  # round (the host's, which the guest cannot see) does not always favour the same one.
+  order=(direct)
+  for ((i = 0; i < ${#PROXIES[@]}; i++)); do order+=("${PROXIES[(i + r) % ${#PROXIES[@]}]}"); done
+  for t in "${order[@]}"; do
     target_port_pid "$t"
     row=("$r" "$t")
     if has issue3; then
@@ -268,7 +272,8 @@ rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
 by = {}
 for r in rows:
     by.setdefault(r[1], {})[int(r[0])] = [float(x) for x in r[2:]]
-targets = list(by)  # in the order measured: direct, nginx, [baseline,] kvroute
+order = ["direct", "nginx", "baseline", "kvroute"]
+targets = [t for t in order if t in by]
 proxies = [t for t in targets if t != "direct"]
 med = lambda xs: statistics.median(xs)
 ratio = lambda a, b: a / b if b else float("nan")
@@ -316,6 +321,14 @@ if not math.isnan(col("direct", 6)):
             print("%s/%s at %d connections: req/s %.2f, added p50 %.2f, added p99 %.2f%s"
                   % (k, n, conns, ratio(col(k, ir), col(n, ir)), ratio(a[k][0], a[n][0]),
                      ratio(a[k][1], a[n][1]), extra))
+            # Paired: the ratio within each round (the two ran seconds apart), then the median
+            # and the middle half of those ratios. Less exposed to slow drifts than the above.
+            def paired(i):
+                xs = sorted(ratio(by[k][r][i], by[n][r][i]) for r in by[k])
+                q = lambda f: xs[min(len(xs) - 1, int(f * len(xs)))]
+                return "%.2f (%.2f-%.2f)" % (med(xs), q(0.25), q(0.75))
+            print("  paired per round, median (interquartile): req/s %s%s"
+                  % (paired(ir), ", CPU/request %s" % paired(9) if conns == 32 else ""))
 PY
 # Syscalls per request of each proxy under wrk (4 KB prompt, 32 connections), counted on the
 # syscall tracepoints with perf stat in one more run per target (not during the timed runs).
