@@ -7,7 +7,8 @@ Opens CONNECTIONS keep-alive connections and sends REQUESTS POST /v1/completions
 (each connection one request at a time, the next sent when its response is complete), the
 same non-streaming body as scripts/bench-proxy.sh with a PROMPT_BYTES-byte prompt. Exits
 non-zero if any response is not a 200. Unlike wrk it sends an exact number of requests,
-so counters divided by REQUESTS are per request.
+so counters divided by REQUESTS are per request. A connection the server closes after a
+response (Connection: close, e.g. nginx after keepalive_requests) is opened again.
 """
 import selectors
 import socket
@@ -31,19 +32,26 @@ class Conn:
         self.buf = b""
 
     def response_done(self):
-        """Returns the status once a whole response is buffered, else None."""
+        """Returns the status once a whole response is buffered, else None. Sets
+        self.closing when the server announced it closes the connection after it."""
         end = self.buf.find(b"\r\n\r\n")
         if end < 0:
             return None
         head = self.buf[:end].decode("latin-1").split("\r\n")
         status = int(head[0].split()[1])
         fields = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:])}
+        self.closing = fields.get("connection", "").lower() == "close"
         rest = self.buf[end + 4:]
         if "content-length" in fields:
             return status if len(rest) >= int(fields["content-length"]) else None
         if fields.get("transfer-encoding", "").lower() == "chunked":
             return status if rest.endswith(b"0\r\n\r\n") else None
         raise SystemExit("response without length: %r" % head)
+
+    def reconnect(self, addr):
+        self.sock.close()
+        self.sock = socket.create_connection(addr)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def main():
@@ -74,6 +82,10 @@ def main():
             if status != 200:
                 raise SystemExit("status %d: %r" % (status, c.buf[:300]))
             done += 1
+            if c.closing:  # e.g. nginx after keepalive_requests (1000) on one connection
+                sel.unregister(c.sock)
+                c.reconnect((host, int(port)))
+                sel.register(c.sock, selectors.EVENT_READ, c)
             if sent < total:
                 c.send()
                 sent += 1
