@@ -15,6 +15,10 @@ PACKAGES=(
   libbenchmark-dev          # Google Benchmark micro-benchmarks
   nginx-light               # reference reverse proxy for the overhead benchmark
   wrk                       # HTTP load generator for side-by-side proxy benchmarks
+  # Benchmark scripts only (scripts/bench-proxy.sh, scripts/callgrind-proxy.sh):
+  valgrind                  # callgrind instruction counts per request
+  strace linux-perf         # syscall counts per request
+  python3                   # scripts/proxy_load.py: exact request counts over keep-alive
 )
 
 missing=()
