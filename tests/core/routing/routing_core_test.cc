@@ -462,7 +462,8 @@ TEST(RoutingCore, PickTimerFeedsTheSchedulingHistogram) {
 
 // Picks from two threads while a third feeds scrapes, a fourth renders /metrics and a
 // fifth reloads with alternating weights: every request is counted once, every handle is
-// released (nothing left in flight), and no pick fails. (Run under ASan by make test-asan.)
+// released (nothing left in flight), and no pick fails. make test-asan and make test-tsan
+// run it under AddressSanitizer and ThreadSanitizer.
 TEST(RoutingCore, ConcurrentPicksScrapesRenderingAndReloads) {
   RoutingCore core;
   CoreOptions o = Options();
