@@ -11,7 +11,8 @@
 #           per request during that run (the backend's for direct), p50 and CPU/request at
 #           1 connection with a 220 KB prompt (small prompt otherwise).
 #   4k      the issue 7 case: a 4,096-byte prompt at 32 connections (req/s, p50, p99, CPU
-#           per request) and at 4 connections (req/s, p50, p99).
+#           per request, and how busy CPU 1 was: near 100% the backend and wrk, not the
+#           proxy, set the rate) and at 4 connections (req/s, p50, p99).
 # Then the medians over rounds, the added latency (proxied minus direct, per round, then
 # median) and the kvroute/nginx ratios. SYSCALLS=1 adds one run per proxy (4 KB prompt, 32
 # connections) under `perf stat` on the syscall tracepoints: syscalls per request, by kind,
@@ -174,16 +175,22 @@ children_ticks() {  # needs `times >"$WORK/times"` in the current shell first
 }
 # Runs wrk like run() and sets FOREIGN: the percentage of the machine's CPU time during the run
 # spent by anything but the proxy ($6), the backend and wrk.
+# Also sets CPU1: how busy CPU 1 (backend and wrk) was, in percent. Near 100, the load
+# generator's side is the limit and requests/s says little about the proxy on CPU 0.
+cpu_busy() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 foreign_run() {  # name port script conns out proxy_pid
-  local b0 b1 p0 p1 s0 s1 c0 c1 e0 e1
+  local b0 b1 p0 p1 s0 s1 c0 c1 e0 e1 u0 u1
   times >"$WORK/times"; c0=$(children_ticks); b0=$(busy); p0=$(ticks "$6"); s0=$(ticks "$SIM_PID")
+  u0=$(cpu_busy 1)
   e0=$(date +%s%N)
   run "$1" "$2" "$3" "$4" "$5"
   e1=$(date +%s%N)
   times >"$WORK/times"; c1=$(children_ticks); b1=$(busy); p1=$(ticks "$6"); s1=$(ticks "$SIM_PID")
+  u1=$(cpu_busy 1)
   if [ "$6" = "$SIM_PID" ]; then p1=$p0; fi
   FOREIGN=$(awk -v b=$((b1 - b0)) -v o=$((p1 - p0 + s1 - s0 + c1 - c0)) -v e=$((e1 - e0)) \
     -v t="$TCK" -v n="$NCPU" 'BEGIN {f = (b - o) * 100 / (e / 1e9 * t * n); printf "%.1f", f < 0 ? 0 : f}')
+  CPU1=$(awk -v u=$((u1 - u0)) -v e=$((e1 - e0)) -v t="$TCK" 'BEGIN {printf "%.0f", u * 100 / (e / 1e9 * t)}')
 }
 
 target_port_pid() {  # sets port and pid (whose CPU time is measured) of target $1
@@ -210,7 +217,7 @@ RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
 COLS=(p50_us p99_us max_rps cpu_us/req large_p50_us large_cpu_us/req
   4k_c32_rps 4k_c32_p50_us 4k_c32_p99_us 4k_c32_cpu_us/req 4k_c4_rps 4k_c4_p50_us 4k_c4_p99_us
-  4k_c32_foreign% 4k_c4_foreign%)
+  4k_c32_foreign% 4k_c4_foreign% 4k_c32_cpu1%)
 printf "%-6s %-8s" round target; printf " %s" "${COLS[@]}"; echo
 # WAIT_QUIET=S: before each round, wait (up to S seconds) until the machine has been idle
 # for 2 s (under 5% busy; our own processes are idle between rounds).
@@ -250,14 +257,14 @@ for r in $(seq "$ROUNDS"); do
       t0=$(ticks "$pid")
       foreign_run "$t" "$port" "$WORK/4k.lua" 32 "$WORK/$t-4k-c32-$r.txt" "$pid"
       t1=$(ticks "$pid")
-      f32_foreign=$FOREIGN
+      f32_foreign=$FOREIGN f32_cpu1=$CPU1
       foreign_run "$t" "$port" "$WORK/4k.lua" 4 "$WORK/$t-4k-c4-$r.txt" "$pid"
       f32="$WORK/$t-4k-c32-$r.txt" f4="$WORK/$t-4k-c4-$r.txt"
       row+=("$(rps "$f32")" "$(pct "$f32" 50%)" "$(pct "$f32" 99%)"
         "$(cpu_per_req "$pid" "$f32" "$t0" "$t1")" "$(rps "$f4")" "$(pct "$f4" 50%)" "$(pct "$f4" 99%)"
-        "$f32_foreign" "$FOREIGN")
+        "$f32_foreign" "$FOREIGN" "$f32_cpu1")
     else
-      row+=(nan nan nan nan nan nan nan nan nan)
+      row+=(nan nan nan nan nan nan nan nan nan nan)
     fi
     printf "%-6s %-8s" "${row[0]}" "${row[1]}"; printf " %s" "${row[@]:2}"; echo
     (IFS=$'\t'; echo "${row[*]}") >>"$RESULTS"
@@ -311,7 +318,7 @@ if not math.isnan(col("direct", 6)):
         print("(fewer than 3: using every round; the figures below include the neighbours' load)")
     for conns, (ir, i50, i99) in ((32, (6, 7, 8)), (4, (10, 11, 12))):
         cols = [("req/s", ir), ("p50_us", i50), ("p99_us", i99)] + ([("cpu_us/req", 9)] if conns == 32 else []) \
-            + [("foreign%", 13 if conns == 32 else 14)]
+            + [("foreign%", 13 if conns == 32 else 14)] + ([("cpu1_busy%", 15)] if conns == 32 else [])
         table("4 KB prompt, %d connections (issue 7)" % conns, cols)
         a = {t: (added(t, i50), added(t, i99)) for t in proxies}
         for t in proxies:
