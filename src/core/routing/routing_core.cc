@@ -127,7 +127,6 @@ struct RoutingCore::SchedState {
   std::atomic<uint64_t> seen_epoch{~uint64_t{0}};
   std::atomic<double> next_change{-kInf};  // a full health pass is due once now passes it
   uint64_t generation = 0;  // bumped by every Configure
-  std::size_t normal_count = 0;
   std::vector<uint32_t> changed;  // reused by SyncLocked
   // Per scorer row of the current scheduler: its summary, and whether it is a prefix role.
   std::vector<std::pair<ScoreSummary*, bool>> score_slots;
@@ -457,7 +456,6 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
     }
     s.verdicts[id] = v;
   }
-  s.normal_count = normal;
   s.next_change.store(next, std::memory_order_relaxed);
   for (uint32_t id = 0; id < n; ++id) {
     sched::EndpointState& st = s.states[id];
