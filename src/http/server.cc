@@ -125,13 +125,32 @@ std::string DefaultErrorBody(int status, std::string_view message) {
   return api::ErrorBody(api::MakeError(status, std::string(message)));
 }
 
-// Settings every connection of one server shares (immutable after Listen).
+std::string_view RejectReasonName(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kHeaderTooLarge: return "header_too_large";
+    case RejectReason::kTooManyHeaders: return "too_many_headers";
+    case RejectReason::kBodyTooLarge: return "body_too_large";
+    case RejectReason::kRequestTimeout: return "request_timeout";
+    case RejectReason::kBadRequest: return "bad_request";
+  }
+  return "unknown";
+}
+
+// Settings every connection of one server shares (immutable after Listen), and the
+// counters they all write (atomics: connections of several threads share them).
 struct ServerShared {
+  // A constructor, not aggregate init: make_shared's parenthesised aggregate init is
+  // C++20 that clang 14 lacks (the fuzz build), and the atomics forbid a moved temporary.
+  ServerShared(ServerOptions o, Handler h) : options(std::move(o)), handler(std::move(h)) {}
   ServerOptions options;
   Handler handler;
+  mutable ServerStats stats;
   std::string ErrorBody(int status, std::string_view message) const {
     return options.error_body ? options.error_body(status, message)
                               : DefaultErrorBody(status, message);
+  }
+  void Count(RejectReason r) const {
+    stats.requests_rejected[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
   }
 };
 
@@ -153,6 +172,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
         worker_(worker),
         read_timer_(socket_.get_executor(), &Connection::OnReadTimeout),
         write_timer_(socket_.get_executor(), &Connection::OnWriteTimeout) {}
+  // The acceptor counted this connection open; a socket never closed by Close() (its
+  // context ended first) is closed here.
+  ~Connection() {
+    if (!closed_) shared_->stats.open_connections.fetch_sub(1, std::memory_order_relaxed);
+  }
 
   void Start() {
     error_code ignored;
@@ -217,6 +241,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Close() {
     if (closed_) return;
     closed_ = true;
+    shared_->stats.open_connections.fetch_sub(1, std::memory_order_relaxed);
     error_code ignored;
     read_timer_.Cancel();
     write_timer_.Cancel();
@@ -240,7 +265,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::function<void(bool)> done;
   };
 
-  static void OnReadTimeout(void* p) { static_cast<Connection*>(p)->Close(); }
+  static void OnReadTimeout(void* p) { static_cast<Connection*>(p)->ReadTimedOut(); }
+
+  // The read deadline passed: a slow sender (part of a request read) is told so; an idle
+  // connection, or one lingering after its last response, just closed.
+  void ReadTimedOut() {
+    if (closed_) return;
+    if (!lingering_ && !in_response_ && request_bytes_seen_) {
+      return Reject(RejectReason::kRequestTimeout, 408,
+                    "Request not received within " +
+                        std::to_string(shared_->options.read_timeout.count()) + " ms.");
+    }
+    if (!lingering_) shared_->stats.idle_closed.fetch_add(1, std::memory_order_relaxed);
+    Close();
+  }
+
+  // First bytes of a request on a kept-alive connection: from now on it has read_timeout
+  // to arrive whole (on a new connection that clock started at the accept).
+  void OnRequestBytes() {
+    request_bytes_seen_ = true;
+    if (requests_ > 0) {
+      read_timer_.Set(LazyTimer::Clock::now() + shared_->options.read_timeout, this);
+    }
+  }
   static void OnWriteTimeout(void* p) { static_cast<Connection*>(p)->Close(); }
 
   // Waits for the next request (a kept-alive connection, or a new one).
@@ -252,8 +299,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->body_limit(shared_->options.max_body_bytes);
     parser_->eager(true);
     header_checked_ = false;
-    read_timer_.Set(LazyTimer::Clock::now() + shared_->options.read_timeout, this);
-    if (buffer_.size() > 0) return Parse();  // pipelined bytes
+    request_bytes_seen_ = false;
+    // A new connection has read_timeout for its first request from the accept; a
+    // kept-alive one may idle for keepalive_idle, then read_timeout once bytes come.
+    const ServerOptions& o = shared_->options;
+    read_timer_.Set(LazyTimer::Clock::now() + (requests_ == 0 ? o.read_timeout : o.keepalive_idle),
+                    this);
+    if (buffer_.size() > 0) {  // pipelined bytes
+      OnRequestBytes();
+      return Parse();
+    }
     Read();
   }
 
@@ -292,6 +347,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     buffer_.commit(n);
     if (in_response_) return Read();  // keep watching; the bytes wait for their turn
+    if (!request_bytes_seen_ && n > 0) OnRequestBytes();
     Parse();
   }
 
@@ -328,7 +384,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::size_t count = 0;
     for (auto it = req.begin(); it != req.end(); ++it) ++count;
     if (count > shared_->options.max_header_count) {
-      SendError(431, "Too many request header fields.");
+      Reject(RejectReason::kTooManyHeaders, 431, "Too many request header fields.");
       return false;
     }
     if (!parser_->is_done() && buffer_.size() == 0) {
@@ -345,22 +401,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void FailRead(error_code ec) {
     if (closed_) return;
     if (ec == bhttp::error::body_limit) {
-      return SendError(413, "Request body exceeds the limit of " +
-                                std::to_string(shared_->options.max_body_bytes) + " bytes.");
+      return Reject(RejectReason::kBodyTooLarge, 413,
+                    "Request body exceeds the limit of " +
+                        std::to_string(shared_->options.max_body_bytes) + " bytes.");
     }
     if (ec == bhttp::error::header_limit) {
-      return SendError(431, "Request header fields too large.");
+      return Reject(RejectReason::kHeaderTooLarge, 431, "Request header fields too large.");
     }
     if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
         ec == asio::error::eof || ec == asio::error::connection_reset ||
         ec == asio::error::operation_aborted || ec.category() == asio::error::get_system_category()) {
       return Close();
     }
-    SendError(400, "Malformed HTTP request.");
+    Reject(RejectReason::kBadRequest, 400, "Malformed HTTP request.");
   }
 
   void OnRequest() {
     read_timer_.Clear();
+    ++requests_;
     keep_alive_ = parser_->get().keep_alive();
     chunked_ = parser_->get().version() >= 11;
     head_only_ = parser_->get().method() == bhttp::verb::head;
@@ -380,6 +438,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } catch (...) {
       ex->RespondError(500, "internal error");
     }
+  }
+
+  void Reject(RejectReason reason, int status, std::string message) {
+    shared_->Count(reason);
+    SendError(status, std::move(message));
   }
 
   void SendError(int status, std::string message) {
@@ -515,6 +578,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool reading_ = false;
   bool header_checked_ = false;
+  bool request_bytes_seen_ = false;  // bytes of the request being read have arrived
+  uint64_t requests_ = 0;            // requests dispatched on this connection
   bool in_response_ = false;
   bool keep_alive_ = true;
   bool chunked_ = true;
@@ -624,7 +689,29 @@ bool Exchange::EndStream() {
   return true;
 }
 
+void Exchange::Abort() {
+  if (state_ == State::kDone || gone_) return;
+  state_ = State::kDone;
+  on_gone_ = nullptr;
+  auto conn = std::move(conn_);
+  if (conn) conn->Close();
+}
+
 // ---- Server ----
+
+namespace {
+// Accept failures that concern one pending connection (it was reset before we took it,
+// or a firewall refused it): the next one can be taken at once. Any other failure (out
+// of descriptors or memory) would fail again immediately: back off instead of spinning.
+bool IsPerConnectionAcceptError(const error_code& ec) {
+  return ec == asio::error::connection_aborted || ec == asio::error::connection_reset ||
+         ec == asio::error::interrupted || ec == asio::error::try_again ||
+         ec == asio::error::would_block ||
+         ec == error_code(EPROTO, asio::error::get_system_category()) ||
+         ec == error_code(EPERM, asio::error::get_system_category());
+}
+constexpr std::chrono::milliseconds kAcceptBackoff{50};
+}  // namespace
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::vector<asio::io_context*> contexts;
@@ -632,31 +719,82 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
   std::size_t next = 0;
+  std::string over_limit_response;  // the whole 503, built once
+  uint64_t failing_accepts = 0;     // consecutive accept failures (a burst), acceptor thread
 
   Impl(std::vector<asio::io_context*> ctxs, ServerOptions options, Handler handler)
       : contexts(std::move(ctxs)),
-        shared(std::make_shared<ServerShared>(ServerShared{std::move(options), std::move(handler)})),
+        shared(std::make_shared<ServerShared>(std::move(options), std::move(handler))),
         acceptor(*contexts[0]),
-        retry_timer(*contexts[0]) {}
+        retry_timer(*contexts[0]) {
+    std::string body = shared->ErrorBody(
+        503, "Too many connections: the server's limit of " +
+                 std::to_string(shared->options.max_connections) + " is reached; retry later.");
+    over_limit_response = StatusHead(503, "application/json", {}, false);
+    AppendContentLength(over_limit_response, body.size());
+    over_limit_response += body;
+  }
+
+  void Log(const std::string& line) const {
+    if (shared->options.log) shared->options.log(line);
+  }
 
   void Accept() {
     std::size_t idx = next++ % contexts.size();
     acceptor.async_accept(*contexts[idx], [self = shared_from_this(), idx](
                                               error_code ec, Connection::Socket socket) {
       if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
-      if (ec) {
-        // Out of descriptors and the like: back off briefly instead of spinning.
-        self->retry_timer.expires_after(std::chrono::milliseconds(50));
-        self->retry_timer.async_wait([self](error_code ec) {
-          if (!ec && self->acceptor.is_open()) self->Accept();
-        });
-        return;
+      if (ec) return self->OnAcceptError(ec);
+      if (self->failing_accepts > 0) {
+        self->Log("accepting connections again after " + std::to_string(self->failing_accepts) +
+                  " failed accepts");
+        self->failing_accepts = 0;
       }
+      ServerStats& stats = self->shared->stats;
+      const std::size_t limit = self->shared->options.max_connections;
+      // Only this thread increments, so the check cannot overshoot; closes elsewhere
+      // only make it conservative.
+      if (limit > 0 && stats.open_connections.load(std::memory_order_relaxed) >=
+                           static_cast<int64_t>(limit)) {
+        stats.connections_rejected.fetch_add(1, std::memory_order_relaxed);
+        self->RejectOverLimit(socket);
+        return self->Accept();
+      }
+      stats.open_connections.fetch_add(1, std::memory_order_relaxed);
+      stats.connections_accepted.fetch_add(1, std::memory_order_relaxed);
       auto conn = std::make_shared<Connection>(std::move(socket), self->shared,
                                                static_cast<int>(idx));
       asio::post(*self->contexts[idx], [conn] { conn->Start(); });
       self->Accept();
     });
+  }
+
+  void OnAcceptError(const error_code& ec) {
+    shared->stats.accept_errors.fetch_add(1, std::memory_order_relaxed);
+    if (IsPerConnectionAcceptError(ec)) return Accept();
+    if (failing_accepts++ == 0) {
+      Log("accept failed (" + ec.message() + "); retrying every " +
+          std::to_string(kAcceptBackoff.count()) + " ms until it succeeds (logged once per burst)");
+    }
+    retry_timer.expires_after(kAcceptBackoff);
+    retry_timer.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec && self->acceptor.is_open()) self->Accept();
+    });
+  }
+
+  // Over max_connections: the 503 goes out at once, without waiting for the request (a
+  // connection not served costs no read, timer or memory), then the socket is closed.
+  // Bytes the client already sent are drained first, so that closing does not turn into
+  // a reset that could discard the 503 before the client reads it. Non-blocking
+  // throughout; a client whose socket cannot take ~200 bytes just loses the body.
+  void RejectOverLimit(Connection::Socket& socket) {
+    error_code ec;
+    socket.non_blocking(true, ec);
+    std::array<char, 4096> sink;
+    for (int i = 0; i < 16 && !ec; ++i) socket.read_some(asio::buffer(sink), ec);
+    socket.write_some(asio::buffer(over_limit_response), ec);
+    socket.shutdown(tcp::socket::shutdown_send, ec);
+    socket.close(ec);
   }
 };
 
@@ -665,6 +803,8 @@ Server::Server(std::vector<boost::asio::io_context*> contexts, ServerOptions opt
     : impl_(std::make_shared<Impl>(std::move(contexts), std::move(options), std::move(handler))) {}
 
 Server::~Server() { StopAccepting(); }
+
+const ServerStats& Server::stats() const { return impl_->shared->stats; }
 
 std::string Server::Listen() {
   const ServerOptions& o = impl_->shared->options;

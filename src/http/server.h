@@ -1,6 +1,7 @@
 // An HTTP/1.1 server for the simulator and the router: keep-alive, in-order pipelining,
-// request limits, complete and streamed (chunked, flushed per chunk) responses, and
-// notification when the client goes away mid-response.
+// hard limits (open connections, header bytes and count, body bytes, time to receive a
+// request, keep-alive idle time), complete and streamed (chunked, flushed per chunk)
+// responses, and notification when the client goes away mid-response.
 //
 // Threads: the server runs on io_contexts it is given (see IoPool). The acceptor lives
 // on the first context; accepted connections are handed to the contexts round-robin
@@ -10,10 +11,11 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/beast/http/message.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/optional.hpp>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -102,21 +104,63 @@ using ErrorBodyFn = std::function<std::string(int status, std::string_view messa
 // The default ErrorBodyFn: {"error":{"message":...,"type":...,"param":null,"code":N}}.
 std::string DefaultErrorBody(int status, std::string_view message);
 
+// Every response the server sends on its own (a limit or a malformed request) has an
+// error_body body, `connection: close`, and is followed by closing the connection.
 struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: the kernel picks; read it back with Server::port()
-  std::size_t max_body_bytes = 16u << 20;     // larger body -> 413, connection closed
+  // Open client connections at most; 0 = unlimited. A connection accepted past the
+  // limit is answered 503 at once, without reading its request, and closed.
+  std::size_t max_connections = 0;
+  std::size_t max_body_bytes = 16u << 20;     // larger body -> 413
   std::size_t max_header_bytes = 16u << 10;   // request line + headers; larger -> 431
   std::size_t max_header_count = 100;         // more fields -> 431
-  // From the moment the server waits for a request (new or kept-alive connection)
-  // until that request is fully read. Expiry closes the connection silently.
+  // A request must be fully read (head and body) within this, counted from its first
+  // byte on a kept-alive connection and from the accept on a new one. Expiry with part
+  // of a request read: 408 (slow sender). A new connection that sent nothing by then is
+  // closed silently.
   std::chrono::milliseconds read_timeout{30000};
+  // A kept-alive connection on which no byte of a next request arrived within this
+  // after the last response is closed silently.
+  std::chrono::milliseconds keepalive_idle{60000};
   // Bound on each socket write; a client that stops reading is disconnected.
   std::chrono::milliseconds write_timeout{30000};
   // While a response is in progress the server keeps reading (to notice a
   // disconnect); it buffers at most this many bytes of pipelined requests meanwhile.
   std::size_t max_pipelined_bytes = 1u << 20;
   ErrorBodyFn error_body;  // empty: DefaultErrorBody
+  // Warnings the server cannot answer on a connection (accept failing for lack of
+  // descriptors: logged once per burst). Called on the acceptor's thread; empty: none.
+  std::function<void(std::string_view)> log;
+};
+
+// Why the server itself answered a request with an error and closed its connection.
+enum class RejectReason {
+  kHeaderTooLarge,  // 431, max_header_bytes
+  kTooManyHeaders,  // 431, max_header_count
+  kBodyTooLarge,    // 413, max_body_bytes
+  kRequestTimeout,  // 408, read_timeout
+  kBadRequest,      // 400, malformed
+};
+inline constexpr std::size_t kRejectReasons = 5;
+// "header_too_large", "too_many_headers", "body_too_large", "request_timeout",
+// "bad_request".
+std::string_view RejectReasonName(RejectReason reason);
+
+// What the server has done, as counters that any thread may read at any time (relaxed
+// atomics, each read on its own: the fields are not a consistent snapshot). Written by
+// the acceptor once per connection and by connection threads once per rejection; never
+// per request.
+struct ServerStats {
+  std::atomic<int64_t> open_connections{0};        // accepted, socket not closed yet
+  std::atomic<uint64_t> connections_accepted{0};   // served (the rejected excluded)
+  std::atomic<uint64_t> connections_rejected{0};   // over max_connections: 503
+  std::atomic<uint64_t> accept_errors{0};          // accept failed (EMFILE...), retried
+  std::atomic<uint64_t> idle_closed{0};            // closed silently (keepalive_idle...)
+  std::array<std::atomic<uint64_t>, kRejectReasons> requests_rejected{};  // by RejectReason
+  uint64_t rejected(RejectReason r) const {
+    return requests_rejected[static_cast<std::size_t>(r)].load(std::memory_order_relaxed);
+  }
 };
 
 class Connection;
@@ -175,6 +219,12 @@ class Exchange {
   // Returns false if no stream is open or the client is gone.
   bool EndStream();
 
+  // Closes the connection now, without a response or the rest of one (a stream ends
+  // without its terminating chunk; queued bytes are dropped): what a client of a crashed
+  // or reset server sees. The exchange is complete afterwards (every call a no-op; the
+  // OnClientGone callback does not run). For fault injection.
+  void Abort();
+
   // Bytes queued on this connection but not yet written to the socket.
   std::size_t pending_write_bytes() const;
 
@@ -222,6 +272,8 @@ class Server {
   std::string Listen();
   // The bound port (valid after a successful Listen()).
   uint16_t port() const { return port_; }
+  // Live counters; valid as long as the server. Thread: any.
+  const ServerStats& stats() const;
 
   // Stops accepting. Open connections are not closed; they end with their contexts.
   // Thread: any; blocks until the acceptor is closed if its context is running.

@@ -7,9 +7,18 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <future>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "http/io_pool.h"
 #include "http/test_client.h"
@@ -34,6 +43,7 @@ class TestServer {
     server_.reset();
   }
   uint16_t port() const { return server_->port(); }
+  const ServerStats& stats() const { return server_->stats(); }
   const std::string& error() const { return error_; }
   IoPool& pool() { return pool_; }
 
@@ -340,6 +350,7 @@ TEST(ServerTest, DefaultErrorBodyIsOpenAiShaped) {
 TEST(ServerTest, IdleConnectionIsClosedAfterReadTimeout) {
   ServerOptions o;
   o.read_timeout = 100ms;
+  o.keepalive_idle = 100ms;
   TestServer s(Echo, o);
   TestClient c("127.0.0.1", s.port(), 3000ms);
   ASSERT_TRUE(c.Connect());
@@ -421,6 +432,266 @@ TEST(ServerTest, ConnectionsSpreadAcrossWorkers) {
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Fetch("127.0.0.1", s.port(), "GET", "/").has_value());
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(workers, (std::set<int>{0, 1}));
+}
+
+// ---- hard limits ----
+
+// Polls `pred` every 5 ms for at most `limit`.
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = 3000ms) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+// A raw loopback socket, for clients whose timing or descriptor use must be exact.
+int RawConnect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Everything the peer sends until it closes (or `limit` passes); `first` gets the
+// arrival time of the first byte.
+std::string ReadUntilClose(int fd, std::chrono::milliseconds limit,
+                           std::chrono::steady_clock::time_point* first = nullptr) {
+  std::string out;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) != 1) break;
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    if (out.empty() && first) *first = std::chrono::steady_clock::now();
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+// The part of a raw response after its head.
+std::string BodyOf(const std::string& response) {
+  std::size_t end = response.find("\r\n\r\n");
+  return end == std::string::npos ? std::string() : response.substr(end + 4);
+}
+
+TEST(ServerTest, ConnectionsOverTheLimitGet503AndTheFirstNAreStillServed) {
+  ServerOptions o;
+  o.max_connections = 3;
+  TestServer s(Echo, o, 2);
+  std::vector<std::unique_ptr<TestClient>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_unique<TestClient>("127.0.0.1", s.port()));
+    ASSERT_TRUE(held.back()->Roundtrip("GET", "/a").has_value()) << held.back()->error();
+  }
+  EXPECT_EQ(s.stats().open_connections.load(), 3);
+
+  // The fourth is answered without sending anything, and closed.
+  TestClient over("127.0.0.1", s.port());
+  ASSERT_TRUE(over.Connect());
+  ClientResponse r;
+  ASSERT_TRUE(over.ReadHead(&r)) << over.error();
+  ASSERT_TRUE(over.ReadBody(&r)) << over.error();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.Header("content-type"), "application/json");
+  EXPECT_EQ(r.Header("connection"), "close");
+  EXPECT_EQ(r.body, DefaultErrorBody(503, "Too many connections: the server's limit of 3 is "
+                                          "reached; retry later."));
+  EXPECT_TRUE(over.WaitForClose());
+
+  for (auto& c : held) {
+    auto again = c->Roundtrip("GET", "/b");
+    ASSERT_TRUE(again.has_value()) << c->error();
+    EXPECT_EQ(again->status, 200);
+  }
+  // One leaves: the next newcomer is served.
+  held.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return s.stats().open_connections.load() == 2; }));
+  TestClient next("127.0.0.1", s.port());
+  auto ok = next.Roundtrip("GET", "/c");
+  ASSERT_TRUE(ok.has_value()) << next.error();
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(s.stats().connections_accepted.load(), 4u);
+  EXPECT_EQ(s.stats().connections_rejected.load(), 1u);
+}
+
+TEST(ServerTest, SlowSenderGets408AtTheDeadlineWhileOthersAreServed) {
+  ServerOptions o;
+  o.read_timeout = 200ms;
+  TestServer s(Echo, o, 1);  // one thread: the slow client must not hold it
+  int fd = RawConnect(s.port());
+  ASSERT_GE(fd, 0);
+  auto connected = std::chrono::steady_clock::now();
+  std::atomic<bool> stop{false};
+  // Drips a header one byte per 10 ms: always "making progress", never complete.
+  std::thread drip([&] {
+    std::string head = "GET /slow HTTP/1.1\r\nhost: a\r\nx-drip: " + std::string(1000, 'd');
+    for (char ch : head) {
+      if (stop.load() || ::send(fd, &ch, 1, MSG_NOSIGNAL) != 1) return;
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  // Meanwhile other clients are served as usual.
+  std::atomic<int> served{0}, failed{0};
+  std::thread normal([&] {
+    TestClient c("127.0.0.1", s.port(), 1000ms);
+    while (!stop.load()) {
+      auto r = c.Roundtrip("POST", "/n", "x");
+      (r && r->status == 200 ? served : failed)++;
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  std::chrono::steady_clock::time_point answered{};
+  std::string response = ReadUntilClose(fd, 3000ms, &answered);
+  stop = true;
+  drip.join();
+  normal.join();
+  ::close(fd);
+
+  ASSERT_EQ(response.substr(0, 13), "HTTP/1.1 408 ") << response;
+  EXPECT_NE(response.find("connection: close\r\n"), std::string::npos) << response;
+  EXPECT_EQ(BodyOf(response), DefaultErrorBody(408, "Request not received within 200 ms."));
+  auto after = std::chrono::duration_cast<std::chrono::milliseconds>(answered - connected);
+  EXPECT_GE(after.count(), 190);
+  EXPECT_LT(after.count(), 1500);
+  EXPECT_GT(served.load(), 5);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(s.stats().rejected(RejectReason::kRequestTimeout), 1u);
+}
+
+TEST(ServerTest, IdleKeepAliveIsClosedSilentlyAndARequestStartedThenHasReadTimeout) {
+  ServerOptions o;
+  o.read_timeout = 400ms;
+  o.keepalive_idle = 150ms;
+  TestServer s(Echo, o);
+  {
+    // Quiet after a response: closed at keepalive_idle with nothing sent.
+    TestClient c("127.0.0.1", s.port(), 3000ms);
+    ASSERT_TRUE(c.Roundtrip("GET", "/").has_value());
+    auto t0 = std::chrono::steady_clock::now();
+    ClientResponse r;
+    EXPECT_FALSE(c.ReadHead(&r));
+    EXPECT_EQ(r.status, 0);
+    auto idle = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(idle, 140ms);
+    EXPECT_LT(idle, 390ms);  // not the read timeout
+    EXPECT_EQ(s.stats().idle_closed.load(), 1u);
+  }
+  {
+    // A next request begun before keepalive_idle: the idle deadline no longer applies;
+    // it gets read_timeout from its first byte, then 408.
+    TestClient c("127.0.0.1", s.port(), 3000ms);
+    ASSERT_TRUE(c.Roundtrip("GET", "/").has_value());
+    std::this_thread::sleep_for(100ms);
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(c.SendRaw("GET /late HTTP/1.1\r\n"));
+    ClientResponse r;
+    ASSERT_TRUE(c.ReadHead(&r)) << c.error();
+    auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(r.status, 408);
+    EXPECT_GE(waited, 390ms);
+    EXPECT_TRUE(c.WaitForClose());
+  }
+  EXPECT_EQ(s.stats().rejected(RejectReason::kRequestTimeout), 1u);
+}
+
+TEST(ServerTest, LimitResponsesAreOpenAiShapedAndCloseTheConnection) {
+  ServerOptions o;
+  o.max_body_bytes = 1000;
+  o.max_header_bytes = 2000;
+  o.max_header_count = 20;  // default error body
+  TestServer s(Echo, o);
+  std::string many;
+  for (int i = 0; i < 25; ++i) many += "x-h" + std::to_string(i) + ": v\r\n";
+  struct Case {
+    std::string raw;
+    int status;
+    std::string message;
+    RejectReason reason;
+  };
+  const Case cases[] = {
+      {"GET / HTTP/1.1\r\nhost: a\r\nx-big: " + std::string(3000, 'h') + "\r\n\r\n", 431,
+       "Request header fields too large.", RejectReason::kHeaderTooLarge},
+      {"GET / HTTP/1.1\r\nhost: a\r\n" + many + "\r\n", 431, "Too many request header fields.",
+       RejectReason::kTooManyHeaders},
+      {"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1001\r\n\r\n", 413,
+       "Request body exceeds the limit of 1000 bytes.", RejectReason::kBodyTooLarge},
+      {"GET / HTTP/9.9\r\n\r\n", 400, "Malformed HTTP request.", RejectReason::kBadRequest},
+  };
+  for (const Case& c : cases) {
+    TestClient t("127.0.0.1", s.port());
+    ASSERT_TRUE(t.Connect());
+    ASSERT_TRUE(t.SendRaw(c.raw));
+    ClientResponse r;
+    ASSERT_TRUE(t.ReadHead(&r)) << c.message << ": " << t.error();
+    ASSERT_TRUE(t.ReadBody(&r)) << c.message << ": " << t.error();
+    EXPECT_EQ(r.status, c.status);
+    EXPECT_EQ(r.Header("content-type"), "application/json");
+    EXPECT_EQ(r.Header("connection"), "close");
+    EXPECT_EQ(r.body, DefaultErrorBody(c.status, c.message));
+    EXPECT_NE(r.body.find("\"code\":" + std::to_string(c.status) + "}}"), std::string::npos);
+    EXPECT_TRUE(t.WaitForClose()) << c.message;
+    EXPECT_EQ(s.stats().rejected(c.reason), 1u) << c.message;
+  }
+  ExpectServerStillServes(s.port());
+  EXPECT_TRUE(WaitFor([&] { return s.stats().open_connections.load() == 0; }));
+}
+
+TEST(ServerTest, AcceptBacksOffWhileOutOfDescriptorsAndRecovers) {
+  std::mutex mu;
+  std::vector<std::string> logs;
+  ServerOptions o;
+  o.log = [&](std::string_view line) {
+    std::lock_guard<std::mutex> lock(mu);
+    logs.emplace_back(line);
+  };
+  TestServer s(Echo, o);
+  // Fill this process's descriptor table (under a lowered soft limit), leave one slot
+  // for the client: the server's accept then has none.
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 512);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fillers;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+  ASSERT_FALSE(fillers.empty());
+  ::close(fillers.back());
+  fillers.pop_back();
+  int client = RawConnect(s.port());  // the handshake completes in the kernel's backlog
+  bool starved = client >= 0 && WaitFor([&] { return s.stats().accept_errors.load() >= 1; }, 2000ms);
+  std::this_thread::sleep_for(300ms);
+  uint64_t errors = s.stats().accept_errors.load();
+  for (int fd : fillers) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_GE(client, 0);
+  ASSERT_TRUE(starved);
+  EXPECT_LT(errors, 20u);  // ~one try per 50 ms back-off, not a spin
+
+  std::string req = "GET /late HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n";
+  ASSERT_EQ(::send(client, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string response = ReadUntilClose(client, 3000ms);
+  ::close(client);
+  EXPECT_EQ(response.substr(0, 13), "HTTP/1.1 200 ") << response;
+  ExpectServerStillServes(s.port());
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(logs.size(), 2u);  // once per burst, and once when it ends
+  EXPECT_NE(logs[0].find("accept failed"), std::string::npos) << logs[0];
+  EXPECT_NE(logs[1].find("accepting connections again"), std::string::npos) << logs[1];
 }
 
 }  // namespace

@@ -209,7 +209,7 @@ TEST_F(ClientTest, CancelClosesTheUpstreamConnection) {
 
 TEST_F(ClientTest, PooledConnectionClosedByPeerIsNotReused) {
   ServerOptions o;
-  o.read_timeout = 100ms;  // closes idle keep-alive connections quickly
+  o.keepalive_idle = 100ms;  // closes idle keep-alive connections quickly
   Server quick(server_pool_.contexts(), o, [this](std::shared_ptr<Exchange> ex) { Handle(ex); });
   ASSERT_EQ(quick.Listen(), "");
   ASSERT_TRUE(Run(quick.port(), "/full").result.ok());
