@@ -37,7 +37,8 @@ constexpr std::string_view kSectionKeys[] = {"name",
                                              "output_seed",
                                              "max_body_bytes",
                                              "step",
-                                             "labels"};
+                                             "labels",
+                                             "faults"};
 
 // Reads one `defaults:` or `replicas[i]` section, key by key in file order.
 ReplicaOverrides ReadSection(const ConfigNode& section) {
@@ -76,6 +77,8 @@ ReplicaOverrides ReadSection(const ConfigNode& section) {
                      else if (k == "per_decode_seq_us") o.step_per_decode_seq_us = us;
                      else o.step_per_context_token_us = us;
                    });
+    } else if (key == "faults") {
+      for (const ConfigNode& f : v.Items("a list of faults")) o.faults.push_back(ReadFaultEntry(f));
     } else {  // labels
       if (!v.IsNull() && !v.IsMap()) v.Fail("must be a mapping of label names to values");
       for (const ConfigNode& l : v.Entries()) o.labels.emplace_back(l.key(), l.String());
@@ -105,6 +108,38 @@ FleetFile ReadFleet(const ConfigNode& root) {
 }
 
 }  // namespace
+
+fault::FaultSpec ReadFaultEntry(
+    const ConfigNode& entry, std::span<const std::string_view> extra,
+    const std::function<void(const std::string&, const ConfigNode&)>& on_extra) {
+  if (!entry.IsMap()) entry.Fail("must be a mapping such as {kind: hang, at: 10s, duration: 2s}");
+  fault::FaultSpec spec;
+  std::vector<std::string> set;
+  const ConfigNode kind = entry.Require("kind");
+  const std::string name = kind.String();
+  if (!fault::FaultKindFromName(name)) {
+    const auto& names = fault::FaultKindNames();
+    kind.Fail("unknown fault kind '" + name + "'" +
+              Suggest(name, std::span<const std::string_view>(names.data(), names.size())));
+  }
+  fault::SetField(&spec, "kind", name);
+  set.push_back("kind");
+  std::vector<std::string_view> allowed(fault::FieldNames().begin(), fault::FieldNames().end());
+  allowed.insert(allowed.end(), extra.begin(), extra.end());
+  entry.ForEachKey(allowed, [&](const std::string& key, const ConfigNode& v) {
+    if (key == "kind") return;
+    if (std::find(extra.begin(), extra.end(), key) != extra.end()) {
+      if (on_extra) on_extra(key, v);
+      return;
+    }
+    if (auto e = fault::SetField(&spec, key, v.Scalar())) v.Fail(e->message);
+    set.push_back(key);
+  });
+  if (auto e = fault::Validate(spec, set, /*admin=*/false)) {
+    entry.Get(e->field).Fail(e->message);  // an absent field: the entry's line
+  }
+  return spec;
+}
 
 void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
   Set(name, r.name);
@@ -141,6 +176,7 @@ void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
     }
     if (!replaced) r.labels.emplace_back(k, v);
   }
+  r.faults.insert(r.faults.end(), faults.begin(), faults.end());
 }
 
 ConfigOr<FleetFile> ParseFleetYaml(std::string_view text, std::string_view source) {

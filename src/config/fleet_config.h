@@ -24,12 +24,18 @@
 //     step: {base_us: 5753, per_prefill_token_us: 17.25, per_decode_seq_us: 6.0,
 //            per_context_token_us: 0.05}   # the step-time model, microseconds
 //     labels: {region: us-east}           # merged by key across the levels
+//     faults:                 # fault schedule (core/fault/fault.h, docs/FAULTS.md):
+//       - {kind: http_error, at: 10s, duration: 5s, status: 503}   # at: default 0;
+//       - {kind: slow, at: 30s, factor: 3}   # no duration: until the run ends
+//                             # defaults' faults come first, then the replica's own
 //   replicas:                 # one section per replica: the keys of defaults, and
 //     - name: h100-a          #   name, host (127.0.0.1), port (0-65535, 0: any free)
 //     - {name: small-far, preset: small-kv, kv_blocks: 1024}
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +45,7 @@
 #include "config/yaml_reader.h"
 #include "core/common/status.h"
 #include "core/engine/engine.h"
+#include "core/fault/fault.h"
 
 namespace kvroute::config {
 
@@ -60,6 +67,9 @@ struct ReplicaConfig {
   std::size_t max_body_bytes = 16u << 20;
   // Free-form labels (e.g. region) exposed as kvroute_sim_replica_info{...} in /metrics.
   std::vector<std::pair<std::string, std::string>> labels;
+  // Faults to inject, times in wall seconds after the replica started (not scaled by
+  // time_scale). Each entry is valid (fault::Validate).
+  std::vector<fault::FaultSpec> faults;
 };
 
 // Optional settings as written in a fleet file section or on the command line.
@@ -73,6 +83,7 @@ struct ReplicaOverrides {
   std::optional<uint64_t> hash_seed, output_seed;
   std::optional<uint64_t> max_body_bytes;
   std::vector<std::pair<std::string, std::string>> labels;  // merged by key
+  std::vector<fault::FaultSpec> faults;                     // appended
 
   // Applies the set fields (all but preset) to `r`.
   void ApplyTo(ReplicaConfig& r) const;
@@ -97,6 +108,14 @@ ConfigOr<FleetFile> LoadFleetFile(const std::string& path);
 // preset 'x' (known: ...)", "<name>: max_num_seqs must be >= 1").
 Status ResolveFleet(const FleetFile& file, const ReplicaOverrides& cli, int count, int base_port,
                     std::vector<ReplicaConfig>* out);
+
+// Reads one entry of a YAML fault list ({kind: hang, at: 10s, duration: 2s, ...}): the
+// fields of fault::FieldNames(), checked with fault::SetField and fault::Validate; errors
+// name the file, line and field, unknown keys and kinds get a did-you-mean. Keys in
+// `extra` are the caller's (simulate's `replica`): `on_extra(key, value)` reads them.
+fault::FaultSpec ReadFaultEntry(
+    const ConfigNode& entry, std::span<const std::string_view> extra = {},
+    const std::function<void(const std::string&, const ConfigNode&)>& on_extra = {});
 
 // Checks the engine limits Engine's constructor asserts and the sim's own ranges.
 Status ValidateReplica(const ReplicaConfig& r);

@@ -108,7 +108,7 @@ TEST(FleetConfigTest, ErrorsNameFileLineAndField) {
             "model, kv_blocks, block_size, max_num_seqs, max_batched_tokens, max_model_len, "
             "fixed_output_tokens, mean_output_tokens, default_max_tokens, time_scale, "
             "latency_ms, old_metric_names, enable_prefix_caching, priority_scheduling, "
-            "hash_seed, output_seed, max_body_bytes, step, labels)");
+            "hash_seed, output_seed, max_body_bytes, step, labels, faults)");
   EXPECT_EQ(ErrorOf("defaults:\n  kv_blocks: 1\n  kv_blocks: 2\n"),
             "f.yaml:3: defaults.kv_blocks: duplicate key 'kv_blocks'");
   // YAML syntax.
@@ -117,6 +117,56 @@ TEST(FleetConfigTest, ErrorsNameFileLineAndField) {
   // Missing file.
   EXPECT_EQ(LoadFleetFile("/nonexistent/fleet.yaml").error.ToString(),
             "/nonexistent/fleet.yaml: cannot read file: No such file or directory");
+}
+
+TEST(FleetConfigTest, FaultSchedules) {
+  FleetFile f = MustParse(
+      "defaults:\n"
+      "  faults: [{kind: metrics_nan, at: 1s}]\n"
+      "replicas:\n"
+      "  - faults:\n"
+      "      - {kind: http_error, at: 10s, duration: 5s, status: 500, fraction: 0.5}\n"
+      "      - {kind: delay, delay: 250ms}\n"
+      "      - {kind: stall, after_chunks: 3, duration: 0.2}\n"
+      "  - {}\n");
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(f, {}, 0, 0, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  // The defaults' faults first, then the replica's own.
+  ASSERT_EQ(out[0].faults.size(), 4u);
+  EXPECT_EQ(out[0].faults[0].kind, fault::FaultKind::kMetricsNan);
+  EXPECT_DOUBLE_EQ(out[0].faults[0].at_s, 1.0);
+  EXPECT_FALSE(out[0].faults[0].duration_s.has_value());
+  const fault::FaultSpec& e = out[0].faults[1];
+  EXPECT_EQ(e.kind, fault::FaultKind::kHttpError);
+  EXPECT_DOUBLE_EQ(e.at_s, 10.0);
+  EXPECT_DOUBLE_EQ(*e.duration_s, 5.0);
+  EXPECT_EQ(e.status, 500);
+  EXPECT_DOUBLE_EQ(e.fraction, 0.5);
+  EXPECT_DOUBLE_EQ(out[0].faults[2].delay_s, 0.25);
+  EXPECT_EQ(out[0].faults[3].after_chunks, 3);
+  EXPECT_DOUBLE_EQ(*out[0].faults[3].duration_s, 0.2);
+  ASSERT_EQ(out[1].faults.size(), 1u);
+}
+
+TEST(FleetConfigTest, FaultErrorsNameFileLineAndField) {
+  EXPECT_EQ(ErrorOf("defaults:\n  faults: [{kind: hangg}]\n"),
+            "f.yaml:2: defaults.faults[0].kind: unknown fault kind 'hangg' (did you mean "
+            "'hang'?)");
+  EXPECT_EQ(ErrorOf("replicas:\n  - faults:\n      - kind: hang\n        durration: 1s\n"),
+            "f.yaml:4: replicas[0].faults[0].durration: unknown key 'durration' (did you mean "
+            "'duration'?)");
+  EXPECT_EQ(ErrorOf("defaults:\n  faults:\n    - {kind: hang, duration: soon}\n"),
+            "f.yaml:3: defaults.faults[0].duration: must be a duration > 0 such as 5s or 250ms "
+            "(got 'soon')");
+  EXPECT_EQ(ErrorOf("defaults:\n  faults:\n    - {kind: hang, status: 500}\n"),
+            "f.yaml:3: defaults.faults[0].status: does not apply to fault kind 'hang'");
+  EXPECT_EQ(ErrorOf("defaults:\n  faults:\n    - {kind: slow, at: 2s}\n"),
+            "f.yaml:3: defaults.faults[0].factor: required for fault kind 'slow'");
+  EXPECT_EQ(ErrorOf("defaults:\n  faults:\n    - {at: 2s}\n"),
+            "f.yaml:3: defaults.faults[0].kind: required");
+  EXPECT_EQ(ErrorOf("defaults:\n  faults: hang\n"),
+            "f.yaml:2: defaults.faults: must be a list of faults");
 }
 
 TEST(FleetConfigTest, ResolveErrors) {
