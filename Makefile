@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all deps build build-kvroute demo test test-asan test-tsan bench clean
+.PHONY: all deps build build-kvroute demo test test-asan test-tsan bench fuzz clean
 
 all: build
 
@@ -44,8 +44,21 @@ test-tsan: deps
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target routing_tests
 	TSAN_OPTIONS=halt_on_error=1 ./$(TSAN_BUILD)/tests/routing_tests
 
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS    ?= 1
+# libFuzzer targets (fuzz/), one per parser of outside input, built with clang 14 and
+# ASan + UBSan (asserts on); each runs FUZZ_SECONDS. Prints executions, exec/s, coverage
+# and findings per target; fails on any finding. See docs/RELIABILITY.md, "Fuzzing".
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) $(GENERATOR) -DCMAKE_CXX_COMPILER=clang++-14 -DKVROUTE_FUZZ=ON \
+	  -DKVROUTE_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) bash fuzz/run.sh $(FUZZ_BUILD)
+
 bench: build
 	@for b in $(BUILD)/bench/*_bench; do echo "== $$b"; $$b; done
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

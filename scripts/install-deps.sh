@@ -19,6 +19,10 @@ PACKAGES=(
   valgrind                  # callgrind instruction counts per request
   strace linux-perf         # syscall counts per request
   python3                   # scripts/proxy_load.py: exact request counts over keep-alive
+  # `make fuzz`: libFuzzer with -fsanitize=fuzzer,address,undefined (clang 14, libstdc++ 12)
+  clang-14                  # the compiler
+  libclang-rt-14-dev        # libFuzzer, ASan and UBSan runtimes
+  llvm-14                   # llvm-symbolizer: file:line in sanitizer and libFuzzer stacks
 )
 
 missing=()

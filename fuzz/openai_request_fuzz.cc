@@ -1,0 +1,108 @@
+// Fuzz target: a client's POST body through the OpenAI request parser, as the router and
+// the simulator call it: ParseRequest (unpadded) and ParseRequestPadded (the body in a
+// buffer with exactly kJsonPadding spare bytes, like a receive buffer), for completions
+// and chat, then the scheduler's view of a parsed request (sched::FromParsed).
+//
+// Invariants: both entry points agree on every input; an error is a 400 BadRequestError
+// with a message whose ErrorBody is valid JSON that carries the message back; a parsed
+// request has what the contract promises (a model, non-negative max_tokens, a chat prompt
+// ending with the generation prompt) and FromParsed views exactly its strings.
+#include <simdjson.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/api/openai.h"
+#include "core/sched/types.h"
+
+namespace {
+
+using namespace kvroute;
+
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "invariant violated: %s\n", what);
+    std::abort();
+  }
+}
+
+bool Same(const api::ParseResult& a, const api::ParseResult& b) {
+  if (a.ok() != b.ok()) return false;
+  if (!a.ok()) {
+    return a.error.status == b.error.status && a.error.message == b.error.message &&
+           a.error.param == b.error.param;
+  }
+  const api::ParsedRequest& x = *a.request;
+  const api::ParsedRequest& y = *b.request;
+  return x.endpoint == y.endpoint && x.model == y.model && x.prompt_text == y.prompt_text &&
+         x.stream == y.stream && x.include_usage == y.include_usage &&
+         x.max_tokens == y.max_tokens && x.cache_salt == y.cache_salt &&
+         x.priority == y.priority && x.ignore_eos == y.ignore_eos;
+}
+
+void CheckError(const api::ApiError& e) {
+  Check(e.status == 400, "a parse error that is not 400");
+  Check(e.type == "BadRequestError", "a 400 that is not a BadRequestError");
+  Check(!e.message.empty(), "an error without a message");
+  // The body the client gets must be JSON and say the same thing.
+  const std::string body = api::ErrorBody(e);
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(body).get(root)) {
+    std::fprintf(stderr, "bad error body: %s\n", body.c_str());
+    Check(false, "ErrorBody is not valid JSON");
+  }
+  std::string_view message;
+  Check(!root["error"]["message"].get_string().get(message) && message == e.message,
+        "ErrorBody's message differs");
+  int64_t code = 0;
+  Check(!root["error"]["code"].get_int64().get(code) && code == e.status, "ErrorBody's code");
+}
+
+void CheckRequest(const api::ParsedRequest& r, api::Endpoint endpoint) {
+  Check(r.endpoint == endpoint, "endpoint not kept");
+  Check(!r.max_tokens || *r.max_tokens >= 0, "negative max_tokens accepted");
+  if (endpoint == api::Endpoint::kChatCompletions) {
+    constexpr std::string_view kTail = "<|assistant|>\n";
+    Check(r.prompt_text.size() >= kTail.size() &&
+              r.prompt_text.compare(r.prompt_text.size() - kTail.size(), kTail.size(), kTail) == 0,
+          "chat prompt without the generation prompt");
+  }
+  const sched::SchedRequest s = sched::FromParsed(r);
+  Check(s.model.data() == r.model.data() && s.model.size() == r.model.size(), "model view");
+  Check(s.prompt.data() == r.prompt_text.data() && s.prompt.size() == r.prompt_text.size(),
+        "prompt view");
+  Check(s.cache_salt == r.cache_salt, "cache_salt view");
+  Check(s.priority == r.priority, "priority");
+  Check(s.max_tokens == r.max_tokens.value_or(-1), "max_tokens");
+  Check(s.EstimatedPromptTokens() >= 0, "negative prompt-token estimate");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  // Exactly kJsonPadding spare bytes, so ASan sees any read past what the contract allows.
+  std::unique_ptr<char[]> padded(new char[size + api::kJsonPadding]);
+  if (size > 0) std::memcpy(padded.get(), data, size);
+  std::memset(padded.get() + size, 0, api::kJsonPadding);
+  const std::string_view padded_body(padded.get(), size);
+
+  for (api::Endpoint ep : {api::Endpoint::kCompletions, api::Endpoint::kChatCompletions}) {
+    const api::ParseResult a = api::ParseRequest(ep, body);
+    const api::ParseResult b = api::ParseRequestPadded(ep, padded_body);
+    Check(Same(a, b), "ParseRequest and ParseRequestPadded disagree");
+    if (a.ok()) {
+      CheckRequest(*a.request, ep);
+    } else {
+      CheckError(a.error);
+    }
+  }
+  return 0;
+}
