@@ -100,7 +100,15 @@ struct CacheInfoEntry {
   std::string_view engine;
   int64_t block_size;  // 0 unknown
   int64_t blocks;      // 0 unknown
+  bool bad_block_size = false;  // a number, but negative or implausibly large
+  bool bad_blocks = false;
 };
+
+// A capacity label is garbage outside [0, kMaxPlausibleCount]: summing such values over
+// engines would overflow int64_t (found by fuzz/prom_parser_fuzz).
+bool PlausibleCapacity(int64_t v) {
+  return v >= 0 && static_cast<double>(v) <= EngineMetrics::kMaxPlausibleCount;
+}
 
 class Extractor : public SampleVisitor {
  public:
@@ -167,7 +175,11 @@ class Extractor : public SampleVisitor {
     take(kHitsSlot, kHitsOldSlot, out.prefix_hits, EngineMetrics::kPrefixHits);
     take(kPreemptionsSlot, kPreemptionsSlot, out.preemptions, EngineMetrics::kPreemptions);
 
+    bool bad_block_size = false;
+    bool bad_blocks = false;
     for (size_t i = 0; i < n_info_; ++i) {
+      bad_block_size |= info_[i].bad_block_size;
+      bad_blocks |= info_[i].bad_blocks;
       if (info_[i].block_size > 0 && out.block_size == 0) {
         out.block_size = info_[i].block_size;
         out.present |= EngineMetrics::kBlockSize;
@@ -176,6 +188,17 @@ class Extractor : public SampleVisitor {
         out.num_gpu_blocks += info_[i].blocks;
         out.present |= EngineMetrics::kNumGpuBlocks;
       }
+    }
+    // As for samples: one engine's garbage makes the endpoint's figure unknown.
+    if (bad_block_size) {
+      out.block_size = 0;
+      out.present &= ~EngineMetrics::kBlockSize;
+      out.invalid |= EngineMetrics::kBlockSize;
+    }
+    if (bad_blocks) {
+      out.num_gpu_blocks = 0;
+      out.present &= ~EngineMetrics::kNumGpuBlocks;
+      out.invalid |= EngineMetrics::kNumGpuBlocks;
     }
 
     const int u = seen_[kUsageSlot] ? 0 : 1;  // current name wins when both are exported
@@ -230,9 +253,17 @@ class Extractor : public SampleVisitor {
     CacheInfoEntry e{EngineKey(s), 0, 0};
     if (!names_.block_size_label.empty()) {
       e.block_size = s.labels.GetInt(names_.block_size_label).value_or(0);
+      if (!PlausibleCapacity(e.block_size)) {
+        e.block_size = 0;
+        e.bad_block_size = true;
+      }
     }
     if (!names_.num_blocks_label.empty()) {
       e.blocks = s.labels.GetInt(names_.num_blocks_label).value_or(0);
+      if (!PlausibleCapacity(e.blocks)) {
+        e.blocks = 0;
+        e.bad_blocks = true;
+      }
     }
     info_[n_info_++] = e;
   }

@@ -78,8 +78,10 @@ struct EngineMetrics {
   uint32_t present = 0;        // Field bits for what the scrape contained, usable
   // Field bits for series the scrape contained but that cannot be used: a sample that is
   // NaN, +/-Inf, negative, above kMaxPlausibleCount (counts), or outside [0, 1] (KV
-  // usage), in any engine. One bad engine makes the whole field invalid (the endpoint's
-  // aggregate is unknown, not the sum of the rest). An invalid field is not `present`.
+  // usage), in any engine; for block_size and num_gpu_blocks, a cache_config_info label
+  // that is an integer but negative or above kMaxPlausibleCount ("None" is just unknown).
+  // One bad engine makes the whole field invalid (the endpoint's aggregate is unknown,
+  // not the sum of the rest). An invalid field is not `present`.
   uint32_t invalid = 0;
 
   // Larger queue/running/counter values than this are garbage, not load.

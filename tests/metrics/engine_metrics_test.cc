@@ -222,6 +222,35 @@ TEST(EngineMetrics, OldNamesGarbageIsInvalidToo) {
   EXPECT_EQ(Extract(testing::V06WithKv("0.96"), EngineType::kVllm).kv_usage, 0.96);
 }
 
+// Found by fuzz/prom_parser_fuzz (fuzz/corpus/prom_parser/huge-capacity.txt): two engines
+// with num_gpu_blocks near INT64_MAX overflowed the int64_t sum (UBSan: signed overflow).
+// Garbage capacity is now invalid, like a garbage sample, and usage falls back to the mean.
+TEST(EngineMetricsFuzzRegression, HugeCapacityLabelsAreInvalidNotSummed) {
+  constexpr std::string_view kText =
+      "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"9223372036854775807\"} 1\n"
+      "vllm:cache_config_info{block_size=\"16\",engine=\"1\",num_gpu_blocks=\"9223372036854775807\"} 1\n"
+      "vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n"
+      "vllm:kv_cache_usage_perc{engine=\"1\"} 1\n";
+  EngineMetrics m = Extract(kText, EngineType::kVllm);
+  EXPECT_TRUE(m.Invalid(EngineMetrics::kNumGpuBlocks));
+  EXPECT_FALSE(m.Has(EngineMetrics::kNumGpuBlocks));
+  EXPECT_EQ(m.num_gpu_blocks, 0);
+  EXPECT_TRUE(m.Has(EngineMetrics::kBlockSize));
+  EXPECT_EQ(m.block_size, 16);
+  EXPECT_EQ(m.kv_usage, 0.75);
+}
+
+TEST(EngineMetricsFuzzRegression, NegativeCapacityIsInvalidNoneIsUnknown) {
+  EngineMetrics neg = Extract(
+      "vllm:cache_config_info{block_size=\"-16\",num_gpu_blocks=\"-5\"} 1\n", EngineType::kVllm);
+  EXPECT_TRUE(neg.Invalid(EngineMetrics::kNumGpuBlocks));
+  EXPECT_TRUE(neg.Invalid(EngineMetrics::kBlockSize));
+  EngineMetrics none = Extract(
+      "vllm:cache_config_info{block_size=\"None\",num_gpu_blocks=\"None\"} 1\n", EngineType::kVllm);
+  EXPECT_EQ(none.invalid, 0u);
+  EXPECT_EQ(none.present, 0u);
+}
+
 TEST(EngineMetrics, EngineTypeNames) {
   EXPECT_EQ(ParseEngineType("vllm"), EngineType::kVllm);
   EXPECT_EQ(ParseEngineType("sglang"), EngineType::kSglang);
