@@ -55,6 +55,9 @@ struct Verdict {
   Condition condition = Condition::kNeverScraped;
   Treatment treatment = Treatment::kLastResort;
   bool known[kNumSignals] = {false, false, false};
+  // Ejected by passive outlier detection (health/outlier.h): treatment kDown until the
+  // ejection ends, whatever the scrapes say. Set by the routing core, not by Assess.
+  bool ejected = false;
   bool Known(Signal s) const { return known[static_cast<int>(s)]; }
   bool operator==(const Verdict&) const = default;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -100,6 +101,7 @@ struct EndpointStats {
   std::mutex errors_mu;  // failures only: never on a successful request's path
   std::map<std::string, uint64_t, std::less<>> errors;
   std::atomic<uint64_t> scrapes_ok{0}, scrapes_failed{0};
+  std::atomic<uint64_t> ejections{0}, restarts{0};
   // Published under the scheduler's lock after each change of the endpoint's accounting.
   std::atomic<double> kv_adjusted{kNaN}, waiting_adjusted{kNaN}, inflight{0}, prefix_entries{-1};
 };
@@ -111,7 +113,13 @@ struct RoutingCore::Slot {
   mutable std::mutex mu;
   health::EndpointHealth health;
   metrics::EngineMetrics last;  // the last good scrape, raw (for /metrics)
+  health::Ejection ejection;    // guarded by mu
   std::atomic<bool> dirty{false};
+  // Attempts failed in a row since the last success or ejection (outlier detection).
+  std::atomic<uint32_t> consecutive_failures{0};
+  // A scrape saw the endpoint's counters go down: it restarted, its cache is empty. The
+  // next sync drops its prefix-index entries.
+  std::atomic<bool> restarted{false};
 };
 
 struct RoutingCore::SchedState {
@@ -131,11 +139,14 @@ struct RoutingCore::SchedState {
   // Per scorer row of the current scheduler: its summary, and whether it is a prefix role.
   std::vector<std::pair<ScoreSummary*, bool>> score_slots;
   std::function<double()> timer;
+  RetryBudget budget;
+  RetryBudgetOptions budget_options;
 };
 
 struct RoutingCore::Counters {
   CodeCounts no_endpoint;  // requests answered without an endpoint
-  std::atomic<uint64_t> retries{0}, picks_failed{0}, reloads_failed{0};
+  std::atomic<uint64_t> retries{0}, retries_free{0}, retries_denied{0}, picks_failed{0},
+      reloads_failed{0}, ejections_skipped{0};
   AtomicHistogram sched_seconds;
   ScoreSummary prefix_hit;
   std::mutex scores_mu;  // guards the map's shape (Configure adds, AppendMetrics reads)
@@ -325,7 +336,13 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
       if (!prev || prev->spec.address != ep->spec.address) {
         st = sched::EndpointState();
         s.verdicts[id] = health::Verdict();
-        (*slots)[id]->dirty.store(true);  // fold its (empty) health in at the next sync
+        // Fold its (empty) health in at the next sync. On the dirty list too: a flag set
+        // without the list entry would stop every later scrape of it being folded in
+        // (OnScrape lists an id only when it sets the flag).
+        if (!(*slots)[id]->dirty.exchange(true)) {
+          std::lock_guard<std::mutex> dirty_lock(counters_->dirty_mu);
+          counters_->dirty.push_back(id);
+        }
       }
       st.id = id;
       st.name = ep->spec.name;
@@ -334,6 +351,7 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     s.table = table;
     s.slots = slots;
     s.health = options.health;
+    s.budget_options = options.retry_budget;
     s.max_ranked = so.max_ranked;
     s.next_change.store(-kInf);  // full health pass at the next pick
     s.seen_epoch.store(~uint64_t{0});
@@ -364,6 +382,17 @@ void RoutingCore::OnScrape(uint32_t id, const ScrapeResult& result, double now_s
   {
     std::lock_guard<std::mutex> lock(slot.mu);
     if (result.ok) {
+      // A counter going down means the process restarted (a restarted vLLM starts its
+      // counters at zero): whatever the router assumed cached there is gone.
+      using F = metrics::EngineMetrics;
+      const F& was = slot.last;
+      const F& now = result.metrics;
+      auto fell = [&](F::Field f, double a, double b) { return was.Has(f) && now.Has(f) && b < a; };
+      if (fell(F::kPrefixQueries, was.prefix_queries, now.prefix_queries) ||
+          fell(F::kPrefixHits, was.prefix_hits, now.prefix_hits) ||
+          fell(F::kPreemptions, was.preemptions, now.preemptions)) {
+        slot.restarted.store(true, std::memory_order_release);
+      }
       slot.health.OnScrape(result.metrics, result.sent_at_s);
       slot.last = result.metrics;
     } else {
@@ -371,6 +400,10 @@ void RoutingCore::OnScrape(uint32_t id, const ScrapeResult& result, double now_s
     }
   }
   Bump(result.ok ? slot.stats->scrapes_ok : slot.stats->scrapes_failed);
+  MarkDirty(id, slot);
+}
+
+void RoutingCore::MarkDirty(uint32_t id, Slot& slot) {
   if (!slot.dirty.exchange(true, std::memory_order_acq_rel)) {
     std::lock_guard<std::mutex> lock(counters_->dirty_mu);
     counters_->dirty.push_back(id);
@@ -378,12 +411,22 @@ void RoutingCore::OnScrape(uint32_t id, const ScrapeResult& result, double now_s
   scrape_epoch_.fetch_add(1, std::memory_order_release);
 }
 
+health::Verdict RoutingCore::AssessSlot(const Slot& slot, double now_s,
+                                        const health::HealthOptions& h) {
+  health::Verdict v = slot.health.Assess(now_s, h);
+  if (slot.ejection.Active(now_s)) {
+    v.ejected = true;
+    v.treatment = health::Treatment::kDown;
+  }
+  return v;
+}
+
 // Folds scrapes that arrived since the last pick into the scheduler's view, and re-judges
 // health where something changed or a deadline passed. Caller holds sched_mu_.
 void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
   SchedState& s = *sched_;
   const uint64_t epoch = scrape_epoch_.load(std::memory_order_acquire);
-  const bool time_due = now_s > s.next_change.load(std::memory_order_relaxed);
+  const bool time_due = now_s >= s.next_change.load(std::memory_order_relaxed);
   if (epoch == s.seen_epoch.load(std::memory_order_relaxed) && !time_due) return;
   s.seen_epoch.store(epoch, std::memory_order_relaxed);
   s.changed.clear();
@@ -410,6 +453,19 @@ void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
     }
     if (scraped_at > st.scraped_at_s) s.scheduler->OnMetricsUpdated(id, scraped_at);
     st.scraped_at_s = scraped_at;
+    if (slot.restarted.exchange(false, std::memory_order_acq_rel)) {
+      // Forget the prefix model's entries (and released-block estimates) for it; requests
+      // in flight there keep their handles until they finish.
+      const int64_t dropped = s.scheduler->PrefixEntries(id);
+      s.scheduler->OnEndpointRemoved(id);
+      Bump(slot.stats->restarts);
+      if (logs) {
+        logs->push_back("endpoint " + st.name +
+                        " restarted (its counters went down): dropped " +
+                        std::to_string(std::max<int64_t>(0, dropped)) +
+                        " prefix-index entries, its cache is empty");
+      }
+    }
     UpdateStatsLocked(id);
   }
   // Health depends on every endpoint (last-resort ones are used only when no normal one
@@ -429,8 +485,12 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
     sched::EndpointState& st = s.states[id];
     {
       std::lock_guard<std::mutex> lock(slot.mu);
-      v = slot.health.Assess(now_s, s.health);
-      next = std::min(next, slot.health.NextChange(s.health));
+      v = AssessSlot(slot, now_s, s.health);
+      // Only future moments: a deadline already passed (stale now) must not make every
+      // pick re-judge health.
+      const double change = slot.health.NextChange(s.health);
+      if (change >= now_s) next = std::min(next, change);
+      if (slot.ejection.Active(now_s)) next = std::min(next, slot.ejection.until_s());
       // Raw values again: a previous pass may have overwritten them as saturated.
       st.kv_usage = slot.health.kv_usage();
       st.waiting = slot.health.waiting();
@@ -440,6 +500,7 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
     if (v != s.verdicts[id] && logs) {
       const health::Verdict& old = s.verdicts[id];
       std::string line = "endpoint " + st.name + ": " + std::string(ConditionName(v.condition));
+      if (v.ejected != old.ejected) line += v.ejected ? ", ejected" : ", ejection over";
       for (int k = 0; k < health::kNumSignals; ++k) {
         if (v.known[k] != old.known[k] || (!v.known[k] && v.condition != old.condition)) {
           line += std::string(", ") +
@@ -448,7 +509,7 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
         }
       }
       line += ", treated as " + std::string(TreatmentName(v.treatment));
-      if (v.treatment != old.treatment || v.condition != old.condition ||
+      if (v.treatment != old.treatment || v.condition != old.condition || v.ejected != old.ejected ||
           v.Known(health::Signal::kKvUsage) != old.Known(health::Signal::kKvUsage) ||
           v.Known(health::Signal::kWaiting) != old.Known(health::Signal::kWaiting)) {
         logs->push_back(std::move(line));
@@ -457,6 +518,7 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
     s.verdicts[id] = v;
   }
   s.next_change.store(next, std::memory_order_relaxed);
+  std::size_t usable = 0;
   for (uint32_t id = 0; id < n; ++id) {
     sched::EndpointState& st = s.states[id];
     if (s.vacant[id]) {
@@ -482,6 +544,18 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
         }
         break;
     }
+    if (st.healthy) ++usable;
+  }
+  if (usable > 0) return;
+  // Panic: nothing else is usable, so ejected endpoints that still accept connections
+  // serve as a last resort (full load, never attractive) rather than refusing everything.
+  for (uint32_t id = 0; id < n; ++id) {
+    const health::Verdict& v = s.verdicts[id];
+    if (s.vacant[id] || !v.ejected || v.condition == health::Condition::kDown) continue;
+    sched::EndpointState& st = s.states[id];
+    st.healthy = true;
+    st.kv_usage = 1.0;
+    st.waiting = std::max(st.waiting, health::kSaturatedWaiting);
   }
 }
 
@@ -546,7 +620,7 @@ bool RoutingCore::SyncDue(double now_s) const {
   const SchedState& s = *sched_;
   return scrape_epoch_.load(std::memory_order_acquire) !=
              s.seen_epoch.load(std::memory_order_relaxed) ||
-         now_s > s.next_change.load(std::memory_order_relaxed);
+         now_s >= s.next_change.load(std::memory_order_relaxed);
 }
 
 void RoutingCore::RankLocked(const PickRequest& request, const sched::PickResult& r,
@@ -635,6 +709,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       }
       RecordPickLocked(r, pick_s);
     }
+    s.budget.OnRequest(now_s, s.budget_options);
     if (status != sched::PickStatus::kOk) {
       Bump(counters_->picks_failed);
     } else if (request.dispatch_first && out.n_ranked > 0) {
@@ -697,16 +772,91 @@ void RoutingCore::OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure&
     if (it == slot.stats->errors.end()) it = slot.stats->errors.emplace(std::string(failure.kind), 0).first;
     ++it->second;
   }
-  if (!failure.connect_failed) return;
-  {
+  if (failure.connect_failed) {
     std::lock_guard<std::mutex> lock(slot.mu);
     slot.health.OnConnectFailed(now_s);
   }
-  if (!slot.dirty.exchange(true, std::memory_order_acq_rel)) {
-    std::lock_guard<std::mutex> lock(counters_->dirty_mu);
-    counters_->dirty.push_back(endpoint_id);
+  auto options = options_.load();
+  const int threshold = options->outlier.consecutive_failures;
+  const uint32_t failures = slot.consecutive_failures.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (threshold > 0 && failures >= static_cast<uint32_t>(threshold)) {
+    MaybeEject(endpoint_id, slot, failure.kind, now_s);
   }
-  scrape_epoch_.fetch_add(1, std::memory_order_release);
+  if (failure.connect_failed) MarkDirty(endpoint_id, slot);
+}
+
+void RoutingCore::MaybeEject(uint32_t id, Slot& slot, std::string_view kind, double now_s) {
+  auto options = options_.load();
+  auto slots = slots_.load();
+  auto table = table_.load();
+  std::string line;
+  {
+    std::lock_guard<std::mutex> eject_lock(eject_mu_);
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      if (slot.ejection.Active(now_s)) return;  // already out; failures of old attempts
+    }
+    std::size_t pool = 0, ejected = 0;
+    for (const auto& ep : table->by_id) {
+      if (!ep || ep->id >= slots->size() || !(*slots)[ep->id]) continue;
+      ++pool;
+      const Slot& other = *(*slots)[ep->id];
+      std::lock_guard<std::mutex> lock(other.mu);
+      if (other.ejection.Active(now_s)) ++ejected;
+    }
+    const Endpoint* ep = table->Find(id);
+    const std::string name = ep ? ep->spec.name : std::to_string(id);
+    const uint32_t failures = slot.consecutive_failures.load(std::memory_order_acquire);
+    if (!health::EjectionAllowed(ejected, pool, options->outlier)) {
+      // Counted once per threshold crossing: start the count over so the next skip is
+      // another run of failures, not every failure from here on.
+      slot.consecutive_failures.store(0, std::memory_order_release);
+      Bump(counters_->ejections_skipped);
+      line = "endpoint " + name + ": " + std::to_string(failures) +
+             " consecutive failures (last " + std::string(kind) + "), not ejected: " +
+             std::to_string(ejected) + " of " + std::to_string(pool) +
+             " endpoints already are (max_ejection_percent)";
+    } else {
+      double until;
+      uint64_t count;
+      {
+        std::lock_guard<std::mutex> lock(slot.mu);
+        until = slot.ejection.Eject(now_s, options->outlier);
+        count = slot.ejection.count();
+      }
+      slot.consecutive_failures.store(0, std::memory_order_release);
+      Bump(slot.stats->ejections);
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.3g", until - now_s);
+      line = "endpoint " + name + ": ejected for " + secs + " s after " +
+             std::to_string(failures) + " consecutive failures (last " + std::string(kind) +
+             "), ejection #" + std::to_string(count);
+    }
+  }
+  MarkDirty(id, slot);
+  if (log_) log_(line);
+}
+
+void RoutingCore::OnAttemptSucceeded(uint32_t endpoint_id) {
+  auto slots = slots_.load();
+  if (endpoint_id >= slots->size() || !(*slots)[endpoint_id]) return;
+  std::atomic<uint32_t>& c = (*slots)[endpoint_id]->consecutive_failures;
+  if (c.load(std::memory_order_relaxed) != 0) c.store(0, std::memory_order_relaxed);
+}
+
+bool RoutingCore::AllowRetry(double now_s, bool free) {
+  if (free) {
+    Bump(counters_->retries);
+    Bump(counters_->retries_free);
+    return true;
+  }
+  bool ok;
+  {
+    std::unique_lock<RwSpinLock> lock(sched_mu_);
+    ok = sched_->budget.TryRetry(now_s, sched_->budget_options);
+  }
+  Bump(ok ? counters_->retries : counters_->retries_denied);
+  return ok;
 }
 
 void RoutingCore::set_pick_timer(std::function<double()> seconds) {
@@ -714,7 +864,6 @@ void RoutingCore::set_pick_timer(std::function<double()> seconds) {
   sched_->timer = std::move(seconds);
 }
 
-void RoutingCore::OnRetry() { Bump(counters_->retries); }
 void RoutingCore::OnReloadFailed() { Bump(counters_->reloads_failed); }
 
 std::size_t RoutingCore::AnyUsable(double now_s, uint32_t* out, std::size_t max) {
@@ -746,7 +895,7 @@ health::Verdict RoutingCore::Health(uint32_t id, double now_s) const {
   }
   const Slot& slot = *(*slots)[id];
   std::lock_guard<std::mutex> lock(slot.mu);
-  return slot.health.Assess(now_s, options->health);
+  return AssessSlot(slot, now_s, options->health);
 }
 
 bool RoutingCore::Ready(double now_s) const {
@@ -797,6 +946,15 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
   }
   AppendCounter(out, "kvroute_retries_total", "Attempts sent to a fallback endpoint.", {},
                 GetU(c.retries));
+  AppendCounter(out, "kvroute_retries_free_total",
+                "Retries after a connect failure (no engine work lost; not charged to the budget).",
+                {}, GetU(c.retries_free));
+  AppendCounter(out, "kvroute_retries_denied_total",
+                "Failed attempts not retried because the retry budget was spent.", {},
+                GetU(c.retries_denied));
+  AppendCounter(out, "kvroute_ejections_skipped_total",
+                "Outlier ejections not made because of the panic threshold (max_ejection_percent).",
+                {}, GetU(c.ejections_skipped));
   AppendCounter(out, "kvroute_pick_failures_total", "Picks that found no usable endpoint.", {},
                 GetU(c.picks_failed));
   AppendHeader(out, "kvroute_scheduling_duration_seconds",
@@ -844,7 +1002,7 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
     Row r{ep.get(), {}, {}, -1.0};
     {
       std::lock_guard<std::mutex> lock(slot.mu);
-      r.v = slot.health.Assess(now_s, options->health);
+      r.v = AssessSlot(slot, now_s, options->health);
       r.m = slot.last;
       if (slot.health.scraped_at_s() >= 0) r.age = now_s - slot.health.scraped_at_s();
     }
@@ -903,6 +1061,14 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
       AppendSample(out, "kvroute_endpoint_treatment", labels, r.v.treatment == t ? 1.0 : 0.0);
     }
   }
+  family("kvroute_endpoint_ejected",
+         "1 while passive outlier detection keeps the endpoint out (consecutive failures).",
+         MetricType::kGauge, [&](const Row& r) { return r.v.ejected ? 1.0 : 0.0; });
+  family("kvroute_endpoint_ejections_total", "Outlier ejections of the endpoint.",
+         MetricType::kCounter, [&](const Row& r) { return GetU(r.ep->stats->ejections); });
+  family("kvroute_endpoint_restarts_total",
+         "Restarts seen in scrapes (counters went down; prefix-index entries dropped).",
+         MetricType::kCounter, [&](const Row& r) { return GetU(r.ep->stats->restarts); });
   family("kvroute_endpoint_scrapes_ok_total", "Successful scrapes.", MetricType::kCounter,
          [&](const Row& r) { return GetU(r.ep->stats->scrapes_ok); });
   family("kvroute_endpoint_scrapes_failed_total", "Failed scrapes.", MetricType::kCounter,

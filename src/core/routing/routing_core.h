@@ -48,6 +48,8 @@
 #include "core/common/rw_spin_lock.h"
 #include "core/common/status.h"
 #include "core/health/endpoint_health.h"
+#include "core/health/outlier.h"
+#include "core/routing/retry_budget.h"
 #include "core/sched/profile_spec.h"
 #include "core/sched/scheduler.h"
 #include "metrics/engine_metrics.h"
@@ -68,6 +70,8 @@ struct EndpointSpec {
 struct CoreOptions {
   sched::SchedulingSpec scheduling;  // empty: the kvroute policy
   health::HealthOptions health;
+  health::OutlierOptions outlier;   // passive ejection (consecutive failures)
+  RetryBudgetOptions retry_budget;  // retries as a share of recent requests
   std::size_t max_ranked = kMaxRanked;  // 1..kMaxRanked
   uint64_t seed = 1;
 };
@@ -128,7 +132,9 @@ struct PickResult {
 
 // Why an upstream attempt failed, for counters and passive health.
 struct UpstreamFailure {
-  std::string_view kind;         // "connect_refused", "reset", "first_byte_timeout", ...
+  // "connect_refused", "reset", "first_byte_timeout", ..., or "http_<status>" for a 5xx
+  // answer.
+  std::string_view kind;
   bool connect_failed = false;   // the endpoint did not accept the connection
 };
 
@@ -164,10 +170,18 @@ class RoutingCore {
   static constexpr uint32_t kNoEndpoint = 0xffffffffu;
   void OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code, double now_s);
   // An attempt on `endpoint_id` failed (counted by kind); a connect failure marks the
-  // endpoint down until its next good scrape.
+  // endpoint down until its next good scrape. Every failure counts toward passive outlier
+  // ejection (CoreOptions::outlier): the endpoint's consecutive failures reaching the
+  // threshold eject it (logged, counted) unless the panic threshold forbids it.
   void OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure& failure, double now_s);
-  // An attempt was retried on a fallback endpoint.
-  void OnRetry();
+  // An attempt on `endpoint_id` got a response head below 500: its consecutive failures
+  // start over. Lock-free (one relaxed load when there were none).
+  void OnAttemptSucceeded(uint32_t endpoint_id);
+  // Whether a failed attempt may be retried on a fallback endpoint at `now_s`, under the
+  // retry budget (CoreOptions::retry_budget); counts the retry when allowed, the denial
+  // when not. `free`: the failed attempt never reached an engine (connect failure), so the
+  // retry costs no generation work and is not charged to the budget.
+  bool AllowRetry(double now_s, bool free);
   // A reload was rejected before reaching Configure (bad file).
   void OnReloadFailed();
 
@@ -202,6 +216,10 @@ class RoutingCore {
   void SyncLocked(double now_s, std::vector<std::string>* logs);
   void RefreshHealthLocked(double now_s, std::vector<std::string>* logs);
   void UpdateStatsLocked(uint32_t id);
+  // Slot health at `now_s` with its ejection applied. Caller holds the slot's mutex.
+  static health::Verdict AssessSlot(const Slot& slot, double now_s, const health::HealthOptions& h);
+  void MarkDirty(uint32_t id, Slot& slot);
+  void MaybeEject(uint32_t id, Slot& slot, std::string_view kind, double now_s);
   void RecordPickLocked(const sched::PickResult& r, double pick_s);
   // The front end's ranking: hinted endpoints (not down) first, then the scheduler's.
   // Caller holds sched_mu_ (either side).
@@ -231,6 +249,7 @@ class RoutingCore {
   struct Counters;
   std::unique_ptr<Counters> counters_;
   std::atomic<uint64_t> reloads_ok_{0};
+  std::mutex eject_mu_;  // serialises ejection decisions (the panic threshold's count)
   std::atomic<uint64_t> models_rr_{0};
 };
 

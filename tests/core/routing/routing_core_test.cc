@@ -203,7 +203,7 @@ TEST(RoutingCore, StaleEndpointExcludedInVirtualTime) {
   RoutingCore core;
   ASSERT_TRUE(core.Configure(Options(), Eps({"a", "b"}), 0.0).ok());
   const std::string idle = V010("0.0", "0.0", "0.05");
-  const std::string busier = V010("6.0", "0.0", "0.40");
+  const std::string busier = V010("30.0", "12.0", "0.90");
   core.OnScrape(0, Scraped(idle, 0.0), 0.0);    // a: the better one
   core.OnScrape(1, Scraped(busier, 0.0), 0.0);
   EXPECT_EQ(Serve(core, Prompt(1), 1.0), "a");
@@ -528,6 +528,134 @@ TEST(RoutingCore, ConcurrentPicksScrapesRenderingAndReloads) {
   }
   EXPECT_EQ(total, 2.0 * kPerThread);
   EXPECT_EQ(inflight, 0.0);
+}
+
+}  // namespace
+}  // namespace kvroute::routing
+
+namespace kvroute::routing {
+namespace {
+
+// A replica answering 503 at once looks idle to every scrape; its failures eject it.
+TEST(RoutingCore, ConsecutiveFailuresEjectAnEndpointThatScrapesCallIdle) {
+  std::vector<std::string> logs;
+  RoutingCore core([&](std::string_view l) { logs.emplace_back(l); });
+  CoreOptions o = Options();
+  o.outlier.consecutive_failures = 3;
+  o.outlier.base_ejection_s = 5.0;
+  ASSERT_TRUE(core.Configure(o, Eps({"sick", "busy"}), 0.0).ok());
+  core.OnScrape(0, Scraped(V010("0.0", "0.0", "0.0"), 0.0), 0.0);
+  core.OnScrape(1, Scraped(V010("20.0", "5.0", "0.70"), 0.0), 0.0);
+  EXPECT_EQ(Serve(core, Prompt(0), 0.1, 503), "sick");
+  // Two failures, then a success: the count starts over.
+  core.OnUpstreamFailure(0, {"http_503", false}, 0.1);
+  core.OnUpstreamFailure(0, {"http_503", false}, 0.2);
+  core.OnAttemptSucceeded(0);
+  core.OnUpstreamFailure(0, {"http_503", false}, 0.3);
+  core.OnUpstreamFailure(0, {"http_503", false}, 0.4);
+  EXPECT_FALSE(core.Health(0, 0.4).ejected);
+  EXPECT_EQ(Serve(core, Prompt(1), 0.4), "sick");
+  core.OnUpstreamFailure(0, {"http_503", false}, 0.5);  // third in a row
+  health::Verdict v = core.Health(0, 0.5);
+  EXPECT_TRUE(v.ejected);
+  EXPECT_EQ(v.treatment, Treatment::kDown);
+  EXPECT_EQ(v.condition, Condition::kUp);  // its scrapes are fine: only its answers are not
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Serve(core, Prompt(2 + i), 1.0 + i * 0.5), "busy");
+  std::string m = Metrics(core, 1.0);
+  EXPECT_NE(m.find("kvroute_endpoint_ejected{endpoint=\"sick\"} 1.0"), std::string::npos);
+  EXPECT_NE(m.find("kvroute_endpoint_ejections_total{endpoint=\"sick\"} 1.0"), std::string::npos);
+  EXPECT_NE(m.find("kvroute_upstream_errors_total{endpoint=\"sick\",kind=\"http_503\"} 5.0"),
+            std::string::npos);
+  ASSERT_FALSE(logs.empty());
+  bool logged = false;
+  for (const auto& l : logs) {
+    logged = logged || l == "endpoint sick: ejected for 5 s after 3 consecutive failures "
+                            "(last http_503), ejection #1";
+  }
+  EXPECT_TRUE(logged);
+  // The ejection ends at 5.5 s (scrapes kept it fresh): picked again.
+  core.OnScrape(0, Scraped(V010("0.0", "0.0", "0.0"), 5.4), 5.4);
+  core.OnScrape(1, Scraped(V010("20.0", "5.0", "0.70"), 5.4), 5.4);
+  EXPECT_EQ(Serve(core, Prompt(20), 5.49), "busy");
+  EXPECT_EQ(Serve(core, Prompt(21), 5.5), "sick");
+  EXPECT_FALSE(core.Health(0, 5.5).ejected);
+  // Failing again right away: ejected for twice as long.
+  for (int i = 0; i < 3; ++i) core.OnUpstreamFailure(0, {"http_503", false}, 5.6);
+  EXPECT_TRUE(core.Health(0, 15.5).ejected);
+  EXPECT_FALSE(core.Health(0, 15.6).ejected);
+}
+
+TEST(RoutingCore, PanicThresholdKeepsTheLastEndpointAndCountsTheSkip) {
+  RoutingCore core;
+  CoreOptions o = Options(health::StalePolicy::kExclude, "round-robin");
+  o.outlier.consecutive_failures = 2;
+  ASSERT_TRUE(core.Configure(o, Eps({"a", "b"}), 0.0).ok());
+  core.OnScrape(0, Scraped(V010("0.0", "0.0", "0.0"), 0.0), 0.0);
+  core.OnScrape(1, Scraped(V010("0.0", "0.0", "0.0"), 0.0), 0.0);
+  for (int i = 0; i < 2; ++i) core.OnUpstreamFailure(0, {"reset", false}, 0.1);
+  EXPECT_TRUE(core.Health(0, 0.1).ejected);
+  for (int i = 0; i < 2; ++i) core.OnUpstreamFailure(1, {"reset", false}, 0.2);
+  EXPECT_FALSE(core.Health(1, 0.2).ejected);  // 1 of 2 is the most that may be out
+  EXPECT_NE(Metrics(core, 0.2).find("kvroute_ejections_skipped_total 1.0"), std::string::npos);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Serve(core, Prompt(i), 0.3), "b");
+}
+
+TEST(RoutingCore, EjectedEndpointsServeWhenNothingElseCan) {
+  RoutingCore core;
+  CoreOptions o = Options();
+  o.outlier.consecutive_failures = 1;
+  ASSERT_TRUE(core.Configure(o, Eps({"flaky", "gone"}), 0.0).ok());
+  core.OnScrape(0, Scraped(V010("0.0", "0.0", "0.0"), 0.0), 0.0);
+  core.OnScrape(1, Scraped(V010("0.0", "0.0", "0.0"), 0.0), 0.0);
+  core.OnUpstreamFailure(0, {"first_byte_timeout", false}, 0.1);
+  ASSERT_TRUE(core.Health(0, 0.1).ejected);
+  // The other one then refuses connections: better the ejected one than nothing.
+  core.OnUpstreamFailure(1, {"connect_refused", true}, 0.2);
+  EXPECT_EQ(Serve(core, Prompt(1), 0.3), "flaky");
+}
+
+// A restarted vLLM starts its counters at zero and its prefix cache empty: the router's
+// prefix model must forget what it assumed cached there.
+TEST(RoutingCore, CountersGoingDownDropThePrefixIndexEntries) {
+  std::vector<std::string> logs;
+  RoutingCore core([&](std::string_view l) { logs.emplace_back(l); });
+  ASSERT_TRUE(core.Configure(Options(), Eps({"a", "b"}), 0.0).ok());
+  // The fixture's query counter (8.26e7 in engine 0) replaced by `queries`.
+  auto text = [](const std::string& queries) {
+    const std::string line = V010Series("prefix_cache_queries_total", "0");
+    return ReplaceOnce(V010("0.0", "0.0", "0.10"), line + "8.2634112e+07", line + queries);
+  };
+  core.OnScrape(0, Scraped(text("5000.0"), 0.0), 0.0);
+  core.OnScrape(1, Scraped(text("5000.0"), 0.0), 0.0);
+  for (int i = 0; i < 6; ++i) Serve(core, GroupPrompt(1, i), 0.1);
+  auto entries = [&](const std::string& name) {
+    std::string m = Metrics(core, 0.2);
+    std::string key = "kvroute_prefix_index_entries{endpoint=\"" + name + "\"} ";
+    auto p = m.find(key);
+    return p == std::string::npos ? -1.0 : std::stod(m.substr(p + key.size()));
+  };
+  double before = entries("a") + entries("b");
+  ASSERT_GT(before, 0.0);
+  const std::string warm = entries("a") > 0 ? "a" : "b";
+  const uint32_t warm_id = IdOf(core, warm);
+  core.OnScrape(warm_id, Scraped(text("6000.0"), 0.3), 0.3);  // counters rose: nothing
+  Serve(core, GroupPrompt(1, 50), 0.35);
+  EXPECT_GT(entries(warm), 0.0);
+  core.OnScrape(warm_id, Scraped(text("12.0"), 0.4), 0.4);   // went down: restarted
+  {
+    // The next pick folds the scrape in (not dispatched: it records no prefix).
+    PickRequest pr;
+    pr.request.prompt = Prompt(99);
+    PickResult r = core.Pick(pr, 0.45);
+    ASSERT_TRUE(r.ok());
+    core.OnFinished(r.handle, RoutingCore::kNoEndpoint, 499, 0.45);
+  }
+  EXPECT_EQ(entries(warm), 0.0);
+  EXPECT_NE(Metrics(core, 0.5).find("kvroute_endpoint_restarts_total{endpoint=\"" + warm + "\"} 1.0"),
+            std::string::npos);
+  bool logged = false;
+  for (const auto& l : logs) logged = logged || l.find("endpoint " + warm + " restarted") == 0;
+  EXPECT_TRUE(logged);
 }
 
 }  // namespace
