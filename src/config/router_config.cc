@@ -80,7 +80,7 @@ class Loader {
     nested.path = "scheduling";
     root.ForEachKey(
         {"listen", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
-         "allow_routing_headers", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
+         "outlier_detection", "allow_routing_headers", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
         [&](const std::string& key, const ConfigNode& v) {
           if (key == "listen") {
             cfg.listen = v.String();
@@ -99,9 +99,9 @@ class Loader {
           } else if (key == "timeouts") {
             LoadTimeouts(v, cfg.timeouts);
           } else if (key == "retries") {
-            v.ForEachKey({"max_attempts"}, [&](const std::string&, const ConfigNode& rv) {
-              cfg.retries.max_attempts = static_cast<int>(rv.Int(1, 100));
-            });
+            LoadRetries(v, cfg.retries);
+          } else if (key == "outlier_detection") {
+            LoadOutlier(v, cfg.outlier);
           } else if (key == "allow_routing_headers") {
             cfg.allow_routing_headers = v.Bool();
           } else {
@@ -225,6 +225,49 @@ class Loader {
                         std::to_string(it->second) + ")");
       }
       out.push_back(std::move(ep));
+    }
+  }
+
+  static double Fraction(const ConfigNode& v) {
+    const double f = v.Number();
+    if (f < 0 || f > 1) v.Fail("must be between 0 and 1 (got " + v.Scalar() + ")");
+    return f;
+  }
+
+  void LoadRetries(const ConfigNode& v, RetryConfig& r) {
+    v.ForEachKey({"max_attempts", "budget_ratio", "budget_min_retries", "budget_window"},
+                 [&](const std::string& key, const ConfigNode& rv) {
+                   if (key == "max_attempts") {
+                     r.max_attempts = static_cast<int>(rv.Int(1, 100));
+                   } else if (key == "budget_ratio") {
+                     r.budget_ratio = Fraction(rv);
+                   } else if (key == "budget_min_retries") {
+                     r.budget_min_retries = static_cast<int>(rv.Int(0, 1000000));
+                   } else {
+                     r.budget_window_s = rv.Duration();
+                   }
+                 });
+  }
+
+  void LoadOutlier(const ConfigNode& v, OutlierConfig& o) {
+    v.ForEachKey({"consecutive_failures", "base_ejection", "max_ejection", "max_ejection_percent"},
+                 [&](const std::string& key, const ConfigNode& ov) {
+                   if (key == "consecutive_failures") {
+                     o.consecutive_failures = static_cast<int>(ov.Int(0, 1000000));
+                   } else if (key == "base_ejection") {
+                     o.base_ejection_s = ov.Duration();
+                   } else if (key == "max_ejection") {
+                     o.max_ejection_s = ov.Duration();
+                   } else {
+                     const double pct = ov.Number();
+                     if (pct < 0 || pct > 100) {
+                       ov.Fail("must be between 0 and 100 (got " + ov.Scalar() + ")");
+                     }
+                     o.max_ejection_percent = pct;
+                   }
+                 });
+    if (o.max_ejection_s < o.base_ejection_s) {
+      v.Fail("max_ejection must be >= base_ejection");
     }
   }
 

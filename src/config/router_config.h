@@ -29,7 +29,16 @@
 //     schedulingProfile: [{pluginRef, weight?}]   # the seed article's form, one profile
 //   limits: {max_body_bytes: 16MiB, max_header_bytes: 64KiB, max_headers: 100}
 //   timeouts: {connect: 2s, first_byte: 120s, idle: 60s}
-//   retries: {max_attempts: 2}    # attempts per request, first included
+//   retries:                      # attempts per request, first included; a retry goes to
+//     max_attempts: 2             #   the next-ranked endpoint, only before the client got
+//     budget_ratio: 0.2           #   a byte; retries in budget_window < budget_min_retries
+//     budget_min_retries: 10      #   + budget_ratio * requests (connect-failure retries
+//     budget_window: 10s          #   are free: no engine saw the request)
+//   outlier_detection:            # passive ejection between scrapes (health/outlier.h)
+//     consecutive_failures: 5     # connect failures, resets, timeouts, 5xx in a row; 0 off
+//     base_ejection: 5s           # first ejection; doubles per repeat, decays when calm
+//     max_ejection: 300s
+//     max_ejection_percent: 50    # panic threshold: never more of the pool (at least 1)
 //   allow_routing_headers: false  # honour client-supplied routing headers
 //
 // Scheduling is checked with sched::ValidateSchedulingSpec (plugin types, parameters,
@@ -98,6 +107,16 @@ struct TimeoutsConfig {
 
 struct RetryConfig {
   int max_attempts = 2;  // first attempt included; retries go to another endpoint
+  double budget_ratio = 0.2;
+  int budget_min_retries = 10;
+  double budget_window_s = 10.0;
+};
+
+struct OutlierConfig {
+  int consecutive_failures = 5;  // 0: off
+  double base_ejection_s = 5.0;
+  double max_ejection_s = 300.0;
+  double max_ejection_percent = 50.0;
 };
 
 struct RouterConfig {
@@ -109,6 +128,7 @@ struct RouterConfig {
   LimitsConfig limits;
   TimeoutsConfig timeouts;
   RetryConfig retries;
+  OutlierConfig outlier;
   bool allow_routing_headers = false;
 };
 

@@ -9,6 +9,13 @@ routing::CoreOptions CoreOptionsFrom(const config::RouterConfig& config) {
   o.health.stale_policy = config.pool.stale_policy == config::StalePolicy::kSaturated
                               ? health::StalePolicy::kSaturated
                               : health::StalePolicy::kExclude;
+  o.outlier.consecutive_failures = config.outlier.consecutive_failures;
+  o.outlier.base_ejection_s = config.outlier.base_ejection_s;
+  o.outlier.max_ejection_s = config.outlier.max_ejection_s;
+  o.outlier.max_ejection_percent = config.outlier.max_ejection_percent;
+  o.retry_budget.ratio = config.retries.budget_ratio;
+  o.retry_budget.min_retries = config.retries.budget_min_retries;
+  o.retry_budget.window_s = config.retries.budget_window_s;
   return o;
 }
 

@@ -230,6 +230,8 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   http::Fields own_head_fields;  // only when the settings' table is older than the pick's
   bool streaming = false;
   bool first_byte = false;
+  bool error_status = false;  // the endpoint answered 5xx: buffered, maybe retried elsewhere
+  bool truncated = false;     // a buffered 5xx body exceeded kMaxBufferedResponse
   int status = 0;
   std::string_view content_type;  // a constant, or content_type_copy
   std::string content_type_copy;
@@ -254,6 +256,9 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
 
   void Dispatch() {
     const routing::Endpoint& ep = endpoint();
+    streaming = error_status = truncated = false;
+    status = 0;
+    buffered.clear();
     if (attempt > 0 || !pick.dispatched) core().OnDispatched(pick.handle, ep.id, router->Now());
     http::UpstreamRequest req;
     req.method = method;
@@ -286,6 +291,13 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       content_type = content_type_copy;
     }
     bool sse = content_type.substr(0, kSse.size()) == kSse;
+    if (status >= 500) {
+      // Buffered whatever its framing: nothing reaches the client until the router knows
+      // whether another endpoint will answer instead.
+      error_status = true;
+      return;
+    }
+    core().OnAttemptSucceeded(endpoint_id());
     streaming = sse || !h.content_length || *h.content_length > kMaxBufferedResponse;
     if (streaming) {
       ex->BeginStream(status, content_type, head_fields());
@@ -295,6 +307,14 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   }
 
   void OnData(std::string_view d) {
+    if (error_status) {
+      if (buffered.size() + d.size() > kMaxBufferedResponse) {
+        truncated = true;
+      } else {
+        buffered.append(d);
+      }
+      return;
+    }
     if (!first_byte) {
       first_byte = true;
       core().OnFirstToken(pick.handle, router->Now());
@@ -323,8 +343,40 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     }
   }
 
+  static std::string_view StatusKind(int code) {
+    switch (code) {
+      case 500: return "http_500";
+      case 502: return "http_502";
+      case 503: return "http_503";
+      case 504: return "http_504";
+      default: return "http_5xx";
+    }
+  }
+
+  bool CanRetry(bool free) {
+    return attempt + 1 < std::min(pick.n_ranked, max_attempts) && !ex->client_gone() &&
+           core().AllowRetry(router->Now(), free);
+  }
+
   void OnDone(http::UpstreamResult&& r) {
     call = {};
+    if (r.ok() && error_status) {
+      // The endpoint answered 5xx: a failure for outlier detection; another endpoint may
+      // answer instead (generation has no side effects), within the retry budget.
+      core().OnUpstreamFailure(endpoint_id(), {StatusKind(status), false}, router->Now());
+      if (CanRetry(false)) {
+        ++attempt;
+        return Dispatch();
+      }
+      if (truncated) {
+        std::string message = "upstream " + endpoint().spec.name + " failed: HTTP " +
+                              std::to_string(status) + " with an oversized body";
+        ex->Respond(502, ErrorJson(502, std::move(message)), "application/json", head_fields());
+        return Finish(502);
+      }
+      ex->Respond(status, std::move(buffered), content_type, head_fields());
+      return Finish(status);
+    }
     if (r.ok()) {
       if (streaming) {
         ex->EndStream();
@@ -337,11 +389,15 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     const bool connect_failed = http::IsConnectError(r.error);
     core().OnUpstreamFailure(endpoint_id(), {http::UpstreamErrorName(r.error), connect_failed},
                              router->Now());
-    bool retryable = !r.head_received &&
+    // Nothing reached the client yet (no head relayed): retry on the next-ranked endpoint.
+    // A connect failure never reached an engine (free); a reset, failed send or first-byte
+    // timeout may have cost the engine work, so those retries come out of the budget.
+    bool retryable = (!r.head_received || error_status) &&
                      (connect_failed || r.error == http::UpstreamError::kReset ||
-                      r.error == http::UpstreamError::kSendFailed);
-    if (retryable && attempt + 1 < std::min(pick.n_ranked, max_attempts) && !ex->client_gone()) {
-      core().OnRetry();
+                      r.error == http::UpstreamError::kSendFailed ||
+                      r.error == http::UpstreamError::kFirstByteTimeout ||
+                      r.error == http::UpstreamError::kProtocol);
+    if (retryable && CanRetry(connect_failed)) {
       ++attempt;
       return Dispatch();
     }

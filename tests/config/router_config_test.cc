@@ -286,8 +286,8 @@ TEST(RouterConfigErrors, UnknownKeys) {
             "t.yaml:3: pool.endpoints[0].adress: unknown key 'adress' (did you mean 'address'?)");
   EXPECT_EQ(ParseErr("listen: 0.0.0.0:80\nfoo: 1\n"),
             "t.yaml:2: foo: unknown key 'foo' (known: listen, threads, pool, scheduling, "
-            "limits, timeouts, retries, allow_routing_headers, policy, plugins, "
-            "schedulingProfiles, schedulingProfile)");
+            "limits, timeouts, retries, outlier_detection, allow_routing_headers, policy, "
+            "plugins, schedulingProfiles, schedulingProfile)");
   EXPECT_EQ(ParseErr("schedulingProfile:\n  - pluginRef: a\n    wieght: 3\n"),
             "t.yaml:3: schedulingProfile[0].wieght: unknown key 'wieght' (did you mean "
             "'weight'?)");
@@ -417,6 +417,50 @@ TEST(HostPorts, Parse) {
   EXPECT_EQ(why, "invalid character '/' in host");
   EXPECT_EQ(ParseHostPort("[::1]80", &why), std::nullopt);
   EXPECT_EQ(why, "expected [ipv6]:port");
+}
+
+}  // namespace
+}  // namespace kvroute::config
+
+namespace kvroute::config {
+namespace {
+
+TEST(RouterConfig, RetryBudgetAndOutlierDetection) {
+  RouterConfig d = ParseOk("listen: 0.0.0.0:80\n");
+  EXPECT_EQ(d.retries.max_attempts, 2);
+  EXPECT_DOUBLE_EQ(d.retries.budget_ratio, 0.2);
+  EXPECT_EQ(d.retries.budget_min_retries, 10);
+  EXPECT_DOUBLE_EQ(d.retries.budget_window_s, 10.0);
+  EXPECT_EQ(d.outlier.consecutive_failures, 5);
+  EXPECT_DOUBLE_EQ(d.outlier.base_ejection_s, 5.0);
+  EXPECT_DOUBLE_EQ(d.outlier.max_ejection_s, 300.0);
+  EXPECT_DOUBLE_EQ(d.outlier.max_ejection_percent, 50.0);
+  RouterConfig c = ParseOk(
+      "retries: {max_attempts: 3, budget_ratio: 0.1, budget_min_retries: 0, budget_window: 30s}\n"
+      "outlier_detection:\n  consecutive_failures: 0\n  base_ejection: 250ms\n"
+      "  max_ejection: 1m\n  max_ejection_percent: 34\n");
+  EXPECT_EQ(c.retries.max_attempts, 3);
+  EXPECT_DOUBLE_EQ(c.retries.budget_ratio, 0.1);
+  EXPECT_EQ(c.retries.budget_min_retries, 0);
+  EXPECT_DOUBLE_EQ(c.retries.budget_window_s, 30.0);
+  EXPECT_EQ(c.outlier.consecutive_failures, 0);
+  EXPECT_DOUBLE_EQ(c.outlier.base_ejection_s, 0.25);
+  EXPECT_DOUBLE_EQ(c.outlier.max_ejection_s, 60.0);
+  EXPECT_DOUBLE_EQ(c.outlier.max_ejection_percent, 34.0);
+}
+
+TEST(RouterConfigErrors, RetryBudgetAndOutlierDetection) {
+  EXPECT_EQ(ParseErr("retries:\n  budget_ratio: 1.5\n"),
+            "t.yaml:2: retries.budget_ratio: must be between 0 and 1 (got 1.5)");
+  EXPECT_EQ(ParseErr("retries:\n  budget_ration: 0.5\n"),
+            "t.yaml:2: retries.budget_ration: unknown key 'budget_ration' (did you mean "
+            "'budget_ratio'?)");
+  EXPECT_EQ(ParseErr("outlier_detection:\n  max_ejection_percent: 120\n"),
+            "t.yaml:2: outlier_detection.max_ejection_percent: must be between 0 and 100 (got 120)");
+  EXPECT_EQ(ParseErr("outlier_detection:\n  base_ejection: 10s\n  max_ejection: 2s\n"),
+            "t.yaml:2: outlier_detection: max_ejection must be >= base_ejection");
+  EXPECT_EQ(ParseErr("outlier_detection:\n  consecutive_failures: -1\n"),
+            "t.yaml:2: outlier_detection.consecutive_failures: must be >= 0 (got -1)");
 }
 
 }  // namespace

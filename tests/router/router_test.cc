@@ -96,7 +96,9 @@ bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
 // requests according to `mode`.
 class StubUpstream {
  public:
-  enum class Mode { kOk, kNeverAnswer, kDieMidStream, kFlood };
+  // kFail503: every generation request answered 503 at once (a replica during a deploy),
+  // while /metrics says it is idle.
+  enum class Mode { kOk, kNeverAnswer, kDieMidStream, kFlood, kFail503 };
   // kFlood: an SSE stream of kFloodChunks chunks of kFloodChunk bytes, each sent once
   // the previous one was written (so flushed() is what the router's socket accepted).
   static constexpr std::size_t kFloodChunk = 64u << 10;
@@ -138,6 +140,10 @@ class StubUpstream {
       case Mode::kFlood:
         ex->BeginStream(200);
         Flood(ex, 0);
+        return;
+      case Mode::kFail503:
+        ex->Respond(503, "{\"error\":{\"message\":\"engine is restarting\",\"type\":"
+                         "\"ServiceUnavailableError\",\"param\":null,\"code\":503}}");
         return;
     }
   }
@@ -444,6 +450,64 @@ TEST_F(RouterTest, ConnectFailureGives502) {
   EXPECT_EQ(r->status, 502);
   EXPECT_EQ(r->Header("x-kvroute-endpoint"), "dead");
   EXPECT_NE(r->body.find("connect_refused"), std::string::npos) << r->body;
+}
+
+// A replica that answers 503 in a millisecond looks idle to every scrape. Each 503 is
+// retried on the other endpoint (the client never sees it), and five in a row eject it.
+TEST_F(RouterTest, FastFailingReplicaIsRetriedAroundThenEjected) {
+  StubUpstream sick(StubUpstream::Mode::kFail503);
+  StubUpstream good(StubUpstream::Mode::kOk);
+  std::string yaml = Yaml("    - {address: 127.0.0.1:" + std::to_string(sick.port()) +
+                              ", name: sick}\n    - {address: 127.0.0.1:" +
+                              std::to_string(good.port()) + ", name: good}\n",
+                          "outlier_detection: {consecutive_failures: 5, base_ejection: 60s}\n");
+  StartRouter(yaml);
+  WaitAllFresh(2);
+  for (int i = 0; i < 40; ++i) {
+    auto r = Post(CompletionBody("x", 1));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200) << i << " " << r->body;
+    EXPECT_EQ(r->Header("x-kvroute-endpoint"), "good");
+  }
+  std::string m = RouterMetrics();
+  // Round-robin sends every other request to sick until its fifth 503 ejects it.
+  EXPECT_EQ(MetricSum(m, "kvroute_upstream_errors_total", {{"endpoint", "sick"}, {"kind", "http_503"}}), 5);
+  EXPECT_EQ(MetricSum(m, "kvroute_retries_total"), 5);
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_ejections_total", {{"endpoint", "sick"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_ejected", {{"endpoint", "sick"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_requests_total", {{"endpoint", "good"}, {"code", "200"}}), 40);
+}
+
+// With the budget spent, a failed attempt is not retried: the client gets the endpoint's
+// own 503 (status and OpenAI-shaped body as it sent them).
+TEST_F(RouterTest, RetryBudgetBoundsRetriesOfAFailingReplica) {
+  StubUpstream sick(StubUpstream::Mode::kFail503);
+  StubUpstream good(StubUpstream::Mode::kOk);
+  std::string yaml = Yaml("    - {address: 127.0.0.1:" + std::to_string(sick.port()) +
+                              ", name: sick}\n    - {address: 127.0.0.1:" +
+                              std::to_string(good.port()) + ", name: good}\n",
+                          "outlier_detection: {consecutive_failures: 0}\n"
+                          "retries: {max_attempts: 2, budget_ratio: 0, budget_min_retries: 2, "
+                          "budget_window: 1m}\n");
+  StartRouter(yaml);
+  WaitAllFresh(2);
+  int ok = 0, unavailable = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto r = Post(CompletionBody("x", 1));
+    ASSERT_TRUE(r.has_value());
+    if (r->status == 200) ++ok;
+    if (r->status == 503) {
+      ++unavailable;
+      EXPECT_EQ(r->Header("x-kvroute-endpoint"), "sick");
+      EXPECT_NE(r->body.find("\"message\":\"engine is restarting\""), std::string::npos) << r->body;
+    }
+  }
+  EXPECT_EQ(ok, 7);           // 5 served by good at once, 2 after a retry
+  EXPECT_EQ(unavailable, 3);  // sick's later 503s, budget spent
+  std::string m = RouterMetrics();
+  EXPECT_EQ(MetricSum(m, "kvroute_retries_total"), 2);
+  EXPECT_EQ(MetricSum(m, "kvroute_retries_denied_total"), 3);
+  EXPECT_EQ(MetricSum(m, "kvroute_endpoint_ejections_total", {{"endpoint", "sick"}}), 0);
 }
 
 TEST_F(RouterTest, StuckUpstreamGives504) {
