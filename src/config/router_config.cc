@@ -272,9 +272,11 @@ class Loader {
   }
 
   void LoadLimits(const ConfigNode& v, LimitsConfig& limits) {
-    v.ForEachKey({"max_body_bytes", "max_header_bytes", "max_headers"},
+    v.ForEachKey({"max_connections", "max_body_bytes", "max_header_bytes", "max_headers"},
                  [&](const std::string& key, const ConfigNode& lv) {
-                   if (key == "max_body_bytes") {
+                   if (key == "max_connections") {
+                     limits.max_connections = static_cast<uint32_t>(lv.Int(0, 10000000));
+                   } else if (key == "max_body_bytes") {
                      limits.max_body_bytes = lv.ByteSize();
                    } else if (key == "max_header_bytes") {
                      limits.max_header_bytes = lv.ByteSize();
@@ -285,15 +287,19 @@ class Loader {
   }
 
   void LoadTimeouts(const ConfigNode& v, TimeoutsConfig& t) {
-    v.ForEachKey({"connect", "first_byte", "idle"},
+    v.ForEachKey({"connect", "first_byte", "idle", "request_read", "keepalive_idle"},
                  [&](const std::string& key, const ConfigNode& tv) {
                    const double d = tv.Duration();
                    if (key == "connect") {
                      t.connect_s = d;
                    } else if (key == "first_byte") {
                      t.first_byte_s = d;
-                   } else {
+                   } else if (key == "idle") {
                      t.idle_s = d;
+                   } else if (key == "request_read") {
+                     t.request_read_s = d;
+                   } else {
+                     t.keepalive_idle_s = d;
                    }
                  });
   }

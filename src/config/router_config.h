@@ -27,8 +27,24 @@
 //     plugins: [{type, name?, parameters?}]
 //     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
 //     schedulingProfile: [{pluginRef, weight?}]   # the seed article's form, one profile
-//   limits: {max_body_bytes: 16MiB, max_header_bytes: 64KiB, max_headers: 100}
-//   timeouts: {connect: 2s, first_byte: 120s, idle: 60s}
+//   limits:                       # client side, read at start (a reload keeps the running
+//                                 #   ones); each refusal answers with an OpenAI-shaped error
+//                                 #   body and closes the connection
+//     max_connections: 16384      # open connections, 0 = unlimited; past it a new
+//                                 #   connection gets 503 at once, unread
+//     max_body_bytes: 16MiB       # larger request body -> 413
+//     max_header_bytes: 64KiB     # request line + headers -> 431
+//     max_headers: 100            # header fields -> 431
+//   timeouts:
+//     connect: 2s                 # TCP connect to an endpoint
+//     first_byte: 120s            # request sent -> response head (queueing + prefill)
+//     idle: 60s                   # no bytes either way on an open upstream exchange
+//     request_read: 30s           # (read at start, like limits) a client request's
+//                                 #   head+body must arrive within this
+//                                 #   (from its first byte; on a new connection from the
+//                                 #   accept) -> 408 (slow senders, slowloris)
+//     keepalive_idle: 60s         # kept-alive client connection with no request started:
+//                                 #   closed silently
 //   retries:                      # attempts per request, first included; a retry goes to
 //     max_attempts: 2             #   the next-ranked endpoint, only before the client got
 //     budget_ratio: 0.2           #   a byte; retries in budget_window < budget_min_retries
@@ -94,6 +110,7 @@ struct PoolConfig {
 };
 
 struct LimitsConfig {
+  uint32_t max_connections = 16384;  // open client connections; 0 = unlimited
   uint64_t max_body_bytes = 16ull << 20;
   uint64_t max_header_bytes = 64ull << 10;
   uint32_t max_headers = 100;
@@ -103,6 +120,8 @@ struct TimeoutsConfig {
   double connect_s = 2.0;       // TCP connect to an endpoint
   double first_byte_s = 120.0;  // request sent -> response headers (covers queueing+prefill)
   double idle_s = 60.0;         // no bytes either way on an open exchange
+  double request_read_s = 30.0;    // client request head+body read (slow senders: 408)
+  double keepalive_idle_s = 60.0;  // kept-alive client connection, no request: closed
 };
 
 struct RetryConfig {

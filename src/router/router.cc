@@ -14,6 +14,7 @@
 #include "http/client.h"
 #include "http/io_pool.h"
 #include "http/server.h"
+#include "metrics/prom_writer.h"
 #include "pool/pool.h"
 
 namespace kvroute::router {
@@ -39,6 +40,33 @@ std::chrono::milliseconds Ms(double s) {
 
 std::string ErrorJson(int status, std::string message) {
   return api::ErrorBody(api::MakeError(status, std::move(message)));
+}
+
+// The client-facing server's counters (limits and connections), as kvroute_http_*.
+void AppendServerMetrics(std::string& out, const http::ServerStats& s) {
+  auto load = [](const auto& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
+  metrics::AppendGauge(out, "kvroute_http_open_connections", "Client connections open now.", {},
+                       load(s.open_connections));
+  metrics::AppendCounter(out, "kvroute_http_connections_accepted_total",
+                         "Client connections accepted and served.", {}, load(s.connections_accepted));
+  metrics::AppendCounter(out, "kvroute_http_connections_rejected_total",
+                         "Client connections refused with 503 over limits.max_connections.", {},
+                         load(s.connections_rejected));
+  metrics::AppendCounter(out, "kvroute_http_accept_errors_total",
+                         "Failed accepts (out of descriptors...), each retried after a back-off.",
+                         {}, load(s.accept_errors));
+  metrics::AppendCounter(out, "kvroute_http_idle_closed_total",
+                         "Client connections closed silently with no request started "
+                         "(timeouts.keepalive_idle, or nothing sent within timeouts.request_read).",
+                         {}, load(s.idle_closed));
+  metrics::AppendHeader(out, "kvroute_http_requests_rejected_total",
+                        "Requests the server refused itself, then closed the connection, by reason.",
+                        metrics::MetricType::kCounter);
+  for (std::size_t i = 0; i < http::kRejectReasons; ++i) {
+    const metrics::Label reason{"reason", http::RejectReasonName(static_cast<http::RejectReason>(i))};
+    metrics::AppendSample(out, "kvroute_http_requests_rejected_total", {&reason, 1},
+                          load(s.requests_rejected[i]));
+  }
 }
 
 // What the front end itself takes from a configuration; replaced whole on reload.
@@ -129,9 +157,13 @@ struct Router::Impl {
     so.max_body_bytes = cfg.limits.max_body_bytes;
     so.max_header_bytes = cfg.limits.max_header_bytes;
     so.max_header_count = cfg.limits.max_headers;
+    so.max_connections = cfg.limits.max_connections;
+    so.read_timeout = Ms(cfg.timeouts.request_read_s);
+    so.keepalive_idle = Ms(cfg.timeouts.keepalive_idle_s);
     so.error_body = [](int status, std::string_view message) {
       return ErrorJson(status, std::string(message));
     };
+    so.log = [this](std::string_view line) { Log(line); };
     server = std::make_unique<http::Server>(io->contexts(), so,
                                             [this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); });
     io->Start();
@@ -192,6 +224,7 @@ struct Router::Impl {
     std::string out;
     out.reserve(16384);
     if (core_pool) core().AppendMetrics(out, Now());
+    if (server) AppendServerMetrics(out, server->stats());
     return out;
   }
   bool Ready() { return core_pool && core().Ready(Now()); }

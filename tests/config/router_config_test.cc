@@ -463,5 +463,27 @@ TEST(RouterConfigErrors, RetryBudgetAndOutlierDetection) {
             "t.yaml:2: outlier_detection.consecutive_failures: must be >= 0 (got -1)");
 }
 
+TEST(RouterConfigTest, ClientLimitsAndTimeouts) {
+  RouterConfig d = ParseOk("");
+  EXPECT_EQ(d.limits.max_connections, 16384u);
+  EXPECT_DOUBLE_EQ(d.timeouts.request_read_s, 30.0);
+  EXPECT_DOUBLE_EQ(d.timeouts.keepalive_idle_s, 60.0);
+  RouterConfig c = ParseOk(
+      "limits: {max_connections: 100}\ntimeouts: {request_read: 150ms, keepalive_idle: 2m}\n");
+  EXPECT_EQ(c.limits.max_connections, 100u);
+  EXPECT_DOUBLE_EQ(c.timeouts.request_read_s, 0.15);
+  EXPECT_DOUBLE_EQ(c.timeouts.keepalive_idle_s, 120.0);
+  EXPECT_EQ(ParseOk("limits: {max_connections: 0}\n").limits.max_connections, 0u);  // unlimited
+  EXPECT_EQ(ParseErr("limits:\n  max_connections: -1\n"),
+            "t.yaml:2: limits.max_connections: must be >= 0 (got -1)");
+  EXPECT_EQ(ParseErr("limits:\n  max_connections: lots\n"),
+            "t.yaml:2: limits.max_connections: must be an integer (got 'lots')");
+  EXPECT_EQ(ParseErr("timeouts:\n  request_read: 0s\n"),
+            "t.yaml:2: timeouts.request_read: must be > 0 (got '0s')");
+  EXPECT_EQ(ParseErr("timeouts:\n  keepalive_idel: 5s\n"),
+            "t.yaml:2: timeouts.keepalive_idel: unknown key 'keepalive_idel' (did you mean "
+            "'keepalive_idle'?)");
+}
+
 }  // namespace
 }  // namespace kvroute::config

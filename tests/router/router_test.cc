@@ -748,5 +748,98 @@ TEST_F(RouterTest, SighupWithNewWeightsKeepsEachPrefixGroupOnItsReplica) {
   std::remove(path.c_str());
 }
 
+// The router's own error body for `status` (OpenAI-shaped).
+std::string OpenAiError(int status, std::string message) {
+  return api::ErrorBody(api::MakeError(status, std::move(message)));
+}
+
+TEST_F(RouterTest, ClientLimitsFromTheConfigReachTheServerAndShowInMetrics) {
+  StartFleet({Replica()});
+  StartRouter(Yaml(FleetEndpoints(),
+                   "limits: {max_connections: 4, max_header_bytes: 2KiB}\n"
+                   "timeouts: {request_read: 200ms, keepalive_idle: 150ms}\n"));
+  WaitReady();
+  const uint16_t port = router_->port();
+  // request_read: a request begun and never finished gets 408, then the close.
+  TestClient slow("127.0.0.1", port, 3000ms);
+  ASSERT_TRUE(slow.Connect());
+  ASSERT_TRUE(slow.SendRaw("POST /v1/completions HTTP/1.1\r\nhost: a\r\n"));
+  ClientResponse timed_out;
+  ASSERT_TRUE(slow.ReadHead(&timed_out)) << slow.error();
+  ASSERT_TRUE(slow.ReadBody(&timed_out)) << slow.error();
+  EXPECT_EQ(timed_out.status, 408);
+  EXPECT_EQ(timed_out.body, OpenAiError(408, "Request not received within 200 ms."));
+  EXPECT_TRUE(slow.WaitForClose());
+  // max_header_bytes: 431.
+  auto big = Fetch("127.0.0.1", port, "GET", "/healthz", {}, {{"x-big", std::string(3000, 'h')}});
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(big->status, 431);
+  EXPECT_EQ(big->body, OpenAiError(431, "Request header fields too large."));
+  // keepalive_idle: a kept-alive connection left quiet is closed, with nothing sent.
+  TestClient idle("127.0.0.1", port, 3000ms);
+  ASSERT_TRUE(idle.Roundtrip("GET", "/healthz").has_value());
+  ClientResponse none;
+  EXPECT_FALSE(idle.ReadHead(&none));
+  EXPECT_EQ(none.status, 0);
+  // max_connections: four held, the fifth is refused with 503 without being read.
+  std::vector<std::unique_ptr<TestClient>> held;
+  ASSERT_TRUE(WaitFor([&] {  // the probes above have all been closed on the server's side
+    return MetricSum(RouterMetrics(), "kvroute_http_open_connections") == 1;
+  }));
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(std::make_unique<TestClient>("127.0.0.1", port));
+    ASSERT_TRUE(held.back()->Roundtrip("GET", "/healthz").has_value()) << held.back()->error();
+  }
+  TestClient over("127.0.0.1", port);
+  ASSERT_TRUE(over.Connect());
+  ClientResponse refused;
+  ASSERT_TRUE(over.ReadHead(&refused)) << over.error();
+  ASSERT_TRUE(over.ReadBody(&refused)) << over.error();
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.Header("connection"), "close");
+  EXPECT_EQ(refused.body, OpenAiError(503, "Too many connections: the server's limit of 4 is "
+                                         "reached; retry later."));
+  // Metrics from one of the held connections (a new one would be refused).
+  auto m = held[0]->Roundtrip("GET", "/metrics");
+  ASSERT_TRUE(m.has_value()) << held[0]->error();
+  const std::string& text = m->body;
+  EXPECT_EQ(MetricSum(text, "kvroute_http_open_connections"), 4);
+  EXPECT_EQ(MetricSum(text, "kvroute_http_connections_rejected_total"), 1);
+  EXPECT_GE(MetricSum(text, "kvroute_http_connections_accepted_total"), 7);
+  EXPECT_GE(MetricSum(text, "kvroute_http_idle_closed_total"), 1);
+  EXPECT_EQ(MetricSum(text, "kvroute_http_accept_errors_total"), 0);
+  using Labels = std::map<std::string, std::string>;
+  EXPECT_EQ(MetricSum(text, "kvroute_http_requests_rejected_total", Labels{{"reason", "request_timeout"}}), 1);
+  EXPECT_EQ(MetricSum(text, "kvroute_http_requests_rejected_total", Labels{{"reason", "header_too_large"}}), 1);
+  for (const char* reason : {"too_many_headers", "body_too_large", "bad_request"}) {
+    EXPECT_EQ(MetricSum(text, "kvroute_http_requests_rejected_total", Labels{{"reason", reason}}), 0)
+        << reason;
+  }
+  // One leaves: a newcomer is served again.
+  held.pop_back();
+  EXPECT_TRUE(WaitFor([&] {
+    auto r = Fetch("127.0.0.1", port, "GET", "/healthz");
+    return r && r->status == 200;
+  }));
+}
+
+TEST_F(RouterTest, ClientLeavingMidStreamFreesTheInFlightCount) {
+  StartFleet({Replica(/*time_scale=*/1.0)});  // ~6 ms per token: 400 take ~2.4 s
+  StartRouter(Yaml(FleetEndpoints()));
+  WaitReady();
+  TestClient c("127.0.0.1", router_->port());
+  ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody("Tell me a story", 400, true)));
+  ClientResponse head;
+  ASSERT_TRUE(c.ReadHead(&head)) << c.error();
+  ASSERT_EQ(head.status, 200);
+  ASSERT_TRUE(c.ReadChunk().has_value()) << c.error();
+  EXPECT_EQ(MetricSum(RouterMetrics(), "kvroute_endpoint_inflight", {{"endpoint", "r0"}}), 1);
+  c.Close();
+  EXPECT_TRUE(WaitFor([&] {
+    return MetricSum(RouterMetrics(), "kvroute_endpoint_inflight", {{"endpoint", "r0"}}) == 0;
+  }, 3000ms));
+  EXPECT_TRUE(WaitFor([&] { return fleet_->LiveRequests(0) == 0; }, 3000ms));
+}
+
 }  // namespace
 }  // namespace kvroute::router
