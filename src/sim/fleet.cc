@@ -1,6 +1,7 @@
 #include "sim/fleet.h"
 
 #include <boost/asio/post.hpp>
+#include <cstdio>
 #include <future>
 #include <thread>
 
@@ -28,18 +29,56 @@ std::string VllmErrorBody(int status, std::string_view message) {
 Fleet::Fleet(std::vector<ReplicaConfig> replicas, int threads)
     : configs_(std::move(replicas)), pool_(ThreadCount(threads, configs_.size())) {
   for (std::size_t i = 0; i < configs_.size(); ++i) {
-    auto& ctx = pool_.context(static_cast<int>(i % pool_.size()));
-    replicas_.push_back(std::make_unique<Replica>(ctx, configs_[i], static_cast<int>(i)));
-    http::ServerOptions opts;
-    opts.host = configs_[i].host;
-    opts.port = configs_[i].port;
-    opts.max_body_bytes = configs_[i].max_body_bytes;
-    opts.error_body = VllmErrorBody;
-    Replica* r = replicas_.back().get();
-    servers_.push_back(std::make_unique<http::Server>(
-        std::vector<boost::asio::io_context*>{&ctx}, std::move(opts),
-        [r](std::shared_ptr<http::Exchange> ex) { r->Handle(std::move(ex)); }));
+    const int index = static_cast<int>(i);
+    auto& ctx = pool_.context(index % pool_.size());
+    replicas_.push_back(std::make_unique<Replica>(ctx, configs_[i], index));
+    replicas_.back()->SetListenControl(
+        [this, index](bool listen) { return SetListening(index, listen); });
+    servers_.push_back(MakeServer(index, configs_[i].port));
   }
+  ports_.assign(configs_.size(), 0);
+}
+
+std::unique_ptr<http::Server> Fleet::MakeServer(int i, uint16_t port) {
+  http::ServerOptions opts;
+  opts.host = configs_[i].host;
+  opts.port = port;
+  opts.max_body_bytes = configs_[i].max_body_bytes;
+  opts.error_body = VllmErrorBody;
+  Replica* r = replicas_[i].get();
+  return std::make_unique<http::Server>(
+      std::vector<boost::asio::io_context*>{&pool_.context(i % pool_.size())}, std::move(opts),
+      [r](std::shared_ptr<http::Exchange> ex) { r->Handle(std::move(ex)); });
+}
+
+bool Fleet::SetListening(int i, bool listen) {
+  auto& server = servers_[i];
+  if (!listen) {
+    if (server) {
+      server->StopAccepting();
+      retired_.push_back(std::move(server));
+    }
+    return true;
+  }
+  if (server) return true;
+  auto fresh = MakeServer(i, ports_[i]);
+  if (std::string err = fresh->Listen(); !err.empty()) {
+    std::fprintf(stderr, "kvroute sim: %s: reopening the port after downtime: %s\n",
+                 configs_[i].name.c_str(), err.c_str());
+    return false;
+  }
+  server = std::move(fresh);
+  return true;
+}
+
+bool Fleet::RunOn(int i, std::function<void()> fn) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto fut = done->get_future();
+  boost::asio::post(pool_.context(i % pool_.size()), [fn = std::move(fn), done] {
+    fn();
+    done->set_value();
+  });
+  return fut.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
 }
 
 Fleet::~Fleet() { Stop(); }
@@ -49,6 +88,7 @@ Status Fleet::Start() {
     if (std::string err = servers_[i]->Listen(); !err.empty()) {
       return Status::Unavailable(configs_[i].name + ": " + err);
     }
+    ports_[i] = servers_[i]->port();
   }
   pool_.Start();
   running_ = true;
@@ -58,12 +98,21 @@ Status Fleet::Start() {
 void Fleet::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  for (auto& s : servers_) s->StopAccepting();
+  // On each replica's thread: it may be closing or reopening its port right now.
+  auto stop = [this](int i) {
+    replicas_[i]->StopFaults();
+    if (servers_[i]) servers_[i]->StopAccepting();
+  };
+  if (running_) {
+    for (int i = 0; i < size(); ++i) RunOn(i, [stop, i] { stop(i); });
+  }
   pool_.Stop();
+  for (int i = 0; i < size(); ++i) stop(i);  // loops stopped: safe from here
   running_ = false;
   // Loops are stopped: the replicas' state can be torn down from here.
   for (auto& r : replicas_) r->Shutdown();
   servers_.clear();
+  retired_.clear();
   replicas_.clear();
 }
 
@@ -86,6 +135,14 @@ int Fleet::LiveRequests(int i) {
                     [r, done] { done->set_value(r->live_requests()); });
   if (fut.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return -1;
   return fut.get();
+}
+
+std::string Fleet::FaultsJson(int i) {
+  if (!running_ || stopped_) return {};
+  auto out = std::make_shared<std::string>();
+  Replica* r = replicas_[i].get();
+  if (!RunOn(i, [out, r] { *out = r->faults().ToJson(0); })) return {};
+  return *out;
 }
 
 }  // namespace kvroute::sim

@@ -5,6 +5,7 @@
 
 #include "core/common/status.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,8 +37,9 @@ class Fleet {
   void Stop();
 
   int size() const { return static_cast<int>(replicas_.size()); }
-  // The bound port of replica i (after Start).
-  uint16_t port(int i) const { return servers_[i]->port(); }
+  // The bound port of replica i (after Start); the same across crash and restart
+  // downtime (the port is reopened).
+  uint16_t port(int i) const { return ports_[i]; }
   const ReplicaConfig& config(int i) const { return configs_[i]; }
 
   // Engine counters of replica i, read on its own thread. nullopt if the fleet is not
@@ -45,14 +47,27 @@ class Fleet {
   std::optional<engine::EngineStats> Stats(int i);
   // Requests replica i has accepted and not yet finished; -1 as for Stats.
   int LiveRequests(int i);
+  // The faults active on replica i (FaultSet::ToJson at this moment); "" as for Stats.
+  std::string FaultsJson(int i);
 
  private:
+  std::unique_ptr<http::Server> MakeServer(int i, uint16_t port);
+  // Replica i's listen control (crash and restart downtime); on its thread.
+  bool SetListening(int i, bool listen);
+  // Runs `fn` on replica i's thread and waits (at most 2 s); false if it did not run.
+  bool RunOn(int i, std::function<void()> fn);
+
   std::vector<ReplicaConfig> configs_;
   http::IoPool pool_;
   // Destroyed before pool_ (declared after): servers and replicas own sockets and timers
   // that belong to the pool's io_contexts.
   std::vector<std::unique_ptr<Replica>> replicas_;
+  // servers_[i] is null while replica i is down; only its thread touches it once
+  // running. A server closed for downtime is kept (retired_) until Stop: its
+  // connections may still be open.
   std::vector<std::unique_ptr<http::Server>> servers_;
+  std::vector<std::unique_ptr<http::Server>> retired_;
+  std::vector<uint16_t> ports_;
   bool running_ = false;
   bool stopped_ = false;
 };

@@ -3,6 +3,8 @@
 #include <boost/asio/post.hpp>
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "core/api/openai.h"
 #include "core/engine/tokenizer.h"
@@ -36,6 +38,30 @@ std::string_view PathOf(std::string_view target) {
   return q == std::string_view::npos ? target : target.substr(0, q);
 }
 
+// The value of `name` in the target's query string ("/x?kind=hang" -> "hang"); nullopt
+// when absent. No percent-decoding: fault kinds need none.
+std::optional<std::string_view> QueryParam(std::string_view target, std::string_view name) {
+  auto q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    auto amp = rest.find('&');
+    std::string_view pair = rest.substr(0, amp);
+    auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    }
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+std::chrono::steady_clock::duration WallDuration(double seconds) {
+  return std::chrono::ceil<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, seconds)));
+}
+
 }  // namespace
 
 // One request from HTTP arrival to its final byte. Lives in live_ (keyed by engine id)
@@ -51,10 +77,17 @@ struct Replica::Live {
   bool admitted = false;
   bool sent_role = false;
   std::string text;  // non-streaming: generated text so far
+  int chunks_sent = 0;  // streaming: HTTP chunks sent (stall and reset count them)
   Clock::time_point arrival;
   Clock::time_point last_token;
   std::unique_ptr<asio::steady_timer> delay;  // network latency before admission
 };
+
+void Histogram::Reset() {
+  std::fill(counts.begin(), counts.end(), 0);
+  sum = 0.0;
+  count = 0;
+}
 
 void Histogram::Observe(double v) {
   auto it = std::lower_bound(bounds.begin(), bounds.end(), v);  // le: v <= bound
@@ -89,24 +122,46 @@ Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
       engine_(config_.engine),
       step_timer_(ctx),
       start_(Clock::now()),
+      expiry_timer_(ctx),
+      relisten_timer_(ctx),
       ttft_(TtftBuckets()),
       itl_(InterTokenBuckets()),
       e2e_(RequestLatencyBuckets()),
       queue_(RequestLatencyBuckets()) {
   api::AppendJsonString(model_json_, config_.engine.model_name);
+  for (const fault::FaultSpec& spec : config_.faults) {
+    auto timer = std::make_unique<asio::steady_timer>(ctx_, start_ + WallDuration(spec.at_s));
+    timer->async_wait([this, spec](boost::system::error_code ec) {
+      if (ec || shut_down_ || faults_stopped_) return;
+      ActivateFault(spec);
+      ApplyFaultStart(spec.kind);
+    });
+    schedule_timers_.push_back(std::move(timer));
+  }
 }
 
 Replica::~Replica() { Shutdown(); }
 
+void Replica::StopFaults() {
+  faults_stopped_ = true;
+  for (auto& t : schedule_timers_) t->cancel();
+  expiry_timer_.cancel();
+  relisten_timer_.cancel();
+}
+
 void Replica::Shutdown() {
   if (shut_down_) return;
+  StopFaults();
   shut_down_ = true;
   step_timer_.cancel();
   for (auto& [id, l] : live_) {
     if (l->delay) l->delay->cancel();
   }
+  for (auto& [id, w] : metrics_waits_) w.timer->cancel();
   // Dropping the exchanges closes streams / answers 500 to waiting clients.
   live_.clear();
+  held_.clear();
+  metrics_waits_.clear();
 }
 
 double Replica::EngineNow() const {
@@ -118,8 +173,13 @@ double Replica::EngineNow() const {
 }
 
 void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
+  // Crash or restart downtime: a request on a connection opened before is cut off, as
+  // the socket of a dead process would be.
+  if (down_) return ex->Abort();
   const http::Request& r = ex->request();
   std::string_view path = PathOf(r.target());
+  if (path == "/admin/fault") return HandleAdmin(std::move(ex));
+  if (faults_.active(fault::FaultKind::kHang)) return Hold(std::move(ex), fault::FaultKind::kHang);
   const auto method = r.method();
   using boost::beast::http::verb;
   auto only = [&](verb allowed, std::string_view allow) {
@@ -135,8 +195,7 @@ void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
   }
   if (path == "/metrics") {
     if (!only(verb::get, "GET")) return;
-    ex->Respond(200, MetricsText(), "text/plain; version=0.0.4; charset=utf-8");
-    return;
+    return HandleMetrics(std::move(ex));
   }
   if (path == "/health") {
     if (!only(verb::get, "GET")) return;
@@ -165,6 +224,11 @@ std::string Replica::ModelsBody() const {
 }
 
 void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
+  if (faults_.TakeHttpError()) {
+    const int status = faults_.Find(fault::FaultKind::kHttpError)->spec.status;
+    RespondApiError(*ex, status, "Injected fault: http_error (kvroute sim).");
+    return;
+  }
   auto endpoint = chat ? api::Endpoint::kChatCompletions : api::Endpoint::kCompletions;
   api::ParseResult parsed = api::ParseRequest(endpoint, ex->request().body());
   if (!parsed.ok()) {
@@ -231,9 +295,10 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
   const uint64_t id = live->id;
   ex->OnClientGone([this, id] { OnClientGone(id); });
   live_.emplace(id, live);
-  if (config_.latency_ms > 0) {
-    live->delay = std::make_unique<asio::steady_timer>(
-        ctx_, std::chrono::microseconds(static_cast<int64_t>(config_.latency_ms * 1000.0)));
+  double wait_s = config_.latency_ms / 1000.0;
+  if (const fault::ActiveFault* d = faults_.Find(fault::FaultKind::kDelay)) wait_s += d->spec.delay_s;
+  if (wait_s > 0) {
+    live->delay = std::make_unique<asio::steady_timer>(ctx_, WallDuration(wait_s));
     std::weak_ptr<Live> weak = live;
     live->delay->async_wait([this, weak](boost::system::error_code ec) {
       auto l = weak.lock();
@@ -268,7 +333,9 @@ void Replica::OnClientGone(uint64_t id) {
 void Replica::Kick() {
   if (stepping_ || shut_down_ || !engine_.HasWork()) return;
   stepping_ = true;
-  asio::post(ctx_, [this] { RunStep(); });
+  asio::post(ctx_, [this, epoch = epoch_] {
+    if (epoch == epoch_) RunStep();
+  });
 }
 
 void Replica::RunStep() {
@@ -282,14 +349,19 @@ void Replica::RunStep() {
   if (step_.duration_s <= 0) {
     // Nothing could be scheduled although work is queued; retry shortly rather than spin.
     step_timer_.expires_after(std::chrono::milliseconds(1));
-    step_timer_.async_wait([this](boost::system::error_code ec) {
-      if (!ec) RunStep();
+    step_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
+      if (!ec && epoch == epoch_) RunStep();
     });
     return;
   }
-  last_step_end_ = now + step_.duration_s;
-  auto after = [this](boost::system::error_code ec) {
-    if (ec || shut_down_) return;
+  // Thermal throttling: the same step, `factor` times longer.
+  double duration_s = step_.duration_s;
+  if (const fault::ActiveFault* slow = faults_.Find(fault::FaultKind::kSlow)) {
+    duration_s *= slow->spec.factor;
+  }
+  last_step_end_ = now + duration_s;
+  auto after = [this, epoch = epoch_](boost::system::error_code ec) {
+    if (ec || shut_down_ || epoch != epoch_) return;
     Deliver();
     RunStep();
   };
@@ -298,7 +370,7 @@ void Replica::RunStep() {
     return;
   }
   step_timer_.expires_after(std::chrono::nanoseconds(
-      static_cast<int64_t>(step_.duration_s * config_.time_scale * 1e9)));
+      static_cast<int64_t>(duration_s * config_.time_scale * 1e9)));
   step_timer_.async_wait(after);
 }
 
@@ -331,6 +403,25 @@ void Replica::Deliver() {
     auto it = live_.find(o.id);
     if (it == live_.end()) continue;  // aborted while the step ran
     Live& l = *it->second;
+    if (l.req.stream && (o.new_tokens > 0 || o.finished)) {
+      // stall and reset act on the chunk a stream would send next.
+      const fault::ActiveFault* stall = faults_.Find(fault::FaultKind::kStall);
+      const fault::ActiveFault* reset = faults_.Find(fault::FaultKind::kReset);
+      const bool stop_stall = stall && l.chunks_sent >= stall->spec.after_chunks;
+      const bool stop_reset = reset && l.chunks_sent >= reset->spec.after_chunks;
+      if (stop_stall || stop_reset) {
+        std::shared_ptr<Live> keep = it->second;
+        live_.erase(it);
+        if (!o.finished) engine_.Abort(o.id);
+        keep->ex->OnClientGone({});
+        if (stop_reset) {
+          keep->ex->Abort();
+        } else {
+          Hold(keep->ex, fault::FaultKind::kStall);
+        }
+        continue;
+      }
+    }
     if (o.new_tokens > 0) {
       if (o.first_token) {
         ttft_.Observe(std::chrono::duration<double>(now - l.arrival).count());
@@ -384,6 +475,7 @@ void Replica::Deliver() {
         }
         frame += "data: [DONE]\n\n";
       }
+      ++l.chunks_sent;
       l.ex->SendChunk(std::move(frame));
     } else if (!l.req.stream && o.new_tokens > 0) {
       l.text += engine::OutputTokenText(o.id, static_cast<std::size_t>(o.completion_tokens - 1));
@@ -426,6 +518,234 @@ void Replica::Finish(Live& l, const engine::RequestOutput& o) {
   l.ex->Respond(200, std::move(body));
 }
 
+// ---- Faults ----
+
+double Replica::FaultNow() const {
+  return std::chrono::duration<double>(Clock::now() - start_).count();
+}
+
+void Replica::HandleAdmin(std::shared_ptr<http::Exchange> ex) {
+  using boost::beast::http::verb;
+  const http::Request& r = ex->request();
+  const auto method = r.method();
+  if (method == verb::get || method == verb::head) {
+    ex->Respond(200, faults_.ToJson(FaultNow()));
+    return;
+  }
+  if (method == verb::delete_) {
+    std::optional<std::string_view> kind_name = QueryParam(r.target(), "kind");
+    if (kind_name) {
+      std::optional<fault::FaultKind> kind = fault::FaultKindFromName(*kind_name);
+      if (!kind) {
+        RespondApiError(*ex, 400, "Unknown fault kind '" + std::string(*kind_name) + "'.", "kind");
+        return;
+      }
+      if (faults_.Clear(*kind)) ApplyFaultEnd(*kind);
+    } else {
+      for (fault::FaultKind k : faults_.ClearAll()) ApplyFaultEnd(k);
+    }
+    ArmExpiry();
+    ex->Respond(200, faults_.ToJson(FaultNow()));
+    return;
+  }
+  if (method != verb::post) {
+    api::ApiError e = api::MakeError(405, "Method Not Allowed");
+    e.type = "MethodNotAllowed";
+    ex->Respond(405, api::ErrorBody(e), "application/json", {{"allow", "GET, POST, DELETE"}});
+    return;
+  }
+  fault::FaultOr parsed = fault::ParseFaultJson(r.body());
+  if (!parsed.ok()) {
+    std::string message = parsed.error.message;
+    if (!parsed.error.field.empty()) message = parsed.error.field + ": " + message;
+    RespondApiError(*ex, 400, std::move(message), parsed.error.field);
+    return;
+  }
+  ActivateFault(*parsed.spec);
+  // Answer first: a crash or restart closes connections, this one included.
+  ex->Respond(200, faults_.ToJson(FaultNow()));
+  ex.reset();
+  ApplyFaultStart(parsed.spec->kind);
+}
+
+void Replica::HandleMetrics(std::shared_ptr<http::Exchange> ex) {
+  const fault::ActiveFault* slow = faults_.Find(fault::FaultKind::kMetricsSlow);
+  if (!slow) {
+    ex->Respond(200, MetricsBody(), "text/plain; version=0.0.4; charset=utf-8");
+    return;
+  }
+  const uint64_t id = next_hold_++;
+  MetricsWait& w = metrics_waits_[id];
+  w.ex = ex;
+  w.timer = std::make_unique<asio::steady_timer>(ctx_, WallDuration(slow->spec.delay_s));
+  ex->OnClientGone([this, id] { metrics_waits_.erase(id); });
+  w.timer->async_wait([this, id](boost::system::error_code ec) {
+    if (ec) return;
+    auto it = metrics_waits_.find(id);
+    if (it == metrics_waits_.end()) return;
+    std::shared_ptr<http::Exchange> waiting = std::move(it->second.ex);
+    metrics_waits_.erase(it);  // destroys the timer whose handler this is: fine after its run
+    waiting->Respond(200, MetricsBody(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
+std::string Replica::MetricsBody() const {
+  if (faults_.active(fault::FaultKind::kMetricsStale)) return frozen_metrics_;
+  return MetricsText();
+}
+
+void Replica::ActivateFault(const fault::FaultSpec& spec) {
+  // Frozen at what /metrics answered just before (a stale one keeps its old text).
+  if (spec.kind == fault::FaultKind::kMetricsStale &&
+      !faults_.active(fault::FaultKind::kMetricsStale)) {
+    frozen_metrics_ = MetricsText();
+  }
+  faults_.Activate(spec, FaultNow());
+  ArmExpiry();
+}
+
+void Replica::ApplyFaultStart(fault::FaultKind kind) {
+  using K = fault::FaultKind;
+  switch (kind) {
+    case K::kCrash:
+      SetDown(true);
+      DropAll(/*abort_engine=*/true);
+      break;
+    case K::kRestart:
+      if (faults_.active(K::kRestart)) SetDown(true);  // downtime first
+      DropAll(/*abort_engine=*/false);
+      RestartEngine();
+      break;
+    case K::kHang: {
+      // Everything in flight stops answering too: held silently until the hang ends.
+      std::vector<std::shared_ptr<Live>> all;
+      for (auto& [id, l] : live_) all.push_back(l);
+      live_.clear();
+      for (auto& l : all) {
+        if (l->admitted) engine_.Abort(l->id);
+        if (l->delay) l->delay->cancel();
+        l->ex->OnClientGone({});
+        Hold(std::move(l->ex), K::kHang);
+      }
+      for (auto& [id, w] : metrics_waits_) {
+        w.timer->cancel();
+        Hold(std::move(w.ex), K::kHang);
+      }
+      metrics_waits_.clear();
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void Replica::ApplyFaultEnd(fault::FaultKind kind) {
+  using K = fault::FaultKind;
+  switch (kind) {
+    case K::kCrash:
+    case K::kRestart:
+      if (!faults_.active(K::kCrash) && !faults_.active(K::kRestart)) SetDown(false);
+      break;
+    case K::kHang:
+    case K::kStall:
+      ReleaseHeld(kind);
+      break;
+    case K::kMetricsStale:
+      frozen_metrics_.clear();
+      break;
+    default:
+      break;
+  }
+}
+
+void Replica::ArmExpiry() {
+  if (faults_stopped_) return;
+  std::optional<double> next = faults_.NextExpiry();
+  if (!next) {
+    expiry_timer_.cancel();
+    return;
+  }
+  expiry_timer_.expires_at(start_ + WallDuration(*next));
+  expiry_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec && !shut_down_) OnExpiry();
+  });
+}
+
+void Replica::OnExpiry() {
+  for (fault::FaultKind k : faults_.Expire(FaultNow())) ApplyFaultEnd(k);
+  ArmExpiry();
+}
+
+void Replica::Hold(std::shared_ptr<http::Exchange> ex, fault::FaultKind kind) {
+  const uint64_t id = next_hold_++;
+  ex->OnClientGone([this, id] { held_.erase(id); });
+  held_.emplace(id, Held{std::move(ex), kind});
+}
+
+void Replica::ReleaseHeld(fault::FaultKind kind) {
+  std::vector<std::shared_ptr<http::Exchange>> release;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->second.kind == kind) {
+      release.push_back(std::move(it->second.ex));
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& ex : release) ex->Abort();
+}
+
+void Replica::DropAll(bool abort_engine) {
+  std::vector<std::shared_ptr<http::Exchange>> drop;
+  for (auto& [id, l] : live_) {
+    if (abort_engine && l->admitted) engine_.Abort(l->id);
+    if (l->delay) l->delay->cancel();
+    drop.push_back(l->ex);
+  }
+  live_.clear();
+  for (auto& [id, h] : held_) drop.push_back(std::move(h.ex));
+  held_.clear();
+  for (auto& [id, w] : metrics_waits_) {
+    w.timer->cancel();
+    drop.push_back(std::move(w.ex));
+  }
+  metrics_waits_.clear();
+  for (auto& ex : drop) ex->Abort();
+}
+
+void Replica::SetDown(bool down) {
+  if (down == down_) return;
+  down_ = down;
+  if (down) {
+    relisten_timer_.cancel();
+    if (listen_) listen_(false);
+    return;
+  }
+  TryListen();
+}
+
+void Replica::TryListen() {
+  if (down_ || shut_down_ || faults_stopped_ || !listen_) return;
+  if (listen_(true)) return;
+  relisten_timer_.expires_after(std::chrono::milliseconds(50));
+  relisten_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) TryListen();
+  });
+}
+
+void Replica::RestartEngine() {
+  // A restarted vLLM: empty prefix cache, every counter and histogram back to zero.
+  // Pending step callbacks belong to the old engine: the epoch makes them no-ops.
+  ++epoch_;
+  step_timer_.cancel();
+  stepping_ = false;
+  engine_ = engine::Engine(config_.engine);
+  ttft_.Reset();
+  itl_.Reset();
+  e2e_.Reset();
+  queue_.Reset();
+}
+
 std::string Replica::MetricsText() const {
   using metrics::Label;
   using metrics::MetricType;
@@ -437,21 +757,33 @@ std::string Replica::MetricsText() const {
   std::vector<Label> labels;
   if (!old) labels.push_back({"engine", "0"});
   labels.push_back({"model_name", c.model_name});
+  // metrics_nan / metrics_missing: the three load gauges a router reads.
+  const bool nan = faults_.active(fault::FaultKind::kMetricsNan);
+  const bool missing = faults_.active(fault::FaultKind::kMetricsMissing);
+  const double kNan = std::numeric_limits<double>::quiet_NaN();
+  const double running = nan ? kNan : s.running;
+  const double waiting = nan ? kNan : s.waiting;
+  const double kv_usage = nan ? kNan : s.kv_cache_usage;
 
-  metrics::AppendGauge(out, "vllm:num_requests_running",
-                       old ? "Number of requests currently running on GPU."
-                           : "Number of requests in model execution batches.",
-                       labels, s.running);
+  if (!missing) {
+    metrics::AppendGauge(out, "vllm:num_requests_running",
+                         old ? "Number of requests currently running on GPU."
+                             : "Number of requests in model execution batches.",
+                         labels, running);
+  }
   if (old) {
     metrics::AppendGauge(out, "vllm:num_requests_swapped", "Number of requests swapped to CPU.",
                          labels, 0.0);
   }
-  metrics::AppendGauge(out, "vllm:num_requests_waiting",
-                       "Number of requests waiting to be processed.", labels, s.waiting);
+  if (!missing) {
+    metrics::AppendGauge(out, "vllm:num_requests_waiting",
+                         "Number of requests waiting to be processed.", labels, waiting);
+  }
   if (old) {
-    metrics::AppendGauge(out, "vllm:gpu_cache_usage_perc",
-                         "GPU KV-cache usage. 1 means 100 percent usage.", labels,
-                         s.kv_cache_usage);
+    if (!missing) {
+      metrics::AppendGauge(out, "vllm:gpu_cache_usage_perc",
+                           "GPU KV-cache usage. 1 means 100 percent usage.", labels, kv_usage);
+    }
     metrics::AppendGauge(out, "vllm:cpu_cache_usage_perc",
                          "CPU KV-cache usage. 1 means 100 percent usage.", labels, 0.0);
     metrics::AppendCounter(out, "vllm:gpu_prefix_cache_queries_total",
@@ -461,8 +793,10 @@ std::string Replica::MetricsText() const {
                            "GPU prefix cache hits, in terms of number of cached tokens.", labels,
                            static_cast<double>(s.prefix_hits_tokens));
   } else {
-    metrics::AppendGauge(out, "vllm:kv_cache_usage_perc",
-                         "KV-cache usage. 1 means 100 percent usage.", labels, s.kv_cache_usage);
+    if (!missing) {
+      metrics::AppendGauge(out, "vllm:kv_cache_usage_perc",
+                           "KV-cache usage. 1 means 100 percent usage.", labels, kv_usage);
+    }
     metrics::AppendCounter(out, "vllm:prefix_cache_queries_total",
                            "Prefix cache queries, in terms of number of queried tokens.", labels,
                            static_cast<double>(s.prefix_queries_tokens));
@@ -540,6 +874,16 @@ std::string Replica::MetricsText() const {
   for (const auto& [k, v] : config_.labels) ident.push_back({k, v});
   metrics::AppendGauge(out, "kvroute_sim_replica_info", "Simulated replica identity and labels.",
                        ident, 1.0);
+  metrics::AppendHeader(out, "kvroute_sim_fault_active",
+                        "Injected faults in force (1) or not (0), by kind (docs/FAULTS.md).",
+                        MetricType::kGauge);
+  const std::vector<Label> replica_label = {{"replica", config_.name}};
+  for (int k = 0; k < fault::kNumFaultKinds; ++k) {
+    const auto kind = static_cast<fault::FaultKind>(k);
+    metrics::AppendSample(out, "kvroute_sim_fault_active", replica_label,
+                          faults_.active(kind) ? 1.0 : 0.0,
+                          {"kind", fault::FaultKindName(kind)});
+  }
   return out;
 }
 

@@ -6,6 +6,11 @@
 // outputs (one SSE chunk per step per streaming request) -> next step. An idle engine
 // has no timer armed; a new request starts the loop again.
 //
+// Faults (core/fault/fault.h, docs/FAULTS.md): the config's schedule is armed at
+// construction (times in wall seconds after it), and `POST/GET/DELETE /admin/fault` on the
+// replica's own port starts, lists and clears faults at run time. The admin endpoint keeps
+// answering under every fault but crash and restart downtime.
+//
 // Thread: everything (Handle, timers, metrics) runs on the io_context given to the
 // constructor; the replica takes no locks.
 #pragma once
@@ -14,12 +19,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/engine/engine.h"
+#include "core/fault/fault.h"
 #include "http/server.h"
 #include "config/fleet_config.h"
 
@@ -33,6 +40,7 @@ struct Histogram {
   explicit Histogram(std::vector<double> upper_bounds)
       : bounds(std::move(upper_bounds)), counts(bounds.size() + 1, 0) {}
   void Observe(double v);
+  void Reset();
   std::vector<double> bounds;
   std::vector<uint64_t> counts;
   double sum = 0.0;
@@ -66,6 +74,18 @@ class Replica {
   // close). Call on the replica's thread, or after its io_context stopped.
   void Shutdown();
 
+  // How the replica opens and closes its listening socket for crash and restart
+  // downtime: `listen(false)` closes it, `listen(true)` opens it again on the same port
+  // and returns false if that failed (the replica retries every 50 ms). Called on the
+  // replica's thread. Set before the io_context runs; without one, downtime only drops
+  // requests that arrive.
+  void SetListenControl(std::function<bool(bool listen)> listen) { listen_ = std::move(listen); }
+  // Cancels the fault schedule and never reopens the port again (the fleet is stopping).
+  // Call on the replica's thread.
+  void StopFaults();
+  // The faults in force now (for tests). Thread: the replica's.
+  const fault::FaultSet& faults() const { return faults_; }
+
  private:
   struct Live;
   using Clock = std::chrono::steady_clock;
@@ -78,6 +98,27 @@ class Replica {
   void Deliver();
   void Finish(Live& l, const engine::RequestOutput& o);
   double EngineNow() const;
+
+  // Faults.
+  double FaultNow() const;  // wall seconds since start_
+  void HandleAdmin(std::shared_ptr<http::Exchange> ex);
+  void HandleMetrics(std::shared_ptr<http::Exchange> ex);
+  std::string MetricsBody() const;  // MetricsText, or the frozen text under metrics_stale
+  // Starts `spec` (its FaultSet entry) and then its effects on requests in flight.
+  void ActivateFault(const fault::FaultSpec& spec);
+  void ApplyFaultStart(fault::FaultKind kind);
+  void ApplyFaultEnd(fault::FaultKind kind);
+  void ArmExpiry();
+  void OnExpiry();
+  // Holds `ex` silently (hang, stall) until `kind` ends, then closes its connection.
+  void Hold(std::shared_ptr<http::Exchange> ex, fault::FaultKind kind);
+  void ReleaseHeld(fault::FaultKind kind);
+  // Closes every in-flight, held and waiting exchange's connection; with `abort_engine`
+  // also aborts their engine requests (crash keeps the engine; restart replaces it).
+  void DropAll(bool abort_engine);
+  void SetDown(bool down);
+  void TryListen();
+  void RestartEngine();
 
   // JSON pieces.
   void AppendChunkHead(std::string& out, const Live& l) const;
@@ -97,6 +138,28 @@ class Replica {
   engine::StepResult step_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::shared_ptr<Live>> live_;
+
+  // Faults.
+  struct Held {
+    std::shared_ptr<http::Exchange> ex;
+    fault::FaultKind kind;
+  };
+  struct MetricsWait {
+    std::shared_ptr<http::Exchange> ex;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+  fault::FaultSet faults_;
+  std::vector<std::unique_ptr<boost::asio::steady_timer>> schedule_timers_;
+  boost::asio::steady_timer expiry_timer_;
+  boost::asio::steady_timer relisten_timer_;
+  std::function<bool(bool)> listen_;
+  bool down_ = false;           // crash or restart downtime: the port is closed
+  bool faults_stopped_ = false;
+  uint64_t epoch_ = 0;          // engine generation: a restart makes pending steps stale
+  uint64_t next_hold_ = 1;
+  std::unordered_map<uint64_t, Held> held_;
+  std::unordered_map<uint64_t, MetricsWait> metrics_waits_;
+  std::string frozen_metrics_;  // metrics_stale: the text when it began
 
   Histogram ttft_;
   Histogram itl_;

@@ -16,7 +16,10 @@ int SimMain(int argc, char** argv) {
       "POST /v1/completions, POST /v1/chat/completions (streaming and not), GET /v1/models,\n"
       "GET /health and GET /metrics (vLLM's Prometheus names). Each replica has its own\n"
       "engine (paged KV cache with prefix caching, V1 scheduler, fitted step-time model).\n"
-      "Precedence: preset < fleet file defaults < flags given here < fleet file replica entry.",
+      "Precedence: preset < fleet file defaults < flags given here < fleet file replica entry.\n"
+      "Faults (docs/FAULTS.md): a `faults:` schedule per replica in the fleet file, or at run\n"
+      "time POST/GET/DELETE /admin/fault on a replica's port, e.g.\n"
+      "  curl -d '{\"kind\":\"hang\",\"duration\":\"5s\"}' localhost:8000/admin/fault",
       "kvroute sim"};
   int replicas = 0;
   int port = 8000;
@@ -77,7 +80,7 @@ int SimMain(int argc, char** argv) {
                      ->check(CLI::NonNegativeNumber);
   app.add_option("--config,-c", config_path,
                  "Fleet YAML file: per-replica preset, kv_blocks, model, max_num_seqs, labels, "
-                 "latency_ms, ... (see examples/fleet.yaml)")
+                 "latency_ms, faults, ... (see examples/fleet.yaml, examples/fleet-faults.yaml)")
       ->check(CLI::ExistingFile);
   app.add_option("--threads", threads,
                  "Event-loop threads shared by the replicas (default: one per replica, at most "

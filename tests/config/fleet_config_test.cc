@@ -149,6 +149,17 @@ TEST(FleetConfigTest, FaultSchedules) {
   ASSERT_EQ(out[1].faults.size(), 1u);
 }
 
+TEST(FleetConfigTest, FaultsExampleParses) {
+  ConfigOr<FleetFile> file =
+      LoadFleetFile(std::string(KVROUTE_SOURCE_DIR) + "/examples/fleet-faults.yaml");
+  ASSERT_TRUE(file.ok()) << file.error.ToString();
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(*file.value, {}, 0, 0, &out).ok());
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].faults.size(), 4u);  // the default's metrics_slow and its own three
+  EXPECT_EQ(out[0].faults[3].kind, fault::FaultKind::kCrash);
+}
+
 TEST(FleetConfigTest, FaultErrorsNameFileLineAndField) {
   EXPECT_EQ(ErrorOf("defaults:\n  faults: [{kind: hangg}]\n"),
             "f.yaml:2: defaults.faults[0].kind: unknown fault kind 'hangg' (did you mean "

@@ -11,6 +11,7 @@
 #include "core/api/openai.h"
 #include "core/engine/tokenizer.h"
 #include "http/test_client.h"
+#include "config/fleet_config.h"
 #include "sim/fleet.h"
 
 namespace kvroute::sim {
@@ -301,7 +302,7 @@ TEST_F(FleetTest, MetricsReadLikeVllm) {
     char* stop = nullptr;
     std::strtod(value.c_str(), &stop);
     EXPECT_TRUE(*stop == '\0' || value == "+Inf") << line;
-    EXPECT_EQ(line.substr(0, 5) == "vllm:" || line.substr(0, 13) == "kvroute_sim_r", true) << line;
+    EXPECT_EQ(line.substr(0, 5) == "vllm:" || line.substr(0, 12) == "kvroute_sim_", true) << line;
   }
   EXPECT_GT(samples, 90);
 }
@@ -505,6 +506,318 @@ TEST_F(FleetTest, KeepAliveAndLatencyDelayStillAnswer) {
     ASSERT_TRUE(resp.has_value()) << c.error();
     EXPECT_EQ(resp->status, 200);
   }
+}
+
+// ---- Faults (docs/FAULTS.md) ----
+// Every kind through the admin endpoint and through a fleet-file schedule, with the same
+// probe of what a client sees while it is active, then recovery once it ends. Faults last
+// kFaultS of wall time; the only waits are the faults' own.
+
+constexpr double kFaultS = 0.4;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::optional<ClientResponse> Admin(uint16_t port, std::string_view method,
+                                    std::string_view target = "/admin/fault",
+                                    std::string_view body = {}) {
+  return Fetch("127.0.0.1", port, method, target, body);
+}
+
+// Polls `pred` every 5 ms until it holds or `limit_s` passes.
+template <typename Pred>
+bool WaitFor(Pred pred, double limit_s = 3.0) {
+  const auto t0 = Clock::now();
+  while (!pred()) {
+    if (Since(t0) > limit_s) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+struct FaultCase {
+  const char* kind;
+  const char* fields;  // extra JSON fields, also written as YAML flow-map entries
+  const char* yaml;
+};
+
+const FaultCase kFaultCases[] = {
+    {"crash", "", ""},
+    {"hang", "", ""},
+    {"delay", R"(,"delay":"150ms")", ", delay: 150ms"},
+    {"stall", R"(,"after_chunks":2)", ", after_chunks: 2"},
+    {"reset", R"(,"after_chunks":2)", ", after_chunks: 2"},
+    {"http_error", R"(,"status":503)", ", status: 503"},
+    {"restart", "", ""},
+    {"slow", R"(,"factor":50)", ", factor: 50"},
+    {"metrics_stale", "", ""},
+    {"metrics_nan", "", ""},
+    {"metrics_missing", "", ""},
+    {"metrics_slow", R"(,"delay":"150ms")", ", delay: 150ms"},
+};
+
+class FaultKindTest : public FleetTest,
+                      public ::testing::WithParamInterface<std::tuple<int, bool>> {
+ protected:
+  const FaultCase& fc() const { return kFaultCases[std::get<0>(GetParam())]; }
+  bool from_yaml() const { return std::get<1>(GetParam()); }
+  bool Active() {
+    return fleet_->FaultsJson(0).find(std::string("\"") + fc().kind + "\"") != std::string::npos;
+  }
+  // What a client sees while the fault is active.
+  void Probe();
+};
+
+void FaultKindTest::Probe() {
+  const std::string kind = fc().kind;
+  if (kind == "crash" || kind == "restart") {
+    EXPECT_FALSE(Fetch("127.0.0.1", port(), "GET", "/health", {}, {}, 1000ms).has_value())
+        << "the port should refuse connections";
+  } else if (kind == "hang") {
+    // Held silently, closed when the hang ends; the admin endpoint still answers.
+    TestClient c("127.0.0.1", port(), 2000ms);
+    ASSERT_TRUE(c.Connect());
+    ASSERT_TRUE(c.SendRequest("GET", "/metrics"));
+    auto admin = Admin(port(), "GET");
+    ASSERT_TRUE(admin.has_value());
+    EXPECT_EQ(admin->status, 200);
+    const auto t0 = Clock::now();
+    ClientResponse head;
+    EXPECT_FALSE(c.ReadHead(&head));
+    EXPECT_LT(Since(t0), 1.9) << "closed at the hang's end, not timed out";
+  } else if (kind == "delay") {
+    const auto t0 = Clock::now();
+    auto r = Post("/v1/completions", CompletionBody("late", 2));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200);
+    EXPECT_GE(Since(t0), 0.15);
+  } else if (kind == "stall" || kind == "reset") {
+    TestClient c("127.0.0.1", port(), 2000ms);
+    ASSERT_TRUE(c.Connect());
+    ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody("cut me", 50, true)));
+    ClientResponse head;
+    ASSERT_TRUE(c.ReadHead(&head)) << c.error();
+    EXPECT_EQ(head.status, 200);
+    EXPECT_TRUE(c.ReadChunk().has_value());
+    EXPECT_TRUE(c.ReadChunk().has_value());
+    const auto t0 = Clock::now();
+    EXPECT_FALSE(c.ReadChunk().has_value());  // stall: closed at the fault's end
+    EXPECT_FALSE(c.ended());                  // never the terminating chunk
+    EXPECT_LT(Since(t0), 1.9);
+  } else if (kind == "http_error") {
+    auto r = Post("/v1/completions", CompletionBody("fail me", 2));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 503);
+    simdjson::dom::parser p;
+    simdjson::dom::element doc = p.parse(r->body);
+    EXPECT_EQ(int64_t(doc["error"]["code"]), 503);
+    EXPECT_EQ(std::string_view(doc["error"]["type"]), "ServiceUnavailableError");
+    const std::string m = Metrics();  // /metrics answers: "looks idle"
+    EXPECT_EQ(Sample(m, "kvroute_sim_fault_active", "replica=\"r\",kind=\"http_error\""), 1.0);
+  } else if (kind == "slow") {
+    const auto t0 = Clock::now();
+    auto r = Post("/v1/completions", CompletionBody("slowly", 10));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200);
+    // 10 steps of >= 5.75 ms engine time, x50, at time_scale 0.01.
+    EXPECT_GE(Since(t0), 10 * 0.00575 * 50 * 0.01);
+  } else if (kind == "metrics_stale") {
+    const std::string before = Metrics();
+    auto r = Post("/v1/completions", CompletionBody("changes counters", 3));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(Metrics(), before);
+  } else if (kind == "metrics_nan") {
+    const std::string m = Metrics();
+    EXPECT_TRUE(std::isnan(Counter(m, "vllm:num_requests_running")));
+    EXPECT_NE(m.find("vllm:kv_cache_usage_perc{" + kLabels + "} NaN"), std::string::npos);
+    EXPECT_NE(m.find("vllm:num_requests_waiting{" + kLabels + "} NaN"), std::string::npos);
+  } else if (kind == "metrics_missing") {
+    const std::string m = Metrics();
+    EXPECT_EQ(m.find("vllm:num_requests_running"), std::string::npos);
+    EXPECT_EQ(m.find("vllm:num_requests_waiting"), std::string::npos);
+    EXPECT_EQ(m.find("vllm:kv_cache_usage_perc"), std::string::npos);
+    EXPECT_NE(m.find("vllm:prompt_tokens_total"), std::string::npos);
+  } else if (kind == "metrics_slow") {
+    const auto t0 = Clock::now();
+    EXPECT_FALSE(Metrics().empty());
+    EXPECT_GE(Since(t0), 0.15);
+  } else {
+    FAIL() << "no probe for " << kind;
+  }
+}
+
+TEST_P(FaultKindTest, ActiveThenRecovers) {
+  const std::string kind = fc().kind;
+  ReplicaConfig r = SmallReplica();
+  if (from_yaml()) {
+    // Through the fleet file's parser, as `kvroute sim -c` reads it.
+    const std::string yaml = "replicas:\n  - faults: [{kind: " + kind +
+                             ", at: 100ms, duration: " + std::to_string(kFaultS) + fc().yaml +
+                             "}]\n";
+    auto file = config::ParseFleetYaml(yaml, "faults.yaml");
+    ASSERT_TRUE(file.ok()) << file.error.ToString();
+    ASSERT_EQ(file.value->replicas[0].faults.size(), 1u);
+    r.faults = file.value->replicas[0].faults;
+  }
+  StartFleet({r});
+  // Something for a restart to forget.
+  auto warm = Post("/v1/completions", CompletionBody("warm up the counters", 2));
+  ASSERT_TRUE(warm.has_value());
+  if (from_yaml()) {
+    ASSERT_TRUE(WaitFor([&] { return Active(); })) << kind << " never started";
+  } else {
+    const std::string body = std::string(R"({"kind":")") + kind + R"(","duration":)" +
+                             std::to_string(kFaultS) + fc().fields + "}";
+    auto resp = Admin(port(), "POST", "/admin/fault", body);
+    ASSERT_TRUE(resp.has_value());
+    EXPECT_EQ(resp->status, 200) << resp->body;
+    EXPECT_NE(resp->body.find("\"kind\":\"" + kind + "\""), std::string::npos) << resp->body;
+  }
+  Probe();
+  // It ends by itself; then the replica serves normally again.
+  ASSERT_TRUE(WaitFor([&] { return !Active(); })) << kind << " never ended";
+  ASSERT_TRUE(WaitFor([&] {
+    auto h = Fetch("127.0.0.1", port(), "GET", "/health", {}, {}, 1000ms);
+    return h && h->status == 200;
+  }));
+  auto ok = Post("/v1/completions", CompletionBody("after the fault", 2));
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 200);
+  const std::string m = Metrics();
+  EXPECT_EQ(Sample(m, "kvroute_sim_fault_active", "replica=\"r\",kind=\"" + kind + "\""), 0.0);
+  if (kind == "restart") {
+    // Counters restarted from zero: only the request after the restart is counted.
+    EXPECT_EQ(Sample(m, "vllm:request_success_total", kLabels + ",finished_reason=\"length\""),
+              1.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllKinds, FaultKindTest,
+    ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kFaultCases))),
+                       ::testing::Bool()),
+    [](const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
+      return std::string(kFaultCases[std::get<0>(info.param)].kind) +
+             (std::get<1>(info.param) ? "_yaml" : "_admin");
+    });
+
+TEST_F(FleetTest, AdminEndpointListsClearsAndRejectsBadBodies) {
+  StartFleet({SmallReplica()});
+  auto r = Admin(port(), "GET");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, R"({"active":[]})");
+  r = Admin(port(), "POST", "/admin/fault", R"({"kind":"metrics_nan"})");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  r = Admin(port(), "POST", "/admin/fault", R"({"kind":"http_error","status":500,"fraction":0.5})");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  r = Admin(port(), "GET");
+  EXPECT_NE(r->body.find(R"("kind":"metrics_nan")"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(R"("kind":"http_error")"), std::string::npos) << r->body;
+  // fraction 0.5: every 2nd generation request fails, by a counter.
+  std::vector<int> statuses;
+  for (int i = 0; i < 4; ++i) {
+    auto g = Post("/v1/completions", CompletionBody("x", 1));
+    ASSERT_TRUE(g.has_value());
+    statuses.push_back(g->status);
+  }
+  EXPECT_EQ(statuses, (std::vector<int>{200, 500, 200, 500}));
+  r = Admin(port(), "DELETE", "/admin/fault?kind=http_error");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.find("http_error"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("metrics_nan"), std::string::npos) << r->body;
+  r = Admin(port(), "DELETE");
+  EXPECT_EQ(r->body, R"({"active":[]})");
+  EXPECT_EQ(Counter(Metrics(), "vllm:num_requests_running"), 0.0);
+
+  struct Bad {
+    const char* method;
+    const char* target;
+    const char* body;
+    int status;
+    const char* param;  // "" -> null
+  };
+  const Bad bad[] = {
+      {"POST", "/admin/fault", "{nope", 400, ""},
+      {"POST", "/admin/fault", R"({"kind":"hnag"})", 400, "kind"},
+      {"POST", "/admin/fault", R"({"kind":"crash"})", 400, "duration"},
+      {"POST", "/admin/fault", R"({"kind":"delay","delay":"soon"})", 400, "delay"},
+      {"POST", "/admin/fault", R"({"kind":"hang","at":"1s"})", 400, "at"},
+      {"POST", "/admin/fault", R"({"kind":"hang","factor":2})", 400, "factor"},
+      {"DELETE", "/admin/fault?kind=bogus", "", 400, "kind"},
+      {"PUT", "/admin/fault", "{}", 405, ""},
+  };
+  for (const Bad& b : bad) {
+    auto e = Admin(port(), b.method, b.target, b.body);
+    ASSERT_TRUE(e.has_value()) << b.body;
+    EXPECT_EQ(e->status, b.status) << b.body;
+    simdjson::dom::parser p;
+    simdjson::dom::element doc = p.parse(e->body);
+    EXPECT_EQ(int64_t(doc["error"]["code"]), b.status) << e->body;
+    if (*b.param) {
+      EXPECT_EQ(std::string_view(doc["error"]["param"]), b.param) << e->body;
+    }
+  }
+}
+
+TEST_F(FleetTest, RestartDropsInFlightAndEmptiesThePrefixCache) {
+  StartFleet({SmallReplica(1.0)});  // real time: the stream below outlives the restart
+  const std::string prompt(2000, 'p');
+  auto first = Post("/v1/completions", CompletionBody(prompt, 1));
+  ASSERT_TRUE(first.has_value());
+  TestClient c("127.0.0.1", port(), 3000ms);
+  ASSERT_TRUE(c.Connect());
+  ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody(prompt, 1000, true)));
+  ClientResponse head;
+  ASSERT_TRUE(c.ReadHead(&head));
+  ASSERT_TRUE(c.ReadChunk().has_value());
+  const std::string before = Metrics();
+  EXPECT_GT(Counter(before, "vllm:prefix_cache_hits_total"), 0.0);
+  auto r = Admin(port(), "POST", "/admin/fault", R"({"kind":"restart"})");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  // The stream is cut without its terminating chunk.
+  while (c.ReadChunk().has_value()) {
+  }
+  EXPECT_FALSE(c.ended());
+  const std::string after = Metrics();
+  EXPECT_EQ(Counter(after, "vllm:prefix_cache_queries_total"), 0.0);
+  EXPECT_EQ(Counter(after, "vllm:prompt_tokens_total"), 0.0);
+  EXPECT_EQ(Counter(after, "vllm:num_requests_running"), 0.0);
+  EXPECT_EQ(Sample(after, "vllm:time_to_first_token_seconds_count", kLabels), 0.0);
+  // The same prompt finds nothing cached.
+  auto again = Post("/v1/completions", CompletionBody(prompt, 1));
+  ASSERT_TRUE(again.has_value());
+  simdjson::dom::parser p;
+  EXPECT_EQ(int64_t(p.parse(again->body)["usage"]["prompt_tokens_details"]["cached_tokens"]), 0);
+}
+
+TEST_F(FleetTest, CrashCutsStreamsAndKeepsThePort) {
+  StartFleet({SmallReplica(1.0)});
+  const uint16_t before = port();
+  TestClient c("127.0.0.1", port(), 3000ms);
+  ASSERT_TRUE(c.Connect());
+  ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody("long", 1000, true)));
+  ClientResponse head;
+  ASSERT_TRUE(c.ReadHead(&head));
+  auto r = Admin(port(), "POST", "/admin/fault", R"({"kind":"crash","duration":"200ms"})");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  while (c.ReadChunk().has_value()) {
+  }
+  EXPECT_FALSE(c.ended());
+  EXPECT_EQ(fleet_->LiveRequests(0), 0);
+  EXPECT_FALSE(Fetch("127.0.0.1", port(), "GET", "/health").has_value());
+  ASSERT_TRUE(WaitFor([&] {
+    auto h = Fetch("127.0.0.1", port(), "GET", "/health", {}, {}, 500ms);
+    return h && h->status == 200;
+  }));
+  EXPECT_EQ(port(), before);
 }
 
 }  // namespace
