@@ -26,6 +26,7 @@ using routing::kMaxRanked;
 namespace {
 
 constexpr std::string_view kEndpointHeader = "x-kvroute-endpoint";
+constexpr std::string_view kAttemptsHeader = "x-kvroute-attempts";
 constexpr std::string_view kRoutingHeader = "x-gateway-destination-endpoint";
 // Complete (non-streamed) upstream responses up to this size are relayed in one write
 // with Content-Length; anything else is streamed chunk by chunk.
@@ -278,12 +279,16 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   routing::RoutingCore& core() { return router->core(); }
   uint32_t endpoint_id() const { return pick.ranked[attempt]; }
   const routing::Endpoint& endpoint() const { return pick.endpoint(attempt); }
+  // "x-kvroute-endpoint: <name>", and "x-kvroute-attempts: <n>" when the answer came
+  // after a retry (n attempts in all).
   const http::Fields& head_fields() {
     uint32_t id = endpoint_id();
-    if (settings->version == pick.table->version && id < settings->head_fields.size()) {
+    if (attempt == 0 && settings->version == pick.table->version &&
+        id < settings->head_fields.size()) {
       return settings->head_fields[id];
     }
     own_head_fields = {{std::string(kEndpointHeader), endpoint().spec.name}};
+    if (attempt > 0) own_head_fields.emplace_back(std::string(kAttemptsHeader), std::to_string(attempt + 1));
     return own_head_fields;
   }
 

@@ -463,12 +463,15 @@ TEST_F(RouterTest, FastFailingReplicaIsRetriedAroundThenEjected) {
                           "outlier_detection: {consecutive_failures: 5, base_ejection: 60s}\n");
   StartRouter(yaml);
   WaitAllFresh(2);
+  int retried = 0;
   for (int i = 0; i < 40; ++i) {
     auto r = Post(CompletionBody("x", 1));
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->status, 200) << i << " " << r->body;
     EXPECT_EQ(r->Header("x-kvroute-endpoint"), "good");
+    if (r->Header("x-kvroute-attempts") == "2") ++retried;
   }
+  EXPECT_EQ(retried, 5);
   std::string m = RouterMetrics();
   // Round-robin sends every other request to sick until its fifth 503 ejects it.
   EXPECT_EQ(MetricSum(m, "kvroute_upstream_errors_total", {{"endpoint", "sick"}, {"kind", "http_503"}}), 5);
