@@ -33,8 +33,17 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
                                 #   sglang-cache-aware | dynamo-cost | kvroute
     plugins: [{type, name?, parameters?}]
     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
-  limits: {max_body_bytes: 16MiB, max_header_bytes: 64KiB, max_headers: 100}
-  timeouts: {connect: 2s, first_byte: 120s, idle: 60s}
+  limits:                       # client side, read at start; each refusal has an
+    max_connections: 16384      #   OpenAI-shaped body and closes. 0 = unlimited; past it 503
+    max_body_bytes: 16MiB       # -> 413
+    max_header_bytes: 64KiB     # -> 431
+    max_headers: 100            # -> 431
+  timeouts:
+    connect: 2s                 # upstream TCP connect
+    first_byte: 120s            # upstream request sent -> response head
+    idle: 60s                   # no bytes either way on an upstream exchange
+    request_read: 30s           # client request head+body must arrive in this -> 408
+    keepalive_idle: 60s         # idle kept-alive client connection: closed silently
   retries: {max_attempts: 2}    # attempts per request, first included
   allow_routing_headers: false  # honour x-gateway-destination-endpoint from clients
 
