@@ -1,5 +1,7 @@
 #include "config/scenario_config.h"
 
+#include "config/fleet_config.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -212,7 +214,8 @@ void ParseSweep(const ConfigNode& n, Scenario* s) {
 
 Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
   root.CheckKeys(
-      {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies", "sweep"});
+      {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies", "sweep",
+       "faults"});
   Scenario s;
   if (ConfigNode n = root.Get("name")) s.name = n.String();
   if (ConfigNode n = root.Get("description")) n.String();
@@ -237,6 +240,26 @@ Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
     for (const ConfigNode& p : n.Items("a list of policy names")) s.policies.push_back(p.String());
   }
   if (ConfigNode n = root.Get("sweep")) ParseSweep(n, &s);
+  if (ConfigNode n = root.Get("faults")) {
+    static constexpr std::string_view kExtra[] = {"replica"};
+    for (const ConfigNode& entry : n.Items("a list of faults")) {
+      ScenarioFault f;
+      bool has_replica = false;
+      f.spec = ReadFaultEntry(entry, kExtra, [&](const std::string&, const ConfigNode& v) {
+        f.replica = static_cast<int>(v.Int(0, s.fleet.replicas - 1));
+        has_replica = true;
+      });
+      if (!has_replica) entry.Get("replica").Fail("required");
+      using fault::FaultKind;
+      if (f.spec.kind != FaultKind::kCrash && f.spec.kind != FaultKind::kSlow &&
+          f.spec.kind != FaultKind::kRestart) {
+        entry.Get("kind").Fail("fault kind '" + std::string(fault::FaultKindName(f.spec.kind)) +
+                               "' is not modelled by simulate (crash, slow, restart); "
+                               "use it with `kvroute sim`");
+      }
+      s.faults.push_back(f);
+    }
+  }
   return s;
 }
 

@@ -32,6 +32,10 @@
 //   slo: {ttft_s: 2.0, tpot_s: 0.1}
 //   policies: [round-robin, kvroute] # default: every built-in policy
 //   sweep: {rates: [10, 20, 30], ttft_p99_bound_s: 2.0}  # for `simulate --sweep`
+//   faults:                          # docs/FAULTS.md; virtual time; kinds crash, slow, restart
+//     - {replica: 2, kind: crash, at: 30s, duration: 10s}
+//     - {replica: 0, kind: slow, at: 10s, duration: 20s, factor: 3}
+//     - {replica: 1, kind: restart, at: 45s}       # duration: downtime before it is back
 //   description: "..."               # free text, ignored
 //
 // Lengths (system_prompt_len, question_len, output_len, input_len) are an integer, a
@@ -47,6 +51,7 @@
 
 #include "config/yaml_reader.h"
 #include "core/engine/engine.h"
+#include "core/fault/fault.h"
 #include "core/report/summary.h"
 #include "core/workload/arrivals.h"
 #include "core/workload/workload.h"
@@ -67,6 +72,12 @@ struct FleetSpec {
   engine::EngineConfig EngineConfigFor() const;
 };
 
+// A fault on one replica of the simulated fleet (replica < fleet.replicas).
+struct ScenarioFault {
+  int replica = 0;
+  fault::FaultSpec spec;  // kind crash, slow or restart
+};
+
 struct Scenario {
   std::string name;
   std::string source;  // the file it came from, for messages
@@ -80,6 +91,8 @@ struct Scenario {
   // p99-TTFT bound (0: the TTFT SLO).
   std::vector<double> sweep_rates;
   double sweep_ttft_p99_bound_s = 0.0;
+  // Faults injected during the run, in file order (times in virtual seconds).
+  std::vector<ScenarioFault> faults;
 };
 
 // Parses scenario YAML. `source_name` names the file in errors and becomes

@@ -66,7 +66,9 @@ int SimulateMain(int argc, char** argv) {
   bool sweep = false;
   std::string rates_arg;
   double ttft_bound = 0.0;
-  app.add_option("--scenario", scenario_path, "scenario YAML file (see examples/scenarios/)")
+  app.add_option("--scenario", scenario_path,
+                 "scenario YAML file (see examples/scenarios/; faults: crash, slow, restart "
+                 "per replica, examples/scenarios/faults.yaml, docs/FAULTS.md)")
       ->required();
   app.add_option("--policies", policies_arg,
                  "comma-separated policies (default: the scenario's list, else all built-in)");

@@ -34,7 +34,16 @@ enum class Ev : uint8_t {
   kStepDone,    // a replica's step ends: a = replica
   kFirstToken,  // the first token reaches the router/client: a = slot
   kFinished,    // the last token (or an error) reaches the router/client: a = slot
+  kFail,        // the router learns an attempt failed (refused, reset): a = slot
+  kFaultStart,  // scenario fault a begins
+  kFaultEnd,    // scenario fault a ends
 };
+
+// Where a live request is; a crash or restart acts on those at or heading to the replica.
+enum class Stage : uint8_t { kWaiting, kNetwork, kEngine, kDone };
+
+// Attempts per request, the first included, before the router gives up (upstream error).
+constexpr int kMaxAttempts = 3;
 
 struct Event {
   double t;
@@ -63,6 +72,8 @@ struct Live {
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
   int64_t cached_tokens = 0;
+  int32_t retries = 0;
+  Stage stage = Stage::kWaiting;
   report::ErrorKind error = report::ErrorKind::kNone;
 };
 
@@ -71,6 +82,13 @@ struct Replica {
   engine::Engine engine;
   engine::StepResult step;  // the step in progress (outputs visible at its end)
   bool busy = false;
+  bool stale_step = false;  // the step in flight belongs to an engine a restart replaced
+  // Faults: refusing connections (crash, restart downtime), step-time multiplier (slow),
+  // and the counters of engines replaced by restarts (for the run's totals).
+  int down = 0;  // crash and restart downtime may overlap
+  double slow = 1.0;
+  int64_t past_queries = 0, past_hits = 0, past_preemptions = 0;
+  int64_t last_scraped_queries = 0;  // a drop means the replica restarted
 };
 
 class Simulation {
@@ -96,9 +114,12 @@ class Simulation {
     }
     kv_.resize(replicas_.size());
     waiting_.resize(replicas_.size());
+    engine_config_ = config;
   }
 
   void Run() {
+    for (size_t i = 0; i < sc_.faults.size(); ++i)
+      Push(sc_.faults[i].spec.at_s, Ev::kFaultStart, static_cast<uint32_t>(i));
     Push(0.0, Ev::kScrape, 0);
     FetchNext();
     while (!queue_.empty()) {
@@ -130,6 +151,16 @@ class Simulation {
             sched_->OnFinished(slots_[ev.a].handle, ev.t);
           Complete(ev.a, ev.t);
           break;
+        case Ev::kFail:
+          Retry(ev.a, ev.t);
+          break;
+        case Ev::kFaultStart:
+          FaultStart(sc_.faults[ev.a], ev.t);
+          if (const auto& d = sc_.faults[ev.a].spec.duration_s) Push(ev.t + *d, Ev::kFaultEnd, ev.a);
+          break;
+        case Ev::kFaultEnd:
+          FaultEnd(sc_.faults[ev.a]);
+          break;
       }
       if (progress_ && (events_ & 0xffff) == 0) progress_(now_, sent_, finished_);
     }
@@ -140,9 +171,9 @@ class Simulation {
     report::FleetTotals t;
     for (const Replica& r : replicas_) {
       const engine::EngineStats s = r.engine.Stats();
-      t.prefix_queries_tokens += s.prefix_queries_tokens;
-      t.prefix_hits_tokens += s.prefix_hits_tokens;
-      t.preemptions += s.preemptions;
+      t.prefix_queries_tokens += s.prefix_queries_tokens + r.past_queries;
+      t.prefix_hits_tokens += s.prefix_hits_tokens + r.past_hits;
+      t.preemptions += s.preemptions + r.past_preemptions;
     }
     return t;
   }
@@ -181,6 +212,8 @@ class Simulation {
     l.handle = sched::kNoHandle;
     l.replica = -1;
     l.output_tokens = l.cached_tokens = 0;
+    l.retries = 0;
+    l.stage = Stage::kWaiting;
     l.error = report::ErrorKind::kNone;
     ++live_;
     return s;
@@ -222,6 +255,13 @@ class Simulation {
     ++in_flight_;
     ++sent_;
     l.send_s = t;
+    Dispatch(s, t);
+  }
+
+  // Picks a replica for the request in slot `s` and sends it there (first attempt or a
+  // retry); fails it with no_endpoint when every replica is unhealthy.
+  void Dispatch(uint32_t s, double t) {
+    Live& l = slots_[s];
     Render(l.spec);
     l.prompt_tokens = static_cast<int64_t>(engine::CountTokens(text_));
     sched::SchedRequest req;
@@ -232,9 +272,12 @@ class Simulation {
     const sched::PickResult pick = sched_->Pick(req, endpoints_, t);
     if (!pick.ok() || pick.ranked.empty()) {
       l.error = report::ErrorKind::kNoEndpoint;
+      l.handle = sched::kNoHandle;
+      l.stage = Stage::kDone;
       Push(t, Ev::kFinished, s);
       return;
     }
+    l.stage = Stage::kNetwork;
     l.handle = pick.handle;
     l.replica = static_cast<int32_t>(pick.ranked[0]);
     sched_->OnDispatched(l.handle, pick.ranked[0], t);
@@ -276,7 +319,15 @@ class Simulation {
 
   void Reach(uint32_t s, double t) {
     Live& l = slots_[s];
+    if (l.stage != Stage::kNetwork) return;  // failed on the way (the replica crashed)
     Replica& r = replicas_[static_cast<size_t>(l.replica)];
+    if (r.down) {
+      // Connection refused: the router hears it a network delay later.
+      l.stage = Stage::kWaiting;
+      Push(t + delay_, Ev::kFail, s);
+      return;
+    }
+    l.stage = Stage::kEngine;
     engine::EngineRequest er;
     er.id = l.spec.id;
     er.prompt_tokens = std::move(l.tokens);
@@ -286,6 +337,7 @@ class Simulation {
       slot_of_.resize(std::max<size_t>(l.spec.id + 1, slot_of_.size() * 2));
     slot_of_[l.spec.id] = s;
     if (auto err = r.engine.AddRequest(std::move(er))) {
+      l.stage = Stage::kDone;
       l.error = report::ErrorKind::kRejected;  // a 400 from the replica
       Push(t + delay_, Ev::kFinished, s);
       return;
@@ -304,15 +356,21 @@ class Simulation {
     }
     ++steps_;
     r.busy = true;
-    Push(t + r.step.duration_s, Ev::kStepDone, ri);
+    Push(t + r.step.duration_s * r.slow, Ev::kStepDone, ri);
   }
 
   void StepDone(uint32_t ri, double t) {
     Replica& r = replicas_[ri];
     const double visible = t + delay_;
+    if (r.stale_step) {
+      r.stale_step = false;
+      r.step.outputs.clear();
+    }
     for (const engine::RequestOutput& o : r.step.outputs) {
       const uint32_t s = slot_of_[o.id];
       Live& l = slots_[s];
+      // Dropped by a crash or restart during the step (and perhaps sent elsewhere since).
+      if (l.stage != Stage::kEngine || l.replica != static_cast<int32_t>(ri)) continue;
       if (o.new_tokens > 0) {
         if (o.first_token) {
           l.first_token_s = visible;
@@ -328,6 +386,7 @@ class Simulation {
       l.cached_tokens = o.cached_tokens;
       if (o.finished) {
         if (o.reason == engine::FinishReason::kAbort) l.error = report::ErrorKind::kAborted;
+        l.stage = Stage::kDone;
         Push(visible, Ev::kFinished, s);
       }
     }
@@ -346,6 +405,7 @@ class Simulation {
     rec.output_tokens = l.output_tokens;
     rec.cached_tokens = l.cached_tokens;
     rec.max_itl_s = l.max_gap_s;
+    rec.retries = l.retries;
     if (l.first_token_s >= 0) rec.ttft_s = l.first_token_s - l.send_s;
     if (l.error == report::ErrorKind::kNone) rec.e2e_s = t - l.send_s;
     records_.push_back(rec);
@@ -373,10 +433,94 @@ class Simulation {
     }
   }
 
+  // An attempt failed before or after its first byte. Before: the router marks the
+  // replica down and sends the request elsewhere (generation has no side effects), up to
+  // kMaxAttempts; after: the client already has part of a stream, which ends with an
+  // error (upstream), as with the live router's SSE error frame.
+  void Retry(uint32_t s, double t) {
+    Live& l = slots_[s];
+    if (l.replica >= 0) endpoints_[static_cast<size_t>(l.replica)].healthy = false;
+    if (l.handle != sched::kNoHandle) {
+      sched_->OnFinished(l.handle, t);
+      l.handle = sched::kNoHandle;
+    }
+    if (l.first_token_s >= 0 || l.retries + 1 >= kMaxAttempts) {
+      l.error = report::ErrorKind::kUpstream;
+      l.stage = Stage::kDone;
+      Push(t, Ev::kFinished, s);
+      return;
+    }
+    ++l.retries;
+    Dispatch(s, t);
+  }
+
+  // Every request at or heading to replica `ri` fails now (the router hears of it a
+  // network delay later). With `abort_engine`, their engine requests are aborted (a
+  // crash keeps the engine; a restart replaces it).
+  void DropRequestsOn(uint32_t ri, double t, bool abort_engine) {
+    for (uint32_t s = 0; s < slots_.size(); ++s) {
+      Live& l = slots_[s];
+      if (l.replica != static_cast<int32_t>(ri)) continue;
+      if (l.stage != Stage::kNetwork && l.stage != Stage::kEngine) continue;
+      if (l.stage == Stage::kEngine && abort_engine) replicas_[ri].engine.Abort(l.spec.id);
+      l.stage = Stage::kWaiting;
+      Push(t + delay_, Ev::kFail, s);
+    }
+  }
+
+  void FaultStart(const config::ScenarioFault& f, double t) {
+    const auto ri = static_cast<uint32_t>(f.replica);
+    Replica& r = replicas_[ri];
+    switch (f.spec.kind) {
+      case fault::FaultKind::kCrash:
+        ++r.down;
+        DropRequestsOn(ri, t, /*abort_engine=*/true);
+        break;
+      case fault::FaultKind::kRestart: {
+        if (f.spec.duration_s) ++r.down;
+        DropRequestsOn(ri, t, /*abort_engine=*/false);
+        const engine::EngineStats st = r.engine.Stats();
+        r.past_queries += st.prefix_queries_tokens;
+        r.past_hits += st.prefix_hits_tokens;
+        r.past_preemptions += st.preemptions;
+        // A step in flight still ends (its outputs are ignored: nothing is on it now).
+        r.engine = engine::Engine(engine_config_);
+        r.stale_step = r.busy;
+        break;
+      }
+      case fault::FaultKind::kSlow:
+        r.slow = f.spec.factor;
+        break;
+      default:
+        break;  // the scenario loader admits only the kinds above
+    }
+  }
+
+  void FaultEnd(const config::ScenarioFault& f) {
+    Replica& r = replicas_[static_cast<size_t>(f.replica)];
+    if (f.spec.kind == fault::FaultKind::kSlow) r.slow = 1.0;
+    if (f.spec.kind == fault::FaultKind::kCrash || f.spec.kind == fault::FaultKind::kRestart) {
+      r.down = std::max(0, r.down - 1);
+    }
+  }
+
   void Scrape(double t) {
     for (size_t i = 0; i < replicas_.size(); ++i) {
-      const engine::EngineStats st = replicas_[i].engine.Stats();
       sched::EndpointState& e = endpoints_[i];
+      if (replicas_[i].down) {
+        // The scrape is refused: the router marks the replica down until one succeeds.
+        e.scrape_ok = false;
+        e.healthy = false;
+        continue;
+      }
+      e.healthy = true;
+      const engine::EngineStats st = replicas_[i].engine.Stats();
+      if (st.prefix_queries_tokens < replicas_[i].last_scraped_queries) {
+        // Counters went down: the replica restarted with an empty cache, so what the
+        // router learned about its prefixes is gone too.
+        sched_->OnEndpointRemoved(static_cast<uint32_t>(i));
+      }
+      replicas_[i].last_scraped_queries = st.prefix_queries_tokens;
       e.kv_usage = st.kv_cache_usage;
       e.waiting = st.waiting;
       e.running = st.running;
@@ -398,6 +542,7 @@ class Simulation {
   bool generator_done_ = false;
   double delay_;
   std::string model_;
+  engine::EngineConfig engine_config_;
   std::vector<Replica> replicas_;
   std::vector<sched::EndpointState> endpoints_;
   std::priority_queue<Event, std::vector<Event>, Later> queue_;

@@ -162,5 +162,35 @@ TEST(ScenarioTest, ExampleScenariosLoad) {
   EXPECT_GE(n, 5);
 }
 
+TEST(ScenarioConfigTest, FaultsParseAndAreChecked) {
+  const std::string base =
+      "workload: {type: random, input_len: 10, output_len: 5}\n"
+      "arrivals: {rate: 1, num_requests: 2}\n"
+      "fleet: {replicas: 3}\n";
+  auto ok = ParseScenario(base + "faults:\n  - {replica: 2, kind: crash, at: 30s, duration: 10s}\n"
+                                 "  - {replica: 0, kind: slow, factor: 3}\n",
+                          "f.yaml", ".");
+  ASSERT_TRUE(ok.ok()) << ok.error.ToString();
+  ASSERT_EQ(ok.value->faults.size(), 2u);
+  EXPECT_EQ(ok.value->faults[0].replica, 2);
+  EXPECT_EQ(ok.value->faults[0].spec.kind, fault::FaultKind::kCrash);
+  EXPECT_DOUBLE_EQ(ok.value->faults[0].spec.at_s, 30.0);
+  EXPECT_DOUBLE_EQ(*ok.value->faults[0].spec.duration_s, 10.0);
+  EXPECT_DOUBLE_EQ(ok.value->faults[1].spec.factor, 3.0);
+  auto err = [&](const std::string& faults) {
+    auto r = ParseScenario(base + faults, "f.yaml", ".");
+    EXPECT_FALSE(r.ok());
+    return r.error.ToString();
+  };
+  EXPECT_EQ(err("faults: [{replica: 3, kind: crash}]\n"),
+            "f.yaml:4: faults[0].replica: must be <= 2 (got 3)");
+  EXPECT_EQ(err("faults: [{kind: crash}]\n"), "f.yaml:4: faults[0].replica: required");
+  EXPECT_EQ(err("faults: [{replica: 0, kind: hang}]\n"),
+            "f.yaml:4: faults[0].kind: fault kind 'hang' is not modelled by simulate (crash, "
+            "slow, restart); use it with `kvroute sim`");
+  EXPECT_EQ(err("faults: [{replica: 0, kind: crash, duraton: 1s}]\n"),
+            "f.yaml:4: faults[0].duraton: unknown key 'duraton' (did you mean 'duration'?)");
+}
+
 }  // namespace
 }  // namespace kvroute::config

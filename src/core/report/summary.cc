@@ -182,6 +182,10 @@ PolicyReport Summarize(std::string policy, std::span<const RequestRecord> record
     }
     first = std::min(first, r.send_s);
     last = std::max(last, end);
+    if (r.retries > 0) {
+      ++rep.retried;
+      rep.retries += r.retries;
+    }
     if (!r.ok()) {
       rep.errors_by_kind[std::string(ErrorKindName(r.error))]++;
       continue;

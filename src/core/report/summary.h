@@ -43,6 +43,7 @@ struct RequestRecord {
   int64_t output_tokens = 0;
   int64_t cached_tokens = 0;  // prefix-cache hit tokens, when the server reports them
   int32_t endpoint = -1;      // where it was served; -1 when unknown
+  int32_t retries = 0;        // attempts after the first (another endpoint, before any byte)
   ErrorKind error = ErrorKind::kNone;
 
   bool ok() const { return error == ErrorKind::kNone; }
@@ -165,6 +166,8 @@ struct PolicyReport {
   double kv_usage_min = 0.0, kv_usage_max = 0.0, kv_usage_peak = 0.0;
   double waiting_mean = 0.0, waiting_max = 0.0;
   int64_t preemptions = 0;
+  int64_t retried = 0;  // requests sent again after a failed attempt (any outcome)
+  int64_t retries = 0;  // the extra attempts, summed
   double wall_s = 0.0;  // how long producing it took (simulator speed), 0 if unknown
   // For charts: up to 200 (ttft, cumulative fraction) points, ascending.
   std::vector<std::pair<double, double>> ttft_cdf;

@@ -168,6 +168,8 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.Field("waiting_mean", p.waiting_mean);
     w.Field("waiting_max", p.waiting_max);
     w.FieldInt("preemptions", p.preemptions);
+    w.FieldInt("retried", p.retried);
+    w.FieldInt("retries", p.retries);
     w.Key("errors");
     w.Open('{');
     for (const auto& [k, v] : p.errors_by_kind) w.FieldInt(k, v);
@@ -203,6 +205,13 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
         p.oracle_ratio >= 0 ? fmt::format("{:.2f}", p.oracle_ratio) : "-", p.kv_usage_min * 100,
         p.kv_usage_max * 100, p.preemptions, errors);
   }
+  std::string retried;
+  for (const PolicyReport& p : policies) {
+    if (p.retried == 0) continue;
+    retried += fmt::format("{} {}: {} requests ({} retries)", retried.empty() ? "" : ";",
+                           p.policy, p.retried, p.retries);
+  }
+  if (!retried.empty()) out += "\nRetried after a failed attempt:" + retried + ".\n";
   std::string slo;
   if (meta.slo.ttft_s > 0) slo += fmt::format(" TTFT <= {}", Ms(meta.slo.ttft_s));
   if (meta.slo.tpot_s > 0) slo += fmt::format(" TPOT <= {}", Ms(meta.slo.tpot_s));
