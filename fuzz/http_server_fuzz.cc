@@ -132,7 +132,7 @@ void CheckStatusLine(std::string_view out) {
   Check(out.size() >= kVersion.size() + 3 && out.substr(0, kVersion.size()) == kVersion,
         "the response does not start with an HTTP/1.1 status line");
   const std::string_view status = out.substr(kVersion.size(), 3);
-  for (std::string_view ok : {"100", "200", "400", "413", "431", "500"}) {
+  for (std::string_view ok : {"100", "200", "400", "408", "413", "431", "500"}) {
     if (status == ok) return;
   }
   std::fprintf(stderr, "status %.*s\n", static_cast<int>(status.size()), status.data());
