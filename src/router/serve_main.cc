@@ -44,12 +44,21 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     idle: 60s                   # no bytes either way on an upstream exchange
     request_read: 30s           # client request head+body must arrive in this -> 408
     keepalive_idle: 60s         # idle kept-alive client connection: closed silently
-  retries: {max_attempts: 2}    # attempts per request, first included
+  retries:                      # a failed attempt goes to the next-ranked endpoint while
+    max_attempts: 2             #   the client has had no byte (5xx answers are buffered)
+    budget_ratio: 0.2           # retries in budget_window <= budget_min_retries +
+    budget_min_retries: 10      #   budget_ratio x requests; connect-failure retries free
+    budget_window: 10s
+  outlier_detection:            # eject between scrapes: connect failures, resets,
+    consecutive_failures: 5     #   timeouts and 5xx in a row (0 = off)
+    base_ejection: 5s           # doubles per repeat (max_ejection), decays when calm
+    max_ejection: 300s
+    max_ejection_percent: 50    # never more of the pool at once (at least one of two)
   allow_routing_headers: false  # honour x-gateway-destination-endpoint from clients
 
 Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
 chunk), GET /v1/models, GET /metrics (the router's own), GET /healthz, GET /readyz.
-Responses carry x-kvroute-endpoint. SIGHUP reloads the file; a bad file is rejected (the
+Responses carry x-kvroute-endpoint, and x-kvroute-attempts: N after a retry. SIGHUP reloads the file; a bad file is rejected (the
 running configuration stays) with file:line in the log.)";
 
 }  // namespace
