@@ -644,8 +644,9 @@ TEST(RoutingCore, CountersGoingDownDropThePrefixIndexEntries) {
   core.OnScrape(warm_id, Scraped(text("12.0"), 0.4), 0.4);   // went down: restarted
   {
     // The next pick folds the scrape in (not dispatched: it records no prefix).
+    const std::string prompt = Prompt(99);  // the request holds a view of it
     PickRequest pr;
-    pr.request.prompt = Prompt(99);
+    pr.request.prompt = prompt;
     PickResult r = core.Pick(pr, 0.45);
     ASSERT_TRUE(r.ok());
     core.OnFinished(r.handle, RoutingCore::kNoEndpoint, 499, 0.45);
