@@ -1,0 +1,141 @@
+// What an endpoint picker spends per request outside gRPC (issue 8, item 7): the OpenAI
+// body parsed as `serve` and `epp` parse it, the scheduler's request built from it, and
+// the routing core's pick at 100 endpoints (kvroute policy: prefix hashing of the whole
+// prompt, saturation filter, scorers), then the request's end.
+//
+// BM_PickerCpu/<prompt bytes>
+//   Parse + Pick + OnFinished for one request whose prompt is 4 KB, 220 KB or 1 MB, in
+//   64 prefix groups. The time per iteration is the picker's CPU for the request
+//   (single thread; gRPC framing and protobuf decoding not included: see
+//   docs/BENCHMARKS.md for the end-to-end figures).
+//
+// BM_SchedulingLatency/<endpoints>
+//   Wall time of RoutingCore::Pick alone (4 KB prompts), as percentiles: p50_us, p99_us.
+//
+//   build/bench/picker_bench --benchmark_min_time=1
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "core/api/openai.h"
+#include "core/routing/routing_core.h"
+#include "core/sched/types.h"
+
+namespace {
+
+using kvroute::routing::CoreOptions;
+using kvroute::routing::EndpointSpec;
+using kvroute::routing::PickRequest;
+using kvroute::routing::PickResult;
+using kvroute::routing::RoutingCore;
+using kvroute::routing::ScrapeResult;
+namespace api = kvroute::api;
+
+ScrapeResult Scrape(uint32_t id) {
+  ScrapeResult r;
+  r.ok = true;
+  r.sent_at_s = 0.0;
+  r.metrics.kv_usage = 0.1 + 0.005 * (id % 100);
+  r.metrics.waiting = id % 3;
+  r.metrics.running = 4 + id % 5;
+  r.metrics.num_gpu_blocks = 26304;
+  r.metrics.block_size = 16;
+  using F = kvroute::metrics::EngineMetrics;
+  r.metrics.present = F::kKvUsage | F::kWaiting | F::kRunning | F::kNumGpuBlocks | F::kBlockSize;
+  return r;
+}
+
+std::unique_ptr<RoutingCore> MakeCore(int endpoints) {
+  auto core = std::make_unique<RoutingCore>();
+  CoreOptions o;
+  o.scheduling.policy = "kvroute";
+  o.health.staleness_s = 1e9;  // virtual time stands still here
+  std::vector<EndpointSpec> eps;
+  for (int i = 0; i < endpoints; ++i) {
+    EndpointSpec e;
+    e.port = static_cast<uint16_t>(10000 + i);
+    e.host = "10.0." + std::to_string(i / 250) + "." + std::to_string(1 + i % 250);
+    e.address = e.host + ":8000";
+    eps.push_back(e);
+  }
+  if (!core->Configure(o, eps, 0.0).ok()) std::abort();
+  for (int i = 0; i < endpoints; ++i) core->OnScrape(static_cast<uint32_t>(i), Scrape(i), 0.0);
+  return core;
+}
+
+// A completions body whose prompt is `bytes` long: a group's shared prefix (half the
+// prompt), then text of its own.
+std::string Body(std::size_t bytes, int group, int i) {
+  std::string prompt = "system prompt of group " + std::to_string(group) + ". ";
+  while (prompt.size() < bytes / 2) prompt += static_cast<char>('a' + (group * 7 + prompt.size()) % 26);
+  prompt += " request " + std::to_string(i) + " ";
+  while (prompt.size() < bytes) prompt += static_cast<char>('a' + (i * 13 + prompt.size()) % 26);
+  std::string body = "{\"model\":\"meta-llama/Llama-3.1-8B-Instruct\",\"max_tokens\":128,\"prompt\":";
+  api::AppendJsonString(body, prompt);
+  body += "}";
+  body.reserve(body.size() + api::kJsonPadding);
+  return body;
+}
+
+void BM_PickerCpu(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  auto core = MakeCore(100);
+  std::vector<std::string> bodies;
+  for (int i = 0; i < 64; ++i) bodies.push_back(Body(bytes, i % 16, i));
+  std::size_t k = 0;
+  double now = 1.0;
+  for (auto _ : state) {
+    const std::string& body = bodies[k++ % bodies.size()];
+    api::ParseResult parsed = api::ParseRequestPadded(api::Endpoint::kCompletions, body);
+    if (!parsed.ok()) std::abort();
+    PickRequest pr;
+    pr.request = kvroute::sched::FromParsed(*parsed.request);
+    pr.dispatch_first = true;
+    PickResult r = core->Pick(pr, now);
+    if (!r.ok()) std::abort();
+    core->OnFinished(r.handle, r.ranked[0], 200, now);
+    now += 1e-4;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_PickerCpu)->Arg(4 << 10)->Arg(220 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+
+void BM_SchedulingLatency(benchmark::State& state) {
+  auto core = MakeCore(static_cast<int>(state.range(0)));
+  std::vector<std::string> bodies;
+  std::vector<api::ParsedRequest> parsed;
+  for (int i = 0; i < 256; ++i) bodies.push_back(Body(4 << 10, i % 32, i));
+  for (const std::string& b : bodies) {
+    api::ParseResult p = api::ParseRequestPadded(api::Endpoint::kCompletions, b);
+    if (!p.ok()) std::abort();
+    parsed.push_back(std::move(*p.request));
+  }
+  std::vector<double> us;
+  us.reserve(1 << 20);
+  std::size_t k = 0;
+  double now = 1.0;
+  for (auto _ : state) {
+    PickRequest pr;
+    pr.request = kvroute::sched::FromParsed(parsed[k++ % parsed.size()]);
+    pr.dispatch_first = true;
+    auto t0 = std::chrono::steady_clock::now();
+    PickResult r = core->Pick(pr, now);
+    auto t1 = std::chrono::steady_clock::now();
+    if (!r.ok()) std::abort();
+    core->OnFinished(r.handle, r.ranked[0], 200, now);
+    if (us.size() < us.capacity()) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    now += 1e-4;
+  }
+  std::sort(us.begin(), us.end());
+  auto pct = [&](double q) { return us.empty() ? 0.0 : us[static_cast<std::size_t>(q * (us.size() - 1))]; };
+  state.counters["p50_us"] = pct(0.50);
+  state.counters["p99_us"] = pct(0.99);
+}
+BENCHMARK(BM_SchedulingLatency)->Arg(8)->Arg(100)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
