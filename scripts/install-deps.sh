@@ -31,8 +31,26 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+# tests/interop (the ext_proc interop test) runs on Node.js and npm: Debian's, unless the
+# machine has them already.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+
+# npm ci in tests/interop when node_modules is absent or was installed from another
+# package-lock.json (the lock's hash is kept in node_modules/.lock-sha256).
+interop_npm() {
+  local dir want
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/interop"
+  want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
+  if [ "$(cat "$dir/node_modules/.lock-sha256" 2>/dev/null)" = "$want" ]; then return 0; fi
+  echo "install-deps: npm ci in tests/interop"
+  (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) &&
+    echo "$want" >"$dir/node_modules/.lock-sha256"
+}
 
 if [ ${#missing[@]} -eq 0 ]; then
+  interop_npm
   exit 0
 fi
 
@@ -48,3 +66,4 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
   trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
 fi
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+interop_npm

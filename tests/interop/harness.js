@@ -1,0 +1,149 @@
+'use strict';
+// Processes for the interop test: `kvroute sim` replicas and `kvroute epp` pickers on
+// free loopback ports, each stopped when the test process exits.
+
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+const readline = require('node:readline');
+const { healthCheck } = require('./envoy_client');
+
+const children = new Set();
+process.on('exit', () => { for (const c of children) c.kill('SIGKILL'); });
+
+function kvrouteBinary() {
+  const bin = process.env.KVROUTE_BINARY || path.join(__dirname, '..', '..', 'build', 'kvroute');
+  if (!fs.existsSync(bin)) throw new Error(`${bin}: no kvroute binary (set KVROUTE_BINARY)`);
+  return bin;
+}
+
+const tempDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvroute-interop-'));
+process.on('exit', () => fs.rmSync(tempDir, { recursive: true, force: true }));
+
+// Starts `kvroute ARGS`; resolves with {proc, match} once a line of `stream` matches
+// `pattern` `count` times (matches collected), rejects if the process exits first or
+// timeoutMs passes. Everything the process prints is kept in proc.log for diagnostics.
+function startKvroute(args, { stream = 'stderr', pattern, count = 1, timeoutMs = 15000 }) {
+  const proc = spawn(kvrouteBinary(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(proc);
+  proc.log = [];
+  proc.on('exit', () => children.delete(proc));
+  for (const s of ['stdout', 'stderr']) {
+    readline.createInterface({ input: proc[s] }).on('line', (l) => {
+      proc.log.push(`${s}: ${l}`);
+      if (proc.log.length > 200) proc.log.shift();
+    });
+  }
+  return new Promise((resolve, reject) => {
+    const matches = [];
+    const fail = (why) => {
+      clearTimeout(timer);
+      proc.kill('SIGKILL');
+      reject(new Error(`kvroute ${args.join(' ')}: ${why}\n${proc.log.join('\n')}`));
+    };
+    const timer = setTimeout(() => fail(`no start line within ${timeoutMs} ms`), timeoutMs);
+    proc.on('exit', (code, sig) => fail(`exited (${code ?? sig}) before it was up`));
+    readline.createInterface({ input: proc[stream] }).on('line', (l) => {
+      const m = pattern.exec(l);
+      if (!m || matches.length >= count) return;
+      matches.push(m);
+      if (matches.length === count) {
+        clearTimeout(timer);
+        proc.removeAllListeners('exit');
+        proc.on('exit', () => children.delete(proc));
+        resolve({ proc, matches });
+      }
+    });
+  });
+}
+
+async function stop(proc) {
+  if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise((r) => proc.once('exit', r));
+  proc.kill('SIGTERM');
+  const t = setTimeout(() => proc.kill('SIGKILL'), 3000);
+  await exited;
+  clearTimeout(t);
+}
+
+// `kvroute sim` with `replicas` replicas on free ports, engine time 100x faster than real.
+async function startSim(replicas) {
+  const { proc, matches } = await startKvroute(
+    ['sim', '--replicas', String(replicas), '--port', '0', '--host', '127.0.0.1',
+      '--preset', 'small-kv', '--time-scale', '0.01', '--threads', '1'],
+    { stream: 'stdout', pattern: /^replica-\d+ http:\/\/(127\.0\.0\.1:\d+) /, count: replicas });
+  return { proc, endpoints: matches.map((m) => m[1]) };
+}
+
+// Loopback ports nothing listens on: bound, then closed again.
+async function closedPorts(n) {
+  const servers = await Promise.all(Array.from({ length: n }, () => new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => resolve(s));
+  })));
+  const ports = servers.map((s) => s.address().port);
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  return ports;
+}
+
+let configCount = 0;
+function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2 }) {
+  return [
+    'pool:',
+    '  scrape_interval: 50ms',
+    '  staleness: 2s',
+    '  endpoints:',
+    ...endpoints.map((e) => `    - ${e}`),
+    'scheduling:',
+    '  policy: kvroute',
+    'limits:',
+    `  max_body_bytes: ${maxBodyBytes}`,
+    'epp:',
+    `  body_mode: ${bodyMode}`,
+    `  fallbacks: ${fallbacks}`,
+    '  stream_timeout: 20s',
+    '',
+  ].join('\n');
+}
+
+const kEppLine = /^kvroute epp: ext_proc on (\S+):(\d+), health on (\S+):(\d+), metrics on (\S+):(\d+)$/;
+
+// `kvroute epp` on free loopback ports, with a config file written to the temp dir.
+async function startEpp(options) {
+  const file = path.join(tempDir, `epp-${++configCount}-${options.bodyMode}.yaml`);
+  fs.writeFileSync(file, eppConfig(options));
+  const { proc, matches } = await startKvroute(
+    ['epp', '--config', file, '--host', '127.0.0.1',
+      '--grpc-port', '0', '--grpc-health-port', '0', '--metrics-port', '0'],
+    { stream: 'stderr', pattern: kEppLine });
+  const m = matches[0];
+  return {
+    proc,
+    file,
+    grpc: `${m[1]}:${m[2]}`,
+    health: `${m[3]}:${m[4]}`,
+    metrics: `${m[5]}:${m[6]}`,
+    endpoints: options.endpoints,
+  };
+}
+
+// Polls grpc.health.v1 Check(service) until it answers `want`; resolves with the number
+// of polls, rejects with the last answer after timeoutMs.
+async function waitForHealth(address, service, want = 'SERVING', timeoutMs = 15000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (let polls = 1; ; polls++) {
+    try {
+      last = await healthCheck(address, service);
+      if (last === want) return polls;
+    } catch (e) {
+      last = e.message;
+    }
+    if (Date.now() > deadline) throw new Error(`${address} health(${service}): ${last}, wanted ${want}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+module.exports = { startSim, startEpp, stop, closedPorts, waitForHealth, tempDir };
