@@ -13,6 +13,11 @@ PACKAGES=(
   libcli11-dev              # command-line parsing
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev          # Google Benchmark micro-benchmarks
+  # `kvroute epp` (gRPC ext_proc picker): stubs generated at build time from proto/
+  libgrpc++-dev             # gRPC C++ (callback API, DefaultHealthCheckService)
+  libprotobuf-dev           # protobuf runtime and well-known types (google/protobuf/struct.proto)
+  protobuf-compiler         # protoc
+  protobuf-compiler-grpc    # grpc_cpp_plugin
   nginx-light               # reference reverse proxy for the overhead benchmark
   wrk                       # HTTP load generator for side-by-side proxy benchmarks
   # Benchmark scripts only (scripts/bench-proxy.sh, scripts/callgrind-proxy.sh):

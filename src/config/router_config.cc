@@ -80,7 +80,7 @@ class Loader {
     nested.path = "scheduling";
     root.ForEachKey(
         {"listen", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
-         "outlier_detection", "allow_routing_headers", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
+         "outlier_detection", "allow_routing_headers", "epp", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
         [&](const std::string& key, const ConfigNode& v) {
           if (key == "listen") {
             cfg.listen = v.String();
@@ -104,6 +104,8 @@ class Loader {
             LoadOutlier(v, cfg.outlier);
           } else if (key == "allow_routing_headers") {
             cfg.allow_routing_headers = v.Bool();
+          } else if (key == "epp") {
+            LoadEpp(v, cfg.epp);
           } else {
             if (top.line == 0) top.line = v.key_line();
             SchedKey(top, key, v);
@@ -300,6 +302,27 @@ class Loader {
                      t.request_read_s = d;
                    } else {
                      t.keepalive_idle_s = d;
+                   }
+                 });
+  }
+
+  void LoadEpp(const ConfigNode& v, EppConfig& e) {
+    v.ForEachKey({"body_mode", "fallbacks", "stream_timeout", "objectives"},
+                 [&](const std::string& key, const ConfigNode& ev) {
+                   if (key == "body_mode") {
+                     e.body_mode = ev.Enum<EppBodyMode>(
+                         "body mode", {{"full_duplex_streamed", EppBodyMode::kFullDuplexStreamed},
+                                       {"streamed", EppBodyMode::kStreamed},
+                                       {"buffered", EppBodyMode::kBuffered}});
+                   } else if (key == "fallbacks") {
+                     e.fallbacks = static_cast<int>(ev.Int(0, 7));
+                   } else if (key == "stream_timeout") {
+                     e.stream_timeout_s = ev.Duration();
+                     if (e.stream_timeout_s <= 0) ev.Fail("must be > 0");
+                   } else {
+                     for (const ConfigNode& o : ev.Entries()) {
+                       e.objectives[o.key()] = o.Int(-1000000, 1000000);
+                     }
                    }
                  });
   }

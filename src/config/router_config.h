@@ -56,6 +56,15 @@
 //     max_ejection: 300s
 //     max_ejection_percent: 50    # panic threshold: never more of the pool (at least 1)
 //   allow_routing_headers: false  # honour client-supplied routing headers
+//   epp:                          # `kvroute epp` only (the ext_proc endpoint picker)
+//     body_mode: full_duplex_streamed  # full_duplex_streamed | streamed | buffered: the
+//                                 #   request body mode assumed when Envoy sends no
+//                                 #   protocol_config
+//     fallbacks: 2                # endpoints after the winner in
+//                                 #   x-gateway-destination-endpoint (0..7)
+//     stream_timeout: 60s         # an ext_proc stream open longer is ended (never hangs)
+//     objectives: {batch: -1}     # InferenceObjective name -> priority (default 0);
+//                                 #   below 0 is sheddable: 429 when the pool is saturated
 //
 // Scheduling is checked with sched::ValidateSchedulingSpec (plugin types, parameters,
 // references), its errors mapped back to the file's lines and key names.
@@ -138,6 +147,15 @@ struct OutlierConfig {
   double max_ejection_percent = 50.0;
 };
 
+// `kvroute epp`'s own settings (the `epp:` section); `kvroute serve` ignores them.
+enum class EppBodyMode { kFullDuplexStreamed, kStreamed, kBuffered };
+struct EppConfig {
+  EppBodyMode body_mode = EppBodyMode::kFullDuplexStreamed;
+  int fallbacks = 2;  // 0..7
+  double stream_timeout_s = 60.0;
+  std::map<std::string, int64_t, std::less<>> objectives;  // name -> priority
+};
+
 struct RouterConfig {
   std::string listen = "0.0.0.0:8080";
   HostPort listen_addr{"0.0.0.0", 8080};
@@ -149,6 +167,7 @@ struct RouterConfig {
   RetryConfig retries;
   OutlierConfig outlier;
   bool allow_routing_headers = false;
+  EppConfig epp;
 };
 
 // Either a config or an error (ConfigError: config/yaml_reader.h). Never throws.

@@ -286,8 +286,8 @@ TEST(RouterConfigErrors, UnknownKeys) {
             "t.yaml:3: pool.endpoints[0].adress: unknown key 'adress' (did you mean 'address'?)");
   EXPECT_EQ(ParseErr("listen: 0.0.0.0:80\nfoo: 1\n"),
             "t.yaml:2: foo: unknown key 'foo' (known: listen, threads, pool, scheduling, "
-            "limits, timeouts, retries, outlier_detection, allow_routing_headers, policy, "
-            "plugins, schedulingProfiles, schedulingProfile)");
+            "limits, timeouts, retries, outlier_detection, allow_routing_headers, epp, "
+            "policy, plugins, schedulingProfiles, schedulingProfile)");
   EXPECT_EQ(ParseErr("schedulingProfile:\n  - pluginRef: a\n    wieght: 3\n"),
             "t.yaml:3: schedulingProfile[0].wieght: unknown key 'wieght' (did you mean "
             "'weight'?)");

@@ -466,11 +466,13 @@ void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
                         " prefix-index entries, its cache is empty");
       }
     }
-    UpdateStatsLocked(id);
   }
   // Health depends on every endpoint (last-resort ones are used only when no normal one
   // is left), so re-judge all of them; O(endpoints), once per batch of scrapes.
   RefreshHealthLocked(now_s, logs);
+  // Published after the verdicts: which signals are known decides NaN or a value (an
+  // endpoint's first scrape would otherwise publish NaN until its next change).
+  for (uint32_t id : s.changed) UpdateStatsLocked(id);
 }
 
 void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* logs) {
@@ -670,7 +672,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
     std::shared_lock<RwSpinLock> lock(sched_mu_);
     const SchedState& s = *sched_;
     configured = s.scheduler != nullptr;
-    if (configured && s.scheduler->concurrent_picks()) {
+    if (configured && s.scheduler->concurrent_picks() && request.only.empty()) {
       concurrent = true;
       generation = s.generation;
       out.table = s.table;
@@ -699,8 +701,22 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
     } else {
       SyncLocked(now_s, &logs);
       out.table = s.table;
+      std::span<const sched::EndpointState> states = s.states;
+      // A subset pick sees only the subset's states (ids stay distinct; the scheduler's
+      // per-id tables are indexed by EndpointState::id, not by position).
+      thread_local std::vector<sched::EndpointState> subset;
+      if (!request.only.empty()) {
+        subset.clear();
+        for (uint32_t id : request.only) {
+          if (id >= s.states.size() || (id < s.vacant.size() && s.vacant[id])) continue;
+          bool dup = false;
+          for (const sched::EndpointState& e : subset) dup = dup || e.id == id;
+          if (!dup) subset.push_back(s.states[id]);
+        }
+        states = subset;
+      }
       const double t0 = s.timer ? s.timer() : 0.0;
-      r = s.scheduler->Pick(request.request, s.states, now_s);
+      r = s.scheduler->Pick(request.request, states, now_s);
       if (s.timer) pick_s = s.timer() - t0;
       status = r.status;
       if (r.ok()) {
@@ -729,8 +745,16 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
 void RoutingCore::OnDispatched(sched::RequestHandle handle, uint32_t endpoint_id, double now_s) {
   if (handle == sched::kNoHandle) return;
   std::unique_lock<RwSpinLock> lock(sched_mu_);
-  sched_->scheduler->OnDispatched(handle, endpoint_id, now_s);
+  SchedState& s = *sched_;
+  s.scheduler->OnDispatched(handle, endpoint_id, now_s);
   UpdateStatsLocked(endpoint_id);
+  // A re-dispatch moved the request off another endpoint: refresh that one's published
+  // gauges too (found by comparing counts: the scheduler does not say where it was).
+  const sched::InflightTracker& t = s.scheduler->inflight();
+  for (uint32_t id = 0; id < s.states.size(); ++id) {
+    if (id == endpoint_id || (id < s.vacant.size() && s.vacant[id])) continue;
+    if (static_cast<double>(t.InFlight(id)) != Get((*s.slots)[id]->stats->inflight)) UpdateStatsLocked(id);
+  }
 }
 
 void RoutingCore::OnFirstToken(sched::RequestHandle handle, double now_s) {
@@ -904,6 +928,46 @@ bool RoutingCore::Ready(double now_s) const {
     if (ep && Health(ep->id, now_s).condition == health::Condition::kUp) return true;
   }
   return false;
+}
+
+RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
+  // Fold in the scrapes since the last pick first, as a pick would: the adjusted loads
+  // read below are published by that sync.
+  if (SyncDue(now_s)) {
+    std::vector<std::string> logs;
+    {
+      std::unique_lock<RwSpinLock> lock(sched_mu_);
+      SyncLocked(now_s, &logs);
+    }
+    if (!logs.empty()) Log(logs);
+  }
+  PoolLoad load;
+  auto table = table_.load();
+  for (const auto& ep : table->by_id) {
+    if (!ep) continue;
+    ++load.endpoints;
+    const health::Verdict v = Health(ep->id, now_s);
+    if (v.condition != health::Condition::kUp || v.ejected ||
+        v.treatment == health::Treatment::kDown) {
+      continue;
+    }
+    ++load.ready;
+    const double kv = Get(ep->stats->kv_adjusted);
+    const double waiting = Get(ep->stats->waiting_adjusted);
+    bool saturated = false;
+    if (v.Known(health::Signal::kKvUsage) && std::isfinite(kv)) {
+      load.kv_usage_sum += kv;
+      ++load.kv_known;
+      saturated = saturated || kv >= 0.8;
+    }
+    if (v.Known(health::Signal::kWaiting) && std::isfinite(waiting)) {
+      load.waiting_sum += waiting;
+      ++load.waiting_known;
+      saturated = saturated || waiting >= 5.0;
+    }
+    if (saturated) ++load.saturated;
+  }
+  return load;
 }
 
 // ---- observability ----

@@ -39,6 +39,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -113,6 +114,10 @@ struct PickRequest {
   // Also record the dispatch to the best endpoint in the same exclusive section as the
   // pick's commit (saves the front end one OnDispatched call and one lock round trip).
   bool dispatch_first = false;
+  // Endpoint ids the pick must choose among (the ext_proc gateway's subset hint); ids not
+  // in the table are ignored. Empty: every endpoint. A restricted pick ranks under the
+  // exclusive side of the lock (rare: only gateways that send a subset).
+  std::span<const uint32_t> only;
 };
 
 struct PickResult {
@@ -190,6 +195,25 @@ class RoutingCore {
   std::size_t AnyUsable(double now_s, uint32_t* out, std::size_t max);
   // True when at least one endpoint's metrics are fresh (readiness).
   bool Ready(double now_s) const;
+
+  // The pool's load at `now_s` from published state (no scheduler lock), for the ext_proc
+  // picker's shedding decision and its pool gauges. An endpoint is ready when its metrics
+  // are fresh and it is not down or ejected; a ready endpoint is saturated when, with the
+  // router's in-flight estimate added, waiting >= 5 or KV usage >= 0.8 (the reference
+  // picker's saturation detector: max(waiting/5, kv/0.8) >= 1).
+  struct PoolLoad {
+    std::size_t endpoints = 0;   // in the table
+    std::size_t ready = 0;
+    std::size_t saturated = 0;   // among the ready ones
+    double kv_usage_sum = 0.0;   // over ready endpoints whose KV usage is known
+    std::size_t kv_known = 0;
+    double waiting_sum = 0.0;    // over ready endpoints whose queue is known
+    std::size_t waiting_known = 0;
+    // No ready endpoint, or every ready one saturated: sheddable requests get 429.
+    bool saturated_pool() const { return ready == 0 || saturated == ready; }
+  };
+  // Folds in pending scrapes first (a short exclusive section, as a pick does).
+  PoolLoad Load(double now_s);
 
   std::shared_ptr<const EndpointTable> table() const { return table_.load(); }
   // The verdict of endpoint `id` at `now_s` (from published state; no scheduler lock).
