@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <tuple>
 #include <utility>
 
+#include "config/endpoints_file.h"
 #include "core/sched/registry.h"
 
 namespace kvroute::config {
@@ -73,6 +75,8 @@ std::string Join(const std::string& path, std::string_view key) {
 // Walks the document; every check fails through ConfigNode, which ends the load.
 class Loader {
  public:
+  explicit Loader(std::string_view filename) : filename_(filename) {}
+
   RouterConfig Load(const ConfigNode& root) {
     RouterConfig cfg;
     if (root.IsNull()) return cfg;
@@ -132,6 +136,15 @@ class Loader {
     int seed_profile_line = 0;  // schedulingProfile
   };
 
+  // `path` as written, relative ones against the config file's directory.
+  std::string ResolvePath(const std::string& path) const {
+    const std::filesystem::path p(path);
+    if (p.is_absolute()) return path;
+    return (std::filesystem::path(filename_).parent_path() / p).lexically_normal().string();
+  }
+
+  std::string filename_;
+
   static HostPort Address(const ConfigNode& at, const std::string& s, const std::string& field,
                           int line) {
     std::string why;
@@ -144,11 +157,21 @@ class Loader {
     std::vector<std::tuple<std::string, std::string, int, std::string>> overrides;
     int scrape_line = 0;
     int staleness_line = 0;
-    node.ForEachKey({"endpoints", "engine_type", "model", "metric_names", "scrape_interval",
-                     "staleness", "stale_policy"},
+    int endpoints_line = 0;
+    int endpoints_file_line = 0;
+    node.ForEachKey({"endpoints", "endpoints_file", "endpoints_file_poll", "engine_type", "model",
+                     "metric_names", "scrape_interval", "staleness", "stale_policy"},
                     [&](const std::string& key, const ConfigNode& v) {
                       if (key == "endpoints") {
-                        LoadEndpoints(v, pool.endpoints);
+                        ReadEndpoints(v, pool.endpoints);
+                        endpoints_line = v.key_line();
+                      } else if (key == "endpoints_file") {
+                        pool.endpoints_file = v.String();
+                        if (pool.endpoints_file.empty()) v.Fail("must not be empty");
+                        pool.endpoints_file_path = ResolvePath(pool.endpoints_file);
+                        endpoints_file_line = v.key_line();
+                      } else if (key == "endpoints_file_poll") {
+                        pool.endpoints_file_poll_s = v.Duration();
                       } else if (key == "engine_type") {
                         pool.engine_type = v.Enum<metrics::EngineType>(
                             "engine type", {{"vllm", metrics::EngineType::kVllm},
@@ -171,6 +194,12 @@ class Loader {
                                              {"saturated", StalePolicy::kSaturated}});
                       }
                     });
+    if (endpoints_line != 0 && endpoints_file_line != 0) {
+      node.FailAt(std::max(endpoints_line, endpoints_file_line),
+                  Join(node.field(), endpoints_line > endpoints_file_line ? "endpoints"
+                                                                          : "endpoints_file"),
+                  "pool.endpoints and pool.endpoints_file are mutually exclusive; use one");
+    }
     // Overrides apply on top of the engine type's names, whatever the key order.
     pool.metric_names = metrics::MetricNames::For(pool.engine_type);
     for (auto& [key, value, line, field] : overrides) {
@@ -184,49 +213,6 @@ class Loader {
                   "staleness (" + std::to_string(pool.staleness_s) +
                       "s) must be >= scrape_interval (" + std::to_string(pool.scrape_interval_s) +
                       "s)");
-    }
-  }
-
-  void LoadEndpoints(const ConfigNode& v, std::vector<EndpointConfig>& out) {
-    std::map<std::string, int> names, addresses;
-    for (const ConfigNode& item : v.Items("a list of endpoints")) {
-      EndpointConfig ep;
-      ep.line = item.line();
-      int address_line = ep.line;
-      std::string address_field = item.field();
-      if (item.IsScalar()) {
-        ep.address = item.Scalar();
-      } else {
-        if (!item.IsMap()) item.Fail("must be an address or a mapping");
-        item.ForEachKey({"address", "name", "labels"},
-                        [&](const std::string& key, const ConfigNode& ev) {
-                          if (key == "address") {
-                            ep.address = ev.String();
-                            address_line = ev.line();
-                          } else if (key == "name") {
-                            ep.name = ev.String();
-                            if (ep.name.empty()) ev.Fail("must not be empty");
-                          } else {
-                            for (const ConfigNode& l : ev.Entries())
-                              ep.labels[l.key()] = l.String();
-                          }
-                        });
-        address_field = Join(item.field(), "address");
-        if (ep.address.empty()) item.FailAt(ep.line, address_field, "missing address");
-      }
-      ep.host_port = Address(item, ep.address, address_field, address_line);
-      if (ep.name.empty()) ep.name = ep.address;
-      if (auto [it, fresh] = names.emplace(ep.name, ep.line); !fresh) {
-        item.FailAt(ep.line, item.field(),
-                    "duplicate endpoint name '" + ep.name + "' (first at line " +
-                        std::to_string(it->second) + ")");
-      }
-      if (auto [it, fresh] = addresses.emplace(ep.host_port.ToString(), ep.line); !fresh) {
-        item.FailAt(address_line, item.field(),
-                    "duplicate endpoint address '" + ep.address + "' (first at line " +
-                        std::to_string(it->second) + ")");
-      }
-      out.push_back(std::move(ep));
     }
   }
 
@@ -464,7 +450,7 @@ class Loader {
 
 ConfigResult ParseRouterConfig(std::string_view text, std::string_view filename) {
   ConfigOr<RouterConfig> r = ParseYaml<RouterConfig>(
-      text, filename, [](const ConfigNode& root) { return Loader().Load(root); });
+      text, filename, [&](const ConfigNode& root) { return Loader(filename).Load(root); });
   ConfigResult result;
   result.config = std::move(r.value);
   result.error = std::move(r.error);

@@ -22,6 +22,14 @@
 //         name: a                 # defaults to the address; unique
 //         labels: {region: eu}
 //       - 127.0.0.1:18002         # shorthand: just the address
+//     endpoints_file: eps.yaml    # or (not both) file discovery: a YAML list of the same
+//                                 #   entries (config/endpoints_file.h); relative paths are
+//                                 #   against this file's directory. Watched: re-read on
+//                                 #   change (mtime/size/inode, ConfigMap symlink swaps and
+//                                 #   rename-into-place included) and on SIGHUP; applied
+//                                 #   keeping surviving endpoints' state; a broken file
+//                                 #   keeps the last good set (logged once, counted)
+//     endpoints_file_poll: 1s     # how often its metadata is checked
 //   scheduling:                   # or the same keys at top level (EndpointPickerConfig
 //     policy: kvroute             #   style), not both
 //     plugins: [{type, name?, parameters?}]
@@ -109,6 +117,10 @@ struct EndpointConfig {
 
 struct PoolConfig {
   std::vector<EndpointConfig> endpoints;
+  // File discovery (config/endpoints_file.h); exclusive with `endpoints`. Empty: none.
+  std::string endpoints_file;       // as written
+  std::string endpoints_file_path;  // relative ones resolved against the config's directory
+  double endpoints_file_poll_s = 1.0;
   metrics::EngineType engine_type = metrics::EngineType::kVllm;
   // MetricNames::For(engine_type) with the file's overrides applied.
   metrics::MetricNames metric_names = metrics::MetricNames::For(metrics::EngineType::kVllm);

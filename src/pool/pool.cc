@@ -1,5 +1,11 @@
 #include "pool/pool.h"
 
+#include <set>
+
+#include "metrics/prom_writer.h"
+#include "pool/endpoints_watch.h"
+#include "pool/poll_timer.h"
+
 namespace kvroute::pool {
 
 routing::CoreOptions CoreOptionsFrom(const config::RouterConfig& config) {
@@ -20,9 +26,13 @@ routing::CoreOptions CoreOptionsFrom(const config::RouterConfig& config) {
 }
 
 std::vector<routing::EndpointSpec> StaticEndpoints(const config::PoolConfig& pool) {
+  return EndpointSpecs(pool.endpoints);
+}
+
+std::vector<routing::EndpointSpec> EndpointSpecs(const std::vector<config::EndpointConfig>& entries) {
   std::vector<routing::EndpointSpec> out;
-  out.reserve(pool.endpoints.size());
-  for (const config::EndpointConfig& e : pool.endpoints) {
+  out.reserve(entries.size());
+  for (const config::EndpointConfig& e : entries) {
     routing::EndpointSpec s;
     s.address = e.address;
     s.name = e.name;
@@ -35,7 +45,10 @@ std::vector<routing::EndpointSpec> StaticEndpoints(const config::PoolConfig& poo
 }
 
 Pool::Pool(boost::asio::io_context& scrape_context, std::function<void(std::string_view)> log)
-    : ctx_(scrape_context), core_(std::move(log)), start_(std::chrono::steady_clock::now()) {
+    : ctx_(scrape_context),
+      core_(log),
+      log_(std::move(log)),
+      start_(std::chrono::steady_clock::now()) {
   core_.set_pick_timer([this] { return Now(); });
 }
 
@@ -46,11 +59,59 @@ double Pool::Now() const {
 }
 
 Status Pool::Apply(const config::RouterConfig& config) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return Status::FailedPrecondition("the pool is stopped");
-  Status st = core_.Configure(CoreOptionsFrom(config), StaticEndpoints(config.pool), Now());
-  if (!st.ok()) return st;
+  std::unique_ptr<PollTimer> old_timer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return Status::FailedPrecondition("the pool is stopped");
+    std::unique_ptr<EndpointsFileWatch> watch;
+    std::vector<routing::EndpointSpec> endpoints;
+    if (!config.pool.endpoints_file_path.empty()) {
+      watch = std::make_unique<EndpointsFileWatch>(config.pool.endpoints_file_path);
+      WatchDecision d = watch->Poll(RealFileSystem());
+      if (d.kind != WatchDecision::Kind::kApply) return Status::InvalidArgument(d.error);
+      endpoints = EndpointSpecs(d.endpoints);
+    } else {
+      endpoints = StaticEndpoints(config.pool);
+    }
+    const std::size_t n = endpoints.size();
+    routing::CoreOptions options = CoreOptionsFrom(config);
+    Status st = core_.Configure(options, std::move(endpoints), Now());
+    if (!st.ok()) return st;
 
+    options_ = std::move(options);
+    scrape_options_ = metrics::ScraperOptions{};
+    scrape_options_.interval_s = config.pool.scrape_interval_s;
+    scrape_options_.timeout_s = config.pool.staleness_s;
+    scrape_options_.connect_timeout_s = config.timeouts.connect_s;
+    scrape_options_.names = config.pool.metric_names;
+    scrape_options_.model = config.pool.model;
+    RestartScraperLocked();
+
+    // The previous watch (if any) ends here; a tick of it already waiting for mu_ sees the
+    // new generation and does nothing.
+    ++generation_;
+    old_timer = std::move(watch_timer_);
+    discovery_.configured = watch != nullptr;
+    if (watch) {
+      watch->Applied();
+      watch_ = std::move(watch);
+      discovery_.endpoints = n;
+      discovery_.valid = true;
+      watch_timer_ = std::make_unique<PollTimer>(
+          ctx_, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::duration<double>(config.pool.endpoints_file_poll_s)),
+          [this, generation = generation_] { PollEndpointsFile(generation); });
+      watch_timer_->Start();
+    } else {
+      watch_.reset();
+    }
+  }
+  // Outside mu_: Stop waits for a running tick, which may be waiting for mu_.
+  if (old_timer) old_timer->Stop();
+  return Status::Ok();
+}
+
+void Pool::RestartScraperLocked() {
   // One scraper per endpoint set: index i of its targets is endpoint ids[i] of the core.
   auto table = core_.table();
   std::vector<metrics::ScrapeTarget> targets;
@@ -60,15 +121,9 @@ Status Pool::Apply(const config::RouterConfig& config) {
     targets.push_back({ep->spec.host, ep->spec.port});
     ids.push_back(ep->id);
   }
-  metrics::ScraperOptions so;
-  so.interval_s = config.pool.scrape_interval_s;
-  so.timeout_s = config.pool.staleness_s;
-  so.connect_timeout_s = config.timeouts.connect_s;
-  so.names = config.pool.metric_names;
-  so.model = config.pool.model;
   routing::RoutingCore* core = &core_;
   auto next = std::make_unique<metrics::MetricsScraper>(
-      ctx_, std::move(targets), std::move(so), [this] { return Now(); },
+      ctx_, std::move(targets), scrape_options_, [this] { return Now(); },
       [core, ids = std::move(ids), this](uint32_t index, const metrics::EndpointSnapshot& snap) {
         routing::ScrapeResult r;
         r.ok = snap.ok;
@@ -80,13 +135,78 @@ Status Pool::Apply(const config::RouterConfig& config) {
   if (scraper_) scraper_->Stop();
   scraper_ = std::move(next);
   scraper_->Start();
-  return Status::Ok();
+}
+
+void Pool::PollEndpointsFile(uint64_t generation) {
+  std::string line;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_ || generation != generation_ || !watch_) return;
+    WatchDecision d = watch_->Poll(RealFileSystem());
+    if (d.kind == WatchDecision::Kind::kApply) {
+      std::set<std::string> before;
+      for (const auto& ep : core_.table()->by_id) {
+        if (ep) before.insert(ep->spec.address);
+      }
+      const std::size_t n = d.endpoints.size();
+      std::size_t added = 0;
+      for (const config::EndpointConfig& e : d.endpoints) added += before.erase(e.address) == 0;
+      Status st = core_.Configure(options_, EndpointSpecs(d.endpoints), Now());
+      if (st.ok()) {
+        watch_->Applied();
+        RestartScraperLocked();
+        discovery_.reloads.fetch_add(1, std::memory_order_relaxed);
+        discovery_.endpoints = n;
+        discovery_.valid = true;
+        line = "endpoints file " + watch_->path() + " applied: " + std::to_string(n) +
+               " endpoints (" + std::to_string(added) + " added, " +
+               std::to_string(before.size()) + " removed)";
+      } else {
+        d = watch_->Rejected(watch_->path() + ": " + st.message());
+      }
+    } else if (d.recovered) {
+      discovery_.valid = true;
+      line = "endpoints file " + watch_->path() + " is back to the applied endpoint set";
+    }
+    if (d.kind == WatchDecision::Kind::kRejected) {
+      discovery_.valid = false;
+      if (d.log) {
+        discovery_.errors.fetch_add(1, std::memory_order_relaxed);
+        line = "endpoints file rejected, keeping the last good set (" +
+               std::to_string(discovery_.endpoints.load()) + " endpoints): " + d.error;
+      }
+    }
+  }
+  if (!line.empty() && log_) log_(line);
+}
+
+void Pool::AppendMetrics(std::string& out) const {
+  if (!discovery_.configured.load(std::memory_order_relaxed)) return;
+  auto load = [](const auto& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
+  metrics::AppendCounter(out, "kvroute_discovery_reloads_total",
+                         "Changed endpoints files applied by the watcher.", {},
+                         load(discovery_.reloads));
+  metrics::AppendCounter(out, "kvroute_discovery_errors_total",
+                         "Broken endpoints files seen by the watcher (each distinct error once); "
+                         "the last good set was kept.",
+                         {}, load(discovery_.errors));
+  metrics::AppendGauge(out, "kvroute_discovery_endpoints",
+                       "Endpoints in the applied endpoints file.", {}, load(discovery_.endpoints));
+  metrics::AppendGauge(out, "kvroute_discovery_file_valid",
+                       "1 when the endpoints file as last read is the applied set, 0 while it "
+                       "is broken.",
+                       {}, load(discovery_.valid));
 }
 
 void Pool::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
-  stopped_ = true;
-  if (scraper_) scraper_->Stop();
+  std::unique_ptr<PollTimer> timer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    if (scraper_) scraper_->Stop();
+    timer = std::move(watch_timer_);
+  }
+  if (timer) timer->Stop();
 }
 
 }  // namespace kvroute::pool

@@ -1,18 +1,28 @@
 // The pool adapter: a RoutingCore wired to its inputs. It turns a router configuration
-// into the core's options and endpoint set (the static endpoint list today; the file and
-// Kubernetes discovery sources of later issues plug in here), runs one MetricsScraper
+// into the core's options and endpoint set (the static pool.endpoints list, or file
+// discovery: pool.endpoints_file, watched; Kubernetes would plug in here), runs one MetricsScraper
 // over the current endpoints and feeds its results into the core, and owns the clock the
 // front ends pass to the core. Every front end (`kvroute serve`'s HTTP proxy, the
 // ext_proc picker) holds one Pool and drives its core().
 //
-// Threads: scraping runs on the io_context given at construction. Apply may be called
-// from any thread (serialised internally); core() and Now() from any.
+// File discovery: Apply reads pool.endpoints_file (a broken file fails Apply, so a SIGHUP
+// reload with one is rejected whole) and then polls its metadata every
+// pool.endpoints_file_poll on the scrape io_context (pool/endpoints_watch.h decides). A
+// changed, valid file is applied with Configure under the options of the last Apply
+// (surviving addresses keep ids, scraped state, prefix entries and in-flight accounting)
+// and the scraper follows the new set; a broken one keeps the last good set, logs one
+// line naming file:line per distinct error and counts it.
+//
+// Threads: scraping and polling run on the io_context given at construction. Apply may be
+// called from any thread (serialised internally); core(), Now() and AppendMetrics from any.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +37,11 @@ namespace kvroute::pool {
 routing::CoreOptions CoreOptionsFrom(const config::RouterConfig& config);
 // The endpoint set of a static pool.endpoints list.
 std::vector<routing::EndpointSpec> StaticEndpoints(const config::PoolConfig& pool);
+// The endpoint set of parsed entries (pool.endpoints or an endpoints file).
+std::vector<routing::EndpointSpec> EndpointSpecs(const std::vector<config::EndpointConfig>& entries);
+
+class EndpointsFileWatch;
+class PollTimer;
 
 class Pool {
  public:
@@ -41,8 +56,12 @@ class Pool {
   // endpoints kept), then a scraper over the new endpoint set with the new interval.
   // On error nothing changes. Thread: any.
   Status Apply(const config::RouterConfig& config);
-  // Stops scraping; the core stays usable. Idempotent.
+  // Stops scraping and file polling; the core stays usable. Idempotent.
   void Stop();
+
+  // Appends kvroute_discovery_* (reloads, errors, endpoints, file_valid) when an
+  // endpoints file is configured; nothing otherwise. Thread: any.
+  void AppendMetrics(std::string& out) const;
 
   routing::RoutingCore& core() { return core_; }
   // Seconds on a monotonic clock since the pool was made: the time every core call takes.
@@ -51,10 +70,32 @@ class Pool {
  private:
   boost::asio::io_context& ctx_;
   routing::RoutingCore core_;
+  std::function<void(std::string_view)> log_;
   const std::chrono::steady_clock::time_point start_;
   std::mutex mu_;
   std::unique_ptr<metrics::MetricsScraper> scraper_;  // guarded by mu_
   bool stopped_ = false;                               // guarded by mu_
+
+  // Scrapes the core's current endpoint table with scrape_options_. Caller holds mu_.
+  void RestartScraperLocked();
+  // One poll of the endpoints file, from the PollTimer of generation `generation`.
+  void PollEndpointsFile(uint64_t generation);
+
+  // Guarded by mu_: what the last successful Apply configured, for discovery's Configure.
+  routing::CoreOptions options_;
+  metrics::ScraperOptions scrape_options_;
+  std::unique_ptr<EndpointsFileWatch> watch_;  // null: no endpoints file
+  std::unique_ptr<PollTimer> watch_timer_;
+  uint64_t generation_ = 0;  // bumped by every Apply: stale ticks do nothing
+
+  struct DiscoveryStats {
+    std::atomic<bool> configured{false};
+    std::atomic<uint64_t> reloads{0};
+    std::atomic<uint64_t> errors{0};
+    std::atomic<uint64_t> endpoints{0};
+    std::atomic<bool> valid{false};
+  };
+  DiscoveryStats discovery_;
 };
 
 }  // namespace kvroute::pool

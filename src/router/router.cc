@@ -225,6 +225,7 @@ struct Router::Impl {
     std::string out;
     out.reserve(16384);
     if (core_pool) core().AppendMetrics(out, Now());
+    if (core_pool) core_pool->AppendMetrics(out);
     if (server) AppendServerMetrics(out, server->stats());
     return out;
   }
