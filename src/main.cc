@@ -5,6 +5,7 @@
 
 #include "bench/bench_main.h"
 #include "demo/demo_main.h"
+#include "epp/epp_main.h"
 #include "router/serve_main.h"
 #include "sim/sim_main.h"
 #include "simulate/simulate_main.h"
@@ -22,6 +23,8 @@ constexpr Command kCommands[] = {
      kvroute::sim::SimMain},
     {"serve", "route OpenAI-compatible requests across replicas (the router/proxy)",
      kvroute::router::ServeMain},
+    {"epp", "endpoint picker for Envoy gateways (Gateway API Inference Extension, gRPC ext_proc)",
+     kvroute::epp::EppMain},
     {"simulate", "compare routing policies on a scenario in virtual time",
      kvroute::simulate::SimulateMain},
     {"bench", "open-loop load generator for an OpenAI-compatible endpoint (+ fleet /metrics)",

@@ -1,0 +1,254 @@
+#include "epp/epp.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <cstdio>
+
+#include "core/api/openai.h"
+#include "core/common/published.h"
+#include "http/io_pool.h"
+#include "http/server.h"
+#include "metrics/prom_writer.h"
+#include "pool/pool.h"
+#include "rpc/ext_proc_server.h"
+
+namespace kvroute::epp {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+// The `name` label of the inference_pool_* gauges: there is no InferencePool object
+// without Kubernetes.
+constexpr std::string_view kPoolName = "kvroute";
+
+extproc::BodyMode ModeFrom(config::EppBodyMode m) {
+  switch (m) {
+    case config::EppBodyMode::kStreamed: return extproc::BodyMode::kStreamed;
+    case config::EppBodyMode::kBuffered: return extproc::BodyMode::kBuffered;
+    default: return extproc::BodyMode::kFullDuplexStreamed;
+  }
+}
+
+std::shared_ptr<const extproc::ExchangeSettings> SettingsFrom(const config::RouterConfig& cfg) {
+  auto s = std::make_shared<extproc::ExchangeSettings>();
+  s->body_mode = ModeFrom(cfg.epp.body_mode);
+  s->fallbacks = static_cast<std::size_t>(cfg.epp.fallbacks);
+  s->max_body_bytes = cfg.limits.max_body_bytes;
+  s->objectives = cfg.epp.objectives;
+  return s;
+}
+
+void AppendServerMetrics(std::string& out, const rpc::ServerStats& s) {
+  auto load = [](const auto& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
+  metrics::AppendGauge(out, "kvroute_epp_streams_open", "ext_proc streams open now.", {}, load(s.open_streams));
+  metrics::AppendCounter(out, "kvroute_epp_streams_total", "ext_proc streams started.", {}, load(s.streams));
+  metrics::AppendCounter(out, "kvroute_epp_stream_timeouts_total",
+                         "ext_proc streams ended by epp.stream_timeout.", {}, load(s.timeouts));
+  metrics::AppendCounter(out, "kvroute_epp_streams_cancelled_total",
+                         "ext_proc streams cancelled by the gateway (or at shutdown).", {},
+                         load(s.cancelled));
+  metrics::AppendCounter(out, "kvroute_epp_messages_received_total", "ProcessingRequest messages read.", {},
+                         load(s.messages_in));
+  metrics::AppendCounter(out, "kvroute_epp_messages_sent_total", "ProcessingResponse messages written.", {},
+                         load(s.messages_out));
+}
+
+}  // namespace
+
+std::string IgnoredProxyKeys(const config::RouterConfig& c) {
+  const config::RouterConfig d;
+  std::string out;
+  auto note = [&](bool differs, const char* key) {
+    if (!differs) return;
+    if (!out.empty()) out += ", ";
+    out += key;
+  };
+  note(c.listen != d.listen, "listen");
+  note(c.threads != d.threads, "threads");
+  note(c.limits.max_connections != d.limits.max_connections, "limits.max_connections");
+  note(c.limits.max_header_bytes != d.limits.max_header_bytes, "limits.max_header_bytes");
+  note(c.limits.max_headers != d.limits.max_headers, "limits.max_headers");
+  note(c.timeouts.first_byte_s != d.timeouts.first_byte_s, "timeouts.first_byte");
+  note(c.timeouts.idle_s != d.timeouts.idle_s, "timeouts.idle");
+  note(c.timeouts.request_read_s != d.timeouts.request_read_s, "timeouts.request_read");
+  note(c.timeouts.keepalive_idle_s != d.timeouts.keepalive_idle_s, "timeouts.keepalive_idle");
+  note(c.retries.max_attempts != d.retries.max_attempts, "retries.max_attempts");
+  note(c.allow_routing_headers != d.allow_routing_headers, "allow_routing_headers");
+  return out;
+}
+
+struct Epp::Impl {
+  Impl(config::RouterConfig cfg, EppOptions opts) : options(std::move(opts)), initial(std::move(cfg)) {}
+
+  void Log(std::string_view line) {
+    if (options.log) std::fprintf(stderr, "kvroute epp: %.*s\n", static_cast<int>(line.size()), line.data());
+  }
+
+  Status Apply(config::RouterConfig cfg) {
+    Status st = pool->Apply(cfg);
+    if (!st.ok()) return st;
+    settings.store(SettingsFrom(cfg));
+    if (grpc) grpc->set_stream_timeout(cfg.epp.stream_timeout_s);
+    if (std::string ignored = IgnoredProxyKeys(cfg); !ignored.empty()) {
+      Log("ignoring keys only `kvroute serve` uses: " + ignored);
+    }
+    return Status::Ok();
+  }
+
+  Status Reload() {
+    if (options.config_path.empty()) return Status::FailedPrecondition("no configuration file to reload");
+    config::ConfigResult loaded = config::LoadRouterConfig(options.config_path);
+    Status st = loaded.ok() ? Apply(std::move(*loaded.config)) : Status::InvalidArgument(loaded.error.ToString());
+    if (st.ok()) {
+      Log("configuration reloaded from " + options.config_path);
+    } else {
+      pool->core().OnReloadFailed();
+      Log("reload failed, keeping the running configuration: " + st.message());
+    }
+    return st;
+  }
+
+  Status Start() {
+    config::RouterConfig cfg = std::move(initial);
+    io = std::make_unique<http::IoPool>(1);
+    pool = std::make_unique<pool::Pool>(io->context(0), [this](std::string_view l) { Log(l); });
+    io->Start();
+    const double timeout_s = cfg.epp.stream_timeout_s;
+    const uint64_t max_body = cfg.limits.max_body_bytes;
+    if (Status st = Apply(std::move(cfg)); !st.ok()) return st;
+
+    grpc = std::make_unique<rpc::ExtProcServer>(
+        pool->core(), &stats, [p = pool.get()] { return p->Now(); }, [this] { return settings.load(); });
+    rpc::ExtProcServerOptions go;
+    go.host = options.host;
+    go.port = options.grpc_port;
+    go.health_port = options.health_port;
+    go.stream_timeout_s = timeout_s;
+    go.max_message_bytes = static_cast<std::size_t>(max_body) + (1u << 20);
+    if (Status st = grpc->Start(go); !st.ok()) return st;
+
+    http::ServerOptions so;
+    so.host = options.host;
+    so.port = options.metrics_port;
+    so.log = [this](std::string_view l) { Log(l); };
+    metrics_server = std::make_unique<http::Server>(
+        io->contexts(), so, [this](std::shared_ptr<http::Exchange> ex) { HandleHttp(std::move(ex)); });
+    if (std::string error = metrics_server->Listen(); !error.empty()) {
+      return Status::Unavailable("metrics: " + error);
+    }
+    if (options.handle_signals) {
+      signals = std::make_unique<asio::signal_set>(io->context(0), SIGHUP, SIGINT, SIGTERM);
+      WaitSignal();
+    }
+    return Status::Ok();
+  }
+
+  void WaitSignal() {
+    signals->async_wait([this](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      if (sig == SIGHUP) {
+        Reload();
+      } else {
+        RequestShutdown();
+      }
+      WaitSignal();
+    });
+  }
+
+  void HandleHttp(std::shared_ptr<http::Exchange> ex) {
+    const http::Request& req = ex->request();
+    std::string_view target(req.target().data(), req.target().size());
+    std::string_view path = target.substr(0, target.find('?'));
+    const bool get = req.method() == bhttp::verb::get || req.method() == bhttp::verb::head;
+    if (path == "/metrics" || path == "/healthz" || path == "/readyz") {
+      if (!get) {
+        ex->Respond(405, api::ErrorBody(api::MakeError(405, "Method not allowed.")));
+        return;
+      }
+    }
+    if (path == "/metrics") {
+      ex->Respond(200, MetricsText(), "text/plain; version=0.0.4; charset=utf-8");
+    } else if (path == "/healthz") {
+      ex->Respond(200, "ok\n", "text/plain");
+    } else if (path == "/readyz") {
+      const bool ready = Ready();
+      ex->Respond(ready ? 200 : 503, ready ? "ready\n" : "no endpoint has fresh metrics\n", "text/plain");
+    } else {
+      ex->Respond(404, api::ErrorBody(api::MakeError(404, "Not found: " + std::string(path))));
+    }
+  }
+
+  std::string MetricsText() {
+    std::string out;
+    out.reserve(16384);
+    if (!pool) return out;
+    const double now = pool->Now();
+    pool->core().AppendMetrics(out, now);
+    stats.AppendMetrics(out, kPoolName, pool->core().Load(now));
+    if (grpc) AppendServerMetrics(out, grpc->stats());
+    return out;
+  }
+
+  bool Ready() { return pool && pool->core().Ready(pool->Now()); }
+
+  void Stop() {
+    if (stopped || !io) return;
+    stopped = true;
+    if (grpc) grpc->Stop();
+    if (metrics_server) metrics_server->StopAccepting();
+    if (signals) {
+      asio::post(io->context(0), [s = signals.get()] {
+        boost::system::error_code ignored;
+        s->cancel(ignored);
+      });
+    }
+    if (pool) pool->Stop();
+    io->Stop();
+  }
+
+  void RequestShutdown() {
+    std::lock_guard<std::mutex> lock(shutdown_mu);
+    shutdown_requested = true;
+    shutdown_cv.notify_all();
+  }
+
+  EppOptions options;
+  config::RouterConfig initial;
+  extproc::EppStats stats;
+  Published<extproc::ExchangeSettings> settings;
+  // Declared first among the owners of sockets and timers: destroyed last.
+  std::unique_ptr<http::IoPool> io;
+  std::unique_ptr<pool::Pool> pool;
+  std::unique_ptr<rpc::ExtProcServer> grpc;
+  std::unique_ptr<http::Server> metrics_server;
+  std::unique_ptr<asio::signal_set> signals;
+  bool stopped = false;
+  std::mutex shutdown_mu;
+  std::condition_variable shutdown_cv;
+  bool shutdown_requested = false;
+};
+
+Epp::Epp(config::RouterConfig config, EppOptions options)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(options))) {}
+Epp::~Epp() { Stop(); }
+Status Epp::Start() { return impl_->Start(); }
+void Epp::Stop() { impl_->Stop(); }
+uint16_t Epp::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : 0; }
+uint16_t Epp::health_port() const { return impl_->grpc ? impl_->grpc->health_port() : 0; }
+uint16_t Epp::metrics_port() const { return impl_->metrics_server ? impl_->metrics_server->port() : 0; }
+Status Epp::Reload() { return impl_->Reload(); }
+Status Epp::Apply(config::RouterConfig config) { return impl_->Apply(std::move(config)); }
+std::string Epp::MetricsText() { return impl_->MetricsText(); }
+bool Epp::Ready() { return impl_->Ready(); }
+routing::RoutingCore& Epp::core() { return impl_->pool->core(); }
+const extproc::EppStats& Epp::stats() const { return impl_->stats; }
+void Epp::WaitForShutdown() {
+  std::unique_lock<std::mutex> lock(impl_->shutdown_mu);
+  impl_->shutdown_cv.wait(lock, [this] { return impl_->shutdown_requested; });
+}
+void Epp::RequestShutdown() { impl_->RequestShutdown(); }
+
+}  // namespace kvroute::epp

@@ -1,0 +1,84 @@
+// `kvroute epp`: the endpoint picker behind Envoy-based gateways (Gateway API Inference
+// Extension). A second front end over the routing core, beside `kvroute serve`, reading
+// the same configuration file: pool::Pool owns the core, the scraping and the clock (and
+// later discovery); rpc::ExtProcServer speaks ext_proc and gRPC health; an http::Server
+// answers /metrics and /healthz on the metrics port.
+//
+// Configuration: pool.*, scheduling (or the top-level EndpointPickerConfig keys),
+// limits.max_body_bytes (413), timeouts.connect (scrapes), outlier_detection.* and
+// retries.budget_* (core options) and epp.*. Proxy-only keys (listen, threads,
+// limits.max_connections / max_header_bytes / max_headers, timeouts.first_byte / idle /
+// request_read / keepalive_idle, retries.max_attempts, allow_routing_headers) are accepted
+// and ignored, with one logged note naming those the file sets to a non-default value.
+//
+// Reload (SIGHUP or Reload()): the pool is re-applied (surviving endpoints keep their
+// state), new streams get the new epp settings and stream timeout; ports stay.
+//
+// Threads: one IoPool thread for scraping, the metrics server and signals; gRPC's own
+// threads for streams.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config/router_config.h"
+#include "core/common/status.h"
+#include "core/extproc/epp_stats.h"
+#include "core/routing/routing_core.h"
+
+namespace kvroute::epp {
+
+struct EppOptions {
+  std::string config_path;  // Reload() reads it (empty: Reload fails)
+  std::string host = "0.0.0.0";
+  uint16_t grpc_port = 9002;  // 0: any free port
+  uint16_t health_port = 9003;
+  uint16_t metrics_port = 9090;
+  bool handle_signals = false;  // SIGHUP reloads; SIGINT/SIGTERM end WaitForShutdown
+  bool log = true;              // log lines to stderr
+};
+
+class Epp {
+ public:
+  Epp(config::RouterConfig config, EppOptions options);
+  ~Epp();  // Stops.
+  Epp(const Epp&) = delete;
+  Epp& operator=(const Epp&) = delete;
+
+  // Applies the configuration, starts scraping and binds the three ports. Unavailable
+  // with the reason when a port cannot be bound. Thread: any; once.
+  Status Start();
+  // Ends every stream, stops serving and scraping. Idempotent; not from a gRPC thread.
+  void Stop();
+
+  uint16_t grpc_port() const;
+  uint16_t health_port() const;
+  uint16_t metrics_port() const;
+
+  // Re-reads options.config_path; on error ("file:line: field: message") nothing changes.
+  Status Reload();
+  Status Apply(config::RouterConfig config);
+
+  // The metrics port's /metrics text.
+  std::string MetricsText();
+  bool Ready();
+  routing::RoutingCore& core();
+  const extproc::EppStats& stats() const;
+
+  void WaitForShutdown();
+  void RequestShutdown();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The proxy-only keys `config` sets away from their defaults ("listen, timeouts.idle"),
+// empty when none: what `kvroute epp` logs it ignores.
+std::string IgnoredProxyKeys(const config::RouterConfig& config);
+
+}  // namespace kvroute::epp

@@ -1,0 +1,132 @@
+#include "epp/epp_main.h"
+
+#include <malloc.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "config/router_config.h"
+#include "epp/epp.h"
+
+namespace kvroute::epp {
+
+namespace {
+
+constexpr const char* kHelpFooter = R"(The configuration file is the one `kvroute serve` reads (see kvroute serve --help).
+Keys the picker reads:
+  pool.*                        endpoints, engine_type, model, metric_names, scrape_interval,
+                                staleness, stale_policy: the pool, scraped as by serve
+  scheduling (or top-level policy / plugins / schedulingProfiles / schedulingProfile)
+  limits.max_body_bytes: 16MiB  a larger request body -> immediate 413
+  timeouts.connect: 2s          scrape connections
+  outlier_detection.*, retries.budget_*   routing-core options, as for serve
+  epp:
+    body_mode: full_duplex_streamed   # full_duplex_streamed | streamed | buffered: the
+                                      #   request body mode assumed when Envoy sends no
+                                      #   protocol_config (Envoy's own setting wins)
+    fallbacks: 2                # endpoints after the winner in the header (0..7)
+    stream_timeout: 60s         # an ext_proc stream open longer is ended
+                                #   (DEADLINE_EXCEEDED; its request is finished)
+    objectives: {batch: -1}     # x-gateway-inference-objective /
+                                #   x-llm-d-inference-objective name -> priority; unknown
+                                #   or absent: 0. Below 0 is sheddable: 429 while every
+                                #   ready endpoint is saturated (waiting >= 5 or KV >= 0.8)
+Keys only the proxy uses, accepted and ignored (one log line names those set):
+  listen, threads, limits.max_connections, limits.max_header_bytes, limits.max_headers,
+  timeouts.first_byte, timeouts.idle, timeouts.request_read, timeouts.keepalive_idle,
+  retries.max_attempts, allow_routing_headers
+
+ext_proc (envoy.service.ext_proc.v3.ExternalProcessor/Process), one stream per request:
+  request headers (:path, content-type, x-request-id, x-gateway-inference-objective /
+  x-llm-d-inference-objective, x-gateway-model-name), then the body; the OpenAI body is
+  parsed as serve parses it (/v1/completions, /v1/chat/completions; other paths are
+  routed on the model alone). The pick: header x-gateway-destination-endpoint = winner
+  then fallbacks ("ip:port,ip:port,..."), the same value in dynamic metadata
+  envoy.lb / x-gateway-destination-endpoint, clear_route_cache. FULL_DUPLEX_STREAMED:
+  answered after the body's end (headers response with Content-Length, then the body
+  re-emitted in chunks of at most 62,000 bytes); BUFFERED and STREAMED: headers answered
+  at once, the pick in the last body chunk's response. Subset hint: filter metadata
+  envoy.lb / x-gateway-destination-endpoint-subset. Served endpoint read back from
+  x-gateway-destination-endpoint-served. Errors are immediate responses with an
+  OpenAI-shaped JSON body: 400 bad body, 413 too large, 429 shed, 503 no endpoint.
+gRPC health (grpc.health.v1) on the health port: liveness, readiness (SERVING once an
+endpoint has fresh metrics), envoy.service.ext_proc.v3.ExternalProcessor (as readiness).
+Metrics port: GET /metrics (kvroute_* series plus inference_objective_request_total,
+inference_objective_request_error_total, inference_objective_input_tokens_total,
+inference_objective_output_tokens_total, inference_pool_average_kv_cache_utilization,
+inference_pool_average_queue_size, inference_pool_ready_pods,
+inference_extension_scheduler_e2e_duration_seconds), GET /healthz, GET /readyz.
+On start one line goes to stderr:
+  kvroute epp: ext_proc on HOST:PORT, health on HOST:PORT, metrics on HOST:PORT
+SIGHUP reloads the file (a bad one is rejected with file:line; the running configuration
+stays); SIGINT and SIGTERM stop it.)";
+
+std::string HostPort(const std::string& host, uint16_t port) {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+int EppMain(int argc, char** argv) {
+  CLI::App app{"The endpoint picker for Envoy-based gateways (Gateway API Inference Extension): an\n"
+               "ext_proc gRPC server that picks the endpoint for each request over the same\n"
+               "routing core and configuration file as `kvroute serve`.",
+               "kvroute epp"};
+  std::string config_path;
+  EppOptions options;
+  int grpc_port = 9002, health_port = 9003, metrics_port = 9090;
+  bool check = false;
+  app.add_option("--config,-c", config_path, "Configuration file (YAML, as for kvroute serve)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--grpc-port", grpc_port, "ext_proc gRPC port (0 = any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--grpc-health-port", health_port, "gRPC health port (0 = any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--metrics-port", metrics_port, "Prometheus /metrics HTTP port (0 = any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--host", options.host, "Address every port binds to")->capture_default_str();
+  app.add_flag("--check", check, "Validate the configuration file and exit (0 when valid)");
+  app.footer(kHelpFooter);
+  CLI11_PARSE(app, argc, argv);
+
+  config::ConfigResult loaded = config::LoadRouterConfig(config_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "kvroute epp: %s\n", loaded.error.ToString().c_str());
+    return 2;
+  }
+  if (check) {
+    std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(), loaded.config->pool.endpoints.size());
+    return 0;
+  }
+  options.config_path = config_path;
+  options.grpc_port = static_cast<uint16_t>(grpc_port);
+  options.health_port = static_cast<uint16_t>(health_port);
+  options.metrics_port = static_cast<uint16_t>(metrics_port);
+  options.handle_signals = true;
+
+  // As for serve: long prompts are gathered into one buffer per stream; keep such blocks
+  // on the heap rather than mmap'ing each anew.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+
+  Epp epp(std::move(*loaded.config), options);
+  if (Status st = epp.Start(); !st.ok()) {
+    std::fprintf(stderr, "kvroute epp: %s\n", st.message().c_str());
+    epp.Stop();
+    return 1;
+  }
+  std::fprintf(stderr, "kvroute epp: ext_proc on %s, health on %s, metrics on %s\n",
+               HostPort(options.host, epp.grpc_port()).c_str(),
+               HostPort(options.host, epp.health_port()).c_str(),
+               HostPort(options.host, epp.metrics_port()).c_str());
+  epp.WaitForShutdown();
+  epp.Stop();
+  return 0;
+}
+
+}  // namespace kvroute::epp

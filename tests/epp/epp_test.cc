@@ -1,0 +1,506 @@
+// Loopback tests of `kvroute epp`: the picker in-process on port 0, a simulated fleet
+// (sim::Fleet) behind it, and a real gRPC client built from the C++ stubs playing Envoy.
+// Every wait is bounded.
+#include "epp/epp.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "config/router_config.h"
+#include "core/api/openai.h"
+#include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "http/test_client.h"
+#include "metrics/prom_parser.h"
+#include "sim/fleet.h"
+
+namespace kvroute::epp {
+namespace {
+
+using namespace std::chrono_literals;
+namespace pb = ::envoy::service::ext_proc::v3;
+namespace core_pb = ::envoy::config::core::v3;
+namespace mode_pb = ::envoy::extensions::filters::http::ext_proc::v3;
+namespace health_pb = ::grpc::health::v1;
+
+constexpr const char* kModel = "test/model";
+constexpr std::string_view kDest = "x-gateway-destination-endpoint";
+
+sim::ReplicaConfig Replica() {
+  sim::ReplicaConfig r;
+  r.name = "r";
+  r.engine = *engine::PresetConfig("llama3-8b-h100");
+  r.engine.model_name = kModel;
+  r.engine.num_gpu_blocks = 4096;
+  r.engine.max_model_len = 131072;
+  r.time_scale = 0.0;
+  return r;
+}
+
+uint16_t ClosedPort() {
+  boost::asio::io_context ctx;
+  boost::asio::ip::tcp::acceptor acc(ctx, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  uint16_t port = acc.local_endpoint().port();
+  acc.close();
+  return port;
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+std::string Completion(std::string_view prompt) {
+  std::string body = std::string("{\"model\":\"") + kModel + "\",\"prompt\":";
+  api::AppendJsonString(body, prompt);
+  body += ",\"max_tokens\":4}";
+  return body;
+}
+
+std::string LongPrompt(std::size_t n, int salt) {
+  std::string p = "a long shared system prompt for the epp loopback tests " + std::to_string(salt) + ": ";
+  while (p.size() < n) p += static_cast<char>('a' + (p.size() * 31 + salt) % 26);
+  return p;
+}
+
+pb::ProcessingRequest Headers(std::string path, mode_pb::ProcessingMode::BodySendMode mode, bool eos = false) {
+  pb::ProcessingRequest r;
+  auto add = [&](std::string k, std::string v) {
+    core_pb::HeaderValue* h = r.mutable_request_headers()->mutable_headers()->add_headers();
+    h->set_key(std::move(k));
+    h->set_raw_value(std::move(v));
+  };
+  add(":method", "POST");
+  add(":path", std::move(path));
+  add("content-type", "application/json");
+  r.mutable_request_headers()->set_end_of_stream(eos);
+  r.mutable_protocol_config()->set_request_body_mode(mode);
+  return r;
+}
+
+pb::ProcessingRequest Body(std::string bytes, bool eos) {
+  pb::ProcessingRequest r;
+  r.mutable_request_body()->set_body(std::move(bytes));
+  r.mutable_request_body()->set_end_of_stream(eos);
+  return r;
+}
+
+std::vector<pb::ProcessingRequest> Request(mode_pb::ProcessingMode::BodySendMode mode, const std::string& body,
+                                           std::size_t chunk = 1 << 30) {
+  std::vector<pb::ProcessingRequest> msgs{Headers("/v1/completions", mode)};
+  for (std::size_t at = 0; at < body.size(); at += chunk) {
+    msgs.push_back(Body(body.substr(at, chunk), at + chunk >= body.size()));
+  }
+  return msgs;
+}
+
+std::string SetHeader(const pb::CommonResponse& c, std::string_view key) {
+  for (const auto& o : c.header_mutation().set_headers()) {
+    if (o.header().key() == key) return o.header().raw_value();
+  }
+  return "";
+}
+
+std::string LbValue(const pb::ProcessingResponse& r) {
+  auto ns = r.dynamic_metadata().fields().find("envoy.lb");
+  if (ns == r.dynamic_metadata().fields().end()) return "";
+  auto it = ns->second.struct_value().fields().find(std::string(kDest));
+  return it == ns->second.struct_value().fields().end() ? "" : it->second.string_value();
+}
+
+struct Outcome {
+  grpc::Status status;
+  std::vector<pb::ProcessingResponse> responses;
+};
+
+class EppTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (epp_) epp_->Stop();
+    epp_.reset();
+    if (fleet_) fleet_->Stop();
+    fleet_.reset();
+  }
+
+  void StartFleet(int n) {
+    std::vector<sim::ReplicaConfig> rs(n, Replica());
+    for (int i = 0; i < n; ++i) rs[i].name = "r" + std::to_string(i);
+    fleet_ = std::make_unique<sim::Fleet>(std::move(rs), 2);
+    ASSERT_TRUE(fleet_->Start().ok());
+    for (int i = 0; i < n; ++i) addresses_.insert("127.0.0.1:" + std::to_string(fleet_->port(i)));
+  }
+
+  void StartEpp(const std::vector<uint16_t>& ports, const std::string& extra = "") {
+    std::string yaml = "pool:\n  scrape_interval: 50ms\n  endpoints:\n";
+    for (uint16_t p : ports) yaml += "    - 127.0.0.1:" + std::to_string(p) + "\n";
+    yaml += extra;
+    config::ConfigResult r = config::ParseRouterConfig(yaml, "epp.yaml");
+    ASSERT_TRUE(r.ok()) << r.error.ToString();
+    EppOptions o;
+    o.host = "127.0.0.1";
+    o.grpc_port = 0;
+    o.health_port = 0;
+    o.metrics_port = 0;
+    o.log = false;
+    epp_ = std::make_unique<Epp>(std::move(*r.config), o);
+    ASSERT_TRUE(epp_->Start().ok());
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(epp_->grpc_port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = pb::ExternalProcessor::NewStub(channel_);
+  }
+
+  void StartAll(int n, const std::string& extra = "") {
+    StartFleet(n);
+    std::vector<uint16_t> ports;
+    for (int i = 0; i < n; ++i) ports.push_back(fleet_->port(i));
+    StartEpp(ports, extra);
+    ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }));
+  }
+
+  // Plays Envoy for one stream: writes every message, half-closes, reads every answer.
+  Outcome Run(const std::vector<pb::ProcessingRequest>& msgs) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    auto stream = stub_->Process(&ctx);
+    Outcome o;
+    for (const auto& m : msgs) {
+      if (!stream->Write(m)) break;
+    }
+    stream->WritesDone();
+    pb::ProcessingResponse r;
+    while (stream->Read(&r)) o.responses.push_back(r);
+    o.status = stream->Finish();
+    return o;
+  }
+
+  // The pick in `o` (from a headers or body response), checked: header and envoy.lb
+  // equal, every address one of the fleet's.
+  std::string Pick(const Outcome& o) {
+    EXPECT_TRUE(o.status.ok()) << o.status.error_message();
+    for (const auto& r : o.responses) {
+      const pb::CommonResponse* c = nullptr;
+      if (r.has_request_headers() && r.request_headers().has_response()) c = &r.request_headers().response();
+      if (r.has_request_body() && r.request_body().response().has_header_mutation()) c = &r.request_body().response();
+      if (c == nullptr) continue;
+      const std::string dest = SetHeader(*c, kDest);
+      if (dest.empty()) continue;
+      EXPECT_EQ(LbValue(r), dest);
+      EXPECT_TRUE(c->clear_route_cache());
+      std::size_t at = 0;
+      while (at <= dest.size()) {
+        std::size_t comma = dest.find(',', at);
+        std::string part = dest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        EXPECT_TRUE(addresses_.count(part)) << part;
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+      }
+      return dest;
+    }
+    ADD_FAILURE() << "no pick in " << o.responses.size() << " responses";
+    return "";
+  }
+
+  static std::string Reemitted(const Outcome& o) {
+    std::string body;
+    for (const auto& r : o.responses) {
+      if (!r.has_request_body()) continue;
+      const auto& m = r.request_body().response().body_mutation();
+      if (m.has_streamed_response()) {
+        EXPECT_LE(m.streamed_response().body().size(), 62000u);
+        body += m.streamed_response().body();
+      }
+    }
+    return body;
+  }
+
+  // The status of the immediate response that ends `o` (BUFFERED and STREAMED answer
+  // the headers first), -1 when there is none.
+  static int Immediate(const Outcome& o) {
+    if (o.responses.empty() || !o.responses.back().has_immediate_response()) return -1;
+    for (std::size_t i = 0; i + 1 < o.responses.size(); ++i) {
+      EXPECT_FALSE(o.responses[i].has_immediate_response());
+      EXPECT_TRUE(o.responses[i].has_request_headers());
+    }
+    const auto& ir = o.responses.back().immediate_response();
+    EXPECT_NE(ir.body().find("\"error\":{"), std::string::npos) << ir.body();
+    return static_cast<int>(ir.status().code());
+  }
+
+  double Metric(std::string_view name) {
+    double sum = 0;
+    for (const auto& s : metrics::ParseAllSamples(epp_->MetricsText())) {
+      if (s.name == name) sum += s.value;
+    }
+    return sum;
+  }
+
+  std::unique_ptr<sim::Fleet> fleet_;
+  std::unique_ptr<Epp> epp_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::ExternalProcessor::Stub> stub_;
+  std::set<std::string> addresses_;
+};
+
+TEST_F(EppTest, FullDuplexStreamedPickAndBodyReemitted) {
+  StartAll(3);
+  for (int i = 0; i < 4; ++i) {
+    const std::string body = Completion("hello " + std::to_string(i));
+    Outcome o = Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, body, 10));
+    ASSERT_GE(o.responses.size(), 2u);
+    ASSERT_TRUE(o.responses[0].has_request_headers());
+    EXPECT_EQ(SetHeader(o.responses[0].request_headers().response(), "Content-Length"), std::to_string(body.size()));
+    Pick(o);
+    EXPECT_EQ(Reemitted(o), body);
+    EXPECT_TRUE(o.responses.back().request_body().response().body_mutation().streamed_response().end_of_stream());
+  }
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_inflight") == 0; }));
+}
+
+TEST_F(EppTest, BufferedPickInTheBodyResponse) {
+  StartAll(3);
+  Outcome o = Run(Request(mode_pb::ProcessingMode::BUFFERED, Completion("buffered")));
+  ASSERT_EQ(o.responses.size(), 2u);
+  EXPECT_TRUE(o.responses[0].has_request_headers());
+  EXPECT_FALSE(o.responses[0].request_headers().has_response());
+  ASSERT_TRUE(o.responses[1].has_request_body());
+  Pick(o);
+}
+
+TEST_F(EppTest, StreamedChunksAnsweredAndPickOnTheLast) {
+  StartAll(3);
+  const std::string body = Completion(LongPrompt(3000, 1));
+  Outcome o = Run(Request(mode_pb::ProcessingMode::STREAMED, body, 500));
+  const std::size_t chunks = (body.size() + 499) / 500;
+  ASSERT_EQ(o.responses.size(), 1 + chunks);
+  for (std::size_t i = 1; i < chunks; ++i) {
+    EXPECT_TRUE(o.responses[i].has_request_body());
+    EXPECT_FALSE(o.responses[i].request_body().has_response());
+  }
+  Pick(o);
+  EXPECT_TRUE(o.responses.back().request_body().response().has_header_mutation());
+}
+
+TEST_F(EppTest, SamePrefixSameEndpoint) {
+  StartAll(4);
+  const std::string prefix = LongPrompt(6000, 7);
+  std::string first;
+  for (int i = 0; i < 6; ++i) {
+    Outcome o = Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED,
+                            Completion(prefix + " q" + std::to_string(i)), 4096));
+    std::string dest = Pick(o);
+    std::string winner = dest.substr(0, dest.find(','));
+    if (i == 0) first = winner;
+    EXPECT_EQ(winner, first) << i;
+  }
+}
+
+TEST_F(EppTest, A220KBPromptIsAnswered) {
+  StartAll(3);
+  const std::string body = Completion(LongPrompt(220 * 1024, 3));
+  auto t0 = std::chrono::steady_clock::now();
+  Outcome o = Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, body, 16384));
+  auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  Pick(o);
+  EXPECT_EQ(Reemitted(o), body);
+  EXPECT_EQ(o.responses.size(), 1 + (body.size() + 61999) / 62000);
+  std::printf("220 KB prompt: %zu messages back in %.1f ms over loopback\n", o.responses.size(), ms);
+}
+
+TEST_F(EppTest, MalformedBodyIsImmediate400) {
+  StartAll(2);
+  Outcome o = Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, "{\"model\":"));
+  EXPECT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(Immediate(o), 400);
+  o = Run(Request(mode_pb::ProcessingMode::BUFFERED, "[1,2"));
+  EXPECT_EQ(Immediate(o), 400);
+}
+
+TEST_F(EppTest, EveryEndpointDownIsImmediate503) {
+  StartEpp({ClosedPort(), ClosedPort()});
+  int code = -1;
+  EXPECT_TRUE(WaitFor([&] {
+    code = Immediate(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("x"))));
+    return code == 503;
+  })) << code;
+  EXPECT_EQ(Metric("kvroute_endpoint_inflight"), 0);
+}
+
+TEST_F(EppTest, SubsetHintIsHonoured) {
+  StartAll(3);
+  const std::string only = "127.0.0.1:" + std::to_string(fleet_->port(1));
+  for (int i = 0; i < 5; ++i) {
+    auto msgs = Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("subset " + std::to_string(i)));
+    auto& lb = (*msgs[0].mutable_metadata_context()->mutable_filter_metadata())["envoy.lb"];
+    (*lb.mutable_fields())["x-gateway-destination-endpoint-subset"].mutable_list_value()->add_values()->set_string_value(only);
+    EXPECT_EQ(Pick(Run(msgs)), only);
+  }
+  auto msgs = Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("none"));
+  auto& lb = (*msgs[0].mutable_metadata_context()->mutable_filter_metadata())["envoy.lb"];
+  (*lb.mutable_fields())["x-gateway-destination-endpoint-subset"].mutable_list_value()->add_values()->set_string_value("10.9.9.9:1");
+  EXPECT_EQ(Immediate(Run(msgs)), 503);
+}
+
+TEST_F(EppTest, CancelledStreamLeavesNoInflight) {
+  StartAll(2);
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Process(&ctx);
+    for (const auto& m : Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("cancel me"))) {
+      ASSERT_TRUE(stream->Write(m));
+    }
+    pb::ProcessingResponse r;
+    ASSERT_TRUE(stream->Read(&r));  // the pick: the request is in flight now
+    EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_inflight") == 1; }));
+    ctx.TryCancel();
+    while (stream->Read(&r)) {
+    }
+    stream->Finish();
+  }
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_inflight") == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_epp_streams_open") == 0; }));
+}
+
+TEST_F(EppTest, StreamTimeoutEndsAHangingStream) {
+  StartAll(2, "epp: {stream_timeout: 300ms}\n");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  auto stream = stub_->Process(&ctx);
+  ASSERT_TRUE(stream->Write(Headers("/v1/completions", mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED)));
+  ASSERT_TRUE(stream->Write(Body(Completion("x").substr(0, 5), false)));  // the body never ends
+  auto t0 = std::chrono::steady_clock::now();
+  pb::ProcessingResponse r;
+  EXPECT_FALSE(stream->Read(&r));
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(Metric("kvroute_epp_stream_timeouts_total"), 1);
+  EXPECT_EQ(Metric("kvroute_endpoint_inflight"), 0);
+}
+
+TEST_F(EppTest, ConcurrentStreamsAreNotSerialised) {
+  StartAll(3);
+  constexpr int kStreams = 64;
+  struct Open {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<pb::ProcessingRequest, pb::ProcessingResponse>> stream;
+  };
+  std::vector<std::unique_ptr<Open>> open;
+  // Every stream is opened and has its headers and half its body in before any finishes.
+  std::vector<std::string> bodies;
+  for (int i = 0; i < kStreams; ++i) {
+    auto o = std::make_unique<Open>();
+    o->ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+    o->stream = stub_->Process(&o->ctx);
+    bodies.push_back(Completion("concurrent " + std::to_string(i)));
+    ASSERT_TRUE(o->stream->Write(Headers("/v1/completions", mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED)));
+    ASSERT_TRUE(o->stream->Write(Body(bodies.back().substr(0, 10), false)));
+    open.push_back(std::move(o));
+  }
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_epp_streams_open") == kStreams; }));
+  std::atomic<int> picked{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < kStreams; i += 4) {
+        auto& o = *open[i];
+        o.stream->Write(Body(bodies[i].substr(10), true));
+        o.stream->WritesDone();
+        pb::ProcessingResponse r;
+        bool ok = o.stream->Read(&r) && r.has_request_headers() &&
+                  !SetHeader(r.request_headers().response(), kDest).empty();
+        while (o.stream->Read(&r)) {
+        }
+        if (o.stream->Finish().ok() && ok) ++picked;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(picked.load(), kStreams);
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_inflight") == 0; }));
+}
+
+TEST_F(EppTest, HealthServingForReadinessOnceMetricsAreIn) {
+  StartFleet(2);
+  StartEpp({fleet_->port(0), fleet_->port(1)});
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(epp_->health_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto health = health_pb::Health::NewStub(channel);
+  auto check = [&](const std::string& service) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 2s);
+    health_pb::HealthCheckRequest req;
+    req.set_service(service);
+    health_pb::HealthCheckResponse resp;
+    grpc::Status st = health->Check(&ctx, req, &resp);
+    return st.ok() ? static_cast<int>(resp.status()) : -static_cast<int>(st.error_code());
+  };
+  EXPECT_EQ(check("liveness"), health_pb::HealthCheckResponse::SERVING);
+  EXPECT_TRUE(WaitFor([&] { return check("readiness") == health_pb::HealthCheckResponse::SERVING; }));
+  EXPECT_EQ(check("envoy.service.ext_proc.v3.ExternalProcessor"), health_pb::HealthCheckResponse::SERVING);
+  EXPECT_EQ(check("no.such.Service"), -static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  // The health port does not serve ext_proc, nor the ext_proc port health.
+  auto on_grpc = health_pb::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 2s);
+  health_pb::HealthCheckRequest req;
+  health_pb::HealthCheckResponse resp;
+  EXPECT_EQ(on_grpc->Check(&ctx, req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  // Every endpoint gone: not ready any more.
+  fleet_->Stop();
+  EXPECT_TRUE(WaitFor([&] { return check("readiness") == health_pb::HealthCheckResponse::NOT_SERVING; }, 10000ms));
+  EXPECT_EQ(check("liveness"), health_pb::HealthCheckResponse::SERVING);
+}
+
+TEST_F(EppTest, MetricsPortServesReferenceNames) {
+  StartAll(2);
+  Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("m"))));
+  auto resp = http::Fetch("127.0.0.1", epp_->metrics_port(), "GET", "/metrics");
+  ASSERT_TRUE(resp);
+  EXPECT_EQ(resp->status, 200);
+  for (const char* name : {"inference_objective_request_total", "inference_pool_average_kv_cache_utilization",
+                           "inference_pool_average_queue_size", "inference_pool_ready_pods",
+                           "inference_extension_scheduler_e2e_duration_seconds_bucket",
+                           "kvroute_requests_total", "kvroute_endpoint_inflight", "kvroute_epp_streams_total"}) {
+    EXPECT_NE(resp->body.find(name), std::string::npos) << name;
+  }
+  EXPECT_NE(resp->body.find("inference_pool_ready_pods{name=\"kvroute\"} 2"), std::string::npos);
+  auto h = http::Fetch("127.0.0.1", epp_->metrics_port(), "GET", "/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+TEST_F(EppTest, ReloadAppliesNewSettingsToNewStreams) {
+  StartAll(3);
+  std::string dest = Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("a"))));
+  EXPECT_EQ(std::count(dest.begin(), dest.end(), ','), 2);
+  std::string yaml = "pool:\n  scrape_interval: 50ms\n  endpoints:\n";
+  for (int i = 0; i < 3; ++i) yaml += "    - 127.0.0.1:" + std::to_string(fleet_->port(i)) + "\n";
+  yaml += "epp: {fallbacks: 0}\n";
+  config::ConfigResult r = config::ParseRouterConfig(yaml, "epp.yaml");
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(epp_->Apply(std::move(*r.config)).ok());
+  dest = Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("b"))));
+  EXPECT_EQ(dest.find(','), std::string::npos) << dest;
+}
+
+TEST(EppConfigNotes, ProxyOnlyKeysAreNamed) {
+  config::ConfigResult r = config::ParseRouterConfig(
+      "listen: 0.0.0.0:1\ntimeouts: {idle: 5s, connect: 1s}\nretries: {max_attempts: 3}\n", "t.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(IgnoredProxyKeys(*r.config), "listen, timeouts.idle, retries.max_attempts");
+  EXPECT_EQ(IgnoredProxyKeys(config::RouterConfig{}), "");
+}
+
+}  // namespace
+}  // namespace kvroute::epp
