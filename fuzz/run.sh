@@ -21,7 +21,7 @@ seconds="${FUZZ_SECONDS:-60}"
 jobs="${FUZZ_JOBS:-1}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(prom_parser openai_request router_config scenario_config fleet_config http_server)
+  targets=(prom_parser openai_request router_config scenario_config fleet_config http_server extproc_exchange)
 fi
 
 dict_for() {
@@ -30,6 +30,7 @@ dict_for() {
     openai_request) echo openai.dict ;;
     *_config) echo yaml.dict ;;
     http_server) echo http.dict ;;
+    extproc_exchange) echo extproc.dict ;;
   esac
 }
 
