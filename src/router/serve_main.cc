@@ -55,6 +55,11 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     max_ejection: 300s
     max_ejection_percent: 50    # never more of the pool at once (at least one of two)
   allow_routing_headers: false  # honour x-gateway-destination-endpoint from clients
+  epp:                          # read by `kvroute epp` only (kvroute epp --help)
+    body_mode: full_duplex_streamed   # | streamed | buffered, when Envoy sends none
+    fallbacks: 2                # endpoints after the winner in the pick header
+    stream_timeout: 60s         # an ext_proc stream open longer is ended
+    objectives: {batch: -1}     # objective -> priority; below 0 is shed (429) when saturated
 
 Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
 chunk), GET /v1/models, GET /metrics (the router's own), GET /healthz, GET /readyz.
