@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "config/endpoints_file.h"
 #include "config/router_config.h"
 #include "router/router.h"
 
@@ -28,6 +29,14 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
         name: a                 # defaults to the address; unique
         labels: {region: eu}
       - 127.0.0.1:18002         # shorthand: just the address
+    endpoints_file: eps.yaml    # or (not both) file discovery: a YAML list of the same
+                                #   entries; relative to this file's directory. Polled
+                                #   (mtime/size/inode; rename-into-place and ConfigMap
+                                #   symlink swaps seen) and re-read on SIGHUP; a change is
+                                #   applied keeping surviving endpoints' state; a broken
+                                #   file keeps the last good set (one log line, file:line;
+                                #   kvroute_discovery_* on /metrics); [] = no endpoints (503)
+    endpoints_file_poll: 1s     # how often its metadata is checked
   scheduling:                   # or the same keys at top level (EndpointPickerConfig style)
     policy: kvroute             # round-robin | random | least-request | gie-default |
                                 #   sglang-cache-aware | dynamo-cost | kvroute
@@ -106,8 +115,19 @@ int ServeMain(int argc, char** argv) {
   }
   if (threads >= 0) options.threads = threads;
   if (check) {
-    std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(),
-                loaded.config->pool.endpoints.size());
+    std::size_t endpoints = loaded.config->pool.endpoints.size();
+    if (const std::string& file = loaded.config->pool.endpoints_file_path; !file.empty()) {
+      config::ConfigOr<std::string> text = config::ReadConfigFile(file);
+      config::ConfigOr<std::vector<config::EndpointConfig>> eps;
+      if (text.ok()) eps = config::ParseEndpointsFile(*text.value, file);
+      if (!text.ok() || !eps.ok()) {
+        std::fprintf(stderr, "kvroute serve: %s\n",
+                     (text.ok() ? eps.error : text.error).ToString().c_str());
+        return 2;
+      }
+      endpoints = eps.value->size();
+    }
+    std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(), endpoints);
     return 0;
   }
 
