@@ -21,14 +21,15 @@ seconds="${FUZZ_SECONDS:-60}"
 jobs="${FUZZ_JOBS:-1}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(prom_parser openai_request router_config scenario_config fleet_config http_server extproc_exchange)
+  targets=(prom_parser openai_request router_config scenario_config fleet_config endpoints_file
+           http_server extproc_exchange)
 fi
 
 dict_for() {
   case "$1" in
     prom_parser) echo prometheus.dict ;;
     openai_request) echo openai.dict ;;
-    *_config) echo yaml.dict ;;
+    *_config | endpoints_file) echo yaml.dict ;;
     http_server) echo http.dict ;;
     extproc_exchange) echo extproc.dict ;;
   esac
