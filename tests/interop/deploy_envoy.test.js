@@ -5,6 +5,7 @@
 
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
+const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const YAML = require('yaml');
@@ -72,4 +73,15 @@ test('envoy.yaml and epp.yaml agree: ports 9002/9003 over HTTP/2, no fallbacks',
   // ORIGINAL_DST parses one ip:port; a list of fallbacks would not parse.
   assert.equal(eppConfig.epp.fallbacks, 0);
   assert.equal(eppConfig.epp.body_mode, 'full_duplex_streamed');
+});
+
+test('epp.yaml: kvroute epp --check accepts it', (t) => {
+  const bin = process.env.KVROUTE_BINARY || path.join(__dirname, '..', '..', 'build', 'kvroute');
+  const help = spawnSync(bin, ['epp', '--help'], { encoding: 'utf8' });
+  if (help.status !== 0) {
+    t.skip(`${bin} has no epp command`);
+    return;
+  }
+  const r = spawnSync(bin, ['epp', '--config', path.join(kDeploy, 'epp.yaml'), '--check'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, `${r.stdout}${r.stderr}`);
 });

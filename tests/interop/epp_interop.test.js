@@ -6,7 +6,9 @@
 // Each exchange follows what Envoy's ext_proc filter sends in that body mode:
 //   BUFFERED              headers; waits for their answer; the whole body in one message.
 //   STREAMED              headers; waits for their answer; the body chunk by chunk, one
-//                         answer per chunk.
+//                         answer per chunk. (Envoy applies a body response's header
+//                         mutation only under BUFFERED, so a STREAMED pick is checked on
+//                         the wire but cannot route a plain Envoy: deploy/envoy/README.md.)
 //   FULL_DUPLEX_STREAMED  headers and every body chunk without waiting for answers.
 // That revision of the protos has no FULL_DUPLEX_STREAMED and no protocol_config, so
 // each picker's mode is its config's epp.body_mode (one picker per mode), and the
@@ -122,7 +124,9 @@ function pickOf({ msg }) {
 }
 
 // Checks the invariants every pick must hold; returns the endpoints, winner first.
-function checkPick(pick, pool, { fallbacks = kFallbacks, candidates = pool } = {}) {
+// `exact`: all `fallbacks` present (an idle pool); under load the picker may list fewer,
+// leaving out endpoints its filters rejected.
+function checkPick(pick, pool, { fallbacks = kFallbacks, candidates = pool, exact = true } = {}) {
   assert.ok(pick, 'no response carried the endpoint header');
   assert.equal(pick.metadata, pick.header,
     `header ${pick.header} and dynamic_metadata envoy.lb ${pick.metadata} differ`);
@@ -133,8 +137,9 @@ function checkPick(pick, pool, { fallbacks = kFallbacks, candidates = pool } = {
     assert.ok(candidates.includes(e), `${e}: not one of ${candidates.join(', ')}`);
   }
   assert.equal(new Set(list).size, list.length, `${pick.header}: an endpoint twice`);
-  assert.equal(list.length, Math.min(1 + fallbacks, candidates.length),
-    `${pick.header}: winner and ${fallbacks} fallbacks expected`);
+  const most = Math.min(1 + fallbacks, candidates.length);
+  if (exact) assert.equal(list.length, most, `${pick.header}: winner and ${fallbacks} fallbacks expected`);
+  else assert.ok(list.length <= most, `${pick.header}: more than ${fallbacks} fallbacks`);
   assert.ok(pool.includes(list[0]));
   picksChecked++;
   return list;
@@ -424,7 +429,7 @@ test('200 concurrent streams are all answered with one of the pool', async () =>
   const used = new Set();
   for (const [res, e] of results) {
     statusOk(res);
-    used.add(checkPick(res.pick, e.endpoints)[0]);
+    used.add(checkPick(res.pick, e.endpoints, { exact: false })[0]);
   }
   assert.equal(results.length, 200);
   process.stdout.write(`# 200 concurrent streams in ${Date.now() - t0} ms, winners on ${used.size} endpoints\n`);
@@ -447,5 +452,6 @@ test('Prometheus text on the metrics port', async () => {
     }).on('error', reject);
   });
   assert.match(text, /^# (HELP|TYPE) /m);
-  assert.match(text, /^inference_pool_ready_pods(\{[^}]*\})? 4$/m);
+  assert.match(text, /^inference_pool_ready_pods(\{[^}]*\})? 4(\.0*)?$/m);
+  assert.match(text, /^inference_objective_request_total(\{[^}]*\})? [1-9]/m);
 });
