@@ -187,6 +187,7 @@ struct Epp::Impl {
     if (!pool) return out;
     const double now = pool->Now();
     pool->core().AppendMetrics(out, now);
+    pool->AppendMetrics(out);  // discovery series (pool.endpoints_file), when configured
     stats.AppendMetrics(out, kPoolName, pool->core().Load(now));
     if (grpc) AppendServerMetrics(out, grpc->stats());
     return out;

@@ -45,10 +45,11 @@ std::string_view Trim(std::string_view s) {
 }
 
 // filter_metadata["envoy.lb"].fields[key], or nullptr.
-const google::protobuf::Value* LbField(const pb::ProcessingRequest& r, std::string_view key) {
+const google::protobuf::Value* LbField(const pb::ProcessingRequest& r, std::string_view key,
+                                       std::string_view ns_name = kLbNamespace) {
   if (!r.has_metadata_context()) return nullptr;
   const auto& fm = r.metadata_context().filter_metadata();
-  auto ns = fm.find(std::string(kLbNamespace));
+  auto ns = fm.find(std::string(ns_name));
   if (ns == fm.end()) return nullptr;
   auto it = ns->second.fields().find(std::string(key));
   return it == ns->second.fields().end() ? nullptr : &it->second;
@@ -168,7 +169,10 @@ void Exchange::OnRequest(const pb::ProcessingRequest& request, double now_s,
 }
 
 void Exchange::ReadSubset(const pb::ProcessingRequest& request) {
+  // The hint's namespace: "envoy.lb" (the protocol proposal as first written) or
+  // "envoy.lb.subset_hint" (the current Gateway API Inference Extension spec); either.
   const google::protobuf::Value* v = LbField(request, kSubsetKey);
+  if (v == nullptr) v = LbField(request, kSubsetKey, kSubsetHintNamespace);
   if (v == nullptr) return;
   subset_seen_ = true;
   subset_.clear();

@@ -89,6 +89,8 @@ inline constexpr std::string_view kDestinationHeader = "x-gateway-destination-en
 inline constexpr std::string_view kSubsetKey = "x-gateway-destination-endpoint-subset";
 inline constexpr std::string_view kServedKey = "x-gateway-destination-endpoint-served";
 inline constexpr std::string_view kLbNamespace = "envoy.lb";
+// Where the current GIE spec puts the subset hint (read as well as kLbNamespace).
+inline constexpr std::string_view kSubsetHintNamespace = "envoy.lb.subset_hint";
 
 enum class BodyMode { kNone, kStreamed, kBuffered, kBufferedPartial, kFullDuplexStreamed };
 

@@ -83,8 +83,9 @@ void SetProtocol(pb::ProcessingRequest& r, mode_pb::ProcessingMode::BodySendMode
   r.mutable_protocol_config()->set_response_body_mode(response_mode);
 }
 
-void SetSubset(pb::ProcessingRequest& r, std::vector<std::string> addrs) {
-  auto& lb = (*r.mutable_metadata_context()->mutable_filter_metadata())["envoy.lb"];
+void SetSubset(pb::ProcessingRequest& r, std::vector<std::string> addrs,
+               const std::string& ns = "envoy.lb") {
+  auto& lb = (*r.mutable_metadata_context()->mutable_filter_metadata())[ns];
   auto* list = (*lb.mutable_fields())[std::string(kSubsetKey)].mutable_list_value();
   for (auto& a : addrs) list->add_values()->set_string_value(a);
 }
@@ -465,6 +466,17 @@ TEST_F(ExchangeTest, SubsetHintRestrictsThePick) {
   SetSubset(h, {"192.168.9.9:1"});
   Feed(*ex, h);
   ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 503);
+}
+
+// The current GIE spec's namespace for the hint, envoy.lb.subset_hint, works the same.
+TEST_F(ExchangeTest, SubsetHintUnderTheSubsetHintNamespace) {
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetSubset(h, {"10.0.0.2:8000"}, "envoy.lb.subset_hint");
+  Feed(*ex, h);
+  Responses out = Feed(*ex, Body(Completion("namespaced subset"), true));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(CheckPick(out[0], out[0].request_headers().response(), 1), "10.0.0.2:8000");
 }
 
 TEST_F(ExchangeTest, ACancelledOrAbandonedStreamLeavesNothingInFlight) {
