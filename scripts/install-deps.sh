@@ -11,6 +11,7 @@ PACKAGES=(
   libxxhash-dev             # prefix-block hashing
   libfmt-dev                # formatting
   libcli11-dev              # command-line parsing
+  libssl-dev                # TLS to the Kubernetes API server (src/k8s)
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev          # Google Benchmark micro-benchmarks
   # `kvroute epp` (gRPC ext_proc picker): stubs generated at build time from proto/
