@@ -1,0 +1,407 @@
+#include "core/k8s/objects.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+
+namespace kvroute::k8s {
+namespace {
+
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::object;
+
+Status FieldError(const std::string& path, std::string_view what) {
+  std::string m = path;
+  m += ": ";
+  m += what;
+  return Status::InvalidArgument(std::move(m));
+}
+
+std::string Join(const std::string& path, std::string_view key) {
+  if (path.empty()) return std::string(key);
+  std::string p = path;
+  p += '.';
+  p += key;
+  return p;
+}
+
+// The thread's parser. The elements it returns live until that thread's next Parse, so
+// everything below decodes from one parse into owned strings before returning.
+Result<element> Parse(std::string_view json) {
+  thread_local simdjson::dom::parser parser;
+  element root;
+  if (auto ec = parser.parse(json.data(), json.size(), /*realloc_if_needed=*/true).get(root)) {
+    return Status::InvalidArgument(std::string("not valid JSON: ") + simdjson::error_message(ec));
+  }
+  return root;
+}
+
+// Looks up `key` in `obj`. Absent and null both read as "not there" (Kubernetes writes
+// null for unset pointers, e.g. "deletionTimestamp": null).
+bool Lookup(object obj, std::string_view key, element& out) {
+  if (obj[key].get(out) != simdjson::SUCCESS) return false;
+  return !out.is_null();
+}
+
+// Optional string field: "" when absent; an error when present and not a string.
+Status OptString(object obj, std::string_view key, const std::string& path, std::string& out) {
+  element e;
+  if (!Lookup(obj, key, e)) return Status::Ok();
+  std::string_view s;
+  if (e.get_string().get(s)) return FieldError(Join(path, key), "not a string");
+  out.assign(s);
+  return Status::Ok();
+}
+
+// Optional object field: false when absent; an error when present and not an object.
+Status OptObject(object obj, std::string_view key, const std::string& path, object& out,
+                 bool& present) {
+  present = false;
+  element e;
+  if (!Lookup(obj, key, e)) return Status::Ok();
+  if (e.get_object().get(out)) return FieldError(Join(path, key), "not an object");
+  present = true;
+  return Status::Ok();
+}
+
+Status OptArray(object obj, std::string_view key, const std::string& path, array& out,
+                bool& present) {
+  present = false;
+  element e;
+  if (!Lookup(obj, key, e)) return Status::Ok();
+  if (e.get_array().get(out)) return FieldError(Join(path, key), "not an array");
+  present = true;
+  return Status::Ok();
+}
+
+Status ReadPort(element e, const std::string& path, uint16_t& out) {
+  int64_t n = 0;
+  if (e.get_int64().get(n)) return FieldError(path, "not an integer");
+  if (n < 1 || n > 65535) return FieldError(path, "not a port (1..65535)");
+  out = static_cast<uint16_t>(n);
+  return Status::Ok();
+}
+
+Status OptPort(object obj, std::string_view key, const std::string& path, uint16_t& out) {
+  element e;
+  if (!Lookup(obj, key, e)) return Status::Ok();
+  return ReadPort(e, Join(path, key), out);
+}
+
+// A map of string to string (labels, a v1alpha2 selector, matchLabels), sorted by key.
+Status ReadStringMap(object obj, const std::string& path, Labels& out) {
+  out.clear();
+  for (auto field : obj) {
+    std::string_view value;
+    if (field.value.get_string().get(value)) {
+      return FieldError(Join(path, field.key), "not a string");
+    }
+    out.emplace_back(std::string(field.key), std::string(value));
+  }
+  std::sort(out.begin(), out.end());
+  // JSON allows a repeated key; the API server never writes one, so one means the input
+  // is not what it claims to be.
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    if (out[i].first == out[i - 1].first) {
+      return FieldError(Join(path, out[i].first), "repeated key");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReadMeta(object obj, const std::string& path, bool name_required, ObjectMeta& meta) {
+  object m;
+  bool present = false;
+  const std::string mpath = Join(path, "metadata");
+  if (Status s = OptObject(obj, "metadata", path, m, present); !s.ok()) return s;
+  if (!present) {
+    if (name_required) return FieldError(mpath, "missing");
+    return Status::Ok();
+  }
+  if (Status s = OptString(m, "name", mpath, meta.name); !s.ok()) return s;
+  if (name_required && meta.name.empty()) return FieldError(Join(mpath, "name"), "missing");
+  if (Status s = OptString(m, "namespace", mpath, meta.namespace_name); !s.ok()) return s;
+  if (Status s = OptString(m, "resourceVersion", mpath, meta.resource_version); !s.ok()) {
+    return s;
+  }
+  object labels;
+  if (Status s = OptObject(m, "labels", mpath, labels, present); !s.ok()) return s;
+  if (present) {
+    if (Status s = ReadStringMap(labels, Join(mpath, "labels"), meta.labels); !s.ok()) return s;
+  }
+  std::string deletion;
+  if (Status s = OptString(m, "deletionTimestamp", mpath, deletion); !s.ok()) return s;
+  meta.being_deleted = !deletion.empty();
+  return Status::Ok();
+}
+
+Status ReadPod(element e, const std::string& path, Pod& pod) {
+  object obj;
+  if (e.get_object().get(obj)) return FieldError(path.empty() ? "pod" : path, "not an object");
+  if (Status s = ReadMeta(obj, path, /*name_required=*/true, pod.meta); !s.ok()) return s;
+  object status;
+  bool present = false;
+  if (Status s = OptObject(obj, "status", path, status, present); !s.ok() || !present) return s;
+  const std::string spath = Join(path, "status");
+  if (Status s = OptString(status, "podIP", spath, pod.ip); !s.ok()) return s;
+  if (Status s = OptString(status, "phase", spath, pod.phase); !s.ok()) return s;
+  array conditions;
+  if (Status s = OptArray(status, "conditions", spath, conditions, present); !s.ok() || !present) {
+    return s;
+  }
+  std::size_t i = 0;
+  for (element c : conditions) {
+    const std::string cpath = Join(spath, "conditions[" + std::to_string(i++) + "]");
+    object cond;
+    if (c.get_object().get(cond)) return FieldError(cpath, "not an object");
+    std::string type, value;
+    if (Status s = OptString(cond, "type", cpath, type); !s.ok()) return s;
+    if (Status s = OptString(cond, "status", cpath, value); !s.ok()) return s;
+    if (type == "Ready") pod.ready = value == "True";
+  }
+  return Status::Ok();
+}
+
+Status ReadPool(element e, const std::string& path, InferencePool& pool) {
+  const std::string opath = path.empty() ? "inferencepool" : path;
+  object obj;
+  if (e.get_object().get(obj)) return FieldError(opath, "not an object");
+  if (Status s = ReadMeta(obj, path, /*name_required=*/true, pool.meta); !s.ok()) return s;
+  object spec;
+  bool present = false;
+  if (Status s = OptObject(obj, "spec", path, spec, present); !s.ok()) return s;
+  const std::string spath = Join(path, "spec");
+  if (!present) return FieldError(spath, "missing");
+
+  std::string api_version;
+  if (Status s = OptString(obj, "apiVersion", path, api_version); !s.ok()) return s;
+  if (api_version == kPoolApiV1) {
+    pool.api_version = PoolApiVersion::kV1;
+  } else if (api_version == kPoolApiV1Alpha2) {
+    pool.api_version = PoolApiVersion::kV1Alpha2;
+  } else if (api_version.empty()) {
+    element probe;
+    pool.api_version = Lookup(spec, "targetPortNumber", probe) ? PoolApiVersion::kV1Alpha2
+                                                               : PoolApiVersion::kV1;
+  } else {
+    return FieldError(Join(path, "apiVersion"),
+                      "unknown InferencePool version \"" + api_version + "\" (want " +
+                          std::string(kPoolApiV1) + " or " + std::string(kPoolApiV1Alpha2) + ")");
+  }
+
+  object selector;
+  if (Status s = OptObject(spec, "selector", spath, selector, present); !s.ok()) return s;
+  const std::string selpath = Join(spath, "selector");
+  if (!present) return FieldError(selpath, "missing");
+  object ref;
+  std::string ref_path;
+  bool have_ref = false;
+  if (pool.api_version == PoolApiVersion::kV1) {
+    object match;
+    if (Status s = OptObject(selector, "matchLabels", selpath, match, present); !s.ok()) return s;
+    if (!present) return FieldError(Join(selpath, "matchLabels"), "missing");
+    if (Status s = ReadStringMap(match, Join(selpath, "matchLabels"), pool.selector); !s.ok()) {
+      return s;
+    }
+    array ports;
+    if (Status s = OptArray(spec, "targetPorts", spath, ports, present); !s.ok()) return s;
+    const std::string ppath = Join(spath, "targetPorts");
+    if (!present) return FieldError(ppath, "missing");
+    std::size_t i = 0;
+    for (element p : ports) {
+      const std::string ipath = ppath + "[" + std::to_string(i++) + "]";
+      object port;
+      if (p.get_object().get(port)) return FieldError(ipath, "not an object");
+      element number;
+      if (!Lookup(port, "number", number)) return FieldError(Join(ipath, "number"), "missing");
+      uint16_t n = 0;
+      if (Status s = ReadPort(number, Join(ipath, "number"), n); !s.ok()) return s;
+      if (std::find(pool.target_ports.begin(), pool.target_ports.end(), n) !=
+          pool.target_ports.end()) {
+        return FieldError(Join(ipath, "number"), "repeated port " + std::to_string(n));
+      }
+      pool.target_ports.push_back(n);
+    }
+    if (pool.target_ports.empty()) return FieldError(ppath, "empty");
+    if (Status s = OptObject(spec, "endpointPickerRef", spath, ref, have_ref); !s.ok()) return s;
+    ref_path = Join(spath, "endpointPickerRef");
+  } else {
+    if (Status s = ReadStringMap(selector, selpath, pool.selector); !s.ok()) return s;
+    element number;
+    const std::string ppath = Join(spath, "targetPortNumber");
+    if (!Lookup(spec, "targetPortNumber", number)) return FieldError(ppath, "missing");
+    uint16_t n = 0;
+    if (Status s = ReadPort(number, ppath, n); !s.ok()) return s;
+    pool.target_ports.push_back(n);
+    if (Status s = OptObject(spec, "extensionRef", spath, ref, have_ref); !s.ok()) return s;
+    ref_path = Join(spath, "extensionRef");
+  }
+  // An empty selector would select every pod in the namespace: refuse rather than route
+  // to whatever happens to run there.
+  if (pool.selector.empty()) return FieldError(selpath, "selects nothing (no labels)");
+
+  if (have_ref) {
+    if (Status s = OptString(ref, "name", ref_path, pool.picker_name); !s.ok()) return s;
+    if (Status s = OptString(ref, "failureMode", ref_path, pool.failure_mode); !s.ok()) return s;
+    if (pool.api_version == PoolApiVersion::kV1) {
+      object port;
+      if (Status s = OptObject(ref, "port", ref_path, port, present); !s.ok()) return s;
+      if (present) {
+        if (Status s = OptPort(port, "number", Join(ref_path, "port"), pool.picker_port);
+            !s.ok()) {
+          return s;
+        }
+      }
+    } else {
+      if (Status s = OptPort(ref, "portNumber", ref_path, pool.picker_port); !s.ok()) return s;
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReadStatus(element e, const std::string& path, ApiStatus& out) {
+  object obj;
+  if (e.get_object().get(obj)) return FieldError(path.empty() ? "status" : path, "not an object");
+  element code;
+  if (Lookup(obj, "code", code)) {
+    if (code.get_int64().get(out.code)) return FieldError(Join(path, "code"), "not an integer");
+  }
+  if (Status s = OptString(obj, "reason", path, out.reason); !s.ok()) return s;
+  return OptString(obj, "message", path, out.message);
+}
+
+// The envelope of a watch line: its type and its object. `object` is left pointing into
+// the thread's parser.
+Status ReadEnvelope(std::string_view line, WatchEventType& type, element& object_out) {
+  Result<element> root = Parse(line);
+  if (!root.ok()) return root.status();
+  object obj;
+  if (root->get_object().get(obj)) return FieldError("watch event", "not an object");
+  std::string t;
+  if (Status s = OptString(obj, "type", "", t); !s.ok()) return s;
+  if (t == "ADDED") {
+    type = WatchEventType::kAdded;
+  } else if (t == "MODIFIED") {
+    type = WatchEventType::kModified;
+  } else if (t == "DELETED") {
+    type = WatchEventType::kDeleted;
+  } else if (t == "BOOKMARK") {
+    type = WatchEventType::kBookmark;
+  } else if (t == "ERROR") {
+    type = WatchEventType::kError;
+  } else if (t.empty()) {
+    return FieldError("type", "missing");
+  } else {
+    return FieldError("type", "unknown watch event type \"" + t + "\"");
+  }
+  if (!Lookup(obj, "object", object_out)) return FieldError("object", "missing");
+  return Status::Ok();
+}
+
+// A bookmark's object carries only metadata.resourceVersion (its kind's other fields are
+// empty); a bookmark without one is useless to the caller, so it is an error.
+Status ReadBookmark(element e, ObjectMeta& meta) {
+  object obj;
+  if (e.get_object().get(obj)) return FieldError("object", "not an object");
+  if (Status s = ReadMeta(obj, "object", /*name_required=*/false, meta); !s.ok()) return s;
+  if (meta.resource_version.empty()) {
+    return FieldError("object.metadata.resourceVersion", "missing in a BOOKMARK");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view WatchEventTypeName(WatchEventType type) {
+  switch (type) {
+    case WatchEventType::kAdded: return "ADDED";
+    case WatchEventType::kModified: return "MODIFIED";
+    case WatchEventType::kDeleted: return "DELETED";
+    case WatchEventType::kBookmark: return "BOOKMARK";
+    case WatchEventType::kError: return "ERROR";
+  }
+  return "UNKNOWN";
+}
+
+Result<PodList> DecodePodList(std::string_view json) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  object obj;
+  if (root->get_object().get(obj)) return FieldError("pod list", "not an object");
+  PodList list;
+  object meta;
+  bool present = false;
+  if (Status s = OptObject(obj, "metadata", "", meta, present); !s.ok()) return s;
+  if (present) {
+    if (Status s = OptString(meta, "resourceVersion", "metadata", list.resource_version);
+        !s.ok()) {
+      return s;
+    }
+  }
+  array items;
+  // "items": null is how the API server writes an empty list from some clients' view.
+  if (Status s = OptArray(obj, "items", "", items, present); !s.ok()) return s;
+  if (!present) return list;
+  std::size_t i = 0;
+  for (element item : items) {
+    Pod pod;
+    if (Status s = ReadPod(item, "items[" + std::to_string(i++) + "]", pod); !s.ok()) return s;
+    list.items.push_back(std::move(pod));
+  }
+  return list;
+}
+
+Result<Pod> DecodePod(std::string_view json) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  Pod pod;
+  if (Status s = ReadPod(*root, "", pod); !s.ok()) return s;
+  return pod;
+}
+
+Result<InferencePool> DecodeInferencePool(std::string_view json) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  InferencePool pool;
+  if (Status s = ReadPool(*root, "", pool); !s.ok()) return s;
+  return pool;
+}
+
+Result<ApiStatus> DecodeStatus(std::string_view json) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  ApiStatus status;
+  if (Status s = ReadStatus(*root, "", status); !s.ok()) return s;
+  return status;
+}
+
+Result<PodEvent> DecodePodEvent(std::string_view line) {
+  PodEvent event;
+  element obj;
+  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
+  Status s;
+  switch (event.type) {
+    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.pod.meta); break;
+    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
+    default: s = ReadPod(obj, "object", event.pod); break;
+  }
+  if (!s.ok()) return s;
+  return event;
+}
+
+Result<PoolEvent> DecodePoolEvent(std::string_view line) {
+  PoolEvent event;
+  element obj;
+  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
+  Status s;
+  switch (event.type) {
+    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.pool.meta); break;
+    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
+    default: s = ReadPool(obj, "object", event.pool); break;
+  }
+  if (!s.ok()) return s;
+  return event;
+}
+
+}  // namespace kvroute::k8s

@@ -1,0 +1,345 @@
+// Decoding the Kubernetes API's JSON: fixtures in testdata/ are written in the API's own
+// shape (a PodList as kubectl get -o json shows it, watch lines, both InferencePool
+// versions, a 410 Status). No cluster runs here.
+#include "core/k8s/objects.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace kvroute::k8s {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+std::string Fixture(const std::string& name) {
+  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) + "/tests/core/k8s/testdata/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+TEST(DecodePodList, RealShape) {
+  Result<PodList> list = DecodePodList(Fixture("podlist.json"));
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(list->resource_version, "48211");
+  ASSERT_EQ(list->items.size(), 3u);
+
+  const Pod& a = list->items[0];
+  EXPECT_EQ(a.meta.name, "vllm-llama-7d9c8b6f4-abcde");
+  EXPECT_EQ(a.meta.namespace_name, "inference");
+  EXPECT_EQ(a.meta.resource_version, "48190");
+  EXPECT_FALSE(a.meta.being_deleted);
+  EXPECT_THAT(a.meta.labels,
+              ElementsAre(Pair("app", "vllm-llama"), Pair("pod-template-hash", "7d9c8b6f4"),
+                          Pair("topology.kubernetes.io/region", "us-east1"),
+                          Pair("topology.kubernetes.io/zone", "us-east1-b")));
+  EXPECT_EQ(a.ip, "10.8.1.23");
+  EXPECT_TRUE(a.ready);
+  EXPECT_EQ(a.phase, "Running");
+
+  const Pod& b = list->items[1];
+  EXPECT_EQ(b.meta.name, "vllm-llama-7d9c8b6f4-fghij");
+  EXPECT_EQ(b.ip, "10.8.2.7");
+  EXPECT_FALSE(b.ready);  // Ready: "False"
+
+  const Pod& c = list->items[2];
+  EXPECT_EQ(c.ip, "");  // not scheduled an IP yet
+  EXPECT_FALSE(c.ready);  // no Ready condition at all
+  EXPECT_EQ(c.phase, "Pending");
+}
+
+TEST(DecodePodList, EmptyAndNullItems) {
+  Result<PodList> empty =
+      DecodePodList(R"({"kind":"PodList","metadata":{"resourceVersion":"7"},"items":[]})");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->resource_version, "7");
+  EXPECT_TRUE(empty->items.empty());
+  Result<PodList> null_items = DecodePodList(R"({"metadata":{"resourceVersion":"8"},"items":null})");
+  ASSERT_TRUE(null_items.ok());
+  EXPECT_TRUE(null_items->items.empty());
+}
+
+TEST(DecodePodList, ABadItemRejectsTheList) {
+  Result<PodList> list = DecodePodList(
+      R"({"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b","labels":{"app":7}}}]})");
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(list.status().message(), "items[1].metadata.labels.app: not a string");
+}
+
+TEST(DecodePodList, Malformed) {
+  for (const char* bad : {"", "{", "[]", "null", "{\"items\":{}}", "{\"items\":[1]}",
+                          "{\"items\":[{}]}", "{\"metadata\":[]}",
+                          "{\"items\":[{\"metadata\":{\"name\":\"a\"},\"status\":"
+                          "{\"conditions\":[\"Ready\"]}}]}"}) {
+    Result<PodList> list = DecodePodList(bad);
+    EXPECT_FALSE(list.ok()) << bad;
+    EXPECT_FALSE(list.status().message().empty()) << bad;
+  }
+  EXPECT_EQ(DecodePodList("{\"items\":[{}]}").status().message(), "items[0].metadata: missing");
+  EXPECT_EQ(DecodePodList("[]").status().message(), "pod list: not an object");
+  EXPECT_THAT(DecodePodList("{").status().message(), HasSubstr("not valid JSON"));
+}
+
+TEST(DecodePod, DeletionTimestampNullIsNotDeleting) {
+  Result<Pod> live = DecodePod(R"({"metadata":{"name":"p","deletionTimestamp":null}})");
+  ASSERT_TRUE(live.ok());
+  EXPECT_FALSE(live->meta.being_deleted);
+  Result<Pod> going =
+      DecodePod(R"({"metadata":{"name":"p","deletionTimestamp":"2026-12-01T10:02:11Z"}})");
+  ASSERT_TRUE(going.ok());
+  EXPECT_TRUE(going->meta.being_deleted);
+}
+
+TEST(DecodePod, UnknownFieldsIgnored) {
+  Result<Pod> pod = DecodePod(R"({
+    "kind":"Pod","apiVersion":"v1","futureField":{"deep":[1,2,{"x":null}]},
+    "metadata":{"name":"p","managedFields":[{"manager":"kubelet"}],"newMeta":true},
+    "spec":{"whatever":1},
+    "status":{"podIP":"10.0.0.1","qosClass":"Guaranteed","resize":"InProgress",
+              "conditions":[{"type":"Ready","status":"True","observedGeneration":4}]}})");
+  ASSERT_TRUE(pod.ok()) << pod.status().ToString();
+  EXPECT_EQ(pod->meta.name, "p");
+  EXPECT_EQ(pod->ip, "10.0.0.1");
+  EXPECT_TRUE(pod->ready);
+}
+
+TEST(DecodePod, ReadyUnknownIsNotReady) {
+  Result<Pod> pod = DecodePod(
+      R"({"metadata":{"name":"p"},"status":{"conditions":[{"type":"Ready","status":"Unknown"}]}})");
+  ASSERT_TRUE(pod.ok());
+  EXPECT_FALSE(pod->ready);
+}
+
+TEST(DecodeInferencePool, V1) {
+  Result<InferencePool> pool = DecodeInferencePool(Fixture("pool_v1.json"));
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(pool->api_version, PoolApiVersion::kV1);
+  EXPECT_EQ(pool->meta.name, "vllm-llama");
+  EXPECT_EQ(pool->meta.namespace_name, "inference");
+  EXPECT_EQ(pool->meta.resource_version, "47001");
+  EXPECT_THAT(pool->selector, ElementsAre(Pair("app", "vllm-llama")));
+  EXPECT_THAT(pool->target_ports, ElementsAre(8000));
+  EXPECT_EQ(pool->picker_name, "kvroute-epp");
+  EXPECT_EQ(pool->picker_port, 9002);
+  EXPECT_EQ(pool->failure_mode, "FailClose");
+}
+
+TEST(DecodeInferencePool, V1Alpha2) {
+  Result<InferencePool> pool = DecodeInferencePool(Fixture("pool_v1alpha2.json"));
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(pool->api_version, PoolApiVersion::kV1Alpha2);
+  EXPECT_EQ(pool->meta.resource_version, "31337");
+  EXPECT_THAT(pool->selector, ElementsAre(Pair("app", "vllm-llama")));
+  EXPECT_THAT(pool->target_ports, ElementsAre(8000));
+  EXPECT_EQ(pool->picker_name, "vllm-llama-epp");
+  EXPECT_EQ(pool->picker_port, 9002);
+  EXPECT_EQ(pool->failure_mode, "FailOpen");
+}
+
+TEST(DecodeInferencePool, V1SeveralPortsKeepTheirOrder) {
+  Result<InferencePool> pool = DecodeInferencePool(
+      R"({"apiVersion":"inference.networking.k8s.io/v1","metadata":{"name":"p"},
+          "spec":{"selector":{"matchLabels":{"b":"2","a":"1"}},
+                  "targetPorts":[{"number":8002},{"number":8000},{"number":8001}]}})");
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_THAT(pool->target_ports, ElementsAre(8002, 8000, 8001));
+  EXPECT_THAT(pool->selector, ElementsAre(Pair("a", "1"), Pair("b", "2")));  // key order
+  EXPECT_EQ(pool->picker_name, "");
+  EXPECT_EQ(pool->picker_port, 0);
+}
+
+TEST(DecodeInferencePool, VersionFromShapeWhenApiVersionAbsent) {
+  Result<InferencePool> alpha = DecodeInferencePool(
+      R"({"metadata":{"name":"p"},"spec":{"selector":{"app":"x"},"targetPortNumber":8000}})");
+  ASSERT_TRUE(alpha.ok()) << alpha.status().ToString();
+  EXPECT_EQ(alpha->api_version, PoolApiVersion::kV1Alpha2);
+  Result<InferencePool> v1 = DecodeInferencePool(
+      R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"app":"x"}},
+          "targetPorts":[{"number":8000}]}})");
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ(v1->api_version, PoolApiVersion::kV1);
+}
+
+TEST(DecodeInferencePool, Errors) {
+  struct Case {
+    const char* json;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"apiVersion":"inference.networking.k8s.io/v9","metadata":{"name":"p"},"spec":{}})",
+       "apiVersion: unknown InferencePool version \"inference.networking.k8s.io/v9\" (want "
+       "inference.networking.k8s.io/v1 or inference.networking.x-k8s.io/v1alpha2)"},
+      {R"({"metadata":{"name":"p"}})", "spec: missing"},
+      {R"({"spec":{}})", "metadata: missing"},
+      {R"({"metadata":{"name":"p"},"spec":{"targetPorts":[{"number":1}]}})",
+       "spec.selector: missing"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"app":"x"},"targetPorts":[{"number":1}]}})",
+       "spec.selector.matchLabels: missing"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{}},"targetPorts":[{"number":1}]}})",
+       "spec.selector: selects nothing (no labels)"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}},"targetPorts":[]}})",
+       "spec.targetPorts: empty"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}}}})",
+       "spec.targetPorts: missing"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}},"targetPorts":[{"number":0}]}})",
+       "spec.targetPorts[0].number: not a port (1..65535)"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}},"targetPorts":[{"number":65536}]}})",
+       "spec.targetPorts[0].number: not a port (1..65535)"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}},"targetPorts":[{"number":"8000"}]}})",
+       "spec.targetPorts[0].number: not an integer"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}},"targetPorts":[{"number":8000},{"number":8000}]}})",
+       "spec.targetPorts[1].number: repeated port 8000"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}},"targetPorts":[{}]}})",
+       "spec.targetPorts[0].number: missing"},
+      {R"({"apiVersion":"inference.networking.x-k8s.io/v1alpha2","metadata":{"name":"p"},"spec":{"selector":{"a":"b"}}})",
+       "spec.targetPortNumber: missing"},
+      {R"({"apiVersion":"inference.networking.x-k8s.io/v1alpha2","metadata":{"name":"p"},"spec":{"selector":{"a":"b"},"targetPortNumber":-1}})",
+       "spec.targetPortNumber: not a port (1..65535)"},
+      {R"({"apiVersion":"inference.networking.x-k8s.io/v1alpha2","metadata":{"name":"p"},"spec":{"selector":{"a":{"b":"c"}},"targetPortNumber":8000}})",
+       "spec.selector.a: not a string"},
+      {R"({"metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}},"targetPorts":[{"number":1}],"endpointPickerRef":{"port":{"number":99999}}}})",
+       "spec.endpointPickerRef.port.number: not a port (1..65535)"},
+      {R"({"metadata":{"name":"p","labels":{"a":"1","a":"2"}},"spec":{}})",
+       "metadata.labels.a: repeated key"},
+  };
+  for (const Case& c : cases) {
+    Result<InferencePool> pool = DecodeInferencePool(c.json);
+    ASSERT_FALSE(pool.ok()) << c.json;
+    EXPECT_EQ(pool.status().code(), StatusCode::kInvalidArgument) << c.json;
+    EXPECT_EQ(pool.status().message(), c.message) << c.json;
+  }
+}
+
+TEST(DecodeStatus, NotFound) {
+  Result<ApiStatus> s = DecodeStatus(
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+          "message":"inferencepools.inference.networking.k8s.io \"vllm-llama\" not found",
+          "reason":"NotFound","details":{"name":"vllm-llama"},"code":404})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->code, 404);
+  EXPECT_EQ(s->reason, "NotFound");
+  EXPECT_FALSE(s->gone());
+}
+
+TEST(DecodePodEvent, FixtureLines) {
+  const std::vector<std::string> lines = Lines(Fixture("pod_watch.jsonl"));
+  ASSERT_EQ(lines.size(), 5u);
+  std::vector<PodEvent> events;
+  for (const std::string& line : lines) {
+    Result<PodEvent> e = DecodePodEvent(line);
+    ASSERT_TRUE(e.ok()) << line << ": " << e.status().ToString();
+    events.push_back(*e);
+  }
+  EXPECT_EQ(events[0].type, WatchEventType::kAdded);
+  EXPECT_EQ(events[0].pod.meta.name, "vllm-llama-7d9c8b6f4-pqrst");
+  EXPECT_FALSE(events[0].pod.ready);
+  EXPECT_EQ(events[0].pod.ip, "");
+  EXPECT_EQ(events[1].type, WatchEventType::kModified);
+  EXPECT_TRUE(events[1].pod.ready);
+  EXPECT_EQ(events[1].pod.ip, "10.8.3.4");
+  EXPECT_EQ(events[1].pod.meta.resource_version, "48310");
+  EXPECT_EQ(events[2].type, WatchEventType::kBookmark);
+  EXPECT_EQ(events[2].pod.meta.resource_version, "48400");
+  EXPECT_EQ(events[2].pod.meta.name, "");
+  EXPECT_EQ(events[3].type, WatchEventType::kModified);
+  EXPECT_TRUE(events[3].pod.meta.being_deleted);
+  EXPECT_EQ(events[4].type, WatchEventType::kDeleted);
+  EXPECT_EQ(events[4].pod.meta.name, "vllm-llama-7d9c8b6f4-abcde");
+}
+
+TEST(DecodePodEvent, Error410) {
+  Result<PodEvent> e = DecodePodEvent(Fixture("watch_error_410.json"));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->type, WatchEventType::kError);
+  EXPECT_EQ(e->status.code, 410);
+  EXPECT_TRUE(e->status.gone());
+  EXPECT_EQ(e->status.reason, "Expired");
+  EXPECT_EQ(e->status.message, "too old resource version: 48211 (48950)");
+}
+
+TEST(DecodePodEvent, WhitespaceAndCarriageReturnAround) {
+  Result<PodEvent> e = DecodePodEvent(
+      " {\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\r");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->pod.meta.resource_version, "9");
+}
+
+TEST(DecodePodEvent, MalformedLines) {
+  struct Case {
+    const char* line;
+    const char* message;  // "" = only "is an error with some message"
+  };
+  const Case cases[] = {
+      {"", ""},
+      {"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}", ""},  // cut short
+      {"{\"type\":\"ADDED\"}{\"type\":\"ADDED\"}", ""},  // two objects on one line
+      {"[\"ADDED\"]", "watch event: not an object"},
+      {R"({"object":{}})", "type: missing"},
+      {R"({"type":7,"object":{}})", "type: not a string"},
+      {R"({"type":"UPSERTED","object":{}})", "type: unknown watch event type \"UPSERTED\""},
+      {R"({"type":"ADDED"})", "object: missing"},
+      {R"({"type":"ADDED","object":null})", "object: missing"},
+      {R"({"type":"ADDED","object":"pod"})", "object: not an object"},
+      {R"({"type":"ADDED","object":{"metadata":{}}})", "object.metadata.name: missing"},
+      {R"({"type":"MODIFIED","object":{"metadata":{"name":"a"},"status":{"podIP":17}}})",
+       "object.status.podIP: not a string"},
+      {R"({"type":"MODIFIED","object":{"metadata":{"name":"a"},"status":{"conditions":{}}}})",
+       "object.status.conditions: not an array"},
+      {R"({"type":"BOOKMARK","object":{"metadata":{}}})",
+       "object.metadata.resourceVersion: missing in a BOOKMARK"},
+      {R"({"type":"ERROR","object":{"code":"410"}})", "object.code: not an integer"},
+  };
+  for (const Case& c : cases) {
+    Result<PodEvent> e = DecodePodEvent(c.line);
+    ASSERT_FALSE(e.ok()) << c.line;
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument) << c.line;
+    EXPECT_FALSE(e.status().message().empty()) << c.line;
+    if (*c.message) {
+      EXPECT_EQ(e.status().message(), c.message) << c.line;
+    }
+  }
+}
+
+TEST(DecodePoolEvent, FixtureLines) {
+  const std::vector<std::string> lines = Lines(Fixture("pool_watch.jsonl"));
+  ASSERT_EQ(lines.size(), 3u);
+  Result<PoolEvent> modified = DecodePoolEvent(lines[0]);
+  ASSERT_TRUE(modified.ok()) << modified.status().ToString();
+  EXPECT_EQ(modified->type, WatchEventType::kModified);
+  EXPECT_THAT(modified->pool.target_ports, ElementsAre(8000, 8001));
+  Result<PoolEvent> bookmark = DecodePoolEvent(lines[1]);
+  ASSERT_TRUE(bookmark.ok()) << bookmark.status().ToString();
+  EXPECT_EQ(bookmark->type, WatchEventType::kBookmark);
+  EXPECT_EQ(bookmark->pool.meta.resource_version, "47200");
+  Result<PoolEvent> deleted = DecodePoolEvent(lines[2]);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_EQ(deleted->type, WatchEventType::kDeleted);
+  EXPECT_TRUE(deleted->pool.meta.being_deleted);
+}
+
+TEST(WatchEventTypeName, Names) {
+  EXPECT_EQ(WatchEventTypeName(WatchEventType::kAdded), "ADDED");
+  EXPECT_EQ(WatchEventTypeName(WatchEventType::kBookmark), "BOOKMARK");
+  EXPECT_EQ(WatchEventTypeName(WatchEventType::kError), "ERROR");
+}
+
+}  // namespace
+}  // namespace kvroute::k8s
