@@ -128,7 +128,8 @@ class ApiClient {
 // A watch kept open: reconnects when it ends or fails, after Backoff's delay (a watch
 // that stayed open reset_after reconnects after `initial`). `target` is called before
 // every connection, so the owner resumes from the last resourceVersion it saw (or, after
-// kGone, from a fresh list's). Stop cancels. Thread: the client's.
+// kGone, from a fresh list's). Stop cancels; no callback runs after Stop or destruction.
+// `client` must outlive the loop. Thread: the client's.
 class WatchLoop {
  public:
   struct Callbacks {
