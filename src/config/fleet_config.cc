@@ -46,8 +46,10 @@ ReplicaOverrides ReadSection(const ConfigNode& section) {
   auto integer = [](const ConfigNode& v) { return static_cast<int>(v.Int(kIntMin, kIntMax)); };
   // clang-format off
   section.ForEachKey(kSectionKeys, [&](const std::string& key, const ConfigNode& v) {
-    if (key == "name") o.name = v.String();
-    else if (key == "host") o.host = v.String();
+    if (key == "name") {
+      o.name = v.String();
+      if (o.name->empty()) v.Fail("must not be empty");
+    } else if (key == "host") o.host = v.String();
     else if (key == "port") o.port = static_cast<int>(v.Int(0, 65535));
     else if (key == "preset") o.preset = v.String();
     else if (key == "model") o.model = v.String();

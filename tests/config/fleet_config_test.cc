@@ -193,3 +193,17 @@ TEST(FleetConfigTest, ResolveErrors) {
 
 }  // namespace
 }  // namespace kvroute::config
+
+namespace kvroute::config {
+namespace {
+
+// Found by the fleet_config fuzz target (CI, make fuzz): `name: !!str` (an explicit empty
+// string) resolved to a replica without a name.
+TEST(FleetConfigFuzzRegression, EmptyReplicaNameIsAnError) {
+  EXPECT_EQ(ErrorOf("replicas:\n  - name: a\n  - name: !!str\n    labels: {zone: b}\n"),
+            "f.yaml:3: replicas[1].name: must not be empty");
+  EXPECT_EQ(ErrorOf("replicas:\n  - name: \"\"\n"), "f.yaml:2: replicas[0].name: must not be empty");
+}
+
+}  // namespace
+}  // namespace kvroute::config
