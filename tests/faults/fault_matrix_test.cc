@@ -33,6 +33,7 @@
 #include "metrics/prom_parser.h"
 #include "router/router.h"
 #include "sim/fleet.h"
+#include "../metrics/metric_sum.h"
 
 namespace kvroute {
 namespace {
@@ -44,21 +45,7 @@ constexpr const char* kModel = "test/model";
 constexpr int kReplicas = 3;
 constexpr int kClients = 4;
 
-double MetricSum(const std::string& text, std::string_view name,
-                 const std::map<std::string, std::string>& want = {}) {
-  double sum = 0;
-  for (const metrics::OwnedSample& s : metrics::ParseAllSamples(text)) {
-    if (s.name != name) continue;
-    bool match = true;
-    for (const auto& [k, v] : want) {
-      bool found = false;
-      for (const auto& [lk, lv] : s.labels) found = found || (lk == k && lv == v);
-      match = match && found;
-    }
-    if (match) sum += s.value;
-  }
-  return sum;
-}
+using metrics::testing::MetricSum;
 
 // Resident set size of this process (the router and the fleet both live in it), KB.
 long RssKb() {

@@ -17,6 +17,7 @@
 #include "metrics/prom_parser.h"
 #include "router/router.h"
 #include "sim/fleet.h"
+#include "../metrics/metric_sum.h"
 
 namespace kvroute::router {
 namespace {
@@ -48,21 +49,7 @@ std::string CompletionBody(std::string_view prompt, int max_tokens, bool stream 
   return body + "}";
 }
 
-double MetricSum(const std::string& text, std::string_view name,
-                 const std::map<std::string, std::string>& want = {}) {
-  double sum = 0;
-  for (const metrics::OwnedSample& s : metrics::ParseAllSamples(text)) {
-    if (s.name != name) continue;
-    bool match = true;
-    for (const auto& [k, v] : want) {
-      bool found = false;
-      for (const auto& [lk, lv] : s.labels) found = found || (lk == k && lv == v);
-      match = match && found;
-    }
-    if (match) sum += s.value;
-  }
-  return sum;
-}
+using metrics::testing::MetricSum;
 
 template <typename Pred>
 bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {

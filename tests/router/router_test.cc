@@ -24,6 +24,7 @@
 #include "metrics/prom_parser.h"
 #include "sim/fleet.h"
 #include "../metrics/testdata_util.h"
+#include "../metrics/metric_sum.h"
 
 namespace kvroute::router {
 namespace {
@@ -65,21 +66,7 @@ uint16_t ClosedPort() {
 }
 
 // Sum of the router metric `name` over samples whose labels include `want`.
-double MetricSum(const std::string& text, std::string_view name,
-                 const std::map<std::string, std::string>& want = {}) {
-  double sum = 0;
-  for (const metrics::OwnedSample& s : metrics::ParseAllSamples(text)) {
-    if (s.name != name) continue;
-    bool match = true;
-    for (const auto& [k, v] : want) {
-      bool found = false;
-      for (const auto& [lk, lv] : s.labels) found = found || (lk == k && lv == v);
-      match = match && found;
-    }
-    if (match) sum += s.value;
-  }
-  return sum;
-}
+using metrics::testing::MetricSum;
 
 // Polls `pred` every 10 ms for at most `limit`.
 template <typename Pred>
