@@ -34,7 +34,7 @@ class ApiClientTest : public ::testing::Test {
     }
     return true;
   }
-  ClusterAccess Access(FakeApiServer& server, std::string token = "good-token") {
+  ClusterAccess Access(FakeApiServer& server, std::string token = "test-token") {
     ClusterAccess a;
     EXPECT_EQ(ParseServerUrl("https://127.0.0.1:" + std::to_string(server.port()), a), "");
     a.ca_pem = server.pki().ca_pem;
@@ -53,7 +53,13 @@ class ApiClientTest : public ::testing::Test {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{ctx_.get_executor()};
 };
 
+constexpr const char* kPodCollection = "/api/v1/namespaces/ns/pods";
 constexpr const char* kPods = "/api/v1/namespaces/ns/pods?labelSelector=app%3Dvllm";
+
+// A ready pod the kPods selector matches.
+std::string VllmPod(const std::string& name, bool ready = true) {
+  return FakeApiServer::PodJson(name, "10.0.0.1", ready, {{"app", "vllm"}});
+}
 
 std::string WatchTarget(int rv) {
   return std::string(kPods) + "&watch=1&resourceVersion=" + std::to_string(rv) +
@@ -62,15 +68,18 @@ std::string WatchTarget(int rv) {
 
 TEST_F(ApiClientTest, ListsPodsOverVerifiedTls) {
   FakeApiServer server;
-  server.SetPods({"vllm-0", "vllm-1"});
+  server.Put(kPodCollection, VllmPod("vllm-0"));  // rv 2
+  server.Put(kPodCollection, VllmPod("vllm-1"));  // rv 3
+  server.Put(kPodCollection, FakeApiServer::PodJson("other", "10.0.0.9", true, {{"app", "x"}}));
   ApiClient client(ctx_, Access(server));
   ASSERT_EQ(client.init_error(), "");
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r && r->ok()) << (r ? r->message : "no result");
   EXPECT_EQ(r->status, 200);
   EXPECT_NE(r->body.find("\"kind\":\"PodList\""), std::string::npos);
-  EXPECT_NE(r->body.find("\"resourceVersion\":\"1\""), std::string::npos);
+  EXPECT_NE(r->body.find("\"metadata\":{\"resourceVersion\":\"4\"}"), std::string::npos);
   EXPECT_NE(r->body.find("vllm-1"), std::string::npos);
+  EXPECT_EQ(r->body.find("other"), std::string::npos);  // not selected
   EXPECT_EQ(server.targets(), std::vector<std::string>{kPods});
   EXPECT_EQ(client.stats().requests, 1u);
 }
@@ -85,11 +94,12 @@ TEST_F(ApiClientTest, WatchDeliversLinesAsTheyArrive) {
                                 [&](std::string_view l) { lines.emplace_back(l); },
                                 [&](ApiResult&& r) { done = std::move(r); }});
   ASSERT_TRUE(RunUntil([&] { return open && server.open_watches() == 1; }));
-  server.Emit("ADDED", "vllm-0");
+  server.Put(kPodCollection, VllmPod("vllm-0"));
   ASSERT_TRUE(RunUntil([&] { return lines.size() == 1; }));
   EXPECT_FALSE(done);  // one line out, the stream still open
   EXPECT_EQ(lines[0].rfind("{\"type\":\"ADDED\"", 0), 0u) << lines[0];
-  server.Emit("MODIFIED", "vllm-0", /*split=*/true);  // one event in two chunks
+  server.SplitNextEvent();  // one event in two chunks
+  server.Put(kPodCollection, VllmPod("vllm-0", /*ready=*/false));
   ASSERT_TRUE(RunUntil([&] { return lines.size() == 2; }));
   EXPECT_EQ(lines[1].rfind("{\"type\":\"MODIFIED\"", 0), 0u);
   EXPECT_EQ(lines[1].back(), '}');
@@ -105,9 +115,9 @@ TEST_F(ApiClientTest, WatchDeliversLinesAsTheyArrive) {
 
 TEST_F(ApiClientTest, WatchResumesAfterTheResourceVersionGiven) {
   FakeApiServer server;
-  server.Emit("ADDED", "a");     // rv 2
-  server.Emit("ADDED", "b");     // rv 3
-  server.Emit("DELETED", "a");   // rv 4
+  server.Put(kPodCollection, VllmPod("a"));  // rv 2
+  server.Put(kPodCollection, VllmPod("b"));  // rv 3
+  server.Delete(kPodCollection, "a");        // rv 4
   ApiClient client(ctx_, Access(server));
   std::vector<std::string> lines;
   auto req = client.Watch(WatchTarget(2), {nullptr, [&](std::string_view l) { lines.emplace_back(l); },
@@ -121,7 +131,7 @@ TEST_F(ApiClientTest, WatchResumesAfterTheResourceVersionGiven) {
 
 TEST_F(ApiClientTest, GoneEventEndsTheWatchAsGone) {
   FakeApiServer server;
-  server.Emit("ADDED", "a");
+  server.Put(kPodCollection, VllmPod("a"));
   server.Compact();
   ApiClient client(ctx_, Access(server));
   std::vector<std::string> lines;
@@ -182,7 +192,7 @@ TEST_F(ApiClientTest, RotatedTokenFileIsUsedOnTheNextRequest) {
   auto r1 = GetOnce(client, kPods);
   ASSERT_TRUE(r1);
   EXPECT_EQ(r1->error, ApiError::kUnauthorized);
-  std::ofstream(path, std::ios::trunc) << "good-token\n";
+  std::ofstream(path, std::ios::trunc) << "test-token\n";
   auto r2 = GetOnce(client, kPods);
   ASSERT_TRUE(r2);
   EXPECT_TRUE(r2->ok()) << r2->message;
@@ -261,11 +271,11 @@ TEST_F(ApiClientTest, WatchLoopReconnectsAfterTheServerDropsTheWatch) {
   WatchLoop loop(client, cb, p, 3);
   loop.Start();
   ASSERT_TRUE(RunUntil([&] { return opens == 1 && server.open_watches() == 1; }));
-  server.Emit("ADDED", "a");  // rv 2
+  server.Put(kPodCollection, VllmPod("a"));  // rv 2
   ASSERT_TRUE(RunUntil([&] { return lines.size() == 1; }));
   server.DropWatches();
   ASSERT_TRUE(RunUntil([&] { return opens == 2 && server.open_watches() == 1; }));
-  server.Emit("ADDED", "b");  // rv 3
+  server.Put(kPodCollection, VllmPod("b"));  // rv 3
   ASSERT_TRUE(RunUntil([&] { return lines.size() == 2; }));
   EXPECT_NE(lines[1].find("\"name\":\"b\""), std::string::npos);
   EXPECT_EQ(ends, std::vector<ApiError>{ApiError::kNone});
