@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace kvroute::k8s {
 namespace {
@@ -110,6 +111,65 @@ Status ReadStringMap(object obj, const std::string& path, Labels& out) {
   return Status::Ok();
 }
 
+Status ReadSelectorOp(std::string_view name, const std::string& path,
+                      SelectorRequirement::Op& op) {
+  using Op = SelectorRequirement::Op;
+  for (Op candidate : {Op::kIn, Op::kNotIn, Op::kExists, Op::kDoesNotExist}) {
+    if (name == SelectorOpName(candidate)) {
+      op = candidate;
+      return Status::Ok();
+    }
+  }
+  // Gt and Lt exist for node selectors only; a LabelSelector never has them.
+  return FieldError(path, "unknown operator \"" + std::string(name) +
+                              "\" (want In, NotIn, Exists or DoesNotExist)");
+}
+
+// spec.selector.matchExpressions: [{key, operator, values}], appended in the order given.
+Status ReadExpressions(array list, const std::string& path,
+                       std::vector<SelectorRequirement>& out) {
+  std::size_t i = 0;
+  for (element item : list) {
+    const std::string ipath = path + "[" + std::to_string(i++) + "]";
+    object obj;
+    if (item.get_object().get(obj)) return FieldError(ipath, "not an object");
+    SelectorRequirement req;
+    if (Status s = OptString(obj, "key", ipath, req.key); !s.ok()) return s;
+    if (req.key.empty()) return FieldError(Join(ipath, "key"), "missing");
+    std::string op;
+    if (Status s = OptString(obj, "operator", ipath, op); !s.ok()) return s;
+    if (op.empty()) return FieldError(Join(ipath, "operator"), "missing");
+    if (Status s = ReadSelectorOp(op, Join(ipath, "operator"), req.op); !s.ok()) return s;
+    array values;
+    bool present = false;
+    const std::string vpath = Join(ipath, "values");
+    if (Status s = OptArray(obj, "values", ipath, values, present); !s.ok()) return s;
+    if (present) {
+      std::size_t j = 0;
+      for (element v : values) {
+        std::string_view value;
+        if (v.get_string().get(value)) {
+          return FieldError(vpath + "[" + std::to_string(j) + "]", "not a string");
+        }
+        ++j;
+        req.values.emplace_back(value);
+      }
+    }
+    std::sort(req.values.begin(), req.values.end());
+    req.values.erase(std::unique(req.values.begin(), req.values.end()), req.values.end());
+    const bool wants_values =
+        req.op == SelectorRequirement::Op::kIn || req.op == SelectorRequirement::Op::kNotIn;
+    if (wants_values && req.values.empty()) {
+      return FieldError(vpath, "empty (" + op + " needs at least one value)");
+    }
+    if (!wants_values && !req.values.empty()) {
+      return FieldError(vpath, "not empty (" + op + " takes no values)");
+    }
+    out.push_back(std::move(req));
+  }
+  return Status::Ok();
+}
+
 Status ReadMeta(object obj, const std::string& path, bool name_required, ObjectMeta& meta) {
   object m;
   bool present = false;
@@ -199,10 +259,31 @@ Status ReadPool(element e, const std::string& path, InferencePool& pool) {
   bool have_ref = false;
   if (pool.api_version == PoolApiVersion::kV1) {
     object match;
-    if (Status s = OptObject(selector, "matchLabels", selpath, match, present); !s.ok()) return s;
-    if (!present) return FieldError(Join(selpath, "matchLabels"), "missing");
-    if (Status s = ReadStringMap(match, Join(selpath, "matchLabels"), pool.selector); !s.ok()) {
+    bool have_labels = false;
+    if (Status s = OptObject(selector, "matchLabels", selpath, match, have_labels); !s.ok()) {
       return s;
+    }
+    if (have_labels) {
+      if (Status s = ReadStringMap(match, Join(selpath, "matchLabels"), pool.selector); !s.ok()) {
+        return s;
+      }
+    }
+    array expressions;
+    bool have_expressions = false;
+    if (Status s = OptArray(selector, "matchExpressions", selpath, expressions, have_expressions);
+        !s.ok()) {
+      return s;
+    }
+    if (have_expressions) {
+      if (Status s = ReadExpressions(expressions, Join(selpath, "matchExpressions"),
+                                     pool.selector_expressions);
+          !s.ok()) {
+        return s;
+      }
+    }
+    // Neither key: most likely a v1alpha2-style plain map under a v1 apiVersion.
+    if (!have_labels && !have_expressions) {
+      return FieldError(selpath, "no matchLabels or matchExpressions");
     }
     array ports;
     if (Status s = OptArray(spec, "targetPorts", spath, ports, present); !s.ok()) return s;
@@ -239,7 +320,9 @@ Status ReadPool(element e, const std::string& path, InferencePool& pool) {
   }
   // An empty selector would select every pod in the namespace: refuse rather than route
   // to whatever happens to run there.
-  if (pool.selector.empty()) return FieldError(selpath, "selects nothing (no labels)");
+  if (pool.selector.empty() && pool.selector_expressions.empty()) {
+    return FieldError(selpath, "selects nothing (no labels)");
+  }
 
   if (have_ref) {
     if (Status s = OptString(ref, "name", ref_path, pool.picker_name); !s.ok()) return s;
@@ -256,6 +339,78 @@ Status ReadPool(element e, const std::string& path, InferencePool& pool) {
     } else {
       if (Status s = OptPort(ref, "portNumber", ref_path, pool.picker_port); !s.ok()) return s;
     }
+  }
+  return Status::Ok();
+}
+
+Status ObjectiveGroupFor(std::string_view api_version, const std::string& path,
+                         ObjectiveApiGroup& group) {
+  if (api_version == kObjectiveApiLlmD) {
+    group = ObjectiveApiGroup::kLlmD;
+  } else if (api_version == kObjectiveApiXK8s) {
+    group = ObjectiveApiGroup::kXK8s;
+  } else {
+    return FieldError(path, "unknown InferenceObjective version \"" + std::string(api_version) +
+                                "\" (want " + std::string(kObjectiveApiLlmD) + " or " +
+                                std::string(kObjectiveApiXK8s) + ")");
+  }
+  return Status::Ok();
+}
+
+// `list_api_version` is the enclosing list's apiVersion ("" for a lone object or when the
+// list has none); an item without its own takes it, and an unknown one is reported at the
+// list's field.
+Status ReadObjective(element e, const std::string& path, std::string_view list_api_version,
+                     InferenceObjective& out) {
+  object obj;
+  if (e.get_object().get(obj)) {
+    return FieldError(path.empty() ? "inferenceobjective" : path, "not an object");
+  }
+  if (Status s = ReadMeta(obj, path, /*name_required=*/true, out.meta); !s.ok()) return s;
+  std::string api_version;
+  if (Status s = OptString(obj, "apiVersion", path, api_version); !s.ok()) return s;
+  if (!api_version.empty()) {
+    if (Status s = ObjectiveGroupFor(api_version, Join(path, "apiVersion"), out.group); !s.ok()) {
+      return s;
+    }
+  } else if (!list_api_version.empty()) {
+    if (Status s = ObjectiveGroupFor(list_api_version, "apiVersion", out.group); !s.ok()) {
+      return s;
+    }
+  } else {
+    // Without it the two groups cannot be told apart, and they are followed separately.
+    return FieldError(Join(path, "apiVersion"), "missing");
+  }
+
+  object spec;
+  bool present = false;
+  const std::string spath = Join(path, "spec");
+  if (Status s = OptObject(obj, "spec", path, spec, present); !s.ok()) return s;
+  if (!present) return FieldError(spath, "missing");
+  element priority;
+  if (Lookup(spec, "priority", priority)) {
+    const std::string ppath = Join(spath, "priority");
+    // A number too large for int64 parses as UINT64; it is out of range, not malformed.
+    if (priority.type() == simdjson::dom::element_type::UINT64) {
+      return FieldError(ppath, "outside int32");
+    }
+    int64_t n = 0;
+    if (priority.get_int64().get(n)) return FieldError(ppath, "not an integer");
+    if (n < std::numeric_limits<int32_t>::min() || n > std::numeric_limits<int32_t>::max()) {
+      return FieldError(ppath, "outside int32");
+    }
+    out.priority = n;
+    out.has_priority = true;
+  }
+  object ref;
+  if (Status s = OptObject(spec, "poolRef", spath, ref, present); !s.ok()) return s;
+  if (present) {
+    const std::string rpath = Join(spath, "poolRef");
+    if (Status s = OptString(ref, "name", rpath, out.pool_ref_name); !s.ok()) return s;
+    if (out.pool_ref_name.empty()) return FieldError(Join(rpath, "name"), "missing");
+    if (Status s = OptString(ref, "group", rpath, out.pool_ref_group); !s.ok()) return s;
+    std::string kind;
+    if (Status s = OptString(ref, "kind", rpath, kind); !s.ok()) return s;
   }
   return Status::Ok();
 }
@@ -312,6 +467,16 @@ Status ReadBookmark(element e, ObjectMeta& meta) {
 }
 
 }  // namespace
+
+std::string_view SelectorOpName(SelectorRequirement::Op op) {
+  switch (op) {
+    case SelectorRequirement::Op::kIn: return "In";
+    case SelectorRequirement::Op::kNotIn: return "NotIn";
+    case SelectorRequirement::Op::kExists: return "Exists";
+    case SelectorRequirement::Op::kDoesNotExist: return "DoesNotExist";
+  }
+  return "Unknown";
+}
 
 std::string_view WatchEventTypeName(WatchEventType type) {
   switch (type) {
@@ -399,6 +564,61 @@ Result<PoolEvent> DecodePoolEvent(std::string_view line) {
     case WatchEventType::kBookmark: s = ReadBookmark(obj, event.pool.meta); break;
     case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
     default: s = ReadPool(obj, "object", event.pool); break;
+  }
+  if (!s.ok()) return s;
+  return event;
+}
+
+Result<InferenceObjective> DecodeInferenceObjective(std::string_view json) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  InferenceObjective objective;
+  if (Status s = ReadObjective(*root, "", "", objective); !s.ok()) return s;
+  return objective;
+}
+
+Result<ObjectiveList> DecodeObjectiveList(std::string_view json) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  object obj;
+  if (root->get_object().get(obj)) return FieldError("objective list", "not an object");
+  ObjectiveList list;
+  object meta;
+  bool present = false;
+  if (Status s = OptObject(obj, "metadata", "", meta, present); !s.ok()) return s;
+  if (present) {
+    if (Status s = OptString(meta, "resourceVersion", "metadata", list.resource_version);
+        !s.ok()) {
+      return s;
+    }
+  }
+  std::string api_version;
+  if (Status s = OptString(obj, "apiVersion", "", api_version); !s.ok()) return s;
+  array items;
+  if (Status s = OptArray(obj, "items", "", items, present); !s.ok()) return s;
+  if (!present) return list;
+  std::size_t i = 0;
+  for (element item : items) {
+    InferenceObjective objective;
+    if (Status s = ReadObjective(item, "items[" + std::to_string(i++) + "]", api_version,
+                                 objective);
+        !s.ok()) {
+      return s;
+    }
+    list.items.push_back(std::move(objective));
+  }
+  return list;
+}
+
+Result<ObjectiveEvent> DecodeObjectiveEvent(std::string_view line) {
+  ObjectiveEvent event;
+  element obj;
+  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
+  Status s;
+  switch (event.type) {
+    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.objective.meta); break;
+    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
+    default: s = ReadObjective(obj, "object", "", event.objective); break;
   }
   if (!s.ok()) return s;
   return event;

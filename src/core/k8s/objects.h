@@ -1,6 +1,7 @@
-// The Kubernetes API objects kvroute's discovery reads (Pod, InferencePool, Status) and
-// their decoding from the API server's JSON: a PodList, one InferencePool, and watch
-// events (one JSON object per line of a `watch=1` response). REFERENCE.md 12.
+// The Kubernetes API objects kvroute's discovery reads (Pod, InferencePool,
+// InferenceObjective, Status) and their decoding from the API server's JSON: a PodList, one
+// InferencePool, InferenceObjectives (one or a list), and watch events (one JSON object per
+// line of a `watch=1` response). REFERENCE.md 12.
 //
 // Pure: bytes in, typed values or an error out. No sockets, no clock, no files; the
 // HTTPS client that fetches the bytes lives outside src/core.
@@ -54,12 +55,37 @@ enum class PoolApiVersion {
 inline constexpr std::string_view kPoolApiV1 = "inference.networking.k8s.io/v1";
 inline constexpr std::string_view kPoolApiV1Alpha2 = "inference.networking.x-k8s.io/v1alpha2";
 
+// One entry of a v1 selector's spec.selector.matchExpressions, with Kubernetes
+// LabelSelector semantics against a pod's labels:
+//   kIn            the key is there and its value is one of `values`
+//   kNotIn         the key is absent, or its value is none of `values`
+//   kExists        the key is there (any value)
+//   kDoesNotExist  the key is absent
+struct SelectorRequirement {
+  enum class Op { kIn, kNotIn, kExists, kDoesNotExist };
+
+  std::string key;                  // never empty
+  Op op = Op::kIn;
+  // Sorted, unique (the API treats them as a set). Non-empty for kIn/kNotIn, empty for
+  // kExists/kDoesNotExist.
+  std::vector<std::string> values;
+
+  bool operator==(const SelectorRequirement&) const = default;
+};
+
+// "In", "NotIn", "Exists", "DoesNotExist": the operator's name in the API.
+std::string_view SelectorOpName(SelectorRequirement::Op op);
+
 // An InferencePool, both API versions mapped onto one shape.
 struct InferencePool {
   ObjectMeta meta;
   PoolApiVersion api_version = PoolApiVersion::kV1;
-  // v1: spec.selector.matchLabels; v1alpha2: spec.selector (a plain map). Never empty.
+  // v1: spec.selector.matchLabels; v1alpha2: spec.selector (a plain map).
   Labels selector;
+  // v1: spec.selector.matchExpressions, in the order given; always empty for v1alpha2.
+  // A pod is selected when it matches every label of `selector` and every requirement
+  // here. `selector` and `selector_expressions` are never both empty.
+  std::vector<SelectorRequirement> selector_expressions;
   // v1: spec.targetPorts[].number (1-8 of them); v1alpha2: [spec.targetPortNumber].
   // Never empty; each 1..65535; no duplicates; in the order given.
   std::vector<uint16_t> target_ports;
@@ -76,6 +102,34 @@ struct ApiStatus {
   std::string message;
 
   bool gone() const { return code == 410; }
+};
+
+enum class ObjectiveApiGroup {
+  kLlmD,  // llm-d.ai/v1alpha2 (current)
+  kXK8s,  // inference.networking.x-k8s.io/v1alpha2 (older, still served)
+};
+
+inline constexpr std::string_view kObjectiveGroupLlmD = "llm-d.ai";
+inline constexpr std::string_view kObjectiveGroupXK8s = "inference.networking.x-k8s.io";
+inline constexpr std::string_view kObjectiveApiLlmD = "llm-d.ai/v1alpha2";
+inline constexpr std::string_view kObjectiveApiXK8s = "inference.networking.x-k8s.io/v1alpha2";
+
+// An InferenceObjective of either group, mapped onto one shape.
+struct InferenceObjective {
+  ObjectMeta meta;
+  ObjectiveApiGroup group = ObjectiveApiGroup::kLlmD;  // from apiVersion
+  // spec.priority: within int32 (the API's type). 0 and has_priority false when absent.
+  int64_t priority = 0;
+  bool has_priority = false;
+  // spec.poolRef.name and .group as given; both "" when there is no poolRef (a poolRef
+  // without a name is an error). poolRef.kind is checked to be a string and not kept.
+  std::string pool_ref_name;
+  std::string pool_ref_group;
+};
+
+struct ObjectiveList {
+  std::string resource_version;  // the list's metadata.resourceVersion
+  std::vector<InferenceObjective> items;
 };
 
 enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark, kError };
@@ -99,6 +153,13 @@ struct PoolEvent {
   ApiStatus status;
 };
 
+// One line of an InferenceObjective watch; same rules as PodEvent, with `objective`.
+struct ObjectiveEvent {
+  WatchEventType type = WatchEventType::kAdded;
+  InferenceObjective objective;
+  ApiStatus status;
+};
+
 // `GET .../pods?labelSelector=...`: a PodList. Error: not JSON, not an object, or any
 // item that does not decode as a Pod (the whole list is rejected: a partial list would
 // silently drop endpoints).
@@ -110,7 +171,23 @@ Result<Pod> DecodePod(std::string_view json);
 // `GET .../inferencepools/NAME`: one InferencePool of either API version, told apart by
 // `apiVersion` (or, when that is absent, by which spec fields are present). Error: an
 // unknown apiVersion, no selector, no target port, a port outside 1..65535.
+// v1 selector: matchLabels and matchExpressions are each optional, but a selector with
+// neither (or both empty) is an error (it would select every pod in the namespace). An
+// expression needs a key and an operator of In, NotIn, Exists, DoesNotExist; In/NotIn need
+// at least one value, Exists/DoesNotExist none. Errors name the field path
+// ("spec.selector.matchExpressions[1].values: ...").
 Result<InferencePool> DecodeInferencePool(std::string_view json);
+
+// One InferenceObjective (`GET .../inferenceobjectives/NAME`, or a watch event's object).
+// The group comes from apiVersion: kObjectiveApiLlmD or kObjectiveApiXK8s. Error: a
+// missing or unknown apiVersion, no metadata.name, no spec, spec.priority not an integer or
+// outside int32, spec.poolRef not an object or without a name.
+Result<InferenceObjective> DecodeInferenceObjective(std::string_view json);
+
+// `GET .../inferenceobjectives`: an InferenceObjectiveList. An item without apiVersion takes
+// the list's (an error when the list has none, or an unknown one). Error: as
+// DecodePodList, any item that does not decode rejects the whole list.
+Result<ObjectiveList> DecodeObjectiveList(std::string_view json);
 
 // A Status body (e.g. the 404 or 410 response of a GET). Error when not a JSON object.
 Result<ApiStatus> DecodeStatus(std::string_view json);
@@ -120,5 +197,8 @@ Result<ApiStatus> DecodeStatus(std::string_view json);
 // decode as its type says.
 Result<PodEvent> DecodePodEvent(std::string_view line);
 Result<PoolEvent> DecodePoolEvent(std::string_view line);
+// As DecodePodEvent. A BOOKMARK's object needs only metadata.resourceVersion (its
+// apiVersion is not checked); ADDED/MODIFIED/DELETED decode as DecodeInferenceObjective.
+Result<ObjectiveEvent> DecodeObjectiveEvent(std::string_view line);
 
 }  // namespace kvroute::k8s

@@ -31,16 +31,48 @@ Status WatchError(std::string_view resource, const ApiStatus& status, bool& reli
   return Status::Unavailable(std::move(m));
 }
 
+// The value of `key` in `labels` (sorted by key), or nullptr when the key is absent.
+const std::string* FindLabel(const Labels& labels, const std::string& key) {
+  const auto it = std::lower_bound(
+      labels.begin(), labels.end(), key,
+      [](const std::pair<std::string, std::string>& l, const std::string& k) {
+        return l.first < k;
+      });
+  if (it == labels.end() || it->first != key) return nullptr;
+  return &it->second;
+}
+
 }  // namespace
 
 bool MatchesSelector(const Labels& selector, const Labels& labels) {
   for (const auto& [key, value] : selector) {
-    const auto it = std::lower_bound(
-        labels.begin(), labels.end(), key,
-        [](const std::pair<std::string, std::string>& l, const std::string& k) {
-          return l.first < k;
-        });
-    if (it == labels.end() || it->first != key || it->second != value) return false;
+    const std::string* found = FindLabel(labels, key);
+    if (found == nullptr || *found != value) return false;
+  }
+  return true;
+}
+
+bool Matches(const SelectorRequirement& requirement, const Labels& labels) {
+  const std::string* found = FindLabel(labels, requirement.key);
+  // A linear scan, not a binary search: the lists are a handful long, and a hand-built
+  // requirement with unsorted values still matches right.
+  const auto in_values = [&] {
+    return std::find(requirement.values.begin(), requirement.values.end(), *found) !=
+           requirement.values.end();
+  };
+  switch (requirement.op) {
+    case SelectorRequirement::Op::kIn: return found != nullptr && in_values();
+    case SelectorRequirement::Op::kNotIn: return found == nullptr || !in_values();
+    case SelectorRequirement::Op::kExists: return found != nullptr;
+    case SelectorRequirement::Op::kDoesNotExist: return found == nullptr;
+  }
+  return false;
+}
+
+bool Matches(const InferencePool& pool, const Labels& labels) {
+  if (!MatchesSelector(pool.selector, labels)) return false;
+  for (const SelectorRequirement& r : pool.selector_expressions) {
+    if (!Matches(r, labels)) return false;
   }
   return true;
 }
@@ -48,7 +80,10 @@ bool MatchesSelector(const Labels& selector, const Labels& labels) {
 PoolWatchState::PoolWatchState(std::string pool_name) : pool_name_(std::move(pool_name)) {}
 
 void PoolWatchState::ApplyPool(InferencePool pool) {
-  if (!pool_ || pool_->selector != pool.selector) pods_relist_ = true;
+  if (!pool_ || pool_->selector != pool.selector ||
+      pool_->selector_expressions != pool.selector_expressions) {
+    pods_relist_ = true;
+  }
   pool_rv_ = pool.meta.resource_version;
   pool_ = std::move(pool);
   pool_relist_ = false;
@@ -124,6 +159,28 @@ std::string PoolWatchState::PodLabelSelector() const {
     out += '=';
     out += value;
   }
+  for (const SelectorRequirement& r : pool_->selector_expressions) {
+    if (!out.empty()) out += ',';
+    switch (r.op) {
+      case SelectorRequirement::Op::kIn:
+      case SelectorRequirement::Op::kNotIn:
+        out += r.key;
+        out += r.op == SelectorRequirement::Op::kIn ? " in (" : " notin (";
+        for (std::size_t i = 0; i < r.values.size(); ++i) {
+          if (i > 0) out += ',';
+          out += r.values[i];
+        }
+        out += ')';
+        break;
+      case SelectorRequirement::Op::kExists:
+        out += r.key;
+        break;
+      case SelectorRequirement::Op::kDoesNotExist:
+        out += '!';
+        out += r.key;
+        break;
+    }
+  }
   return out;
 }
 
@@ -134,7 +191,7 @@ std::vector<routing::EndpointSpec> PoolWatchState::TakeEndpoints() {
 
 bool PoolWatchState::Selected(const Pod& pod) const {
   return pod.ready && !pod.meta.being_deleted && !pod.ip.empty() &&
-         MatchesSelector(pool_->selector, pod.meta.labels);
+         Matches(*pool_, pod.meta.labels);
 }
 
 void PoolWatchState::Recompute() {

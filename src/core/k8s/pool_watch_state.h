@@ -8,8 +8,9 @@
 //   pool  GET .../inferencepools/NAME, then a watch of it
 //   pods  GET /api/v1/namespaces/NS/pods?labelSelector=PodLabelSelector(), then a watch
 //
-// The endpoint set: for every known pod that the pool's selector matches, that is Ready,
-// has no deletionTimestamp and has an IP, one EndpointSpec per target port:
+// The endpoint set: for every known pod that the pool's selector matches (matchLabels and
+// matchExpressions: Matches below), that is Ready, has no deletionTimestamp and has an IP,
+// one EndpointSpec per target port:
 //   address "ip:port" ("[ip]:port" for IPv6), host ip, port,
 //   name "<pod>:<port>" (or "<pod>" when the pool has one port), labels = the pod's labels.
 // Ordered by pod name, then by the pool's port order. Two pods claiming the same IP (a pod
@@ -39,10 +40,10 @@ class PoolWatchState {
 
   // ---- The pool.
   // The result of GET .../inferencepools/NAME. Replaces the pool; resumes its watch from
-  // pool.meta.resource_version; clears the pool's relist flag. When the selector differs
-  // from the previous pool's (or there was none), the pods relist flag is set (the pods
-  // known were listed with the old selector) and pods the new selector does not match
-  // leave the set at once.
+  // pool.meta.resource_version; clears the pool's relist flag. When the selector (its
+  // labels or its expressions) differs from the previous pool's (or there was none), the
+  // pods relist flag is set (the pods known were listed with the old selector) and pods
+  // the new selector does not match leave the set at once.
   void ApplyPool(InferencePool pool);
   // GET answered 404, or the pool's watch said DELETED: no pool, no endpoints. The pool
   // must be fetched again (pool_relist_needed) until it exists. The pods known are
@@ -74,8 +75,11 @@ class PoolWatchState {
   // first (nothing listed yet), after a 410, and, for pods, after a selector change.
   bool pool_relist_needed() const { return pool_relist_; }
   bool pods_relist_needed() const { return pods_relist_; }
-  // The pods list's labelSelector value, unescaped: "k=v,k2=v2" in key order. "" when
-  // there is no pool (do not list pods then). The adapter percent-encodes it.
+  // The pods list's labelSelector value, unescaped, in the API's selector syntax: "k=v"
+  // per matchLabels entry in key order, then per expression in the pool's order
+  // "k in (a,b)", "k notin (a,b)" (values sorted), "k" (Exists), "!k" (DoesNotExist); all
+  // comma-joined: "app=vllm,zone in (a,b),!canary". "" when there is no pool (do not list
+  // pods then). The adapter percent-encodes it.
   std::string PodLabelSelector() const;
 
   // The current endpoint set (see the header comment).
@@ -104,6 +108,14 @@ class PoolWatchState {
 };
 
 // `labels` has every key of `selector` with the same value (matchLabels semantics).
+// `labels` sorted by key, as ObjectMeta's are.
 bool MatchesSelector(const Labels& selector, const Labels& labels);
+
+// `labels` (sorted by key) satisfy `requirement` (see SelectorRequirement's operators).
+bool Matches(const SelectorRequirement& requirement, const Labels& labels);
+
+// The pool selects a pod with `labels` (sorted by key): MatchesSelector(pool.selector)
+// and every requirement of pool.selector_expressions (Kubernetes ANDs them all).
+bool Matches(const InferencePool& pool, const Labels& labels);
 
 }  // namespace kvroute::k8s

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -432,6 +433,187 @@ TEST(MatchesSelector, EveryKeyEqual) {
   EXPECT_FALSE(MatchesSelector({{"missing", "x"}}, pod));
   EXPECT_FALSE(MatchesSelector({{"app", "vllm"}}, {}));
   EXPECT_TRUE(MatchesSelector({}, pod));  // the decoder refuses an empty pool selector
+}
+
+using Op = SelectorRequirement::Op;
+
+SelectorRequirement Req(std::string key, Op op, std::vector<std::string> values = {}) {
+  SelectorRequirement r;
+  r.key = std::move(key);
+  r.op = op;
+  r.values = std::move(values);
+  return r;
+}
+
+PoolEvent PoolModified(InferencePool pool) {
+  PoolEvent e;
+  e.type = WatchEventType::kModified;
+  e.pool = std::move(pool);
+  return e;
+}
+
+TEST(Matches, EachOperator) {
+  const Labels pod = {{"app", "vllm"}, {"tier", "gold"}, {"zone", "a"}};
+  const Labels bare = {{"app", "vllm"}};
+  // In: present and one of the values.
+  EXPECT_TRUE(Matches(Req("zone", Op::kIn, {"a", "b"}), pod));
+  EXPECT_FALSE(Matches(Req("zone", Op::kIn, {"b", "c"}), pod));
+  EXPECT_FALSE(Matches(Req("zone", Op::kIn, {"a"}), bare));  // absent never matches In
+  // NotIn: absent, or none of the values.
+  EXPECT_TRUE(Matches(Req("zone", Op::kNotIn, {"b", "c"}), pod));
+  EXPECT_FALSE(Matches(Req("zone", Op::kNotIn, {"a", "b"}), pod));
+  EXPECT_TRUE(Matches(Req("zone", Op::kNotIn, {"a"}), bare));
+  // Exists / DoesNotExist: the key only, whatever its value (even "").
+  EXPECT_TRUE(Matches(Req("tier", Op::kExists), pod));
+  EXPECT_FALSE(Matches(Req("tier", Op::kExists), bare));
+  EXPECT_TRUE(Matches(Req("empty", Op::kExists), {{"empty", ""}}));
+  EXPECT_FALSE(Matches(Req("tier", Op::kDoesNotExist), pod));
+  EXPECT_TRUE(Matches(Req("tier", Op::kDoesNotExist), bare));
+  EXPECT_TRUE(Matches(Req("tier", Op::kDoesNotExist), {}));
+  // A key prefix is not the key.
+  EXPECT_FALSE(Matches(Req("zon", Op::kExists), pod));
+  EXPECT_FALSE(Matches(Req("zone2", Op::kExists), pod));
+}
+
+TEST(Matches, PoolAndsLabelsAndExpressions) {
+  InferencePool pool = Pool({{"app", "vllm"}}, {8000});
+  pool.selector_expressions = {Req("zone", Op::kIn, {"a", "b"}), Req("canary", Op::kDoesNotExist)};
+  EXPECT_TRUE(Matches(pool, {{"app", "vllm"}, {"zone", "a"}}));
+  EXPECT_FALSE(Matches(pool, {{"app", "other"}, {"zone", "a"}}));          // matchLabels
+  EXPECT_FALSE(Matches(pool, {{"app", "vllm"}, {"zone", "c"}}));           // In
+  EXPECT_FALSE(Matches(pool, {{"app", "vllm"}}));                          // In, absent
+  EXPECT_FALSE(Matches(pool, {{"app", "vllm"}, {"canary", "1"}, {"zone", "a"}}));  // DNE
+  InferencePool only_expressions = Pool({}, {8000});
+  only_expressions.selector_expressions = {Req("app", Op::kExists)};
+  EXPECT_TRUE(Matches(only_expressions, {{"app", "anything"}}));
+  EXPECT_FALSE(Matches(only_expressions, {{"other", "x"}}));
+  EXPECT_TRUE(Matches(Pool({{"app", "vllm"}}, {8000}), {{"app", "vllm"}}));  // no expressions
+}
+
+TEST(PoolWatchState, ExpressionsFixtureEndToEnd) {
+  PoolWatchState s("vllm-llama");
+  Result<InferencePool> pool = DecodeInferencePool(Fixture("pool_v1_expressions.json"));
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  s.ApplyPool(*pool);
+  EXPECT_EQ(s.PodLabelSelector(),
+            "app=vllm-llama,topology.kubernetes.io/zone in (us-east1-b,us-east1-c),"
+            "!llm-d.ai/canary,pod-template-hash,tier notin (spot)");
+  Result<PodList> list = DecodePodList(Fixture("podlist.json"));
+  ASSERT_TRUE(list.ok());
+  s.ApplyPodList(*list);
+  // The fixture's one Ready pod is in us-east1-b, has a pod-template-hash, no canary label
+  // and no tier.
+  EXPECT_THAT(Summary(s.endpoints()), ElementsAre("10.8.1.23:8000 vllm-llama-7d9c8b6f4-abcde"));
+
+  const Labels base = {{"app", "vllm-llama"},
+                       {"pod-template-hash", "7d9c8b6f4"},
+                       {"topology.kubernetes.io/zone", "us-east1-c"}};
+  auto with = [&](std::string key, std::string value) {
+    Labels l = base;
+    l.emplace_back(std::move(key), std::move(value));
+    std::sort(l.begin(), l.end());
+    return l;
+  };
+  const std::vector<Pod> pods = {
+      MakePod("p-canary", "10.8.4.1", true, with("llm-d.ai/canary", "true")),   // DoesNotExist
+      MakePod("p-spot", "10.8.4.2", true, with("tier", "spot")),                // NotIn
+      MakePod("p-gold", "10.8.4.3", true, with("tier", "gold")),                // selected
+      MakePod("p-zone-d", "10.8.4.4", true,
+              {{"app", "vllm-llama"}, {"pod-template-hash", "7d9c8b6f4"},
+               {"topology.kubernetes.io/zone", "us-east1-d"}}),                 // In
+      MakePod("p-no-hash", "10.8.4.5", true,
+              {{"app", "vllm-llama"}, {"topology.kubernetes.io/zone", "us-east1-b"}}),  // Exists
+  };
+  int rv = 48300;
+  for (const Pod& p : pods) {
+    ASSERT_TRUE(s.ApplyPodEvent(Event(WatchEventType::kAdded, p, std::to_string(rv++))).ok());
+  }
+  EXPECT_THAT(Summary(s.endpoints()), ElementsAre("10.8.4.3:8000 p-gold",
+                                                  "10.8.1.23:8000 vllm-llama-7d9c8b6f4-abcde"));
+}
+
+TEST(PoolWatchState, PodLabelSelectorRendering) {
+  PoolWatchState s("pool");
+  InferencePool pool = Pool({{"b", "2"}, {"a", "1"}}, {8000});
+  std::sort(pool.selector.begin(), pool.selector.end());  // as the decoder leaves it
+  pool.selector_expressions = {Req("z", Op::kExists), Req("m", Op::kNotIn, {"x", "y"}),
+                               Req("c", Op::kIn, {"only"}), Req("d", Op::kDoesNotExist)};
+  s.ApplyPool(pool);
+  // matchLabels by key, then the expressions in the pool's order.
+  EXPECT_EQ(s.PodLabelSelector(), "a=1,b=2,z,m notin (x,y),c in (only),!d");
+
+  PoolWatchState only("pool");
+  InferencePool e = Pool({}, {8000});
+  e.selector_expressions = {Req("app", Op::kIn, {"v1", "v2", "v3"})};
+  only.ApplyPool(e);
+  EXPECT_EQ(only.PodLabelSelector(), "app in (v1,v2,v3)");
+
+  PoolWatchState dne("pool");
+  InferencePool d = Pool({}, {8000});
+  d.selector_expressions = {Req("canary", Op::kDoesNotExist), Req("gpu", Op::kExists)};
+  dne.ApplyPool(d);
+  EXPECT_EQ(dne.PodLabelSelector(), "!canary,gpu");
+}
+
+TEST_F(PoolWatchStateTest, ExpressionChangeRelistsPodsAndFiltersAtOnce) {
+  EXPECT_FALSE(state_.pods_relist_needed());
+  ASSERT_TRUE(state_.ApplyPodEvent(Event(WatchEventType::kAdded,
+                                         MakePod("c", "10.0.0.3", true,
+                                                 {{"app", "vllm"}, {"canary", "1"}}),
+                                         "101")).ok());
+  state_.TakeEndpoints();
+  ASSERT_THAT(Endpoints(), ElementsAre("10.0.0.1:8000 a", "10.0.0.2:8000 b", "10.0.0.3:8000 c"));
+
+  // Same matchLabels, one expression more: a different selector.
+  InferencePool pool = Pool({{"app", "vllm"}}, {8000}, "2");
+  pool.selector_expressions = {Req("canary", Op::kDoesNotExist)};
+  ASSERT_TRUE(state_.ApplyPoolEvent(PoolModified(pool)).ok());
+  EXPECT_TRUE(state_.pods_relist_needed());
+  EXPECT_FALSE(state_.pool_relist_needed());
+  EXPECT_EQ(state_.PodLabelSelector(), "app=vllm,!canary");
+  EXPECT_TRUE(state_.endpoints_changed());
+  EXPECT_THAT(Endpoints(), ElementsAre("10.0.0.1:8000 a", "10.0.0.2:8000 b"));
+
+  // Relisted with the new selector; the same pool again changes nothing.
+  PodList list;
+  list.resource_version = "200";
+  list.items = {MakePod("a", "10.0.0.1", true), MakePod("b", "10.0.0.2", true)};
+  state_.ApplyPodList(list);
+  EXPECT_FALSE(state_.pods_relist_needed());
+  pool.meta.resource_version = "3";
+  ASSERT_TRUE(state_.ApplyPoolEvent(PoolModified(pool)).ok());
+  EXPECT_FALSE(state_.pods_relist_needed());
+
+  // Only an expression's values move: a change too.
+  pool.selector_expressions = {Req("canary", Op::kNotIn, {"1"})};
+  state_.ApplyPool(pool);
+  EXPECT_TRUE(state_.pods_relist_needed());
+  EXPECT_EQ(state_.PodLabelSelector(), "app=vllm,canary notin (1)");
+}
+
+TEST(PoolWatchState, ValuesInAnotherOrderAreTheSameSelector) {
+  // The decoder sorts values, so a rewrite that only reorders them is no selector change.
+  const auto decode = [](const char* values) {
+    Result<InferencePool> p = DecodeInferencePool(
+        std::string(R"({"metadata":{"name":"pool"},"spec":{"selector":{"matchExpressions":)"
+                    R"([{"key":"zone","operator":"In","values":)") +
+        values + R"(}]},"targetPorts":[{"number":8000}]}})");
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return *p;
+  };
+  PoolWatchState s("pool");
+  s.ApplyPool(decode(R"(["b","a"])"));
+  PodList list;
+  list.items = {MakePod("a", "10.0.0.1", true, {{"zone", "a"}})};
+  s.ApplyPodList(list);
+  EXPECT_FALSE(s.pods_relist_needed());
+  s.ApplyPool(decode(R"(["a","b","a"])"));
+  EXPECT_FALSE(s.pods_relist_needed());
+  EXPECT_EQ(s.PodLabelSelector(), "zone in (a,b)");
+  EXPECT_THAT(Summary(s.endpoints()), ElementsAre("10.0.0.1:8000 a"));
+  s.ApplyPool(decode(R"(["b"])"));
+  EXPECT_TRUE(s.pods_relist_needed());
+  EXPECT_TRUE(s.endpoints().empty());
 }
 
 }  // namespace
