@@ -742,6 +742,41 @@ TEST(DeployKubernetes, EveryPickerFlagIsOneKvrouteEppAccepts) {
                                << " epp --help does not list: " << unknown;
 }
 
+// The picker's whole command line, values included (--pool-group is a closed set, ports a
+// range), through `kvroute epp --check`: the args as the kubelet passes them, with the
+// ConfigMap's file in a temp directory standing in for the mounted path.
+TEST(DeployKubernetes, PickerArgsWithTheConfigMapPassEppCheck) {
+  const Manifests& m = Manifests::Get();
+  const Object* picker = m.Picker();
+  const Object* cm = m.Find("ConfigMap", "kvroute-epp-config");
+  ASSERT_TRUE(picker && cm);
+  char dir_template[] = "/tmp/kvroute-deploy-k8s-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const fs::path file = fs::path(dir_template) / "config.yaml";
+  std::ofstream(file) << Dig(cm->node, "data", "config.yaml").as<std::string>("");
+
+  std::vector<std::string> argv = {Binary()};
+  const std::vector<std::string> args = ExpandedArgs(*picker, FirstContainer(*picker));
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--config=", 0) == 0 || a.rfind("-c=", 0) == 0) {
+      argv.push_back("--config=" + file.string());
+    } else if (a == "--config" || a == "-c") {
+      argv.push_back(a);
+      argv.push_back(file.string());
+      ++i;
+    } else {
+      argv.push_back(a);
+    }
+  }
+  argv.push_back("--check");
+  auto [status, out] = RunProcess(argv);
+  fs::remove_all(dir_template);
+  std::string line;
+  for (const std::string& a : argv) line += (line.empty() ? "" : " ") + a;
+  EXPECT_EQ(status, 0) << line << "\n" << out;
+}
+
 TEST(DeployKubernetes, EverySimFlagIsOneKvrouteSimAccepts) {
   const Manifests& m = Manifests::Get();
   const Object* sim = m.One("Deployment", kSimFile);
