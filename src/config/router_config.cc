@@ -153,16 +153,67 @@ class Loader {
     return *hp;
   }
 
+  void LoadDiscovery(const ConfigNode& node, KubernetesDiscoveryConfig& k) {
+    node.ForEachKey({"kubernetes"}, [&](const std::string&, const ConfigNode& kn) {
+      kn.ForEachKey({"inference_pool", "namespace", "group", "kubeconfig", "context", "objectives"},
+                    [&](const std::string& key, const ConfigNode& v) {
+                      if (key == "inference_pool") {
+                        k.inference_pool = v.String();
+                        if (!IsDnsLabel(k.inference_pool, 253)) {
+                          v.Fail("'" + k.inference_pool +
+                                 "' is not a Kubernetes object name (lower-case letters, "
+                                 "digits, '-' and '.')");
+                        }
+                      } else if (key == "namespace") {
+                        k.namespace_name = v.String();
+                        if (!IsDnsLabel(k.namespace_name, 63) ||
+                            k.namespace_name.find('.') != std::string::npos) {
+                          v.Fail("'" + k.namespace_name + "' is not a Kubernetes namespace name");
+                        }
+                      } else if (key == "group") {
+                        k.group = v.String();
+                        if (k.group != kPoolGroupV1 && k.group != kPoolGroupV1Alpha2) {
+                          v.Fail("unknown InferencePool group '" + k.group + "' (use " +
+                                 std::string(kPoolGroupV1) + " or " + std::string(kPoolGroupV1Alpha2) +
+                                 ")");
+                        }
+                      } else if (key == "kubeconfig") {
+                        k.kubeconfig = v.String();
+                        if (k.kubeconfig.empty()) v.Fail("must not be empty (omit it for in-cluster)");
+                        k.kubeconfig_path = ResolvePath(k.kubeconfig);
+                      } else if (key == "context") {
+                        k.context = v.String();
+                      } else if (key == "objectives") {
+                        k.objectives = v.Bool();
+                      }
+                    });
+      if (!k.enabled()) kn.Fail("inference_pool is required");
+    });
+  }
+
+  // RFC 1123 subdomain (dots allowed) of at most `max` characters.
+  static bool IsDnsLabel(const std::string& s, size_t max) {
+    if (s.empty() || s.size() > max) return false;
+    for (char c : s) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+    }
+    return s.front() != '-' && s.front() != '.' && s.back() != '-' && s.back() != '.';
+  }
+
   void LoadPool(const ConfigNode& node, PoolConfig& pool) {
     std::vector<std::tuple<std::string, std::string, int, std::string>> overrides;
     int scrape_line = 0;
     int staleness_line = 0;
     int endpoints_line = 0;
     int endpoints_file_line = 0;
-    node.ForEachKey({"endpoints", "endpoints_file", "endpoints_file_poll", "engine_type", "model",
-                     "metric_names", "scrape_interval", "staleness", "stale_policy"},
+    int discovery_line = 0;
+    node.ForEachKey({"endpoints", "endpoints_file", "endpoints_file_poll", "discovery", "engine_type",
+                     "model", "metric_names", "scrape_interval", "staleness", "stale_policy"},
                     [&](const std::string& key, const ConfigNode& v) {
-                      if (key == "endpoints") {
+                      if (key == "discovery") {
+                        LoadDiscovery(v, pool.kubernetes);
+                        if (pool.kubernetes.enabled()) discovery_line = v.key_line();
+                      } else if (key == "endpoints") {
                         ReadEndpoints(v, pool.endpoints);
                         endpoints_line = v.key_line();
                       } else if (key == "endpoints_file") {
@@ -199,6 +250,11 @@ class Loader {
                   Join(node.field(), endpoints_line > endpoints_file_line ? "endpoints"
                                                                           : "endpoints_file"),
                   "pool.endpoints and pool.endpoints_file are mutually exclusive; use one");
+    }
+    if (discovery_line != 0 && (endpoints_line != 0 || endpoints_file_line != 0)) {
+      node.FailAt(discovery_line, Join(node.field(), "discovery"),
+                  std::string("Kubernetes discovery replaces pool.") +
+                      (endpoints_line != 0 ? "endpoints" : "endpoints_file") + "; use one");
     }
     // Overrides apply on top of the engine type's names, whatever the key order.
     pool.metric_names = metrics::MetricNames::For(pool.engine_type);

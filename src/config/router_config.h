@@ -30,6 +30,16 @@
 //                                 #   keeping surviving endpoints' state; a broken file
 //                                 #   keeps the last good set (logged once, counted)
 //     endpoints_file_poll: 1s     # how often its metadata is checked
+//     discovery:                  # or (not with endpoints / endpoints_file) Kubernetes:
+//       kubernetes:               #   the pods an InferencePool selects (pool/kubernetes_discovery.h)
+//         inference_pool: NAME    # required
+//         namespace: NS           # default: the kubeconfig context's namespace, in a
+//                                 #   cluster the service account's
+//         group: inference.networking.k8s.io   # or inference.networking.x-k8s.io (v1alpha2)
+//         kubeconfig: PATH        # default: the in-cluster service account; relative
+//                                 #   paths are against this file's directory
+//         context: NAME           # a kubeconfig context other than current-context
+//         objectives: true        # follow InferenceObjectives (priorities) too
 //   scheduling:                   # or the same keys at top level (EndpointPickerConfig
 //     policy: kvroute             #   style), not both
 //     plugins: [{type, name?, parameters?}]
@@ -115,8 +125,24 @@ struct EndpointConfig {
   int line = 0;
 };
 
+// Kubernetes discovery: the pods an InferencePool selects become the endpoints.
+inline constexpr std::string_view kPoolGroupV1 = "inference.networking.k8s.io";
+inline constexpr std::string_view kPoolGroupV1Alpha2 = "inference.networking.x-k8s.io";
+struct KubernetesDiscoveryConfig {
+  std::string inference_pool;  // empty: Kubernetes discovery is off
+  std::string namespace_name;  // empty: the kubeconfig context's / service account's
+  std::string group = std::string(kPoolGroupV1);
+  std::string kubeconfig;       // as written; empty: in-cluster service account
+  std::string kubeconfig_path;  // resolved against the config's directory
+  std::string context;
+  bool objectives = true;
+  bool enabled() const { return !inference_pool.empty(); }
+  bool operator==(const KubernetesDiscoveryConfig&) const = default;
+};
+
 struct PoolConfig {
   std::vector<EndpointConfig> endpoints;
+  KubernetesDiscoveryConfig kubernetes;  // pool.discovery.kubernetes
   // File discovery (config/endpoints_file.h); exclusive with `endpoints`. Empty: none.
   std::string endpoints_file;       // as written
   std::string endpoints_file_path;  // relative ones resolved against the config's directory

@@ -5,6 +5,7 @@
 #include "metrics/prom_writer.h"
 #include "pool/endpoints_watch.h"
 #include "pool/poll_timer.h"
+#include "k8s/kubeconfig.h"
 
 namespace kvroute::pool {
 
@@ -58,14 +59,68 @@ double Pool::Now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+namespace {
+
+// Where the cluster is and how to talk to it: the kubeconfig, or in cluster the service
+// account. The namespace defaults to the kubeconfig context's / the service account's.
+Status LoadClusterAccess(const config::KubernetesDiscoveryConfig& k, k8s::ClusterAccess& access) {
+  config::ConfigOr<k8s::ClusterAccess> loaded =
+      k.kubeconfig_path.empty() ? k8s::LoadInCluster() : k8s::LoadKubeconfig(k.kubeconfig_path, k.context);
+  if (!loaded.ok()) {
+    std::string why = loaded.error.ToString();
+    if (k.kubeconfig_path.empty()) {
+      why = "pool.discovery.kubernetes: no kubeconfig given and not in a cluster (" + why +
+            "); set kubeconfig (or --kubeconfig)";
+    }
+    return Status::InvalidArgument(why);
+  }
+  access = std::move(*loaded.value);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Pool::Apply(const config::RouterConfig& config) {
   std::unique_ptr<PollTimer> old_timer;
+  std::unique_ptr<KubernetesDiscovery> old_k8s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return Status::FailedPrecondition("the pool is stopped");
     std::unique_ptr<EndpointsFileWatch> watch;
+    std::unique_ptr<KubernetesDiscovery> k8s;
     std::vector<routing::EndpointSpec> endpoints;
-    if (!config.pool.endpoints_file_path.empty()) {
+    const config::KubernetesDiscoveryConfig& kc = config.pool.kubernetes;
+    const bool keep_k8s = kc.enabled() && k8s_ && kc == k8s_config_;
+    if (keep_k8s) {
+      endpoints = k8s_endpoints_;
+    } else if (kc.enabled()) {
+      k8s::ClusterAccess access;
+      if (Status st = LoadClusterAccess(kc, access); !st.ok()) return st;
+      KubernetesDiscoveryOptions o = k8s_base_options_;
+      o.pool_name = kc.inference_pool;
+      o.namespace_name = kc.namespace_name.empty() ? access.namespace_name : kc.namespace_name;
+      if (o.namespace_name.empty()) o.namespace_name = "default";
+      o.group = kc.group;
+      o.objectives = kc.objectives;
+      if (log_) {
+        log_("kubernetes: following InferencePool " + o.namespace_name + "/" + o.pool_name + " (" +
+             o.group + ") through " + access.server + " (" + access.source + ")");
+      }
+      KubernetesDiscovery::Callbacks cb;
+      cb.log = log_;
+      // The discovery is identified by its address: a delivery from one replaced by a
+      // reload is ignored.
+      auto holder = std::make_shared<const KubernetesDiscovery*>(nullptr);
+      cb.on_endpoints = [this, holder](std::vector<routing::EndpointSpec> eps) {
+        OnKubernetesEndpoints(*holder, std::move(eps));
+      };
+      cb.on_objectives = [this](Priorities p) {
+        objectives_.store(std::make_shared<const Priorities>(std::move(p)));
+        if (objectives_listener_) objectives_listener_();
+      };
+      k8s = std::make_unique<KubernetesDiscovery>(ctx_, std::move(access), std::move(o), std::move(cb));
+      *holder = k8s.get();
+    } else if (!config.pool.endpoints_file_path.empty()) {
       watch = std::make_unique<EndpointsFileWatch>(config.pool.endpoints_file_path);
       WatchDecision d = watch->Poll(RealFileSystem());
       if (d.kind != WatchDecision::Kind::kApply) return Status::InvalidArgument(d.error);
@@ -79,6 +134,17 @@ Status Pool::Apply(const config::RouterConfig& config) {
     if (!st.ok()) return st;
 
     options_ = std::move(options);
+    if (!keep_k8s) {
+      old_k8s = std::move(k8s_);
+      k8s_endpoints_.clear();
+      k8s_config_ = kc;
+      if (k8s) {
+        k8s_ = std::move(k8s);
+        k8s_->Start();
+      } else if (old_k8s) {
+        objectives_.store(std::make_shared<const Priorities>());
+      }
+    }
     scrape_options_ = metrics::ScraperOptions{};
     scrape_options_.interval_s = config.pool.scrape_interval_s;
     scrape_options_.timeout_s = config.pool.staleness_s;
@@ -106,9 +172,42 @@ Status Pool::Apply(const config::RouterConfig& config) {
       watch_.reset();
     }
   }
-  // Outside mu_: Stop waits for a running tick, which may be waiting for mu_.
+  // Outside mu_: Stop waits for a running tick (or delivery), which may be waiting for mu_.
   if (old_timer) old_timer->Stop();
+  if (old_k8s) old_k8s->Stop();
   return Status::Ok();
+}
+
+void Pool::OnKubernetesEndpoints(const KubernetesDiscovery* from, std::vector<routing::EndpointSpec> eps) {
+  std::string line;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_ || from == nullptr || from != k8s_.get()) return;
+    std::set<std::string> before;
+    for (const auto& ep : core_.table()->by_id) {
+      if (ep) before.insert(ep->spec.address);
+    }
+    std::size_t added = 0;
+    for (const routing::EndpointSpec& e : eps) added += before.erase(e.address) == 0;
+    const std::size_t n = eps.size();
+    Status st = core_.Configure(options_, eps, Now());
+    if (!st.ok()) {
+      line = "kubernetes: endpoint set rejected by the routing core, keeping the last one: " + st.message();
+    } else {
+      k8s_endpoints_ = std::move(eps);
+      RestartScraperLocked();
+      const auto& opt = from->options();
+      line = "kubernetes: InferencePool " + opt.namespace_name + "/" + opt.pool_name + ": " +
+             std::to_string(n) + " endpoints (" + std::to_string(added) + " added, " +
+             std::to_string(before.size()) + " removed)";
+    }
+  }
+  if (log_) log_(line);
+}
+
+std::string Pool::DiscoveryStatus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return k8s_ ? k8s_->status() : std::string();
 }
 
 void Pool::RestartScraperLocked() {
@@ -181,6 +280,10 @@ void Pool::PollEndpointsFile(uint64_t generation) {
 }
 
 void Pool::AppendMetrics(std::string& out) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (k8s_) k8s_->AppendMetrics(out);
+  }
   if (!discovery_.configured.load(std::memory_order_relaxed)) return;
   auto load = [](const auto& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
   metrics::AppendCounter(out, "kvroute_discovery_reloads_total",
@@ -200,13 +303,16 @@ void Pool::AppendMetrics(std::string& out) const {
 
 void Pool::Stop() {
   std::unique_ptr<PollTimer> timer;
+  std::unique_ptr<KubernetesDiscovery> k8s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
     if (scraper_) scraper_->Stop();
     timer = std::move(watch_timer_);
+    k8s = std::move(k8s_);
   }
   if (timer) timer->Stop();
+  if (k8s) k8s->Stop();
 }
 
 }  // namespace kvroute::pool

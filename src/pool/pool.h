@@ -1,6 +1,7 @@
 // The pool adapter: a RoutingCore wired to its inputs. It turns a router configuration
 // into the core's options and endpoint set (the static pool.endpoints list, or file
-// discovery: pool.endpoints_file, watched; Kubernetes would plug in here), runs one MetricsScraper
+// discovery: pool.endpoints_file, watched; or Kubernetes discovery:
+// pool.discovery.kubernetes, the pods of an InferencePool), runs one MetricsScraper
 // over the current endpoints and feeds its results into the core, and owns the clock the
 // front ends pass to the core. Every front end (`kvroute serve`'s HTTP proxy, the
 // ext_proc picker) holds one Pool and drives its core().
@@ -12,6 +13,12 @@
 // (surviving addresses keep ids, scraped state, prefix entries and in-flight accounting)
 // and the scraper follows the new set; a broken one keeps the last good set, logs one
 // line naming file:line per distinct error and counts it.
+//
+// Kubernetes discovery (pool/kubernetes_discovery.h): Apply loads the kubeconfig (or the
+// in-cluster service account; a bad one fails Apply) and starts following the pool; the
+// core starts with no endpoints and gets each set the discovery delivers, with the options
+// of the last Apply. A reload with the same pool.discovery.kubernetes keeps the running
+// discovery and its endpoints. The InferenceObjectives' priorities are objectives().
 //
 // Threads: scraping and polling run on the io_context given at construction. Apply may be
 // called from any thread (serialised internally); core(), Now() and AppendMetrics from any.
@@ -29,7 +36,9 @@
 #include "config/router_config.h"
 #include "core/common/status.h"
 #include "core/routing/routing_core.h"
+#include "core/common/published.h"
 #include "metrics/scrape/scraper.h"
+#include "pool/kubernetes_discovery.h"
 
 namespace kvroute::pool {
 
@@ -60,8 +69,21 @@ class Pool {
   void Stop();
 
   // Appends kvroute_discovery_* (reloads, errors, endpoints, file_valid) when an
-  // endpoints file is configured; nothing otherwise. Thread: any.
+  // endpoints file is configured, kvroute_k8s_* with Kubernetes discovery; nothing
+  // otherwise. Thread: any.
   void AppendMetrics(std::string& out) const;
+
+  // Why discovery yields no endpoints ("InferencePool ns/p not found"), "" when it does or
+  // when there is no discovery. For readiness messages. Thread: any.
+  std::string DiscoveryStatus() const;
+
+  // The InferenceObjectives' priorities from Kubernetes (empty without it). Thread: any.
+  std::shared_ptr<const Priorities> objectives() const { return objectives_.load(); }
+  // Called (on the scrape io_context) after objectives() changed. Set before Apply.
+  void set_objectives_listener(std::function<void()> f) { objectives_listener_ = std::move(f); }
+  // Options for the Kubernetes discovery Apply starts (tests shorten the backoff). Set
+  // before Apply.
+  void set_kubernetes_options(const KubernetesDiscoveryOptions& o) { k8s_base_options_ = o; }
 
   routing::RoutingCore& core() { return core_; }
   // Seconds on a monotonic clock since the pool was made: the time every core call takes.
@@ -72,7 +94,7 @@ class Pool {
   routing::RoutingCore core_;
   std::function<void(std::string_view)> log_;
   const std::chrono::steady_clock::time_point start_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unique_ptr<metrics::MetricsScraper> scraper_;  // guarded by mu_
   bool stopped_ = false;                               // guarded by mu_
 
@@ -87,6 +109,16 @@ class Pool {
   std::unique_ptr<EndpointsFileWatch> watch_;  // null: no endpoints file
   std::unique_ptr<PollTimer> watch_timer_;
   uint64_t generation_ = 0;  // bumped by every Apply: stale ticks do nothing
+
+  // Kubernetes discovery: the running one (null: none), the config it follows, and the
+  // last endpoint set it delivered (kept for reloads). Guarded by mu_.
+  std::unique_ptr<KubernetesDiscovery> k8s_;
+  config::KubernetesDiscoveryConfig k8s_config_;
+  std::vector<routing::EndpointSpec> k8s_endpoints_;
+  KubernetesDiscoveryOptions k8s_base_options_;
+  void OnKubernetesEndpoints(const KubernetesDiscovery* from, std::vector<routing::EndpointSpec> eps);
+  Published<Priorities> objectives_{std::make_shared<const Priorities>()};
+  std::function<void()> objectives_listener_;
 
   struct DiscoveryStats {
     std::atomic<bool> configured{false};

@@ -517,6 +517,30 @@ Result<PodList> DecodePodList(std::string_view json) {
   return list;
 }
 
+Result<InferencePoolList> DecodeInferencePoolList(std::string_view json) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  object obj;
+  if (root->get_object().get(obj)) return FieldError("InferencePool list", "not an object");
+  InferencePoolList list;
+  object meta;
+  bool present = false;
+  if (Status s = OptObject(obj, "metadata", "", meta, present); !s.ok()) return s;
+  if (present) {
+    if (Status s = OptString(meta, "resourceVersion", "metadata", list.resource_version); !s.ok()) return s;
+  }
+  array items;
+  if (Status s = OptArray(obj, "items", "", items, present); !s.ok()) return s;
+  if (!present) return list;
+  std::size_t i = 0;
+  for (element item : items) {
+    InferencePool pool;
+    if (Status s = ReadPool(item, "items[" + std::to_string(i++) + "]", pool); !s.ok()) return s;
+    list.items.push_back(std::move(pool));
+  }
+  return list;
+}
+
 Result<Pod> DecodePod(std::string_view json) {
   Result<element> root = Parse(json);
   if (!root.ok()) return root.status();

@@ -95,6 +95,12 @@ struct InferencePool {
   std::string failure_mode;   // "FailOpen" / "FailClose" as given
 };
 
+// `GET .../inferencepools[?fieldSelector=metadata.name%3DNAME]`: an InferencePoolList.
+struct InferencePoolList {
+  std::string resource_version;  // where a watch of the collection resumes
+  std::vector<InferencePool> items;
+};
+
 // A Kubernetes Status object (the body of an ERROR watch event, or of a failed request).
 struct ApiStatus {
   int64_t code = 0;     // HTTP-like: 410 = Gone (the resourceVersion expired)
@@ -188,6 +194,10 @@ Result<InferenceObjective> DecodeInferenceObjective(std::string_view json);
 // the list's (an error when the list has none, or an unknown one). Error: as
 // DecodePodList, any item that does not decode rejects the whole list.
 Result<ObjectiveList> DecodeObjectiveList(std::string_view json);
+
+// An InferencePoolList. Error: not JSON, not an object, or any item that does not decode
+// as an InferencePool (named by its index).
+Result<InferencePoolList> DecodeInferencePoolList(std::string_view json);
 
 // A Status body (e.g. the 404 or 410 response of a GET). Error when not a JSON object.
 Result<ApiStatus> DecodeStatus(std::string_view json);

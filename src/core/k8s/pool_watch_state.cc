@@ -100,6 +100,16 @@ void PoolWatchState::ApplyPoolMissing() {
   Recompute();
 }
 
+void PoolWatchState::ApplyPoolList(std::optional<InferencePool> pool, std::string list_resource_version) {
+  if (pool) {
+    ApplyPool(std::move(*pool));
+  } else {
+    ApplyPoolMissing();
+  }
+  pool_rv_ = std::move(list_resource_version);
+  pool_relist_ = false;
+}
+
 Status PoolWatchState::ApplyPoolEvent(const PoolEvent& event) {
   switch (event.type) {
     case WatchEventType::kError:

@@ -49,6 +49,12 @@ class PoolWatchState {
   // must be fetched again (pool_relist_needed) until it exists. The pods known are
   // dropped too (they were selected by a pool that is gone; the pod watch should stop).
   void ApplyPoolMissing();
+  // The result of a LIST of the pool collection by name (fieldSelector metadata.name):
+  // `pool` is the item of that name, nullopt when the list had none. Present: as
+  // ApplyPool. Absent: as ApplyPoolMissing, except that the pool is then not to be
+  // fetched again: its watch resumes from `list_resource_version` and reports the pool's
+  // creation as ADDED. Either way the pool's watch resumes from `list_resource_version`.
+  void ApplyPoolList(std::optional<InferencePool> pool, std::string list_resource_version);
   // One pool watch event. ADDED/MODIFIED as ApplyPool (without touching the relist flag
   // unless the selector moved); DELETED as ApplyPoolMissing; BOOKMARK advances the
   // resourceVersion. ERROR: returns FailedPrecondition and sets pool_relist_needed when

@@ -721,5 +721,40 @@ TEST(DecodeObjectiveEvent, MalformedLines) {
   EXPECT_FALSE(DecodeObjectiveEvent("").ok());
 }
 
+TEST(DecodeInferencePoolList, BothVersionsAndEmpty) {
+  Result<InferencePoolList> l = DecodeInferencePoolList(
+      R"({"apiVersion":"inference.networking.k8s.io/v1","kind":"InferencePoolList",
+          "metadata":{"resourceVersion":"77"},
+          "items":[{"apiVersion":"inference.networking.k8s.io/v1","kind":"InferencePool",
+                    "metadata":{"name":"p","namespace":"ns","resourceVersion":"70"},
+                    "spec":{"selector":{"matchLabels":{"app":"v"}},"targetPorts":[{"number":8000}]}},
+                   {"apiVersion":"inference.networking.x-k8s.io/v1alpha2","kind":"InferencePool",
+                    "metadata":{"name":"q"},
+                    "spec":{"selector":{"app":"w"},"targetPortNumber":9000}}]})");
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->resource_version, "77");
+  ASSERT_EQ(l->items.size(), 2u);
+  EXPECT_EQ(l->items[0].meta.name, "p");
+  EXPECT_EQ(l->items[0].api_version, PoolApiVersion::kV1);
+  EXPECT_EQ(l->items[0].target_ports, std::vector<uint16_t>{8000});
+  EXPECT_EQ(l->items[1].api_version, PoolApiVersion::kV1Alpha2);
+  EXPECT_EQ(l->items[1].target_ports, std::vector<uint16_t>{9000});
+
+  Result<InferencePoolList> empty = DecodeInferencePoolList(R"({"metadata":{"resourceVersion":"5"},"items":[]})");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->resource_version, "5");
+  EXPECT_TRUE(empty->items.empty());
+}
+
+TEST(DecodeInferencePoolList, ABadItemRejectsTheListNamingIt) {
+  Result<InferencePoolList> l = DecodeInferencePoolList(
+      R"({"metadata":{"resourceVersion":"1"},"items":[{"apiVersion":"inference.networking.k8s.io/v1",
+          "metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"app":"v"}},"targetPorts":[{"number":70000}]}}]})");
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("items[0].spec.targetPorts[0]"), std::string::npos) << l.status().message();
+  EXPECT_FALSE(DecodeInferencePoolList("[]").ok());
+  EXPECT_FALSE(DecodeInferencePoolList("{").ok());
+}
+
 }  // namespace
 }  // namespace kvroute::k8s

@@ -313,6 +313,35 @@ TEST_F(PoolWatchStateTest, PoolDeletedThenCreated) {
   EXPECT_TRUE(state_.endpoints_changed());
 }
 
+TEST(PoolWatchStateList, ListWithoutThePoolWatchesFromTheListsVersion) {
+  PoolWatchState s("pool");
+  s.ApplyPoolList(std::nullopt, "40");
+  EXPECT_FALSE(s.pool().has_value());
+  EXPECT_FALSE(s.pool_relist_needed());  // its creation comes on the watch, from 40
+  EXPECT_EQ(s.pool_resource_version(), "40");
+  EXPECT_TRUE(s.pods_relist_needed());
+  EXPECT_EQ(s.PodLabelSelector(), "");  // nothing to list pods with
+  EXPECT_TRUE(s.endpoints().empty());
+  EXPECT_TRUE(s.endpoints_changed());  // the first take, even empty
+
+  s.ApplyPoolList(Pool({{"app", "vllm"}}, {8000}, "12"), "41");
+  ASSERT_TRUE(s.pool().has_value());
+  EXPECT_EQ(s.pool_resource_version(), "41");  // the list's, not the object's
+  EXPECT_FALSE(s.pool_relist_needed());
+  EXPECT_TRUE(s.pods_relist_needed());
+  EXPECT_EQ(s.PodLabelSelector(), "app=vllm");
+}
+
+TEST_F(PoolWatchStateTest, ListWithoutThePoolDropsItsPods) {
+  state_.ApplyPoolList(std::nullopt, "500");
+  EXPECT_FALSE(state_.pool().has_value());
+  EXPECT_TRUE(state_.endpoints().empty());
+  EXPECT_TRUE(state_.endpoints_changed());
+  EXPECT_EQ(state_.pod_count(), 0u);
+  EXPECT_FALSE(state_.pool_relist_needed());
+  EXPECT_TRUE(state_.pods_relist_needed());
+}
+
 TEST_F(PoolWatchStateTest, PoolMissingAtStart) {
   PoolWatchState s("pool");
   s.ApplyPoolMissing();
