@@ -20,8 +20,8 @@ namespace bhttp = boost::beast::http;
 
 namespace {
 
-// The `name` label of the inference_pool_* gauges: there is no InferencePool object
-// without Kubernetes.
+// The `name` label of the inference_pool_* gauges without Kubernetes (no InferencePool
+// object); with it, the pool's name.
 constexpr std::string_view kPoolName = "kvroute";
 
 extproc::BodyMode ModeFrom(config::EppBodyMode m) {
@@ -32,12 +32,17 @@ extproc::BodyMode ModeFrom(config::EppBodyMode m) {
   }
 }
 
-std::shared_ptr<const extproc::ExchangeSettings> SettingsFrom(const config::RouterConfig& cfg) {
+// The configured objectives table with Kubernetes' InferenceObjectives over it (a name in
+// both takes the cluster's priority).
+std::shared_ptr<const extproc::ExchangeSettings> SettingsFrom(const config::RouterConfig& cfg,
+                                                              const pool::Priorities& configured,
+                                                              const pool::Priorities& cluster) {
   auto s = std::make_shared<extproc::ExchangeSettings>();
   s->body_mode = ModeFrom(cfg.epp.body_mode);
   s->fallbacks = static_cast<std::size_t>(cfg.epp.fallbacks);
   s->max_body_bytes = cfg.limits.max_body_bytes;
-  s->objectives = cfg.epp.objectives;
+  s->objectives = configured;
+  for (const auto& [name, priority] : cluster) s->objectives[name] = priority;
   return s;
 }
 
@@ -80,6 +85,28 @@ std::string IgnoredProxyKeys(const config::RouterConfig& c) {
   return out;
 }
 
+std::string ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags, config::RouterConfig& c) {
+  if (!flags.enabled()) return "";
+  if (!c.pool.endpoints.empty()) {
+    return "--pool-name replaces the configuration's pool.endpoints; remove them (or the flag)";
+  }
+  if (!c.pool.endpoints_file.empty()) {
+    return "--pool-name replaces the configuration's pool.endpoints_file; remove it (or the flag)";
+  }
+  config::KubernetesDiscoveryConfig& k = c.pool.kubernetes;
+  const bool same_pool = k.inference_pool == flags.inference_pool;
+  k.inference_pool = flags.inference_pool;
+  if (!flags.namespace_name.empty()) k.namespace_name = flags.namespace_name;
+  else if (!same_pool) k.namespace_name.clear();
+  if (!flags.group.empty()) k.group = flags.group;
+  if (!flags.kubeconfig.empty()) {
+    k.kubeconfig = flags.kubeconfig;
+    k.kubeconfig_path = flags.kubeconfig_path.empty() ? flags.kubeconfig : flags.kubeconfig_path;
+  }
+  if (!flags.context.empty()) k.context = flags.context;
+  return "";
+}
+
 struct Epp::Impl {
   Impl(config::RouterConfig cfg, EppOptions opts) : options(std::move(opts)), initial(std::move(cfg)) {}
 
@@ -88,14 +115,43 @@ struct Epp::Impl {
   }
 
   Status Apply(config::RouterConfig cfg) {
+    if (std::string e = ApplyKubernetesFlags(options.kubernetes, cfg); !e.empty()) {
+      return Status::InvalidArgument(e);
+    }
     Status st = pool->Apply(cfg);
     if (!st.ok()) return st;
-    settings.store(SettingsFrom(cfg));
+    {
+      std::lock_guard<std::mutex> lock(settings_mu);
+      configured_objectives = cfg.epp.objectives;
+      pool_label = cfg.pool.kubernetes.enabled() ? cfg.pool.kubernetes.inference_pool : std::string(kPoolName);
+      settings.store(SettingsFrom(cfg, configured_objectives, *pool->objectives()));
+    }
     if (grpc) grpc->set_stream_timeout(cfg.epp.stream_timeout_s);
     if (std::string ignored = IgnoredProxyKeys(cfg); !ignored.empty()) {
       Log("ignoring keys only `kvroute serve` uses: " + ignored);
     }
     return Status::Ok();
+  }
+
+  // The InferenceObjectives in the cluster moved: the same settings with the new table.
+  void OnClusterObjectives() {
+    std::shared_ptr<const pool::Priorities> cluster = pool->objectives();
+    std::string names;
+    {
+      std::lock_guard<std::mutex> lock(settings_mu);
+      std::shared_ptr<const extproc::ExchangeSettings> cur = settings.load();
+      auto next = cur ? std::make_shared<extproc::ExchangeSettings>(*cur)
+                      : std::make_shared<extproc::ExchangeSettings>();
+      next->objectives = configured_objectives;
+      for (const auto& [name, priority] : *cluster) {
+        next->objectives[name] = priority;
+        if (!names.empty()) names += ", ";
+        names += name + "=" + std::to_string(priority);
+      }
+      settings.store(std::move(next));
+    }
+    Log("InferenceObjectives applied: " + std::to_string(cluster->size()) +
+        (names.empty() ? std::string() : " (" + names + ")"));
   }
 
   Status Reload() {
@@ -115,6 +171,7 @@ struct Epp::Impl {
     config::RouterConfig cfg = std::move(initial);
     io = std::make_unique<http::IoPool>(1);
     pool = std::make_unique<pool::Pool>(io->context(0), [this](std::string_view l) { Log(l); });
+    pool->set_objectives_listener([this] { OnClusterObjectives(); });
     io->Start();
     const double timeout_s = cfg.epp.stream_timeout_s;
     const uint64_t max_body = cfg.limits.max_body_bytes;
@@ -175,7 +232,12 @@ struct Epp::Impl {
       ex->Respond(200, "ok\n", "text/plain");
     } else if (path == "/readyz") {
       const bool ready = Ready();
-      ex->Respond(ready ? 200 : 503, ready ? "ready\n" : "no endpoint has fresh metrics\n", "text/plain");
+      std::string why;
+      if (!ready) {
+        why = pool ? pool->DiscoveryStatus() : std::string();
+        why = (why.empty() ? std::string("no endpoint has fresh metrics") : why) + "\n";
+      }
+      ex->Respond(ready ? 200 : 503, ready ? std::string("ready\n") : why, "text/plain");
     } else {
       ex->Respond(404, api::ErrorBody(api::MakeError(404, "Not found: " + std::string(path))));
     }
@@ -188,7 +250,12 @@ struct Epp::Impl {
     const double now = pool->Now();
     pool->core().AppendMetrics(out, now);
     pool->AppendMetrics(out);  // discovery series (pool.endpoints_file), when configured
-    stats.AppendMetrics(out, kPoolName, pool->core().Load(now));
+    std::string name;
+    {
+      std::lock_guard<std::mutex> lock(settings_mu);
+      name = pool_label;
+    }
+    stats.AppendMetrics(out, name, pool->core().Load(now));
     if (grpc) AppendServerMetrics(out, grpc->stats());
     return out;
   }
@@ -220,6 +287,9 @@ struct Epp::Impl {
   config::RouterConfig initial;
   extproc::EppStats stats;
   Published<extproc::ExchangeSettings> settings;
+  std::mutex settings_mu;                 // serialises the writers of `settings`
+  pool::Priorities configured_objectives;  // epp.objectives of the running config; settings_mu
+  std::string pool_label{kPoolName};         // inference_pool_* name label; settings_mu
   // Declared first among the owners of sockets and timers: destroyed last.
   std::unique_ptr<http::IoPool> io;
   std::unique_ptr<pool::Pool> pool;
@@ -237,6 +307,7 @@ Epp::Epp(config::RouterConfig config, EppOptions options)
 Epp::~Epp() { Stop(); }
 Status Epp::Start() { return impl_->Start(); }
 void Epp::Stop() { impl_->Stop(); }
+std::shared_ptr<const extproc::ExchangeSettings> Epp::settings() const { return impl_->settings.load(); }
 uint16_t Epp::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : 0; }
 uint16_t Epp::health_port() const { return impl_->grpc ? impl_->grpc->health_port() : 0; }
 uint16_t Epp::metrics_port() const { return impl_->metrics_server ? impl_->metrics_server->port() : 0; }

@@ -27,6 +27,7 @@
 #include "config/router_config.h"
 #include "core/common/status.h"
 #include "core/extproc/epp_stats.h"
+#include "core/extproc/exchange.h"
 #include "core/routing/routing_core.h"
 
 namespace kvroute::epp {
@@ -39,7 +40,16 @@ struct EppOptions {
   uint16_t metrics_port = 9090;
   bool handle_signals = false;  // SIGHUP reloads; SIGINT/SIGTERM end WaitForShutdown
   bool log = true;              // log lines to stderr
+  // --pool-name / --pool-namespace / --pool-group / --kubeconfig: Kubernetes discovery
+  // set on the command line, applied over every configuration loaded (start and
+  // reloads). Off when pool_name is empty.
+  config::KubernetesDiscoveryConfig kubernetes;
 };
+
+// `config` with the command line's Kubernetes discovery applied (when flags.enabled()):
+// the flags' fields win over pool.discovery.kubernetes; static or file endpoints in the
+// file are an error naming the key. Returns "" or the error.
+std::string ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags, config::RouterConfig& config);
 
 class Epp {
  public:
@@ -54,6 +64,8 @@ class Epp {
   // Ends every stream, stops serving and scraping. Idempotent; not from a gRPC thread.
   void Stop();
 
+  // The settings new streams use now (the objectives table merged with Kubernetes').
+  std::shared_ptr<const extproc::ExchangeSettings> settings() const;
   uint16_t grpc_port() const;
   uint16_t health_port() const;
   uint16_t metrics_port() const;

@@ -14,8 +14,9 @@ namespace {
 
 constexpr const char* kHelpFooter = R"(The configuration file is the one `kvroute serve` reads (see kvroute serve --help).
 Keys the picker reads:
-  pool.*                        endpoints, engine_type, model, metric_names, scrape_interval,
-                                staleness, stale_policy: the pool, scraped as by serve
+  pool.*                        endpoints, endpoints_file, discovery.kubernetes, engine_type,
+                                model, metric_names, scrape_interval, staleness,
+                                stale_policy: the pool, scraped as by serve
   scheduling (or top-level policy / plugins / schedulingProfiles / schedulingProfile)
   limits.max_body_bytes: 16MiB  a larger request body -> immediate 413
   timeouts.connect: 2s          scrape connections
@@ -49,6 +50,15 @@ ext_proc (envoy.service.ext_proc.v3.ExternalProcessor/Process), one stream per r
   envoy.lb / x-gateway-destination-endpoint-subset. Served endpoint read back from
   x-gateway-destination-endpoint-served. Errors are immediate responses with an
   OpenAI-shaped JSON body: 400 bad body, 413 too large, 429 shed, 503 no endpoint.
+Kubernetes discovery (--pool-name, or pool.discovery.kubernetes in the file): the
+InferencePool (inference.networking.k8s.io/v1 or the x-k8s.io v1alpha2 form) is listed
+and watched; every Ready pod it selects that is not being deleted is an endpoint per
+target port (labels = the pod's labels); changes apply without a restart. Its
+InferenceObjectives (llm-d.ai/v1alpha2, and the older inference.networking.x-k8s.io)
+set the priority of requests naming them, over the epp.objectives table. Credentials:
+--kubeconfig, else the in-cluster service account. RBAC: get, list, watch on pods,
+inferencepools and inferenceobjectives. No pool: no endpoints, readiness NOT_SERVING,
+watched until it exists. kvroute_k8s_* on /metrics; each API failure is one log line.
 gRPC health (grpc.health.v1) on the health port: liveness, readiness (SERVING once an
 endpoint has fresh metrics), envoy.service.ext_proc.v3.ExternalProcessor (as readiness).
 Metrics port: GET /metrics (kvroute_* series plus inference_objective_request_total,
@@ -77,8 +87,23 @@ int EppMain(int argc, char** argv) {
   EppOptions options;
   int grpc_port = 9002, health_port = 9003, metrics_port = 9090;
   bool check = false;
-  app.add_option("--config,-c", config_path, "Configuration file (YAML, as for kvroute serve)")
-      ->required()
+  app.add_option("--config,-c", config_path,
+                 "Configuration file (YAML, as for kvroute serve); optional with --pool-name "
+                 "(defaults: the kvroute policy)")
+      ->check(CLI::ExistingFile);
+  config::KubernetesDiscoveryConfig& k8s = options.kubernetes;
+  k8s.group.clear();  // only a given flag overrides the file
+  app.add_option("--pool-name", k8s.inference_pool,
+                 "InferencePool to follow (Kubernetes discovery; overrides "
+                 "pool.discovery.kubernetes.inference_pool)");
+  app.add_option("--pool-namespace", k8s.namespace_name,
+                 "Its namespace (default: the kubeconfig context's, in a cluster the service account's)");
+  app.add_option("--pool-group", k8s.group,
+                 "Its API group: inference.networking.k8s.io (v1, default) or "
+                 "inference.networking.x-k8s.io (v1alpha2)")
+      ->check(CLI::IsMember({std::string(config::kPoolGroupV1), std::string(config::kPoolGroupV1Alpha2)}));
+  app.add_option("--kubeconfig", k8s.kubeconfig,
+                 "kubeconfig file (default: the in-cluster service account)")
       ->check(CLI::ExistingFile);
   app.add_option("--grpc-port", grpc_port, "ext_proc gRPC port (0 = any free port)")
       ->check(CLI::Range(0, 65535))
@@ -94,13 +119,40 @@ int EppMain(int argc, char** argv) {
   app.footer(kHelpFooter);
   CLI11_PARSE(app, argc, argv);
 
-  config::ConfigResult loaded = config::LoadRouterConfig(config_path);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "kvroute epp: %s\n", loaded.error.ToString().c_str());
+  const bool flags_k8s = !k8s.inference_pool.empty();
+  if (!flags_k8s && (!k8s.namespace_name.empty() || !k8s.group.empty() || !k8s.kubeconfig.empty())) {
+    std::fprintf(stderr, "kvroute epp: --pool-namespace, --pool-group and --kubeconfig need --pool-name\n");
+    return 2;
+  }
+  if (config_path.empty() && !flags_k8s) {
+    std::fprintf(stderr, "kvroute epp: give --config FILE or --pool-name NAME (see --help)\n");
+    return 2;
+  }
+  k8s.kubeconfig_path = k8s.kubeconfig;
+  config::ConfigResult loaded;
+  if (config_path.empty()) {
+    loaded.config = config::RouterConfig{};
+  } else {
+    loaded = config::LoadRouterConfig(config_path);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "kvroute epp: %s\n", loaded.error.ToString().c_str());
+      return 2;
+    }
+  }
+  if (std::string e = ApplyKubernetesFlags(k8s, *loaded.config); !e.empty()) {
+    std::fprintf(stderr, "kvroute epp: %s\n", e.c_str());
     return 2;
   }
   if (check) {
-    std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(), loaded.config->pool.endpoints.size());
+    const config::PoolConfig& p = loaded.config->pool;
+    if (p.kubernetes.enabled()) {
+      std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n",
+                  config_path.empty() ? "flags" : config_path.c_str(),
+                  p.kubernetes.namespace_name.c_str(), p.kubernetes.namespace_name.empty() ? "" : "/",
+                  p.kubernetes.inference_pool.c_str(), p.kubernetes.group.c_str());
+    } else {
+      std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(), p.endpoints.size());
+    }
     return 0;
   }
   options.config_path = config_path;

@@ -11,6 +11,9 @@
 #include <chrono>
 #include <set>
 #include <thread>
+#include <fstream>
+#include <optional>
+#include <unistd.h>
 
 #include "config/router_config.h"
 #include "core/api/openai.h"
@@ -19,6 +22,8 @@
 #include "http/test_client.h"
 #include "metrics/prom_parser.h"
 #include "sim/fleet.h"
+
+#include "../k8s/fake_api_server.h"
 
 namespace kvroute::epp {
 namespace {
@@ -237,6 +242,22 @@ class EppTest : public ::testing::Test {
     return static_cast<int>(ir.status().code());
   }
 
+  // grpc.health.v1 Check of `service` on the health port: the status, or minus the
+  // gRPC error code.
+  int Health(const std::string& service) {
+    if (!health_) {
+      health_ = health_pb::Health::NewStub(grpc::CreateChannel(
+          "127.0.0.1:" + std::to_string(epp_->health_port()), grpc::InsecureChannelCredentials()));
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 2s);
+    health_pb::HealthCheckRequest req;
+    req.set_service(service);
+    health_pb::HealthCheckResponse resp;
+    grpc::Status st = health_->Check(&ctx, req, &resp);
+    return st.ok() ? static_cast<int>(resp.status()) : -static_cast<int>(st.error_code());
+  }
+
   double Metric(std::string_view name) {
     double sum = 0;
     for (const auto& s : metrics::ParseAllSamples(epp_->MetricsText())) {
@@ -249,6 +270,7 @@ class EppTest : public ::testing::Test {
   std::unique_ptr<Epp> epp_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::ExternalProcessor::Stub> stub_;
+  std::unique_ptr<health_pb::Health::Stub> health_;
   std::set<std::string> addresses_;
 };
 
@@ -433,18 +455,7 @@ TEST_F(EppTest, ConcurrentStreamsAreNotSerialised) {
 TEST_F(EppTest, HealthServingForReadinessOnceMetricsAreIn) {
   StartFleet(2);
   StartEpp({fleet_->port(0), fleet_->port(1)});
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(epp_->health_port()),
-                                     grpc::InsecureChannelCredentials());
-  auto health = health_pb::Health::NewStub(channel);
-  auto check = [&](const std::string& service) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 2s);
-    health_pb::HealthCheckRequest req;
-    req.set_service(service);
-    health_pb::HealthCheckResponse resp;
-    grpc::Status st = health->Check(&ctx, req, &resp);
-    return st.ok() ? static_cast<int>(resp.status()) : -static_cast<int>(st.error_code());
-  };
+  auto check = [&](const std::string& service) { return Health(service); };
   EXPECT_EQ(check("liveness"), health_pb::HealthCheckResponse::SERVING);
   EXPECT_TRUE(WaitFor([&] { return check("readiness") == health_pb::HealthCheckResponse::SERVING; }));
   EXPECT_EQ(check("envoy.service.ext_proc.v3.ExternalProcessor"), health_pb::HealthCheckResponse::SERVING);
@@ -492,6 +503,134 @@ TEST_F(EppTest, ReloadAppliesNewSettingsToNewStreams) {
   ASSERT_TRUE(epp_->Apply(std::move(*r.config)).ok());
   dest = Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("b"))));
   EXPECT_EQ(dest.find(','), std::string::npos) << dest;
+}
+
+// Kubernetes discovery end to end, in process (issue 9's "done when"): FakeApiServer
+// stands in for the Kubernetes API server (no cluster runs here) and serves an
+// InferencePool whose targetPorts are four simulated replicas' ports on one pod IP.
+class EppKubernetesTest : public EppTest {
+ protected:
+  static constexpr const char* kPods = "/api/v1/namespaces/ns/pods";
+  static constexpr const char* kPools = "/apis/inference.networking.k8s.io/v1/namespaces/ns/inferencepools";
+  static constexpr const char* kObjectives = "/apis/llm-d.ai/v1alpha2/namespaces/ns/inferenceobjectives";
+
+  void SetUp() override {
+    api_.InstallCrd(kPools);
+    api_.InstallCrd(kObjectives);
+    kubeconfig_ = ::testing::TempDir() + "kvroute-epp-kubeconfig-" + std::to_string(::getpid()) + ".yaml";
+    std::ofstream(kubeconfig_) << api_.KubeconfigYaml("ns");
+  }
+  void TearDown() override {
+    EppTest::TearDown();
+    std::remove(kubeconfig_.c_str());
+  }
+
+  void StartEppOnPool(const std::string& extra = "") {
+    std::string yaml = "pool:\n  scrape_interval: 50ms\n  discovery:\n    kubernetes:\n"
+                       "      inference_pool: pool\n      kubeconfig: " + kubeconfig_ + "\n" + extra;
+    config::ConfigResult r = config::ParseRouterConfig(yaml, "epp.yaml");
+    ASSERT_TRUE(r.ok()) << r.error.ToString();
+    EppOptions o;
+    o.host = "127.0.0.1";
+    o.grpc_port = 0;
+    o.health_port = 0;
+    o.metrics_port = 0;
+    o.log = false;
+    epp_ = std::make_unique<Epp>(std::move(*r.config), o);
+    ASSERT_TRUE(epp_->Start().ok());
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(epp_->grpc_port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = pb::ExternalProcessor::NewStub(channel_);
+  }
+
+  std::size_t Endpoints() {
+    std::size_t n = 0;
+    for (const auto& ep : epp_->core().table()->by_id) n += ep != nullptr;
+    return n;
+  }
+
+  k8s::testing::FakeApiServer api_;
+  std::string kubeconfig_;
+};
+
+TEST_F(EppKubernetesTest, FourTargetPortsOnOnePodThenDeletedThenBack) {
+  StartFleet(4);
+  std::vector<int> ports;
+  for (int i = 0; i < 4; ++i) ports.push_back(fleet_->port(i));
+  const std::map<std::string, std::string> app = {{"app", "vllm-llama"}};
+  api_.Put(kPools, k8s::testing::FakeApiServer::PoolV1Json("pool", app, ports));
+  api_.Put(kPods, k8s::testing::FakeApiServer::PodJson("vllm-0", "127.0.0.1", true, app));
+  StartEppOnPool();
+  ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }, 10000ms));
+  EXPECT_EQ(Endpoints(), 4u);
+  // The health service follows readiness on its own refresh.
+  EXPECT_TRUE(WaitFor([&] { return Health("readiness") == health_pb::HealthCheckResponse::SERVING; }, 10000ms));
+  std::set<std::string> winners;
+  for (int i = 0; i < 24; ++i) {
+    std::string dest = Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED,
+                                        Completion(LongPrompt(2000, i)))));
+    winners.insert(dest.substr(0, dest.find(',')));
+  }
+  EXPECT_GE(winners.size(), 2u);  // picks spread over the pool's endpoints (all checked in Pick)
+  EXPECT_EQ(Metric("kvroute_k8s_endpoints"), 4);
+  EXPECT_EQ(Metric("inference_pool_ready_pods"), 4);
+
+  // The pod deleted: no pick goes there, readiness turns NOT_SERVING.
+  api_.Delete(kPods, "vllm-0");
+  ASSERT_TRUE(WaitFor([&] { return Endpoints() == 0; }, 10000ms));
+  EXPECT_EQ(Immediate(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("gone")))), 503);
+  EXPECT_TRUE(WaitFor([&] { return Health("readiness") == health_pb::HealthCheckResponse::NOT_SERVING; }, 10000ms));
+  EXPECT_FALSE(epp_->Ready());
+
+  // A new pod brings it back.
+  api_.Put(kPods, k8s::testing::FakeApiServer::PodJson("vllm-1", "127.0.0.1", true, app));
+  ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }, 10000ms));
+  EXPECT_EQ(Endpoints(), 4u);
+  EXPECT_TRUE(WaitFor([&] { return Health("readiness") == health_pb::HealthCheckResponse::SERVING; }, 10000ms));
+  Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("back"))));
+}
+
+TEST_F(EppKubernetesTest, PoolMissingIsNotReadyWithTheReason) {
+  StartFleet(1);
+  StartEppOnPool();
+  auto ready = [&] { return http::Fetch("127.0.0.1", epp_->metrics_port(), "GET", "/readyz"); };
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = ready();
+    return r && r->status == 503 && r->body == "InferencePool ns/pool not found\n";
+  }, 10000ms));
+  EXPECT_TRUE(WaitFor([&] { return Health("readiness") == health_pb::HealthCheckResponse::NOT_SERVING; }, 10000ms));
+  EXPECT_EQ(Metric("kvroute_k8s_pool_found"), 0);
+  const std::map<std::string, std::string> app = {{"app", "vllm-llama"}};
+  api_.Put(kPods, k8s::testing::FakeApiServer::PodJson("vllm-0", "127.0.0.1", true, app));
+  api_.Put(kPools, k8s::testing::FakeApiServer::PoolV1Json("pool", app, {fleet_->port(0)}));
+  ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }, 10000ms));
+  auto r = ready();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(EppKubernetesTest, InferenceObjectivesSetPriorities) {
+  StartFleet(1);
+  const std::map<std::string, std::string> app = {{"app", "vllm-llama"}};
+  api_.Put(kPools, k8s::testing::FakeApiServer::PoolV1Json("pool", app, {fleet_->port(0)}));
+  api_.Put(kPods, k8s::testing::FakeApiServer::PodJson("vllm-0", "127.0.0.1", true, app));
+  StartEppOnPool("epp: {objectives: {batch: 0, chat: 3}}\n");
+  ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }, 10000ms));
+  auto priority = [&](const std::string& name) -> std::optional<int64_t> {
+    auto s = epp_->settings();
+    auto it = s->objectives.find(name);
+    if (it == s->objectives.end()) return std::nullopt;
+    return it->second;
+  };
+  EXPECT_EQ(priority("chat"), 3);
+  api_.Put(kObjectives, k8s::testing::FakeApiServer::ObjectiveJson("llm-d.ai/v1alpha2", "batch", "pool", -1));
+  api_.Put(kObjectives, k8s::testing::FakeApiServer::ObjectiveJson("llm-d.ai/v1alpha2", "other-pool", "x", 7));
+  // The cluster's objective wins over the file's; another pool's is ignored.
+  EXPECT_TRUE(WaitFor([&] { return priority("batch") == -1; }, 10000ms));
+  EXPECT_EQ(priority("chat"), 3);
+  EXPECT_EQ(priority("other-pool"), std::nullopt);
+  api_.Delete(kObjectives, "batch");
+  EXPECT_TRUE(WaitFor([&] { return priority("batch") == 0; }, 10000ms));
 }
 
 TEST(EppConfigNotes, ProxyOnlyKeysAreNamed) {

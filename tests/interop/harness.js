@@ -94,8 +94,8 @@ function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2 }
     'pool:',
     '  scrape_interval: 50ms',
     '  staleness: 2s',
-    '  endpoints:',
-    ...endpoints.map((e) => `    - ${e}`),
+    // No endpoints: the pool comes from the command line (--pool-name, Kubernetes).
+    ...(endpoints.length ? ['  endpoints:', ...endpoints.map((e) => `    - ${e}`)] : []),
     'scheduling:',
     '  policy: kvroute',
     'limits:',
@@ -110,13 +110,14 @@ function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2 }
 
 const kEppLine = /^kvroute epp: ext_proc on (\S+):(\d+), health on (\S+):(\d+), metrics on (\S+):(\d+)$/;
 
-// `kvroute epp` on free loopback ports, with a config file written to the temp dir.
+// `kvroute epp` on free loopback ports, with a config file written to the temp dir;
+// options.args are added to the command line.
 async function startEpp(options) {
   const file = path.join(tempDir, `epp-${++configCount}-${options.bodyMode}.yaml`);
   fs.writeFileSync(file, eppConfig(options));
   const { proc, matches } = await startKvroute(
     ['epp', '--config', file, '--host', '127.0.0.1',
-      '--grpc-port', '0', '--grpc-health-port', '0', '--metrics-port', '0'],
+      '--grpc-port', '0', '--grpc-health-port', '0', '--metrics-port', '0', ...(options.args || [])],
     { stream: 'stderr', pattern: kEppLine });
   const m = matches[0];
   return {
