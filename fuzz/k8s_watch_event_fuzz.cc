@@ -1,6 +1,6 @@
 // Fuzz target: one line of a Kubernetes watch response through DecodePodEvent,
 // DecodePoolEvent and DecodeObjectiveEvent, the same bytes as a PodList, an
-// InferenceObjectiveList and one InferenceObjective, and what decodes into a PoolWatchState
+// InferencePoolList, an InferenceObjectiveList and one InferenceObjective, and what decodes into a PoolWatchState
 // or an ObjectiveWatchState (issue 9). The bytes come from the API server, or whatever
 // sits between it and us.
 //
@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -215,6 +216,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const k8s::Pod& p : list->items) CheckLabels(p.meta.labels);
     k8s::PoolWatchState state = SeededState();
     state.ApplyPodList(*list);
+    CheckEndpoints(state);
+  }
+
+  // As an InferencePoolList (the discovery lists its pool by name): every item meets the
+  // pool contract, and the one named like the seeded pool replaces it.
+  const Result<k8s::InferencePoolList> pools = k8s::DecodeInferencePoolList(line);
+  if (!pools.ok()) {
+    CheckError(pools.status());
+  } else {
+    std::optional<k8s::InferencePool> mine;
+    for (const k8s::InferencePool& p : pools->items) {
+      CheckPool(p);
+      if (p.meta.name == "pool") mine = p;
+    }
+    k8s::PoolWatchState state = SeededState();
+    const bool found = mine.has_value();
+    state.ApplyPoolList(std::move(mine), pools->resource_version);
+    Check(state.pool().has_value() == found, "pool list applied to the wrong pool");
+    Check(!state.pool_relist_needed(), "relist needed after a pool list");
+    Check(state.pool_resource_version() == pools->resource_version, "pool list resourceVersion lost");
     CheckEndpoints(state);
   }
 
