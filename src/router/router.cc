@@ -509,8 +509,12 @@ void Router::Impl::Handle(std::shared_ptr<http::Exchange> ex) {
   if (path == "/readyz") {
     if (!only(bhttp::verb::get)) return;
     bool ready = Ready();
-    ex->Respond(ready ? 200 : 503, ready ? "ready\n" : "no endpoint has fresh metrics\n",
-                "text/plain");
+    std::string why;
+    if (!ready) {
+      why = core_pool ? core_pool->DiscoveryStatus() : std::string();
+      why = (why.empty() ? std::string("no endpoint has fresh metrics") : why) + "\n";
+    }
+    ex->Respond(ready ? 200 : 503, ready ? std::string("ready\n") : why, "text/plain");
     return;
   }
   if (path == "/metrics") {

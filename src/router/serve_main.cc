@@ -37,6 +37,15 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
                                 #   file keeps the last good set (one log line, file:line;
                                 #   kvroute_discovery_* on /metrics); [] = no endpoints (503)
     endpoints_file_poll: 1s     # how often its metadata is checked
+    discovery:                  # or (not with endpoints / endpoints_file) Kubernetes: the
+      kubernetes:               #   Ready pods an InferencePool selects, one endpoint per
+        inference_pool: NAME    #   pod IP x target port, labels = pod labels; listed and
+        namespace: NS           #   watched (changes apply at once). namespace defaults to
+        group: inference.networking.k8s.io  # the kubeconfig context's; group or
+        kubeconfig: PATH        #   inference.networking.x-k8s.io (v1alpha2); no
+        context: NAME           #   kubeconfig = the in-cluster service account. A missing
+        objectives: true        #   pool is no endpoints (readyz 503 says so), watched
+                                #   until it exists; kvroute_k8s_* on /metrics
   scheduling:                   # or the same keys at top level (EndpointPickerConfig style)
     policy: kvroute             # round-robin | random | least-request | gie-default |
                                 #   sglang-cache-aware | dynamo-cost | kvroute
@@ -126,6 +135,12 @@ int ServeMain(int argc, char** argv) {
         return 2;
       }
       endpoints = eps.value->size();
+    }
+    if (const auto& k = loaded.config->pool.kubernetes; k.enabled()) {
+      std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n", config_path.c_str(),
+                  k.namespace_name.c_str(), k.namespace_name.empty() ? "" : "/", k.inference_pool.c_str(),
+                  k.group.c_str());
+      return 0;
     }
     std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(), endpoints);
     return 0;

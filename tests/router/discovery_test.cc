@@ -17,6 +17,7 @@
 #include "metrics/prom_parser.h"
 #include "router/router.h"
 #include "sim/fleet.h"
+#include "../k8s/fake_api_server.h"
 #include "../metrics/metric_sum.h"
 
 namespace kvroute::router {
@@ -234,6 +235,55 @@ TEST_F(DiscoveryTest, EmptyFileAnswers503AndReloadRereadsTheFile) {
             std::string::npos)
       << st.message();
   EXPECT_EQ(Spread(2), (std::multiset<std::string>{"r1", "r1"}));
+}
+
+// `kvroute serve` on Kubernetes discovery: FakeApiServer stands in for the Kubernetes API
+// server (no cluster runs here); one pod whose IP is 127.0.0.1 and an InferencePool whose
+// target ports are the three replicas'.
+TEST_F(DiscoveryTest, KubernetesPodDeletedStopsPicksAndItsOpenStreamFinishes) {
+  k8s::testing::FakeApiServer api;
+  const std::string pods = "/api/v1/namespaces/ns/pods";
+  const std::string pools = "/apis/inference.networking.k8s.io/v1/namespaces/ns/inferencepools";
+  api.InstallCrd(pools);
+  const std::map<std::string, std::string> app = {{"app", "vllm"}};
+  api.Put(pools, k8s::testing::FakeApiServer::PoolV1Json(
+                     "pool", app, {fleet_->port(0), fleet_->port(1), fleet_->port(2)}));
+  api.Put(pods, k8s::testing::FakeApiServer::PodJson("vllm-0", "127.0.0.1", true, app));
+  std::ofstream(dir_ + "/kubeconfig") << api.KubeconfigYaml("ns");
+  const std::string path = dir_ + "/router.yaml";
+  std::ofstream(path) << "threads: 2\npool:\n  discovery:\n    kubernetes:\n"
+                         "      inference_pool: pool\n      kubeconfig: kubeconfig\n"
+                         "  scrape_interval: 20ms\n  staleness: 1s\n"
+                         "scheduling:\n  policy: round-robin\n";
+  config::ConfigResult r = config::LoadRouterConfig(path);
+  ASSERT_TRUE(r.ok()) << r.error.ToString();
+  RouterOptions o;
+  o.listen = config::HostPort{"127.0.0.1", 0};
+  o.log = false;
+  o.config_path = path;
+  router_ = std::make_unique<Router>(std::move(*r.config), o);
+  ASSERT_TRUE(router_->Start().ok());
+  WaitFresh(3);
+  EXPECT_EQ(Metric("kvroute_k8s_endpoints"), 3);
+  const std::string p0 = "vllm-0:" + std::to_string(fleet_->port(0));
+  EXPECT_EQ(Spread(3).count(p0), 1u);  // round-robin over the pod's three ports
+
+  Stream open = Open();
+  ASSERT_EQ(open.endpoint.rfind("vllm-0:", 0), 0u) << open.endpoint;
+  api.Delete(pods, "vllm-0");
+  ASSERT_TRUE(WaitFor([&] { return Metric("kvroute_k8s_endpoints") == 0; }));
+  auto gone = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", CompletionBody("x", 1));
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->status, 503) << gone->body;
+  auto ready = Fetch("127.0.0.1", router_->port(), "GET", "/readyz");
+  ASSERT_TRUE(ready.has_value());
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_TRUE(Finish(open));  // the stream from before the delete runs to [DONE]
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_inflight") == 0; }));
+
+  api.Put(pods, k8s::testing::FakeApiServer::PodJson("vllm-1", "127.0.0.1", true, app));
+  WaitFresh(3);
+  EXPECT_EQ(Spread(3).count("vllm-1:" + std::to_string(fleet_->port(0))), 1u);
 }
 
 }  // namespace
