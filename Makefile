@@ -37,12 +37,14 @@ test-asan: deps
 
 TSAN_BUILD ?= build-tsan
 # The routing core's concurrency tests (picks, scrapes, /metrics and reloads on several
-# threads at once) under ThreadSanitizer.
+# threads at once) and Kubernetes discovery (its io thread, the pool's lock, deliveries
+# and Stop against the API stand-in) under ThreadSanitizer.
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVROUTE_BENCHMARKS=OFF \
 	  -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
-	cmake --build $(TSAN_BUILD) -j $(JOBS) --target routing_tests
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target routing_tests pool_tests
 	TSAN_OPTIONS=halt_on_error=1 ./$(TSAN_BUILD)/tests/routing_tests
+	TSAN_OPTIONS=halt_on_error=1 ./$(TSAN_BUILD)/tests/pool_tests --gtest_filter='Kubernetes*'
 
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60

@@ -22,6 +22,44 @@ std::string HostPort::ToString() const {
   return s + ":" + std::to_string(port);
 }
 
+namespace {
+
+// RFC 1123 subdomain (dots allowed) of at most `max` characters.
+bool IsDnsName(const std::string& s, size_t max) {
+  if (s.empty() || s.size() > max) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+  }
+  return s.front() != '-' && s.front() != '.' && s.back() != '-' && s.back() != '.';
+}
+
+std::string CheckPoolName(const std::string& name) {
+  if (IsDnsName(name, 253)) return "";
+  return "'" + name + "' is not a Kubernetes object name (lower-case letters, digits, '-' and '.')";
+}
+
+std::string CheckNamespace(const std::string& ns) {
+  if (IsDnsName(ns, 63) && ns.find('.') == std::string::npos) return "";
+  return "'" + ns + "' is not a Kubernetes namespace name";
+}
+
+std::string CheckPoolGroup(const std::string& group) {
+  if (group == kPoolGroupV1 || group == kPoolGroupV1Alpha2) return "";
+  return "unknown InferencePool group '" + group + "' (use " + std::string(kPoolGroupV1) + " or " +
+         std::string(kPoolGroupV1Alpha2) + ")";
+}
+
+}  // namespace
+
+std::string CheckKubernetesDiscovery(const KubernetesDiscoveryConfig& k) {
+  if (std::string e = CheckPoolName(k.inference_pool); !e.empty()) return "inference_pool: " + e;
+  if (!k.namespace_name.empty()) {
+    if (std::string e = CheckNamespace(k.namespace_name); !e.empty()) return "namespace: " + e;
+  }
+  if (std::string e = CheckPoolGroup(k.group); !e.empty()) return "group: " + e;
+  return "";
+}
+
 std::optional<HostPort> ParseHostPort(std::string_view s, std::string* error) {
   auto fail = [&](std::string msg) -> std::optional<HostPort> {
     if (error != nullptr) *error = std::move(msg);
@@ -159,24 +197,13 @@ class Loader {
                     [&](const std::string& key, const ConfigNode& v) {
                       if (key == "inference_pool") {
                         k.inference_pool = v.String();
-                        if (!IsDnsLabel(k.inference_pool, 253)) {
-                          v.Fail("'" + k.inference_pool +
-                                 "' is not a Kubernetes object name (lower-case letters, "
-                                 "digits, '-' and '.')");
-                        }
+                        if (std::string e = CheckPoolName(k.inference_pool); !e.empty()) v.Fail(e);
                       } else if (key == "namespace") {
                         k.namespace_name = v.String();
-                        if (!IsDnsLabel(k.namespace_name, 63) ||
-                            k.namespace_name.find('.') != std::string::npos) {
-                          v.Fail("'" + k.namespace_name + "' is not a Kubernetes namespace name");
-                        }
+                        if (std::string e = CheckNamespace(k.namespace_name); !e.empty()) v.Fail(e);
                       } else if (key == "group") {
                         k.group = v.String();
-                        if (k.group != kPoolGroupV1 && k.group != kPoolGroupV1Alpha2) {
-                          v.Fail("unknown InferencePool group '" + k.group + "' (use " +
-                                 std::string(kPoolGroupV1) + " or " + std::string(kPoolGroupV1Alpha2) +
-                                 ")");
-                        }
+                        if (std::string e = CheckPoolGroup(k.group); !e.empty()) v.Fail(e);
                       } else if (key == "kubeconfig") {
                         k.kubeconfig = v.String();
                         if (k.kubeconfig.empty()) v.Fail("must not be empty (omit it for in-cluster)");
@@ -189,15 +216,6 @@ class Loader {
                     });
       if (!k.enabled()) kn.Fail("inference_pool is required");
     });
-  }
-
-  // RFC 1123 subdomain (dots allowed) of at most `max` characters.
-  static bool IsDnsLabel(const std::string& s, size_t max) {
-    if (s.empty() || s.size() > max) return false;
-    for (char c : s) {
-      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
-    }
-    return s.front() != '-' && s.front() != '.' && s.back() != '-' && s.back() != '.';
   }
 
   void LoadPool(const ConfigNode& node, PoolConfig& pool) {

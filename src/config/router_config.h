@@ -140,6 +140,11 @@ struct KubernetesDiscoveryConfig {
   bool operator==(const KubernetesDiscoveryConfig&) const = default;
 };
 
+// "" when the pool name, namespace and group are valid Kubernetes values, else what is
+// wrong, naming the field ("inference_pool: 'Bad_Name' is not a Kubernetes object name
+// ..."). The config loader and `kvroute epp`'s flags share it.
+std::string CheckKubernetesDiscovery(const KubernetesDiscoveryConfig& k);
+
 struct PoolConfig {
   std::vector<EndpointConfig> endpoints;
   KubernetesDiscoveryConfig kubernetes;  // pool.discovery.kubernetes

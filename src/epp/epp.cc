@@ -104,7 +104,12 @@ std::string ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags,
     k.kubeconfig_path = flags.kubeconfig_path.empty() ? flags.kubeconfig : flags.kubeconfig_path;
   }
   if (!flags.context.empty()) k.context = flags.context;
-  return "";
+  std::string e = config::CheckKubernetesDiscovery(k);
+  for (auto [field, flag] : {std::pair{"inference_pool: ", "--pool-name: "}, std::pair{"namespace: ", "--pool-namespace: "},
+                             std::pair{"group: ", "--pool-group: "}}) {
+    if (e.rfind(field, 0) == 0) return flag + e.substr(std::string_view(field).size());
+  }
+  return e;
 }
 
 struct Epp::Impl {

@@ -68,10 +68,7 @@ Status LoadClusterAccess(const config::KubernetesDiscoveryConfig& k, k8s::Cluste
       k.kubeconfig_path.empty() ? k8s::LoadInCluster() : k8s::LoadKubeconfig(k.kubeconfig_path, k.context);
   if (!loaded.ok()) {
     std::string why = loaded.error.ToString();
-    if (k.kubeconfig_path.empty()) {
-      why = "pool.discovery.kubernetes: no kubeconfig given and not in a cluster (" + why +
-            "); set kubeconfig (or --kubeconfig)";
-    }
+    if (k.kubeconfig_path.empty()) why = "pool.discovery.kubernetes without a kubeconfig: " + why;
     return Status::InvalidArgument(why);
   }
   access = std::move(*loaded.value);

@@ -633,6 +633,42 @@ TEST_F(EppKubernetesTest, InferenceObjectivesSetPriorities) {
   EXPECT_TRUE(WaitFor([&] { return priority("batch") == 0; }, 10000ms));
 }
 
+TEST(EppKubernetesFlags, FlagsWinOverTheFileAndAreChecked) {
+  config::ConfigResult r = config::ParseRouterConfig(
+      "pool:\n  discovery:\n    kubernetes: {inference_pool: a, namespace: x, group: inference.networking.x-k8s.io}\n",
+      "t.yaml");
+  ASSERT_TRUE(r.ok()) << r.error.ToString();
+  config::KubernetesDiscoveryConfig flags;
+  flags.group.clear();  // as epp_main: only a given flag overrides
+  flags.inference_pool = "b";
+  config::RouterConfig c = *r.config;
+  EXPECT_EQ(ApplyKubernetesFlags(flags, c), "");
+  EXPECT_EQ(c.pool.kubernetes.inference_pool, "b");
+  EXPECT_EQ(c.pool.kubernetes.namespace_name, "");  // another pool: not the file's namespace
+  EXPECT_EQ(c.pool.kubernetes.group, "inference.networking.x-k8s.io");
+  flags.namespace_name = "ns";
+  flags.kubeconfig = flags.kubeconfig_path = "/k";
+  c = *r.config;
+  EXPECT_EQ(ApplyKubernetesFlags(flags, c), "");
+  EXPECT_EQ(c.pool.kubernetes.namespace_name, "ns");
+  EXPECT_EQ(c.pool.kubernetes.kubeconfig_path, "/k");
+
+  flags.inference_pool = "Bad_Name";
+  c = *r.config;
+  EXPECT_EQ(ApplyKubernetesFlags(flags, c),
+            "--pool-name: 'Bad_Name' is not a Kubernetes object name (lower-case letters, digits, '-' and '.')");
+  flags.inference_pool = "p";
+  flags.namespace_name = "a.b";
+  c = *r.config;
+  EXPECT_EQ(ApplyKubernetesFlags(flags, c), "--pool-namespace: 'a.b' is not a Kubernetes namespace name");
+
+  config::ConfigResult with_endpoints = config::ParseRouterConfig("pool:\n  endpoints: [127.0.0.1:1]\n", "t.yaml");
+  ASSERT_TRUE(with_endpoints.ok());
+  flags.namespace_name = "ns";
+  EXPECT_EQ(ApplyKubernetesFlags(flags, *with_endpoints.config),
+            "--pool-name replaces the configuration's pool.endpoints; remove them (or the flag)");
+}
+
 TEST(EppConfigNotes, ProxyOnlyKeysAreNamed) {
   config::ConfigResult r = config::ParseRouterConfig(
       "listen: 0.0.0.0:1\ntimeouts: {idle: 5s, connect: 1s}\nretries: {max_attempts: 3}\n", "t.yaml");
