@@ -8,8 +8,8 @@
 //   - the scheduler picks a replica at once (Pick, then OnDispatched); the request
 //     reaches the replica network_delay_s later and is queued in its engine;
 //   - each replica runs engine steps back to back while it has work; a step's tokens
-//     reach the client (and the router: OnFirstToken, OnFinished) network_delay_s after
-//     the step ends;
+//     reach the client (and the router: OnFirstToken, OnTokens, OnFinished)
+//     network_delay_s after the step ends;
 //   - every scrape_interval_s the router scrapes every replica: EndpointState kv_usage,
 //     waiting and running change only then (the scheduler sees stale figures between
 //     scrapes, as in life), followed by OnMetricsUpdated.

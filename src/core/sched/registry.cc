@@ -140,6 +140,9 @@ const PluginDef* FindDef(std::string_view type) {
 constexpr std::string_view kPolicies[] = {"round-robin",        "random",      "least-request",
                                           "gie-default",        "sglang-cache-aware",
                                           "dynamo-cost",        "kvroute"};
+// Accepted by name but not in PolicyNames() (so default comparisons do not run them):
+// peer variants with a non-default option of the peer turned on.
+constexpr std::string_view kVariantPolicies[] = {"dynamo-cost-output-blocks"};
 
 std::string PluginField(size_t i, std::string_view rest = {}) {
   std::string f = "plugins[" + std::to_string(i) + "]";
@@ -192,6 +195,7 @@ std::optional<SpecError> Walk(const SchedulingSpec& spec, ProfileScheduler::Part
   if (!spec.policy.empty()) {
     bool known = false;
     for (std::string_view p : kPolicies) known |= (p == spec.policy);
+    for (std::string_view p : kVariantPolicies) known |= (p == spec.policy);
     if (!known) {
       std::string all;
       for (std::string_view p : kPolicies) all += (all.empty() ? "" : ", ") + std::string(p);
@@ -392,8 +396,10 @@ BuildResult BuildScheduler(const SchedulingSpec& spec, const SchedulerOptions& o
                                                               options);
     return r;
   }
-  if (policy == "dynamo-cost") {
-    r.scheduler = std::make_unique<DynamoCostScheduler>(DynamoCostScheduler::Config{}, options);
+  if (policy == "dynamo-cost" || policy == "dynamo-cost-output-blocks") {
+    DynamoCostScheduler::Config config;
+    config.track_output_blocks = policy == "dynamo-cost-output-blocks";
+    r.scheduler = std::make_unique<DynamoCostScheduler>(config, options);
     return r;
   }
   const SchedulingSpec* effective = &spec;

@@ -6,6 +6,7 @@
 //   PickResult r = s.Pick(req, endpoints, now);          // ranked endpoint ids, a handle
 //   s.OnDispatched(r.handle, r.ranked[0], now);          // sent there (or to a fallback)
 //   s.OnFirstToken(r.handle, now);                        // first byte/token came back
+//   s.OnTokens(r.handle, generated, now);                 // optional, as tokens stream
 //   s.OnFinished(r.handle, now);                          // done, failed or cancelled
 // and, independently, s.OnMetricsUpdated(id, scraped_at) after each scrape of endpoint id
 // (after updating that endpoint's EndpointState).
@@ -110,6 +111,11 @@ class Scheduler {
   virtual void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) = 0;
   // The endpoint started answering (first token): the request is no longer queued there.
   virtual void OnFirstToken(RequestHandle handle, double now_s) = 0;
+  // The request has produced `generated_tokens` output tokens so far (cumulative, as the
+  // response stream shows them; call it as tokens arrive, e.g. once per engine step or
+  // streamed chunk, after OnFirstToken). Optional: only policies that follow generation
+  // (dynamo-cost-output-blocks) use it; the default ignores it. Allocates nothing.
+  virtual void OnTokens(RequestHandle handle, int64_t generated_tokens, double now_s) {}
   // The request ended (any outcome). Releases its accounting and the handle.
   virtual void OnFinished(RequestHandle handle, double now_s) = 0;
   // Endpoint `endpoint_id`'s EndpointState now holds metrics taken at `scraped_at_s`:

@@ -62,9 +62,11 @@ class CharRadixTree {
 class SglangCacheAwareScheduler : public SchedulerBase {
  public:
   struct Config {
-    double cache_threshold = 0.5;        // route to the best match above this match ratio
-    double balance_abs_threshold = 32;   // imbalance: max - min load above this ...
-    double balance_rel_threshold = 1.1;  // ... and max above min times this
+    // Defaults: the router launcher's (sgl-router/py_src/sglang_router/router_args.py,
+    // docs/POLICIES.md), which is what a deployed router runs with.
+    double cache_threshold = 0.3;        // route to the best match above this match ratio
+    double balance_abs_threshold = 64;   // imbalance: max - min load above this ...
+    double balance_rel_threshold = 1.5;  // ... and max above min times this
     size_t max_tree_size = size_t{1} << 26;  // characters per worker before eviction
     // Eviction runs once a worker exceeds max_tree_size and brings it down to this
     // fraction of it (amortises the tree walk eviction needs).

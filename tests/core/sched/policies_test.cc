@@ -5,7 +5,6 @@
 #include <set>
 #include <string>
 
-#include "core/sched/dynamo_cost.h"
 #include "core/sched/sglang_cache_aware.h"
 #include "sched_test_util.h"
 
@@ -267,16 +266,20 @@ TEST(SglangCacheAware, BestMatchAboveThresholdElseSmallestTree) {
   PickResult r = s->Pick(Req(text), eps, 0.0);
   const uint32_t first = r.ranked[0];
   s->OnDispatched(r.handle, first, 0.0);
-  // Same text: full match (1.0 > 0.5) on `first`, even though it now has a request.
+  // Same text: full match (1.0 > 0.3) on `first`, even though it now has a request.
   r = s->Pick(Req(text + "bbbb"), eps, 0.1);
   EXPECT_EQ(r.ranked[0], first);
   s->OnDispatched(r.handle, first, 0.1);
-  // 40% shared: below the threshold, so the smallest tree: not `first` (the others hold
+  // 25% shared: below the threshold, so the smallest tree: not `first` (the others hold
   // nothing, the least loaded of them).
-  const std::string partial = std::string(400, 'a') + std::string(600, 'c');
+  const std::string partial = std::string(250, 'a') + std::string(750, 'c');
   r = s->Pick(Req(partial), eps, 0.2);
   EXPECT_NE(r.ranked[0], first);
-  EXPECT_DOUBLE_EQ(r.Score(0, first), 0.4);
+  EXPECT_DOUBLE_EQ(r.Score(0, first), 0.25);
+  // 40% shared: above 0.3, so `first` again.
+  const std::string more = std::string(400, 'a') + std::string(600, 'd');
+  r = s->Pick(Req(more), eps, 0.3);
+  EXPECT_EQ(r.ranked[0], first);
 }
 
 // Puts `n` requests in flight on `eps[id]` alone (the text goes to its tree).
@@ -291,66 +294,33 @@ void Load(Scheduler& s, std::vector<EndpointState>& eps, uint32_t id, int n,
 
 TEST(SglangCacheAware, BalanceOverridesCacheAboveAbsoluteThreshold) {
   const std::string text(500, 'q');
-  for (int load : {32, 33}) {
+  for (int load : {64, 65}) {
     auto s = MustBuildPolicy("sglang-cache-aware");
     auto eps = MakeEndpoints(2);
     Load(*s, eps, 0, load, text);  // endpoint 0 holds the text and `load` requests
     PickResult r = s->Pick(Req(text), eps, 1.0);
     EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0);
-    // 32 - 0 is not > 32: the cache wins. 33 - 0 > 32 and 33 > 1.1 * 0: balance wins.
-    EXPECT_EQ(r.ranked[0], load == 32 ? 0u : 1u) << "load " << load;
+    // 64 - 0 is not > 64: the cache wins. 65 - 0 > 64 and 65 > 1.5 * 0: balance wins.
+    EXPECT_EQ(r.ranked[0], load == 64 ? 0u : 1u) << "load " << load;
   }
 }
 
 TEST(SglangCacheAware, BalanceNeedsTheRelativeThresholdToo) {
   const std::string text(500, 'z');
   const std::string other(500, 'y');
-  for (int load1 : {365, 360}) {
+  for (int load1 : {300, 260}) {
     auto s = MustBuildPolicy("sglang-cache-aware");
     auto eps = MakeEndpoints(2);
     Load(*s, eps, 0, 400, text);
     Load(*s, eps, 1, load1, other);
     PickResult r = s->Pick(Req(text), eps, 1.0);
-    // 400 vs 365: 35 > 32 but 400 <= 1.1 * 365 = 401.5, so balanced: the cache wins.
-    // 400 vs 360: 40 > 32 and 400 > 396: imbalanced, the least loaded wins.
-    EXPECT_EQ(r.ranked[0], load1 == 365 ? 0u : 1u) << "load1 " << load1;
+    // 400 vs 300: 100 > 64 but 400 <= 1.5 * 300 = 450, so balanced: the cache wins.
+    // 400 vs 260: 140 > 64 and 400 > 390: imbalanced, the least loaded wins.
+    EXPECT_EQ(r.ranked[0], load1 == 300 ? 0u : 1u) << "load1 " << load1;
   }
 }
 
-// ---- dynamo-cost ----
-
-TEST(DynamoCost, CostArithmetic) {
-  auto s = MustBuildPolicy("dynamo-cost");
-  auto eps = MakeEndpoints(2);
-  const std::string prompt(640, 'p');  // 160 tokens = 10 blocks of 16 (64 characters each)
-  SchedRequest a = Req(prompt);
-  a.max_tokens = 96;
-  PickResult r = s->Pick(a, eps, 0.0);
-  // Nothing cached, nothing active: both cost 10.
-  EXPECT_DOUBLE_EQ(r.Score(0, 0), 10.0);
-  EXPECT_DOUBLE_EQ(r.Score(0, 1), 10.0);
-  s->OnDispatched(r.handle, 0, 0.0);  // active there: ceil((160 + 96) / 16) = 16 blocks
-  EXPECT_DOUBLE_EQ(s->inflight().ActiveBlocks(0), 16.0);
-
-  r = s->Pick(a, eps, 1.0);
-  EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0 * 0 + 16);  // all 10 blocks cached, 16 active
-  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0 * 10 + 0);
-  EXPECT_DOUBLE_EQ(r.Score(1, 0), 1.0);            // overlap
-  EXPECT_DOUBLE_EQ(r.Score(1, 1), 0.0);
-  EXPECT_EQ(r.ranked[0], 1u);
-  s->OnFinished(r.handle, 1.0);
-
-  // Half the prompt shared: 5 blocks cached on 0.
-  const std::string half_text = std::string(320, 'p') + std::string(320, 'x');
-  SchedRequest half = Req(half_text);
-  r = s->Pick(half, eps, 2.0);
-  EXPECT_DOUBLE_EQ(r.Score(0, 0), 5 + 16);
-  EXPECT_DOUBLE_EQ(r.Score(0, 1), 10);
-
-  // After the 120 s TTL the predicted blocks are gone.
-  r = s->Pick(a, eps, 200.0);
-  EXPECT_DOUBLE_EQ(r.Score(0, 0), 10 + 16);
-}
+// dynamo-cost: dynamo_cost_test.cc.
 
 }  // namespace
 }  // namespace kvroute::sched
