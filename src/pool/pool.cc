@@ -180,23 +180,16 @@ void Pool::OnKubernetesEndpoints(const KubernetesDiscovery* from, std::vector<ro
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_ || from == nullptr || from != k8s_.get()) return;
-    std::set<std::string> before;
-    for (const auto& ep : core_.table()->by_id) {
-      if (ep) before.insert(ep->spec.address);
-    }
-    std::size_t added = 0;
-    for (const routing::EndpointSpec& e : eps) added += before.erase(e.address) == 0;
     const std::size_t n = eps.size();
-    Status st = core_.Configure(options_, eps, Now());
+    std::string change;
+    Status st = ReconfigureLocked(eps, change);
     if (!st.ok()) {
       line = "kubernetes: endpoint set rejected by the routing core, keeping the last one: " + st.message();
     } else {
       k8s_endpoints_ = std::move(eps);
-      RestartScraperLocked();
       const auto& opt = from->options();
       line = "kubernetes: InferencePool " + opt.namespace_name + "/" + opt.pool_name + ": " +
-             std::to_string(n) + " endpoints (" + std::to_string(added) + " added, " +
-             std::to_string(before.size()) + " removed)";
+             std::to_string(n) + " endpoints (" + change + ")";
     }
   }
   if (log_) log_(line);
@@ -205,6 +198,20 @@ void Pool::OnKubernetesEndpoints(const KubernetesDiscovery* from, std::vector<ro
 std::string Pool::DiscoveryStatus() const {
   std::lock_guard<std::mutex> lock(mu_);
   return k8s_ ? k8s_->status() : std::string();
+}
+
+Status Pool::ReconfigureLocked(const std::vector<routing::EndpointSpec>& eps, std::string& change) {
+  std::set<std::string> before;
+  for (const auto& ep : core_.table()->by_id) {
+    if (ep) before.insert(ep->spec.address);
+  }
+  std::size_t added = 0;
+  for (const routing::EndpointSpec& e : eps) added += before.erase(e.address) == 0;
+  Status st = core_.Configure(options_, eps, Now());
+  if (!st.ok()) return st;
+  RestartScraperLocked();
+  change = std::to_string(added) + " added, " + std::to_string(before.size()) + " removed";
+  return Status::Ok();
 }
 
 void Pool::RestartScraperLocked() {
@@ -240,23 +247,16 @@ void Pool::PollEndpointsFile(uint64_t generation) {
     if (stopped_ || generation != generation_ || !watch_) return;
     WatchDecision d = watch_->Poll(RealFileSystem());
     if (d.kind == WatchDecision::Kind::kApply) {
-      std::set<std::string> before;
-      for (const auto& ep : core_.table()->by_id) {
-        if (ep) before.insert(ep->spec.address);
-      }
       const std::size_t n = d.endpoints.size();
-      std::size_t added = 0;
-      for (const config::EndpointConfig& e : d.endpoints) added += before.erase(e.address) == 0;
-      Status st = core_.Configure(options_, EndpointSpecs(d.endpoints), Now());
+      std::string change;
+      Status st = ReconfigureLocked(EndpointSpecs(d.endpoints), change);
       if (st.ok()) {
         watch_->Applied();
-        RestartScraperLocked();
         discovery_.reloads.fetch_add(1, std::memory_order_relaxed);
         discovery_.endpoints = n;
         discovery_.valid = true;
-        line = "endpoints file " + watch_->path() + " applied: " + std::to_string(n) +
-               " endpoints (" + std::to_string(added) + " added, " +
-               std::to_string(before.size()) + " removed)";
+        line = "endpoints file " + watch_->path() + " applied: " + std::to_string(n) + " endpoints (" +
+               change + ")";
       } else {
         d = watch_->Rejected(watch_->path() + ": " + st.message());
       }

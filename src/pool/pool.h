@@ -100,6 +100,9 @@ class Pool {
 
   // Scrapes the core's current endpoint table with scrape_options_. Caller holds mu_.
   void RestartScraperLocked();
+  // Configure with options_ and restart the scraper; `change` = "N added, M removed".
+  // Caller holds mu_.
+  Status ReconfigureLocked(const std::vector<routing::EndpointSpec>& eps, std::string& change);
   // One poll of the endpoints file, from the PollTimer of generation `generation`.
   void PollEndpointsFile(uint64_t generation);
 
