@@ -3,6 +3,7 @@
 #include <map>
 
 #include "config/scenario_config.h"
+#include "core/sched/dynamo_cost.h"
 #include "simulate/simulator.h"
 
 namespace kvroute::simulate {
@@ -95,6 +96,45 @@ TEST(SimulateTest, KvrouteBeatsRoundRobinOnSharedPrefixes) {
   EXPECT_LE(rr.report.request_cached_fraction, oracle + 1e-12);
   EXPECT_GE(kv.report.output_tokens_per_s, rr.report.output_tokens_per_s * 0.99);
   EXPECT_LT(kv.report.ttft_s.p50, rr.report.ttft_s.p50);
+}
+
+// The simulator tells the scheduler each request's output as it grows: one OnTokens per
+// generated token (one per engine step), cumulative, before the request finishes.
+struct TokenCounter : sched::DynamoCostScheduler {
+  using DynamoCostScheduler::DynamoCostScheduler;
+  void OnTokens(sched::RequestHandle h, int64_t generated, double now_s) override {
+    int64_t& last = last_[h];
+    EXPECT_EQ(generated, last + 1) << "handle " << h;
+    last = generated;
+    ++calls;
+    DynamoCostScheduler::OnTokens(h, generated, now_s);
+  }
+  void OnFinished(sched::RequestHandle h, double now_s) override {
+    auto it = last_.find(h);
+    if (it != last_.end()) {
+      finished_tokens += it->second;
+      last_.erase(it);
+    }
+    DynamoCostScheduler::OnFinished(h, now_s);
+  }
+  std::map<sched::RequestHandle, int64_t> last_;
+  int64_t calls = 0;
+  int64_t finished_tokens = 0;
+};
+
+TEST(SimulateTest, ReportsGeneratedTokensToTheScheduler) {
+  Scenario s = MustParse(kSharedPrefix);
+  sched::DynamoCostScheduler::Config config;
+  config.track_output_blocks = true;
+  TokenCounter counter(config, SimulationSchedulerOptions(s));
+  SimulationResult r = RunSimulationWith(s, counter, "dynamo-cost-output-blocks", -1);
+  ASSERT_EQ(r.report.succeeded, 300);
+  int64_t out = 0;
+  for (const auto& rec : r.records) out += rec.output_tokens;
+  EXPECT_EQ(counter.calls, out);
+  EXPECT_EQ(counter.finished_tokens, out);
+  EXPECT_TRUE(counter.last_.empty());
+  for (uint32_t id = 0; id < 4; ++id) EXPECT_EQ(counter.ActiveBlocks(id), 0);
 }
 
 TEST(SimulateTest, FollowUpTurnsWaitForThePreviousTurnAndThinkTime) {

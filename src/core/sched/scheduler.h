@@ -113,8 +113,9 @@ class Scheduler {
   virtual void OnFirstToken(RequestHandle handle, double now_s) = 0;
   // The request has produced `generated_tokens` output tokens so far (cumulative, as the
   // response stream shows them; call it as tokens arrive, e.g. once per engine step or
-  // streamed chunk, after OnFirstToken). Optional: only policies that follow generation
-  // (dynamo-cost-output-blocks) use it; the default ignores it. Allocates nothing.
+  // streamed chunk; the first may come just before or after OnFirstToken). Optional: only
+  // policies that follow generation (dynamo-cost-output-blocks) use it; the default
+  // ignores it. Allocates nothing.
   virtual void OnTokens(RequestHandle handle, int64_t generated_tokens, double now_s) {}
   // The request ended (any outcome). Releases its accounting and the handle.
   virtual void OnFinished(RequestHandle handle, double now_s) = 0;
