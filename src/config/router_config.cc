@@ -1,7 +1,9 @@
 #include "config/router_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <map>
 #include <cmath>
 #include <filesystem>
 #include <tuple>
@@ -110,6 +112,14 @@ std::string Join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
 }
 
+// An RFC 9110 token: what a header field name may be.
+bool IsHeaderName(std::string_view s) {
+  static constexpr std::string_view kSpecials = "!#$%&'*+-.^_`|~";
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || kSpecials.find(c) != std::string_view::npos;
+  });
+}
+
 // Walks the document; every check fails through ConfigNode, which ends the load.
 class Loader {
  public:
@@ -122,7 +132,7 @@ class Loader {
     nested.path = "scheduling";
     root.ForEachKey(
         {"listen", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
-         "outlier_detection", "allow_routing_headers", "epp", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
+         "outlier_detection", "allow_routing_headers", "epp", "flow", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
         [&](const std::string& key, const ConfigNode& v) {
           if (key == "listen") {
             cfg.listen = v.String();
@@ -148,6 +158,8 @@ class Loader {
             cfg.allow_routing_headers = v.Bool();
           } else if (key == "epp") {
             LoadEpp(v, cfg.epp);
+          } else if (key == "flow") {
+            LoadFlow(v, cfg.flow);
           } else {
             if (top.line == 0) top.line = v.key_line();
             SchedKey(top, key, v);
@@ -385,6 +397,59 @@ class Loader {
                      }
                    }
                  });
+  }
+
+  void LoadFlow(const ConfigNode& v, FlowConfig& f) {
+    flow::FlowOptions& o = f.options;
+    std::map<std::string, int, std::less<>> lines;  // key -> line, to place Validate's verdict
+    v.ForEachKey({"enabled", "max_requests", "max_bytes", "ttl", "no_endpoint_ttl", "fairness",
+                  "ordering", "flow_header", "affinity_window", "max_affinity_skips"},
+                 [&](const std::string& key, const ConfigNode& fv) {
+                   lines[key] = fv.line();
+                   if (key == "enabled") {
+                     f.enabled = fv.Bool();
+                   } else if (key == "max_requests") {
+                     o.max_requests = static_cast<uint64_t>(fv.Int(1, int64_t{1} << 40));
+                   } else if (key == "max_bytes") {
+                     o.max_bytes = fv.ByteSize();
+                   } else if (key == "ttl") {
+                     o.default_ttl_s = fv.Duration();
+                   } else if (key == "no_endpoint_ttl") {
+                     o.no_endpoint_ttl_s = fv.Duration();
+                   } else if (key == "fairness") {
+                     o.fairness = fv.Enum<flow::Fairness>(
+                         "fairness", {{"round_robin", flow::Fairness::kRoundRobin},
+                                      {"global", flow::Fairness::kGlobal}});
+                   } else if (key == "ordering") {
+                     o.ordering = fv.Enum<flow::Ordering>(
+                         "ordering", {{"fcfs", flow::Ordering::kFcfs},
+                                      {"earliest_deadline", flow::Ordering::kEarliestDeadline}});
+                   } else if (key == "flow_header") {
+                     f.flow_header = fv.String();
+                     if (f.flow_header.empty() || !IsHeaderName(f.flow_header)) {
+                       fv.Fail("must be an HTTP header name (got '" + f.flow_header + "')");
+                     }
+                   } else if (key == "affinity_window") {
+                     o.affinity_window = static_cast<uint32_t>(fv.Int(1, flow::kMaxAffinityWindow));
+                   } else {
+                     o.max_affinity_skips = static_cast<uint32_t>(fv.Int(0, 1000000));
+                   }
+                 });
+    // The queue's own check, its field names mapped back to the file's keys and lines.
+    Status st = flow::Validate(o);
+    if (st.ok()) return;
+    static constexpr std::pair<std::string_view, std::string_view> kKeys[] = {
+        {"max_requests", "max_requests"}, {"max_bytes", "max_bytes"},
+        {"default_ttl_s", "ttl"},         {"no_endpoint_ttl_s", "no_endpoint_ttl"},
+        {"affinity_window", "affinity_window"}};
+    const std::string& message = st.message();
+    for (const auto& [option, key] : kKeys) {
+      if (message.rfind(std::string(option) + " ", 0) != 0) continue;
+      auto it = lines.find(key);
+      v.FailAt(it != lines.end() ? it->second : v.line(), Join(v.field(), key),
+               message.substr(option.size() + 1));
+    }
+    v.Fail(message);
   }
 
   void SchedKey(Sched& s, const std::string& key, const ConfigNode& v) {

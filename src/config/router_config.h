@@ -74,7 +74,8 @@
 //     max_ejection: 300s
 //     max_ejection_percent: 50    # panic threshold: never more of the pool (at least 1)
 //   allow_routing_headers: false  # honour client-supplied routing headers
-//   epp:                          # `kvroute epp` only (the ext_proc endpoint picker)
+//   epp:                          # `kvroute epp` (the ext_proc endpoint picker); serve
+//                                 #   reads objectives for flow control
 //     body_mode: full_duplex_streamed  # full_duplex_streamed | streamed | buffered: the
 //                                 #   request body mode assumed when Envoy sends no
 //                                 #   protocol_config
@@ -83,6 +84,26 @@
 //     stream_timeout: 60s         # an ext_proc stream open longer is ended (never hangs)
 //     objectives: {batch: -1}     # InferenceObjective name -> priority (default 0);
 //                                 #   below 0 is sheddable: 429 when the pool is saturated
+//   flow:                         # flow control (`kvroute serve`; core/flow/flow_queue.h):
+//                                 #   requests wait at the router while the pool is
+//                                 #   saturated, bound to an endpoint when capacity frees
+//     enabled: false              # off: every request is dispatched at arrival
+//     max_requests: 5000          # waiting requests per priority band; over it -> 429
+//     max_bytes: 1GiB             # waiting request bodies per band; over it -> 429
+//     ttl: 30s                    # longest wait; then 429 with Retry-After
+//     no_endpoint_ttl: 5s         # the same for a request that arrived with no endpoint
+//                                 #   ready; then 503
+//     fairness: round_robin       # round_robin | global: across flows inside a band
+//     ordering: fcfs              # fcfs | earliest_deadline: inside a flow
+//     flow_header: x-tenant-id    # the header naming a request's flow; default: the
+//                                 #   objective header (x-gateway-inference-objective or
+//                                 #   x-llm-d-inference-objective)
+//     affinity_window: 16         # late binding: waiting requests a freed endpoint's
+//                                 #   prefix is compared against (1..64)
+//     max_affinity_skips: 8       # passed over this often for affinity: goes first
+//   A request's priority (its band; higher goes first) is its objective's in
+//   epp.objectives (unknown: 0), else minus the body's vLLM `priority` field; below 0 it
+//   is sheddable: 429 at once while the pool is saturated.
 //
 // Scheduling is checked with sched::ValidateSchedulingSpec (plugin types, parameters,
 // references), its errors mapped back to the file's lines and key names.
@@ -96,6 +117,7 @@
 #include <vector>
 
 #include "config/yaml_reader.h"
+#include "core/flow/flow_queue.h"
 #include "core/sched/profile_spec.h"
 #include "metrics/engine_metrics.h"
 
@@ -190,13 +212,23 @@ struct OutlierConfig {
   double max_ejection_percent = 50.0;
 };
 
-// `kvroute epp`'s own settings (the `epp:` section); `kvroute serve` ignores them.
+// `kvroute epp`'s own settings (the `epp:` section); `kvroute serve` reads only
+// `objectives`, for flow control's priority bands.
 enum class EppBodyMode { kFullDuplexStreamed, kStreamed, kBuffered };
 struct EppConfig {
   EppBodyMode body_mode = EppBodyMode::kFullDuplexStreamed;
   int fallbacks = 2;  // 0..7
   double stream_timeout_s = 60.0;
   std::map<std::string, int64_t, std::less<>> objectives;  // name -> priority
+};
+
+// Flow control (the `flow:` section), off unless enabled. `options` passed flow::Validate.
+struct FlowConfig {
+  bool enabled = false;
+  flow::FlowOptions options;
+  // The header whose value names a request's flow (compared case-sensitively, hashed);
+  // empty: the objective header.
+  std::string flow_header;
 };
 
 struct RouterConfig {
@@ -211,6 +243,7 @@ struct RouterConfig {
   OutlierConfig outlier;
   bool allow_routing_headers = false;
   EppConfig epp;
+  FlowConfig flow;
 };
 
 // Either a config or an error (ConfigError: config/yaml_reader.h). Never throws.

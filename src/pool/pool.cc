@@ -234,6 +234,7 @@ void Pool::RestartScraperLocked() {
         r.sent_at_s = snap.ok ? snap.scraped_at_s : snap.attempted_at_s;
         if (snap.ok) r.metrics = snap.metrics;
         core->OnScrape(ids[index], r, Now());
+        if (scrape_listener_) scrape_listener_();
       });
   if (scraper_) scraper_->Stop();
   scraper_ = std::move(next);

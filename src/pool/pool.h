@@ -81,6 +81,9 @@ class Pool {
   std::shared_ptr<const Priorities> objectives() const { return objectives_.load(); }
   // Called (on the scrape io_context) after objectives() changed. Set before Apply.
   void set_objectives_listener(std::function<void()> f) { objectives_listener_ = std::move(f); }
+  // Called on the scrape io_context after each scrape result reached the core (flow
+  // control dispatches waiting requests then). Set before Apply.
+  void set_scrape_listener(std::function<void()> f) { scrape_listener_ = std::move(f); }
   // Options for the Kubernetes discovery Apply starts (tests shorten the backoff). Set
   // before Apply.
   void set_kubernetes_options(const KubernetesDiscoveryOptions& o) { k8s_base_options_ = o; }
@@ -122,6 +125,7 @@ class Pool {
   void OnKubernetesEndpoints(const KubernetesDiscovery* from, std::vector<routing::EndpointSpec> eps);
   Published<Priorities> objectives_{std::make_shared<const Priorities>()};
   std::function<void()> objectives_listener_;
+  std::function<void()> scrape_listener_;
 
   struct DiscoveryStats {
     std::atomic<bool> configured{false};

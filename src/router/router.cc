@@ -2,14 +2,19 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <functional>
+#include <limits>
 #include <thread>
+#include <unordered_map>
 
 #include "core/api/openai.h"
+#include "core/flow/flow_queue.h"
 #include "core/routing/routing_core.h"
 #include "http/client.h"
 #include "http/io_pool.h"
@@ -34,6 +39,14 @@ constexpr uint64_t kMaxBufferedResponse = 1u << 20;
 // A streamed response whose client reads slower than the upstream writes stops reading
 // the upstream once this much is queued for the client, and resumes when it drained.
 constexpr std::size_t kMaxClientBacklog = 1u << 20;
+// The InferenceObjective a request names (the Gateway API Inference Extension's header,
+// then llm-d's older one): its priority band and, unless flow.flow_header says otherwise,
+// its flow.
+constexpr std::string_view kObjectiveHeaders[] = {"x-gateway-inference-objective",
+                                                  "x-llm-d-inference-objective"};
+// What a client refused by flow control (shed, over a bound, past its TTL) is told to
+// wait before trying again, in seconds.
+constexpr std::string_view kRetryAfterS = "1";
 
 std::chrono::milliseconds Ms(double s) {
   return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(s * 1000))));
@@ -75,11 +88,94 @@ struct FrontSettings {
   std::chrono::milliseconds connect_timeout{0}, first_byte_timeout{0}, idle_timeout{0};
   std::size_t max_attempts = 2;
   bool allow_routing_headers = false;
+  // Flow control: objective name -> priority (epp.objectives; InferenceObjectives from
+  // Kubernetes win), and the header naming a request's flow (empty: the objective's).
+  std::map<std::string, int64_t, std::less<>> objectives;
+  std::string flow_header;
   // "x-kvroute-endpoint: <name>" per endpoint id of the table `version`, built once so a
   // response costs no allocation for it.
   uint64_t version = 0;
   std::vector<http::Fields> head_fields;
 };
+
+std::string_view HeaderValue(const http::Request& req, std::string_view name) {
+  auto it = req.find(boost::beast::string_view(name.data(), name.size()));
+  return it == req.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
+}
+
+// A request waiting in the flow queue: what its pick and dispatch need later.
+struct Waiting {
+  std::shared_ptr<http::Exchange> ex;
+  api::ParsedRequest parsed;  // the SchedRequest built at dispatch time views its strings
+  std::string hint;           // routing hint, when allowed
+};
+
+// The kvroute_flow_* families from the queue's counters.
+void AppendFlowMetrics(std::string& out, const flow::FlowStats& st) {
+  using metrics::AppendHeader;
+  using metrics::AppendSample;
+  using metrics::Label;
+  using metrics::MetricType;
+  std::vector<std::string> prios;
+  for (const flow::BandStats& b : st.bands) prios.push_back(std::to_string(b.priority));
+  auto per_band = [&](std::string_view name, std::string_view help, auto value) {
+    AppendHeader(out, name, help, MetricType::kGauge);
+    for (std::size_t i = 0; i < st.bands.size(); ++i) {
+      const Label l{"priority", prios[i]};
+      AppendSample(out, name, {&l, 1}, static_cast<double>(value(st.bands[i])));
+    }
+  };
+  per_band("kvroute_flow_waiting_requests", "Requests waiting in the flow queue, by priority band.",
+           [](const flow::BandStats& b) { return b.waiting_requests; });
+  per_band("kvroute_flow_waiting_bytes", "Request body bytes waiting in the flow queue, by priority band.",
+           [](const flow::BandStats& b) { return b.waiting_bytes; });
+  AppendHeader(out, "kvroute_flow_wait_seconds",
+               "Time dispatched requests waited in the flow queue (0 when dispatched at arrival), "
+               "by priority band.",
+               MetricType::kHistogram);
+  for (std::size_t i = 0; i < st.bands.size(); ++i) {
+    const Label l{"priority", prios[i]};
+    const flow::WaitHistogram& w = st.bands[i].wait;
+    metrics::AppendHistogramSeries(out, "kvroute_flow_wait_seconds", {&l, 1}, flow::kWaitBucketBoundsS,
+                                   w.counts, w.sum_s);
+  }
+  uint64_t at_once = 0, order = 0, affinity = 0, aged = 0, cancelled = 0;
+  std::array<uint64_t, flow::kNumExpireReasons> expired{};
+  for (const flow::BandStats& b : st.bands) {
+    at_once += b.dispatched_at_once;
+    affinity += b.dispatched_by_affinity;
+    aged += b.dispatched_aged;
+    order += b.dispatched - b.dispatched_by_affinity - b.dispatched_aged;
+    cancelled += b.cancelled;
+    for (std::size_t r = 0; r < expired.size(); ++r) expired[r] += b.expired[r];
+  }
+  AppendHeader(out, "kvroute_flow_dispatched_total",
+               "Requests flow control let through: at arrival (immediate) or from the queue, "
+               "first in order, by prefix affinity or aged past the affinity skips.",
+               MetricType::kCounter);
+  const std::pair<std::string_view, uint64_t> causes[] = {
+      {"immediate", at_once}, {"order", order}, {"affinity", affinity}, {"aged", aged}};
+  for (const auto& [cause, n] : causes) {
+    const Label l{"cause", cause};
+    AppendSample(out, "kvroute_flow_dispatched_total", {&l, 1}, static_cast<double>(n));
+  }
+  AppendHeader(out, "kvroute_flow_rejected_total",
+               "Requests refused at arrival by flow control (429), by reason.", MetricType::kCounter);
+  for (std::size_t r = 1; r < flow::kNumRejectReasons; ++r) {
+    const Label l{"reason", flow::RejectReasonName(static_cast<flow::RejectReason>(r))};
+    AppendSample(out, "kvroute_flow_rejected_total", {&l, 1}, static_cast<double>(st.rejected[r]));
+  }
+  AppendHeader(out, "kvroute_flow_expired_total",
+               "Requests that waited past their TTL (429) or no-endpoint TTL (503), by reason.",
+               MetricType::kCounter);
+  for (std::size_t r = 0; r < expired.size(); ++r) {
+    const Label l{"reason", flow::ExpireReasonName(static_cast<flow::ExpireReason>(r))};
+    AppendSample(out, "kvroute_flow_expired_total", {&l, 1}, static_cast<double>(expired[r]));
+  }
+  metrics::AppendCounter(out, "kvroute_flow_cancelled_total",
+                         "Requests whose client disconnected while they waited.", {},
+                         static_cast<double>(cancelled));
+}
 
 }  // namespace
 
@@ -113,6 +209,11 @@ struct Router::Impl {
     fs->idle_timeout = Ms(cfg.timeouts.idle_s);
     fs->max_attempts = static_cast<std::size_t>(std::max(1, cfg.retries.max_attempts));
     fs->allow_routing_headers = cfg.allow_routing_headers;
+    fs->objectives = cfg.epp.objectives;
+    fs->flow_header = cfg.flow.flow_header;
+    if (started_listen && cfg.flow.enabled != (flow_queue != nullptr)) {
+      Log("flow.enabled change needs a restart; ignored");
+    }
     auto table = core().table();
     fs->version = table->version;
     fs->head_fields.resize(table->by_id.size());
@@ -152,6 +253,12 @@ struct Router::Impl {
       clients.push_back(std::make_unique<http::UpstreamClient>(io->context(i)));
     }
     core_pool = std::make_unique<pool::Pool>(io->context(0), [this](std::string_view l) { Log(l); });
+    if (cfg.flow.enabled) {
+      flow_queue = std::make_unique<flow::FlowQueue>(cfg.flow.options);
+      flow_timer = std::make_unique<asio::steady_timer>(io->context(0));
+      // A fresh scrape may show capacity the estimates did not: waiting requests go then.
+      core_pool->set_scrape_listener([this] { PumpFlow(); });
+    }
     http::ServerOptions so;
     so.host = cfg.listen_addr.host;
     so.port = cfg.listen_addr.port;
@@ -216,6 +323,28 @@ struct Router::Impl {
   void Handle(std::shared_ptr<http::Exchange> ex);
   void Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint kind);
   void Models(std::shared_ptr<http::Exchange> ex);
+  void StartPicked(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
+                   routing::PickResult pick);
+
+  // ---- flow control (flow_queue set: flow.enabled at start) ----
+
+  // The request's priority band (InferenceObjective convention: higher goes first) and flow.
+  std::pair<int64_t, uint64_t> FlowKeys(const http::Request& req, const FrontSettings& fs,
+                                        const api::ParsedRequest& parsed);
+  // Admits a parsed request. True: it was answered (429) or queued; false: dispatch it now.
+  bool AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const FrontSettings& fs,
+                 api::ParsedRequest& parsed, std::string_view hint);
+  // Capacity may have freed (a request finished, a scrape arrived, the timer fired):
+  // expires what is due, then dispatches waiting requests while the pool is not
+  // saturated, each picked now. Thread: any; one pump runs at a time, a call during it
+  // makes it go round once more.
+  void PumpFlow();
+  // The waiting request `id`'s client went away. Thread: its connection's.
+  void CancelFlow(flow::RequestId id);
+  // Arms the one timer for `at` (Now() seconds) unless it is armed for earlier.
+  void ArmFlowTimer(double at);
+  void OnFlowTimer(double at);
+
   void Answer(const std::shared_ptr<http::Exchange>& ex, int code, std::string message) {
     ex->Respond(code, ErrorJson(code, std::move(message)));
     core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, code, Now());
@@ -227,6 +356,14 @@ struct Router::Impl {
     if (core_pool) core().AppendMetrics(out, Now());
     if (core_pool) core_pool->AppendMetrics(out);
     if (server) AppendServerMetrics(out, server->stats());
+    if (flow_queue) {
+      flow::FlowStats st;
+      {
+        std::lock_guard<std::mutex> lock(flow_mu);
+        st = flow_queue->stats();
+      }
+      AppendFlowMetrics(out, st);
+    }
     return out;
   }
   bool Ready() { return core_pool && core().Ready(Now()); }
@@ -241,6 +378,17 @@ struct Router::Impl {
   std::unique_ptr<http::Server> server;
   std::unique_ptr<asio::signal_set> signals;
   Published<FrontSettings> settings;
+  // Flow control; the queue and the waiting requests under flow_mu (requests arrive on
+  // every worker). Nothing does I/O or calls the core under it. Declared after io:
+  // destroyed first (the waiting requests pin their connections' sockets).
+  std::unique_ptr<flow::FlowQueue> flow_queue;        // null: flow control off
+  std::unique_ptr<asio::steady_timer> flow_timer;     // on worker 0
+  std::mutex flow_mu;
+  std::unordered_map<flow::RequestId, std::shared_ptr<Waiting>> flow_waiting;  // flow_mu
+  flow::RequestId flow_next_id = 1;                   // flow_mu
+  bool flow_pumping = false, flow_pump_again = false;  // flow_mu
+  double flow_timer_at = std::numeric_limits<double>::infinity();  // flow_mu; inf: not armed
+  std::atomic<std::size_t> flow_waiting_count{0};     // lock-free "anything waits?"
   bool stopped = false;
   std::mutex shutdown_mu;
   std::condition_variable shutdown_cv;
@@ -465,6 +613,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   void Finish(int code) {
     core().OnFinished(pick.handle, endpoint_id(), code, router->Now());
     pick.handle = sched::kNoHandle;
+    router->PumpFlow();  // its slot is free: a waiting request may go
   }
 };
 
@@ -542,22 +691,28 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
   pr.request = sched::FromParsed(*parsed.request);
   pr.dispatch_first = true;
   // Client routing hint (EPP style), honoured only when configured.
-  if (fs->allow_routing_headers) {
-    auto it = ex->request().find(boost::beast::string_view(kRoutingHeader.data(), kRoutingHeader.size()));
-    if (it != ex->request().end()) pr.hint = std::string_view(it->value().data(), it->value().size());
-  }
+  if (fs->allow_routing_headers) pr.hint = HeaderValue(ex->request(), kRoutingHeader);
+  if (flow_queue && AdmitFlow(ex, *fs, *parsed.request, pr.hint)) return;
+  routing::PickResult pick = core().Pick(pr, Now());
+  StartPicked(std::move(ex), std::move(fs), std::move(pick));
+}
 
-  auto pc = std::make_shared<ProxyCall>();
-  pc->pick = core().Pick(pr, Now());
-  if (!pc->pick.ok()) {
-    if (pc->pick.handle != sched::kNoHandle) {
-      core().OnFinished(pc->pick.handle, routing::RoutingCore::kNoEndpoint, 503, Now());
-    } else {
-      core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 503, Now());
-    }
-    ex->Respond(503, ErrorJson(503, "No usable endpoint: " + pc->pick.status.message() + "."));
+// Forwards a picked request (at arrival, or a waiting one at dispatch time) on its
+// connection's thread.
+void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
+                               std::shared_ptr<const FrontSettings> fs, routing::PickResult pick) {
+  if (!pick.ok()) {
+    core().OnFinished(pick.handle, routing::RoutingCore::kNoEndpoint, 503, Now());
+    ex->Respond(503, ErrorJson(503, "No usable endpoint: " + pick.status.message() + "."));
     return;
   }
+  if (ex->client_gone()) {  // left between a flow dispatch and this
+    core().OnFinished(pick.handle, pick.ranked[0], 499, Now());
+    PumpFlow();
+    return;
+  }
+  auto pc = std::make_shared<ProxyCall>();
+  pc->pick = std::move(pick);
   pc->router = this;
   pc->settings = std::move(fs);
   pc->client = clients[ex->worker()].get();
@@ -588,6 +743,220 @@ void Router::Impl::Models(std::shared_ptr<http::Exchange> ex) {
   ProxyCall* raw = pc.get();
   pc->ex->OnClientGone([raw] { raw->call.Cancel(); });
   pc->Dispatch();
+}
+
+// ---- flow control ----
+
+namespace {
+
+// The 429 flow control answers: an OpenAI-shaped RateLimitError with Retry-After.
+void RespondRateLimited(http::Exchange& ex, std::string message) {
+  ex.Respond(429, ErrorJson(429, std::move(message)), "application/json",
+             {{"retry-after", std::string(kRetryAfterS)}});
+}
+
+}  // namespace
+
+std::pair<int64_t, uint64_t> Router::Impl::FlowKeys(const http::Request& req, const FrontSettings& fs,
+                                                    const api::ParsedRequest& parsed) {
+  std::string_view objective;
+  for (std::string_view h : kObjectiveHeaders) {
+    if (!(objective = HeaderValue(req, h)).empty()) break;
+  }
+  // An objective's priority (unknown: 0) wins; else vLLM's `priority`, which orders the
+  // other way (lower is more important).
+  int64_t priority = -parsed.priority;
+  if (!objective.empty()) {
+    priority = 0;
+    std::shared_ptr<const pool::Priorities> cluster = core_pool->objectives();
+    if (auto it = cluster->find(objective); it != cluster->end()) {
+      priority = it->second;
+    } else if (auto jt = fs.objectives.find(objective); jt != fs.objectives.end()) {
+      priority = jt->second;
+    }
+  }
+  std::string_view flow_name = fs.flow_header.empty() ? objective : HeaderValue(req, fs.flow_header);
+  return {priority, flow_name.empty() ? 0 : std::hash<std::string_view>{}(flow_name)};
+}
+
+bool Router::Impl::AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const FrontSettings& fs,
+                             api::ParsedRequest& parsed, std::string_view hint) {
+  const double now = Now();
+  // The saturation detector's verdict, read before the lock (it may fold in scrapes).
+  const routing::RoutingCore::PoolLoad load = core().Load(now);
+  const flow::PoolState state = load.ready == 0          ? flow::PoolState::kEmpty
+                                : load.saturated_pool() ? flow::PoolState::kSaturated
+                                                        : flow::PoolState::kAvailable;
+  auto [priority, flow_id] = FlowKeys(ex->request(), fs, parsed);
+  flow::FlowRequest fr;
+  fr.priority = priority;
+  fr.flow_id = flow_id;
+  fr.bytes = ex->request().body().size();
+  flow::AdmitResult admitted;
+  double next_expiry = 0;
+  {
+    std::lock_guard<std::mutex> lock(flow_mu);
+    fr.id = flow_next_id++;
+    admitted = flow_queue->Admit(fr, now, state);
+    if (admitted.outcome == flow::AdmitOutcome::kQueued) {
+      auto w = std::make_shared<Waiting>();
+      w->ex = ex;
+      w->parsed = std::move(parsed);
+      w->hint.assign(hint);
+      flow_waiting.emplace(fr.id, std::move(w));
+      flow_waiting_count.store(flow_waiting.size(), std::memory_order_relaxed);
+      next_expiry = flow_queue->NextExpiry();
+    }
+  }
+  switch (admitted.outcome) {
+    case flow::AdmitOutcome::kDispatchNow:
+      return false;
+    case flow::AdmitOutcome::kRejected: {
+      std::string why = admitted.reason == flow::RejectReason::kSheddable
+                            ? "the pool is saturated and the request is sheddable (priority " +
+                                  std::to_string(priority) + ")"
+                            : "the flow queue is full (" +
+                                  std::string(flow::RejectReasonName(admitted.reason)) + ")";
+      RespondRateLimited(*ex, "Too many requests: " + why + ".");
+      core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 429, now);
+      return true;
+    }
+    case flow::AdmitOutcome::kQueued:
+      break;
+  }
+  // A client leaving while it waits is removed at once. Runs on this connection's thread,
+  // the one we are on, so it cannot run before it is set.
+  ex->OnClientGone([this, id = fr.id] { CancelFlow(id); });
+  ArmFlowTimer(next_expiry);
+  // Capacity may have freed between the verdict above and the queueing.
+  if (state == flow::PoolState::kAvailable) PumpFlow();
+  return true;
+}
+
+void Router::Impl::PumpFlow() {
+  if (!flow_queue || flow_waiting_count.load(std::memory_order_relaxed) == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(flow_mu);
+    if (flow_pumping) {
+      flow_pump_again = true;
+      return;
+    }
+    flow_pumping = true;
+  }
+  std::vector<flow::Expired> expired;
+  std::vector<std::pair<std::shared_ptr<Waiting>, flow::ExpireReason>> expired_waiting;
+  double next_expiry = 0;
+  for (bool done = false; !done;) {
+    const double now = Now();
+    const routing::RoutingCore::PoolLoad load = core().Load(now);
+    const bool capacity = load.ready > 0 && !load.saturated_pool();
+    std::shared_ptr<Waiting> next;
+    expired.clear();
+    expired_waiting.clear();
+    {
+      std::lock_guard<std::mutex> lock(flow_mu);
+      // Expire first, with the same time: nothing is dispatched past its TTL.
+      flow_queue->Expire(now, expired);
+      for (const flow::Expired& e : expired) {
+        auto it = flow_waiting.find(e.id);
+        if (it == flow_waiting.end()) continue;
+        expired_waiting.emplace_back(std::move(it->second), e.reason);
+        flow_waiting.erase(it);
+      }
+      // No prefix probe: the routing core does not expose its prefix index per endpoint,
+      // so the freed capacity takes the first request in order; the pick then still
+      // prefers the endpoint holding its prefix.
+      if (capacity) {
+        if (std::optional<flow::Dispatch> d = flow_queue->NextToDispatch(now)) {
+          auto it = flow_waiting.find(d->id);
+          if (it != flow_waiting.end()) {
+            next = std::move(it->second);
+            flow_waiting.erase(it);
+          }
+        }
+      }
+      flow_waiting_count.store(flow_waiting.size(), std::memory_order_relaxed);
+      if (!next && expired_waiting.empty()) {
+        if (flow_pump_again) {
+          flow_pump_again = false;
+        } else {
+          flow_pumping = false;
+          done = true;
+        }
+      }
+      next_expiry = flow_queue->NextExpiry();
+    }
+    for (auto& [w, reason] : expired_waiting) {
+      const bool no_endpoint = reason == flow::ExpireReason::kNoEndpointTtl;
+      const asio::any_io_executor executor = w->ex->executor();  // before w is moved
+      asio::post(executor, [this, w = std::move(w), no_endpoint] {
+        if (no_endpoint) {
+          w->ex->Respond(503, ErrorJson(503, "No usable endpoint: none became ready while the "
+                                             "request waited (flow.no_endpoint_ttl)."));
+        } else {
+          RespondRateLimited(*w->ex, "Too many requests: the pool stayed saturated for the "
+                                     "request's whole wait (flow.ttl).");
+        }
+        core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint,
+                          no_endpoint ? 503 : 429, Now());
+      });
+    }
+    if (next) {
+      // Picked here, now, so the next round's saturation verdict counts it in flight;
+      // forwarded on its connection's thread.
+      routing::PickRequest pr;
+      pr.request = sched::FromParsed(next->parsed);
+      pr.dispatch_first = true;
+      pr.hint = next->hint;
+      routing::PickResult pick = core().Pick(pr, now);
+      asio::post(next->ex->executor(), [this, next, pick = std::move(pick)]() mutable {
+        StartPicked(next->ex, settings.load(), std::move(pick));
+      });
+    }
+  }
+  ArmFlowTimer(next_expiry);
+}
+
+void Router::Impl::CancelFlow(flow::RequestId id) {
+  std::shared_ptr<Waiting> gone;  // released after the lock
+  {
+    std::lock_guard<std::mutex> lock(flow_mu);
+    if (!flow_queue->Cancel(id, Now())) return;  // already dispatched or expired
+    auto it = flow_waiting.find(id);
+    if (it != flow_waiting.end()) {
+      gone = std::move(it->second);
+      flow_waiting.erase(it);
+    }
+    flow_waiting_count.store(flow_waiting.size(), std::memory_order_relaxed);
+  }
+  core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 499, Now());
+}
+
+void Router::Impl::ArmFlowTimer(double at) {
+  if (!std::isfinite(at)) return;
+  {
+    std::lock_guard<std::mutex> lock(flow_mu);
+    if (at >= flow_timer_at) return;
+    flow_timer_at = at;
+  }
+  // Timers are not thread-safe: armed on their own thread. Posts run in order, and each
+  // is for an earlier time than the one before, so the last armed is the earliest.
+  asio::post(io->context(0), [this, at] {
+    // A millisecond late rather than early: Expire removes what is due at `at`.
+    const double delay = std::max(0.0, at - Now()) + 0.001;
+    flow_timer->expires_after(std::chrono::microseconds(static_cast<int64_t>(std::ceil(delay * 1e6))));
+    flow_timer->async_wait([this, at](boost::system::error_code ec) {
+      if (!ec) OnFlowTimer(at);
+    });
+  });
+}
+
+void Router::Impl::OnFlowTimer(double at) {
+  {
+    std::lock_guard<std::mutex> lock(flow_mu);
+    if (flow_timer_at == at) flow_timer_at = std::numeric_limits<double>::infinity();
+  }
+  PumpFlow();  // expires what is due and re-arms for the next
 }
 
 // ---- Router ----

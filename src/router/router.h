@@ -10,6 +10,19 @@
 // endpoint, up to retries.max_attempts attempts; a connect failure also marks the
 // endpoint down in the core until a scrape reaches it again.
 //
+// Flow control (`flow.enabled`, off by default; core/flow/flow_queue.h): before the pick,
+// a request is admitted against the routing core's saturation verdict (Load(now)):
+// dispatched at once while the pool has room and nothing of its priority or higher waits;
+// else queued in its priority's band, or refused with 429 + Retry-After (sheddable:
+// priority below 0; a band over max_requests/max_bytes). Waiting requests are picked and
+// forwarded when capacity frees: after every request's OnFinished and every scrape result
+// (Expire, then NextToDispatch while the pool is not saturated). One timer, armed at the
+// queue's NextExpiry, answers those past flow.ttl with 429 (flow.no_endpoint_ttl: 503). A
+// client that disconnects while waiting is cancelled at once (the server's pending read
+// sees the close: Exchange::OnClientGone). Late binding has no prefix probe yet: the
+// routing core does not expose per-endpoint prefix holdings, so the queue releases in its
+// own order and the pick at dispatch time applies prefix affinity.
+//
 // Threads: N worker threads (an IoPool), each with its own UpstreamClient, so forwarding
 // takes no locks; the core serialises only its scheduler (see routing_core.h). Scraping
 // runs on worker 0. /metrics is rendered from atomics and published snapshots.

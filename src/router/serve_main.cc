@@ -73,11 +73,30 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     max_ejection: 300s
     max_ejection_percent: 50    # never more of the pool at once (at least one of two)
   allow_routing_headers: false  # honour x-gateway-destination-endpoint from clients
-  epp:                          # read by `kvroute epp` only (kvroute epp --help)
+  epp:                          # `kvroute epp`'s (kvroute epp --help); serve reads objectives
     body_mode: full_duplex_streamed   # | streamed | buffered, when Envoy sends none
     fallbacks: 2                # endpoints after the winner in the pick header
     stream_timeout: 60s         # an ext_proc stream open longer is ended
     objectives: {batch: -1}     # objective -> priority; below 0 is shed (429) when saturated
+                                #   (in serve: flow control's bands, with flow.enabled)
+  flow:                         # flow control, read at start: while the pool is saturated
+    enabled: false              #   (every ready endpoint at >= 5 waiting or >= 80% KV, or
+    max_requests: 5000          #   none ready) requests wait here, not in the engines, and
+    max_bytes: 1GiB             #   are picked when a request finishes or a scrape shows
+    ttl: 30s                    #   room. Bounds per priority band: over one -> 429. Past
+    no_endpoint_ttl: 5s         #   ttl -> 429 (Retry-After); past no_endpoint_ttl (arrived
+                                #   with no endpoint ready) -> 503
+    fairness: round_robin       # round_robin | global: across flows inside a band
+    ordering: fcfs              # fcfs | earliest_deadline: inside a flow
+    flow_header: x-tenant-id    # the header naming the flow (reloadable); default: the
+                                #   objective header
+    affinity_window: 16         # late binding (1..64); not used by serve yet
+    max_affinity_skips: 8
+    # Priority (strict; higher first): the objective in x-gateway-inference-objective or
+    # x-llm-d-inference-objective (epp.objectives, Kubernetes InferenceObjectives; unknown:
+    # 0), else minus the body's vLLM `priority`. Below 0 is sheddable: 429 at once while
+    # the pool is saturated. A client that disconnects while waiting is dropped at once.
+    # kvroute_flow_* on /metrics.
 
 Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
 chunk), GET /v1/models, GET /metrics (the router's own), GET /healthz, GET /readyz.

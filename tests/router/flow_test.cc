@@ -1,0 +1,319 @@
+// Flow control in `kvroute serve` over loopback: a real router with `flow.enabled` in
+// front of a simulated replica slow enough (time_scale 1) that requests stay in flight.
+// One long request with a big prompt fills most of the replica's KV cache, so the routing
+// core's saturation detector (KV usage >= 0.8) calls the pool saturated while it runs.
+// Every wait is bounded; TTLs are short real times (the router reads a monotonic clock).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/router_config.h"
+#include "core/api/openai.h"
+#include "http/test_client.h"
+#include "router/router.h"
+#include "sim/fleet.h"
+#include "../metrics/metric_sum.h"
+
+namespace kvroute::router {
+namespace {
+
+using namespace std::chrono_literals;
+using http::ClientResponse;
+using http::Fetch;
+using http::TestClient;
+using metrics::testing::MetricSum;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+constexpr const char* kModel = "test/model";
+constexpr int kBlocks = 128;  // of 16 tokens: 2,048 tokens of KV cache
+
+// ~1,700 tokens (about 4 characters a token): 107 of 128 blocks, 84% of the cache. A
+// different `c` per request, so no two share a cached prefix.
+std::string BigPrompt(char c) { return std::string(6800, c); }
+
+std::string Body(std::string_view prompt, int max_tokens, bool stream, int priority = 0) {
+  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
+  api::AppendJsonString(body, prompt);
+  body += ",\"max_tokens\":" + std::to_string(max_tokens);
+  if (stream) body += ",\"stream\":true";
+  if (priority != 0) body += ",\"priority\":" + std::to_string(priority);
+  return body + "}";
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+class FlowTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    clients_.clear();
+    if (router_) router_->Stop();
+    router_.reset();
+    fleet_.reset();
+  }
+
+  void StartFleet() {
+    sim::ReplicaConfig r;
+    r.name = "r0";
+    r.engine = *engine::PresetConfig("llama3-8b-h100");
+    r.engine.model_name = kModel;
+    r.engine.num_gpu_blocks = kBlocks;
+    r.engine.max_model_len = 8192;
+    r.time_scale = 1.0;  // ~6 ms per token
+    fleet_ = std::make_unique<sim::Fleet>(std::vector<sim::ReplicaConfig>{r}, 1);
+    ASSERT_TRUE(fleet_->Start().ok());
+  }
+
+  // `flow` holds the keys under `flow:` besides `enabled`; `extra` more top-level YAML.
+  void StartRouter(const std::string& flow, const std::string& extra = "", bool enabled = true,
+                   const std::string& endpoints = "") {
+    const std::string eps = endpoints.empty() ? "    - {address: 127.0.0.1:" +
+                                                    std::to_string(fleet_->port(0)) + ", name: r0}\n"
+                                              : endpoints;
+    const std::string yaml = "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
+                             "  endpoints:\n" + eps + "scheduling:\n  policy: round-robin\n"
+                             "flow:\n  enabled: " + (enabled ? "true" : "false") + "\n" + flow + extra;
+    config::ConfigResult r = config::ParseRouterConfig(yaml, "test.yaml");
+    ASSERT_TRUE(r.ok()) << r.error.ToString() << "\n" << yaml;
+    RouterOptions o;
+    o.listen = config::HostPort{"127.0.0.1", 0};
+    o.log = false;
+    router_ = std::make_unique<Router>(std::move(*r.config), o);
+    Status st = router_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+
+  void WaitReady() {
+    ASSERT_TRUE(WaitFor([&] {
+      auto r = Fetch("127.0.0.1", router_->port(), "GET", "/readyz");
+      return r && r->status == 200;
+    }));
+  }
+
+  std::string Metrics() {
+    auto r = Fetch("127.0.0.1", router_->port(), "GET", "/metrics");
+    EXPECT_TRUE(r && r->status == 200);
+    return r ? r->body : std::string();
+  }
+  double Metric(std::string_view name, const std::map<std::string, std::string>& want = {}) {
+    return MetricSum(Metrics(), name, want);
+  }
+  double Waiting() { return Metric("kvroute_flow_waiting_requests"); }
+
+  // Sends a request on a connection of its own and leaves the response unread.
+  TestClient* Send(const std::string& body, const Headers& headers = {}) {
+    auto c = std::make_unique<TestClient>("127.0.0.1", router_->port(), 10000ms);
+    EXPECT_TRUE(c->SendRequest("POST", "/v1/completions", body, headers)) << c->error();
+    clients_.push_back(std::move(c));
+    return clients_.back().get();
+  }
+
+  // A streamed request that fills most of the KV cache and keeps generating for
+  // `max_tokens` (~6 ms each); returns once its first token arrived and the router
+  // counts the pool saturated.
+  TestClient* Saturate(char c, int max_tokens = 250) {
+    TestClient* t = Send(Body(BigPrompt(c), max_tokens, true));
+    ClientResponse head;
+    EXPECT_TRUE(t->ReadHead(&head)) << t->error();
+    EXPECT_EQ(head.status, 200);
+    EXPECT_TRUE(t->ReadChunk().has_value()) << t->error();
+    EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_kv_usage_adjusted") >= 0.8; }))
+        << Metrics();
+    return t;
+  }
+
+  // Sends `body` and waits until `waiting` requests wait in the flow queue.
+  TestClient* Queue(const std::string& body, double waiting, const Headers& headers = {}) {
+    TestClient* t = Send(body, headers);
+    EXPECT_TRUE(WaitFor([&] { return Waiting() == waiting; })) << Metrics();
+    return t;
+  }
+
+  std::unique_ptr<sim::Fleet> fleet_;
+  std::unique_ptr<Router> router_;
+  std::vector<std::unique_ptr<TestClient>> clients_;
+};
+
+TEST_F(FlowTest, QueuedWhileSaturatedThenDispatchedWhenARequestFinishes) {
+  StartFleet();
+  StartRouter("");
+  WaitReady();
+  TestClient* a = Saturate('a', 150);
+  TestClient* b = Queue(Body("hello", 4, false), 1);
+  EXPECT_EQ(Metric("kvroute_flow_waiting_requests", {{"priority", "0"}}), 1);
+  EXPECT_GT(Metric("kvroute_flow_waiting_bytes", {{"priority", "0"}}), 0);
+  EXPECT_EQ(fleet_->LiveRequests(0), 1);  // only A reached the replica
+  // A runs to its end; its completion frees the capacity B waited for.
+  ClientResponse rest;
+  ASSERT_TRUE(a->ReadBody(&rest)) << a->error();
+  ClientResponse got;
+  ASSERT_TRUE(b->ReadHead(&got)) << b->error();
+  ASSERT_TRUE(b->ReadBody(&got)) << b->error();
+  EXPECT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.Header("x-kvroute-endpoint"), "r0");
+  const std::string m = Metrics();
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_waiting_requests"), 0);
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_waiting_bytes"), 0);
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_dispatched_total", {{"cause", "order"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_dispatched_total", {{"cause", "immediate"}}), 1);
+  // Two dispatches recorded: A at once (0 s), B after waiting for A.
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_wait_seconds_count", {{"priority", "0"}}), 2);
+  EXPECT_GT(MetricSum(m, "kvroute_flow_wait_seconds_sum", {{"priority", "0"}}), 0.0);
+  EXPECT_EQ(MetricSum(m, "kvroute_requests_total", {{"endpoint", "r0"}, {"code", "200"}}), 2);
+}
+
+TEST_F(FlowTest, SheddableGets429AtOnceWhileSaturated) {
+  StartFleet();
+  StartRouter("", "epp:\n  objectives: {batch: -1}\n");
+  WaitReady();
+  TestClient* a = Saturate('a');
+  // vLLM's priority 3 (less important) is band -3; the objective `batch` is band -1.
+  for (const auto& [body, headers] :
+       {std::pair{Body("hello", 4, false, 3), Headers{}},
+        std::pair{Body("hello", 4, false), Headers{{"x-gateway-inference-objective", "batch"}}}}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", body, headers);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);  // at once, not after a wait
+    EXPECT_EQ(r->status, 429) << r->body;
+    EXPECT_EQ(r->Header("retry-after"), "1");
+    EXPECT_NE(r->body.find("\"type\":\"RateLimitError\""), std::string::npos) << r->body;
+    EXPECT_NE(r->body.find("sheddable"), std::string::npos) << r->body;
+  }
+  EXPECT_EQ(Metric("kvroute_flow_rejected_total", {{"reason", "sheddable"}}), 2);
+  EXPECT_EQ(Metric("kvroute_requests_total", {{"endpoint", ""}, {"code", "429"}}), 2);
+  EXPECT_EQ(fleet_->LiveRequests(0), 1);
+  a->Close();
+  // Unsaturated, a sheddable request goes through.
+  ASSERT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_kv_usage_adjusted") < 0.8; }));
+  auto r = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", Body("hello", 4, false, 3));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
+TEST_F(FlowTest, PastItsTtlAWaitingRequestGets429WithRetryAfter) {
+  StartFleet();
+  StartRouter("  ttl: 300ms\n");
+  WaitReady();
+  Saturate('a', 300);  // ~1.8 s
+  const auto start = std::chrono::steady_clock::now();
+  TestClient* b = Send(Body("hello", 4, false));
+  ClientResponse got;
+  ASSERT_TRUE(b->ReadHead(&got)) << b->error();
+  ASSERT_TRUE(b->ReadBody(&got)) << b->error();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(got.status, 429) << got.body;
+  EXPECT_GE(waited, 300ms);
+  EXPECT_LT(waited, 1500ms);  // the TTL, not the saturating request's end
+  EXPECT_EQ(got.Header("retry-after"), "1");
+  EXPECT_EQ(got.Header("content-type"), "application/json");
+  EXPECT_NE(got.body.find("{\"error\":{\"message\":"), std::string::npos) << got.body;
+  EXPECT_NE(got.body.find("\"type\":\"RateLimitError\""), std::string::npos) << got.body;
+  EXPECT_NE(got.body.find("\"code\":429"), std::string::npos) << got.body;
+  const std::string m = Metrics();
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_expired_total", {{"reason", "ttl"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_waiting_requests"), 0);
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_dispatched_total", {{"cause", "order"}}), 0);
+  EXPECT_EQ(fleet_->LiveRequests(0), 1);
+}
+
+TEST_F(FlowTest, OverTheBandBoundGets429) {
+  StartFleet();
+  StartRouter("  max_requests: 1\n");
+  WaitReady();
+  TestClient* a = Saturate('a');
+  TestClient* b = Queue(Body("hello", 4, false), 1);
+  auto r = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", Body("again", 4, false));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 429) << r->body;
+  EXPECT_EQ(r->Header("retry-after"), "1");
+  EXPECT_NE(r->body.find("\"type\":\"RateLimitError\""), std::string::npos) << r->body;
+  EXPECT_EQ(Metric("kvroute_flow_rejected_total", {{"reason", "band_full_requests"}}), 1);
+  EXPECT_EQ(Waiting(), 1);
+  a->Close();  // the queued one still gets through
+  ClientResponse got;
+  ASSERT_TRUE(b->ReadHead(&got)) << b->error();
+  EXPECT_EQ(got.status, 200);
+}
+
+TEST_F(FlowTest, ClientLeavingWhileQueuedLeavesNothing) {
+  StartFleet();
+  StartRouter("");
+  WaitReady();
+  TestClient* a = Saturate('a');
+  TestClient* b = Queue(Body("hello", 4, false), 1);
+  b->Close();
+  EXPECT_TRUE(WaitFor([&] { return Waiting() == 0; })) << Metrics();
+  EXPECT_EQ(Metric("kvroute_flow_cancelled_total"), 1);
+  EXPECT_EQ(Metric("kvroute_flow_waiting_bytes"), 0);
+  EXPECT_EQ(Metric("kvroute_requests_total", {{"endpoint", ""}, {"code", "499"}}), 1);
+  // Capacity frees: nothing is left to dispatch.
+  a->Close();
+  EXPECT_TRUE(WaitFor([&] { return fleet_->LiveRequests(0) == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_kv_usage_adjusted") < 0.8; }));
+  std::this_thread::sleep_for(100ms);  // a few scrapes, each a chance to dispatch
+  EXPECT_EQ(Metric("kvroute_flow_dispatched_total", {{"cause", "order"}}), 0);
+  EXPECT_EQ(fleet_->LiveRequests(0), 0);
+}
+
+TEST_F(FlowTest, AHigherPriorityQueuedLaterGoesFirst) {
+  StartFleet();
+  StartRouter("", "epp:\n  objectives: {interactive: 1}\n");
+  WaitReady();
+  TestClient* a = Saturate('a');
+  // Each waiting request saturates the pool again once dispatched: one goes per release.
+  Queue(Body(BigPrompt('b'), 250, true), 1);
+  Queue(Body(BigPrompt('c'), 250, true), 2);
+  TestClient* p = Queue(Body(BigPrompt('p'), 250, true), 3,
+                        {{"x-gateway-inference-objective", "interactive"}});
+  EXPECT_EQ(Metric("kvroute_flow_waiting_requests", {{"priority", "0"}}), 2);
+  EXPECT_EQ(Metric("kvroute_flow_waiting_requests", {{"priority", "1"}}), 1);
+  a->Close();  // the finish frees room for one
+  ClientResponse head;
+  ASSERT_TRUE(p->ReadHead(&head)) << p->error();
+  EXPECT_EQ(head.status, 200);
+  const std::string m = Metrics();
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_waiting_requests", {{"priority", "1"}}), 0);
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_waiting_requests", {{"priority", "0"}}), 2) << m;
+  EXPECT_EQ(MetricSum(m, "kvroute_flow_dispatched_total", {{"cause", "order"}}), 1);
+}
+
+TEST_F(FlowTest, NoEndpointReadyWaitsItsNoEndpointTtlThen503) {
+  StartFleet();
+  // An endpoint nobody listens on: never ready.
+  StartRouter("  no_endpoint_ttl: 200ms\n", "", true, "    - {address: 127.0.0.1:1, name: dead}\n");
+  const auto start = std::chrono::steady_clock::now();
+  auto r = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", Body("hello", 4, false));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find("\"code\":503"), std::string::npos) << r->body;
+  EXPECT_EQ(Metric("kvroute_flow_expired_total", {{"reason", "no_endpoint_ttl"}}), 1);
+}
+
+TEST_F(FlowTest, DisabledDispatchesAtArrivalAndExportsNothing) {
+  StartFleet();
+  StartRouter("  max_requests: 1\n", "", /*enabled=*/false);
+  WaitReady();
+  TestClient* a = Saturate('a', 150);
+  auto r = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", Body("hello", 4, false));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Metrics().find("kvroute_flow_"), std::string::npos);
+  a->Close();
+}
+
+}  // namespace
+}  // namespace kvroute::router
