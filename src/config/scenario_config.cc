@@ -212,10 +212,55 @@ void ParseSweep(const ConfigNode& n, Scenario* s) {
   if (s->sweep_ttft_p99_bound_s < 0) n.Get("ttft_p99_bound_s").Fail("must be >= 0");
 }
 
+void ParseFlow(const ConfigNode& n, ScenarioFlow* f) {
+  if (!n.IsMap()) n.Fail("must be a mapping");
+  n.CheckKeys({"enabled", "max_requests", "ttl", "no_endpoint_ttl", "fairness", "ordering",
+               "affinity_window", "max_affinity_skips"});
+  if (ConfigNode v = n.Get("enabled")) f->enabled = v.Bool();
+  flow::FlowOptions& o = f->options;
+  if (ConfigNode v = n.Get("max_requests")) o.max_requests = static_cast<uint64_t>(v.Int(1));
+  if (ConfigNode v = n.Get("ttl")) o.default_ttl_s = v.Duration();
+  if (ConfigNode v = n.Get("no_endpoint_ttl")) o.no_endpoint_ttl_s = v.Duration();
+  if (ConfigNode v = n.Get("fairness")) {
+    o.fairness = v.Enum<flow::Fairness>("fairness", {{"round_robin", flow::Fairness::kRoundRobin},
+                                                     {"global", flow::Fairness::kGlobal}});
+  }
+  if (ConfigNode v = n.Get("ordering")) {
+    o.ordering = v.Enum<flow::Ordering>(
+        "ordering", {{"fcfs", flow::Ordering::kFcfs},
+                     {"earliest_deadline", flow::Ordering::kEarliestDeadline}});
+  }
+  if (ConfigNode v = n.Get("affinity_window")) {
+    o.affinity_window = static_cast<uint32_t>(v.Int(1, flow::kMaxAffinityWindow));
+  }
+  if (ConfigNode v = n.Get("max_affinity_skips")) {
+    o.max_affinity_skips = static_cast<uint32_t>(v.Int(0, kIntMax));
+  }
+  if (Status st = flow::Validate(o); !st.ok()) n.Fail(st.message());
+}
+
+void ParseTenants(const ConfigNode& n, std::vector<ScenarioTenant>* out) {
+  const std::vector<ConfigNode> items = n.Items("a non-empty list of tenants");
+  if (items.empty()) n.Fail("must be a non-empty list of tenants");
+  for (const ConfigNode& item : items) {
+    if (!item.IsMap()) item.Fail("must be a mapping of name, share and priority");
+    item.CheckKeys({"name", "share", "priority"});
+    ScenarioTenant t;
+    t.name = item.Require("name").String();
+    for (const ScenarioTenant& other : *out) {
+      if (other.name == t.name) item.Get("name").Fail("duplicate tenant '" + t.name + "'");
+    }
+    OptNumber(item, "share", &t.share);
+    if (!(t.share > 0) || !std::isfinite(t.share)) item.Get("share").Fail("must be > 0");
+    OptInt(item, "priority", &t.priority, kIntMin);
+    out->push_back(std::move(t));
+  }
+}
+
 Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
   root.CheckKeys(
       {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies", "sweep",
-       "faults"});
+       "faults", "flow", "tenants"});
   Scenario s;
   if (ConfigNode n = root.Get("name")) s.name = n.String();
   if (ConfigNode n = root.Get("description")) n.String();
@@ -260,6 +305,8 @@ Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
       s.faults.push_back(f);
     }
   }
+  if (ConfigNode n = root.Get("flow")) ParseFlow(n, &s.flow);
+  if (ConfigNode n = root.Get("tenants")) ParseTenants(n, &s.tenants);
   return s;
 }
 

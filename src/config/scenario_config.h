@@ -36,7 +36,27 @@
 //     - {replica: 2, kind: crash, at: 30s, duration: 10s}
 //     - {replica: 0, kind: slow, at: 10s, duration: 20s, factor: 3}
 //     - {replica: 1, kind: restart, at: 45s}       # duration: downtime before it is back
+//   flow:                            # router-side flow control (issue 11; core/flow/flow_queue.h)
+//     enabled: false                 # on for every policy; a policy named `<name>+flow`
+//                                    #   (say kvroute+flow) runs <name> with it on regardless
+//     max_requests: 5000             # waiting requests per priority band; over it: shed
+//     ttl: 30s                       # longest wait at the router; then expired (shed)
+//     no_endpoint_ttl: 5s            # the same when it arrived with no replica healthy
+//     fairness: round_robin          # round_robin | global, across tenants inside a band
+//     ordering: fcfs                 # fcfs | earliest_deadline
+//     affinity_window: 16            # accepted; no prefix probe in simulate yet
+//     max_affinity_skips: 8
+//   tenants:                         # who sends each request: a seeded draw per request id
+//     - {name: interactive, share: 0.2, priority: 0}   # priority as in InferenceObjective:
+//     - {name: batch, share: 0.8, priority: -1}        #   below 0 is sheddable
 //   description: "..."               # free text, ignored
+//
+// Flow control in simulate follows `kvroute serve`: an arriving request is admitted
+// against the saturation detector over the router's view (the last scrape plus the
+// scheduler's in-flight accounting: every replica at waiting >= 5 or KV >= 0.8 is
+// saturated, none healthy is empty); queued ones are released, picked at that moment,
+// after every completion, every scrape and at their expiry. Without `tenants` every
+// request is priority 0 and one flow.
 //
 // Lengths (system_prompt_len, question_len, output_len, input_len) are an integer, a
 // {min, max, mean, std_dev} (mean required; min defaults to 1), or a
@@ -52,6 +72,7 @@
 #include "config/yaml_reader.h"
 #include "core/engine/engine.h"
 #include "core/fault/fault.h"
+#include "core/flow/flow_queue.h"
 #include "core/report/summary.h"
 #include "core/workload/arrivals.h"
 #include "core/workload/workload.h"
@@ -78,6 +99,19 @@ struct ScenarioFault {
   fault::FaultSpec spec;  // kind crash, slow or restart
 };
 
+// Flow control for the simulated router (the `flow:` block). `options` passed flow::Validate.
+struct ScenarioFlow {
+  bool enabled = false;  // for every policy; `<policy>+flow` turns it on for that one
+  flow::FlowOptions options;
+};
+
+// One tenant of the `tenants:` list: request ids are split among tenants by share.
+struct ScenarioTenant {
+  std::string name;
+  double share = 1.0;     // > 0; shares are normalised over the list
+  int64_t priority = 0;   // flow::FlowRequest::priority (below 0: sheddable)
+};
+
 struct Scenario {
   std::string name;
   std::string source;  // the file it came from, for messages
@@ -93,6 +127,8 @@ struct Scenario {
   double sweep_ttft_p99_bound_s = 0.0;
   // Faults injected during the run, in file order (times in virtual seconds).
   std::vector<ScenarioFault> faults;
+  ScenarioFlow flow;
+  std::vector<ScenarioTenant> tenants;  // empty: one anonymous tenant, priority 0
 };
 
 // Parses scenario YAML. `source_name` names the file in errors and becomes

@@ -71,7 +71,8 @@ int SimulateMain(int argc, char** argv) {
                  "per replica, examples/scenarios/faults.yaml, docs/FAULTS.md)")
       ->required();
   app.add_option("--policies", policies_arg,
-                 "comma-separated policies (default: the scenario's list, else all built-in)");
+                 "comma-separated policies, each optionally with +flow (flow control on; "
+                 "default: the scenario's list, else all built-in)");
   app.add_option("--out", out_dir, "output directory for report.json/.md and charts")
       ->capture_default_str();
   app.add_option("--seed", seed, "override the scenario's seed");
@@ -107,7 +108,7 @@ int SimulateMain(int argc, char** argv) {
     for (std::string_view p : sched::PolicyNames()) policies.emplace_back(p);
   }
   for (const std::string& p : policies) {
-    sched::BuildResult b = sched::BuildPolicy(p);
+    sched::BuildResult b = sched::BuildPolicy(PolicyWithoutFlow(p));
     if (!b.ok()) {
       std::fprintf(stderr, "kvroute simulate: unknown policy '%s'\n", p.c_str());
       return 2;

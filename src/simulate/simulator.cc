@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <deque>
+#include <limits>
+#include <memory>
 #include <queue>
 #include <unordered_map>
 #include <vector>
 
 #include "core/engine/engine.h"
 #include "core/engine/tokenizer.h"
+#include "core/flow/flow_queue.h"
 #include "core/report/summary.h"
 #include "core/sched/registry.h"
 #include "core/sched/scheduler.h"
@@ -37,6 +41,7 @@ enum class Ev : uint8_t {
   kFail,        // the router learns an attempt failed (refused, reset): a = slot
   kFaultStart,  // scenario fault a begins
   kFaultEnd,    // scenario fault a ends
+  kFlowExpiry,  // the flow queue's earliest expiry is due
 };
 
 // Where a live request is; a crash or restart acts on those at or heading to the replica.
@@ -73,6 +78,8 @@ struct Live {
   int64_t output_tokens = 0;
   int64_t cached_tokens = 0;
   int32_t retries = 0;
+  int32_t tenant = 0;      // index into the scenario's tenants (0 without tenants)
+  bool flow_queued = false;  // waiting in the flow queue now
   Stage stage = Stage::kWaiting;
   report::ErrorKind error = report::ErrorKind::kNone;
 };
@@ -93,7 +100,8 @@ struct Replica {
 
 class Simulation {
  public:
-  Simulation(const config::Scenario& s, sched::Scheduler* scheduler, const ProgressFn& progress)
+  Simulation(const config::Scenario& s, sched::Scheduler* scheduler, const ProgressFn& progress,
+             bool flow)
       : sc_(s),
         sched_(scheduler),
         progress_(progress),
@@ -115,6 +123,12 @@ class Simulation {
     kv_.resize(replicas_.size());
     waiting_.resize(replicas_.size());
     engine_config_ = config;
+    if (flow) flow_ = std::make_unique<flow::FlowQueue>(s.flow.options);
+    double total = 0;
+    for (const config::ScenarioTenant& t : s.tenants) total += t.share;
+    for (const config::ScenarioTenant& t : s.tenants) {
+      tenant_cdf_.push_back((tenant_cdf_.empty() ? 0.0 : tenant_cdf_.back()) + t.share / total);
+    }
   }
 
   void Run() {
@@ -150,6 +164,11 @@ class Simulation {
           if (slots_[ev.a].handle != sched::kNoHandle)
             sched_->OnFinished(slots_[ev.a].handle, ev.t);
           Complete(ev.a, ev.t);
+          Pump(ev.t);
+          break;
+        case Ev::kFlowExpiry:
+          if (ev.t >= flow_timer_at_) flow_timer_at_ = kInf;
+          Pump(ev.t);
           break;
         case Ev::kFail:
           Retry(ev.a, ev.t);
@@ -183,6 +202,13 @@ class Simulation {
   const report::FleetRecorder& fleet() const { return fleet_; }
   int64_t events() const { return events_; }
   int64_t steps() const { return steps_; }
+  // Flow control's outcomes: tenant of each record (records() order), router waits of
+  // the requests that left the queue by dispatch (0 for those dispatched at admission).
+  const std::vector<int32_t>& record_tenants() const { return record_tenants_; }
+  std::vector<double>& router_waits() { return router_waits_; }
+  int64_t flow_queued() const { return flow_queued_; }
+  int64_t flow_shed() const { return flow_shed_; }
+  int64_t flow_expired() const { return flow_expired_; }
 
  private:
   void Push(double t, Ev type, uint32_t a) { queue_.push({t, seq_++, a, type}); }
@@ -255,7 +281,113 @@ class Simulation {
     ++in_flight_;
     ++sent_;
     l.send_s = t;
-    Dispatch(s, t);
+    l.tenant = TenantOf(l.spec.id);
+    if (!flow_) {
+      Dispatch(s, t);
+      return;
+    }
+    flow::FlowRequest fr;
+    fr.id = s;  // a slot is unique among waiting requests
+    fr.priority = sc_.tenants.empty() ? 0 : sc_.tenants[static_cast<size_t>(l.tenant)].priority;
+    fr.flow_id = static_cast<uint64_t>(l.tenant);
+    fr.bytes = static_cast<uint64_t>(l.spec.prompt_tokens) * engine::kBytesPerToken;
+    const flow::AdmitResult admitted = flow_->Admit(fr, t, PoolView());
+    switch (admitted.outcome) {
+      case flow::AdmitOutcome::kDispatchNow:
+        router_waits_.push_back(0.0);
+        Dispatch(s, t);
+        break;
+      case flow::AdmitOutcome::kQueued:
+        ++flow_queued_;
+        l.flow_queued = true;
+        ArmFlowTimer();
+        break;
+      case flow::AdmitOutcome::kRejected:
+        ++flow_shed_;
+        l.error = report::ErrorKind::kShed;  // 429 in serve
+        l.stage = Stage::kDone;
+        Push(t, Ev::kFinished, s);
+        break;
+    }
+  }
+
+  // Which tenant sends request `id`: a draw seeded by the scenario seed and the id, so
+  // the split is the same under every policy.
+  int32_t TenantOf(uint64_t id) const {
+    if (tenant_cdf_.size() <= 1) return 0;
+    uint64_t z = id + sc_.seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    const double u = static_cast<double>(z >> 11) * 0x1.0p-53;
+    for (size_t i = 0; i + 1 < tenant_cdf_.size(); ++i) {
+      if (u < tenant_cdf_[i]) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(tenant_cdf_.size() - 1);
+  }
+
+  // The saturation detector over the router's view, as the live routing core computes it
+  // (RoutingCore::Load): per healthy replica the last scrape adjusted by the scheduler's
+  // in-flight accounting; saturated at waiting >= 5 or KV usage >= 0.8.
+  // `headroom`, when given, gets the detector's room: over unsaturated replicas, the
+  // requests each can take before its waiting reaches 5.
+  flow::PoolState PoolView(int64_t* headroom = nullptr) const {
+    size_t ready = 0, saturated = 0;
+    int64_t room = 0;
+    for (const sched::EndpointState& e : endpoints_) {
+      if (!e.healthy) continue;
+      ++ready;
+      const sched::EndpointLoad load = sched_->inflight().Load(
+          e, static_cast<double>(engine_config_.num_gpu_blocks), /*adjust=*/true);
+      if (load.waiting >= 5.0 || load.kv_usage >= 0.8) {
+        ++saturated;
+      } else {
+        room += static_cast<int64_t>(std::ceil(5.0 - load.waiting));
+      }
+    }
+    if (headroom) *headroom = room;
+    if (ready == 0) return flow::PoolState::kEmpty;
+    return saturated == ready ? flow::PoolState::kSaturated : flow::PoolState::kAvailable;
+  }
+
+  // Capacity may have freed (a completion, a scrape) or a TTL ran out: expire first, then
+  // release waiting requests one at a time while the view has room, each picked now.
+  void Pump(double t) {
+    if (!flow_ || flow_->Empty()) return;
+    expired_.clear();
+    flow_->Expire(t, expired_);
+    for (const flow::Expired& e : expired_) {
+      Live& l = slots_[e.id];
+      l.flow_queued = false;
+      ++flow_expired_;
+      l.error = e.reason == flow::ExpireReason::kNoEndpointTtl ? report::ErrorKind::kNoEndpoint
+                                                               : report::ErrorKind::kShed;
+      l.stage = Stage::kDone;
+      Push(t, Ev::kFinished, static_cast<uint32_t>(e.id));
+    }
+    // No prefix probe: the scheduler does not expose per-endpoint prefix holdings yet, so
+    // the released request is the first in order; its pick still prefers its prefix.
+    // At most the detector's room per release: the pick may prefer a saturated replica
+    // that holds the prefix, which leaves the pool "available" however many go there, so
+    // without a bound one release would empty the queue into that replica's engine.
+    int64_t room = 0;
+    PoolView(&room);
+    for (; room > 0 && !flow_->Empty() && PoolView() == flow::PoolState::kAvailable; --room) {
+      const std::optional<flow::Dispatch> d = flow_->NextToDispatch(t);
+      if (!d) break;
+      slots_[d->id].flow_queued = false;
+      router_waits_.push_back(d->waited_s);
+      Dispatch(static_cast<uint32_t>(d->id), t);
+    }
+    ArmFlowTimer();
+  }
+
+  void ArmFlowTimer() {
+    const double at = flow_->NextExpiry();
+    if (at < flow_timer_at_) {
+      flow_timer_at_ = at;
+      Push(at, Ev::kFlowExpiry, 0);
+    }
   }
 
   // Picks a replica for the request in slot `s` and sends it there (first attempt or a
@@ -413,6 +545,7 @@ class Simulation {
     if (l.first_token_s >= 0) rec.ttft_s = l.first_token_s - l.send_s;
     if (l.error == report::ErrorKind::kNone) rec.e2e_s = t - l.send_s;
     records_.push_back(rec);
+    record_tenants_.push_back(l.tenant);
     finish_s_[l.spec.id] = t;
     --in_flight_;
     ++finished_;
@@ -536,6 +669,7 @@ class Simulation {
     }
     fleet_.AddSample(t, kv_, waiting_);
     if (!Done()) Push(t + sc_.fleet.scrape_interval_s, Ev::kScrape, 0);
+    Pump(t);
   }
 
   const config::Scenario& sc_;
@@ -573,7 +707,21 @@ class Simulation {
   std::vector<report::RequestRecord> records_;
   report::GapHistogram gaps_;
   report::FleetRecorder fleet_;
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::unique_ptr<flow::FlowQueue> flow_;  // null: flow control off
+  std::vector<flow::Expired> expired_;
+  double flow_timer_at_ = kInf;  // the earliest kFlowExpiry pending
+  std::vector<double> tenant_cdf_;
+  std::vector<int32_t> record_tenants_;
+  std::vector<double> router_waits_;
+  int64_t flow_queued_ = 0, flow_shed_ = 0, flow_expired_ = 0;
 };
+
+constexpr std::string_view kFlowSuffix = "+flow";
+
+bool HasFlowSuffix(std::string_view policy) {
+  return policy.size() > kFlowSuffix.size() && policy.ends_with(kFlowSuffix);
+}
 
 }  // namespace
 
@@ -591,21 +739,58 @@ SimulationResult RunSimulationWith(const config::Scenario& scenario, sched::Sche
                                    const std::string& label, double oracle_hit_rate,
                                    const ProgressFn& progress) {
   SimulationResult result;
-  Simulation sim(scenario, &scheduler, progress);
+  const bool flow = scenario.flow.enabled || HasFlowSuffix(label);
+  Simulation sim(scenario, &scheduler, progress, flow);
   sim.Run();
   report::FleetTotals totals = sim.Totals();
   totals.oracle_hit_rate = oracle_hit_rate;
   result.report =
       report::Summarize(label, sim.records(), scenario.slo, totals, &sim.gaps(), &sim.fleet());
+  report::PolicyReport& rep = result.report;
+  rep.flow_enabled = flow;
+  rep.flow_queued = sim.flow_queued();
+  rep.flow_shed = sim.flow_shed();
+  rep.flow_expired = sim.flow_expired();
+  if (!sim.router_waits().empty()) {
+    const report::Stats w = report::Summarize(sim.router_waits());
+    rep.router_wait_mean_s = w.mean;
+    rep.router_wait_p99_s = w.p99;
+  }
+  // Per tenant: the same summary over its own records (span: the whole run's).
+  for (size_t ti = 0; ti < scenario.tenants.size(); ++ti) {
+    std::vector<report::RequestRecord> mine;
+    for (size_t i = 0; i < sim.records().size(); ++i) {
+      if (sim.record_tenants()[i] == static_cast<int32_t>(ti)) mine.push_back(sim.records()[i]);
+    }
+    const report::PolicyReport sub =
+        report::Summarize(label, mine, scenario.slo, report::FleetTotals{}, nullptr, nullptr);
+    report::TenantReport t;
+    t.name = scenario.tenants[ti].name;
+    t.priority = scenario.tenants[ti].priority;
+    t.requests = sub.requests;
+    t.succeeded = sub.succeeded;
+    auto shed = sub.errors_by_kind.find("shed");
+    t.shed = shed == sub.errors_by_kind.end() ? 0 : shed->second;
+    t.ttft_p50_s = sub.ttft_s.p50;
+    t.ttft_p99_s = sub.ttft_s.p99;
+    t.goodput_requests_per_s = rep.span_s > 0 ? static_cast<double>(sub.good) / rep.span_s : 0.0;
+    rep.tenants.push_back(std::move(t));
+  }
   result.events = sim.events();
   result.steps = sim.steps();
   result.records = std::move(sim.records());
   return result;
 }
 
+std::string PolicyWithoutFlow(const std::string& policy) {
+  return HasFlowSuffix(policy) ? policy.substr(0, policy.size() - kFlowSuffix.size()) : policy;
+}
+
 SimulationResult RunSimulation(const config::Scenario& scenario, const std::string& policy,
                                double oracle_hit_rate, const ProgressFn& progress) {
-  sched::BuildResult built = sched::BuildPolicy(policy, SimulationSchedulerOptions(scenario));
+  // `<policy>+flow`: the policy with flow control on (RunSimulationWith reads the label).
+  const std::string base = PolicyWithoutFlow(policy);
+  sched::BuildResult built = sched::BuildPolicy(base, SimulationSchedulerOptions(scenario));
   if (!built.ok()) {
     SimulationResult result;
     result.error =

@@ -40,10 +40,25 @@ struct SimulationResult {
 // events; may be empty.
 using ProgressFn = std::function<void(double now_s, int64_t sent, int64_t finished)>;
 
-// Runs `scenario` under `policy` (a sched::PolicyNames() entry). `oracle_hit_rate` is
-// copied into the report (pass ComputeOracleHitRate's value, or -1).
+// Runs `scenario` under `policy` (a sched::PolicyNames() entry, or one followed by
+// "+flow": that policy with flow control on, whatever scenario.flow.enabled says).
+// `oracle_hit_rate` is copied into the report (pass ComputeOracleHitRate's value, or -1).
+//
+// Flow control (scenario.flow.enabled, or the "+flow" suffix on the policy or label): an
+// arriving request is admitted by a flow::FlowQueue against the saturation detector over
+// the router's view (endpoints as last scraped, adjusted by the scheduler's in-flight
+// accounting as RoutingCore::Load does: a healthy replica with waiting >= 5 or KV usage
+// >= 0.8 is saturated; all saturated is kSaturated, none healthy kEmpty). Queued requests
+// are released after every completion, every scrape and at their expiry (Expire, then
+// NextToDispatch while the view has room), each picked at that moment. Sheddable
+// rejections and TTL expiries end as errors of kind shed (no_endpoint for the
+// no-endpoint TTL); the report's flow_* and router_wait_* fields and, with tenants, its
+// per-tenant rows count them. No prefix probe yet: release order is the queue's own.
 SimulationResult RunSimulation(const config::Scenario& scenario, const std::string& policy,
                                double oracle_hit_rate, const ProgressFn& progress = {});
+
+// `policy` without a trailing "+flow" (the name to build).
+std::string PolicyWithoutFlow(const std::string& policy);
 
 // The scheduler options RunSimulation builds policies with for `scenario`: the scenario's
 // seed, one ranked endpoint (the simulator never retries), the fleet's block size and KV

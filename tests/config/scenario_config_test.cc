@@ -192,5 +192,36 @@ TEST(ScenarioConfigTest, FaultsParseAndAreChecked) {
             "f.yaml:4: faults[0].duraton: unknown key 'duraton' (did you mean 'duration'?)");
 }
 
+TEST(ScenarioConfigTest, FlowAndTenantsParseAndAreChecked) {
+  const std::string base = "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n";
+  Scenario none = MustParse(base);
+  EXPECT_FALSE(none.flow.enabled);
+  EXPECT_TRUE(none.tenants.empty());
+  Scenario s = MustParse(base +
+                         "flow: {enabled: true, max_requests: 10, ttl: 2s, no_endpoint_ttl: 500ms,\n"
+                         "       fairness: global, ordering: earliest_deadline}\n"
+                         "tenants:\n"
+                         "  - {name: interactive, share: 0.25, priority: 0}\n"
+                         "  - {name: batch, share: 0.75, priority: -1}\n");
+  EXPECT_TRUE(s.flow.enabled);
+  EXPECT_EQ(s.flow.options.max_requests, 10u);
+  EXPECT_DOUBLE_EQ(s.flow.options.default_ttl_s, 2.0);
+  EXPECT_DOUBLE_EQ(s.flow.options.no_endpoint_ttl_s, 0.5);
+  EXPECT_EQ(s.flow.options.fairness, flow::Fairness::kGlobal);
+  EXPECT_EQ(s.flow.options.ordering, flow::Ordering::kEarliestDeadline);
+  ASSERT_EQ(s.tenants.size(), 2u);
+  EXPECT_EQ(s.tenants[1].name, "batch");
+  EXPECT_DOUBLE_EQ(s.tenants[1].share, 0.75);
+  EXPECT_EQ(s.tenants[1].priority, -1);
+  EXPECT_EQ(ErrorOf(base + "flow: {enabld: true}\n"),
+            "test.yaml:3: flow.enabld: unknown key 'enabld' (did you mean 'enabled'?)");
+  EXPECT_EQ(ErrorOf(base + "flow: {max_requests: 0}\n"),
+            "test.yaml:3: flow.max_requests: must be >= 1 (got 0)");
+  EXPECT_EQ(ErrorOf(base + "tenants: [{name: a, share: 0}]\n"),
+            "test.yaml:3: tenants[0].share: must be > 0");
+  EXPECT_EQ(ErrorOf(base + "tenants: [{name: a}, {name: a}]\n"),
+            "test.yaml:3: tenants[1].name: duplicate tenant 'a'");
+}
+
 }  // namespace
 }  // namespace kvroute::config

@@ -143,6 +143,17 @@ struct FleetTotals {
   double oracle_hit_rate = -1.0;  // -1 when not computed
 };
 
+// One tenant's share of a run (simulate's `tenants:`), over its own records.
+struct TenantReport {
+  std::string name;
+  int64_t priority = 0;
+  int64_t requests = 0;
+  int64_t succeeded = 0;
+  int64_t shed = 0;  // rejected or expired by flow control (errors of kind shed)
+  double ttft_p50_s = 0.0, ttft_p99_s = 0.0;  // its succeeded requests
+  double goodput_requests_per_s = 0.0;        // its good requests over the run's span
+};
+
 struct PolicyReport {
   std::string policy;
   int64_t requests = 0;  // records (sent)
@@ -169,6 +180,14 @@ struct PolicyReport {
   int64_t retried = 0;  // requests sent again after a failed attempt (any outcome)
   int64_t retries = 0;  // the extra attempts, summed
   double wall_s = 0.0;  // how long producing it took (simulator speed), 0 if unknown
+  // Flow control (router-side queue, simulate): off unless flow_enabled.
+  bool flow_enabled = false;
+  int64_t flow_queued = 0;   // requests that waited at the router
+  int64_t flow_shed = 0;     // rejected at admission (sheddable, band full)
+  int64_t flow_expired = 0;  // left the queue past their TTL
+  // Router wait of every request flow control dispatched (0 when dispatched at once).
+  double router_wait_mean_s = 0.0, router_wait_p99_s = 0.0;
+  std::vector<TenantReport> tenants;  // empty without tenants
   // For charts: up to 200 (ttft, cumulative fraction) points, ascending.
   std::vector<std::pair<double, double>> ttft_cdf;
   std::vector<double> kv_times;

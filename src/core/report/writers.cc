@@ -178,6 +178,32 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     WriteStats(w, "tpot_s", p.tpot_s);
     WriteStats(w, "e2e_s", p.e2e_s);
     w.Field("wall_s", p.wall_s);
+    w.Key("flow");
+    w.Open('{');
+    w.Key("enabled");
+    w.out() += p.flow_enabled ? "true" : "false";
+    w.FieldInt("queued", p.flow_queued);
+    w.FieldInt("shed", p.flow_shed);
+    w.FieldInt("expired", p.flow_expired);
+    w.Field("router_wait_mean_s", p.router_wait_mean_s);
+    w.Field("router_wait_p99_s", p.router_wait_p99_s);
+    w.Close('}');
+    w.Key("tenants");
+    w.Open('[');
+    for (const TenantReport& t : p.tenants) {
+      w.Elem();
+      w.Open('{');
+      w.Field("name", t.name);
+      w.FieldInt("priority", t.priority);
+      w.FieldInt("requests", t.requests);
+      w.FieldInt("succeeded", t.succeeded);
+      w.FieldInt("shed", t.shed);
+      w.Field("ttft_p50_s", t.ttft_p50_s);
+      w.Field("ttft_p99_s", t.ttft_p99_s);
+      w.Field("goodput_requests_per_s", t.goodput_requests_per_s);
+      w.Close('}');
+    }
+    w.Close(']');
     w.Close('}');
   }
   w.Close(']');
@@ -212,6 +238,26 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
                            p.policy, p.retried, p.retries);
   }
   if (!retried.empty()) out += "\nRetried after a failed attempt:" + retried + ".\n";
+  std::string flow;
+  for (const PolicyReport& p : policies) {
+    if (!p.flow_enabled) continue;
+    flow += fmt::format("{} {}: {} queued, {} shed, {} expired, router wait mean {} p99 {}",
+                        flow.empty() ? "" : ";", p.policy, p.flow_queued, p.flow_shed,
+                        p.flow_expired, Ms(p.router_wait_mean_s), Ms(p.router_wait_p99_s));
+  }
+  if (!flow.empty()) out += "\nFlow control:" + flow + ".\n";
+  std::string tenants;
+  for (const PolicyReport& p : policies) {
+    for (const TenantReport& t : p.tenants) {
+      tenants += fmt::format("| {} | {} ({}) | {} | {} | {} | {} | {:.2f} |\n", p.policy, t.name,
+                             t.priority, t.requests, t.shed, Ms(t.ttft_p50_s), Ms(t.ttft_p99_s),
+                             t.goodput_requests_per_s);
+    }
+  }
+  if (!tenants.empty()) {
+    out += "\n| policy | tenant (priority) | requests | shed | TTFT p50 | TTFT p99 | goodput/s |\n"
+           "|---|---|--:|--:|--:|--:|--:|\n" + tenants;
+  }
   std::string slo;
   if (meta.slo.ttft_s > 0) slo += fmt::format(" TTFT <= {}", Ms(meta.slo.ttft_s));
   if (meta.slo.tpot_s > 0) slo += fmt::format(" TPOT <= {}", Ms(meta.slo.tpot_s));
