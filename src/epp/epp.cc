@@ -2,6 +2,8 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <atomic>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 
@@ -10,6 +12,7 @@
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "metrics/prom_writer.h"
+#include "pool/flow_metrics.h"
 #include "pool/pool.h"
 #include "rpc/ext_proc_server.h"
 
@@ -36,8 +39,13 @@ extproc::BodyMode ModeFrom(config::EppBodyMode m) {
 // both takes the cluster's priority).
 std::shared_ptr<const extproc::ExchangeSettings> SettingsFrom(const config::RouterConfig& cfg,
                                                               const pool::Priorities& configured,
-                                                              const pool::Priorities& cluster) {
+                                                              const pool::Priorities& cluster,
+                                                              bool flow_control) {
   auto s = std::make_shared<extproc::ExchangeSettings>();
+  // Flow control holds each stream's pick for the server's queue (ext_proc_server.h).
+  s->defer_pick = flow_control;
+  s->flow_header = cfg.flow.flow_header;
+  for (char& c : s->flow_header) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   s->body_mode = ModeFrom(cfg.epp.body_mode);
   s->fallbacks = static_cast<std::size_t>(cfg.epp.fallbacks);
   s->max_body_bytes = cfg.limits.max_body_bytes;
@@ -125,11 +133,12 @@ struct Epp::Impl {
     }
     Status st = pool->Apply(cfg);
     if (!st.ok()) return st;
+    if (grpc && cfg.flow.enabled != flow_on) Log("flow.enabled change needs a restart; ignored");
     {
       std::lock_guard<std::mutex> lock(settings_mu);
       configured_objectives = cfg.epp.objectives;
       pool_label = cfg.pool.kubernetes.enabled() ? cfg.pool.kubernetes.inference_pool : std::string(kPoolName);
-      settings.store(SettingsFrom(cfg, configured_objectives, *pool->objectives()));
+      settings.store(SettingsFrom(cfg, configured_objectives, *pool->objectives(), flow_on));
     }
     if (grpc) grpc->set_stream_timeout(cfg.epp.stream_timeout_s);
     if (std::string ignored = IgnoredProxyKeys(cfg); !ignored.empty()) {
@@ -177,7 +186,13 @@ struct Epp::Impl {
     io = std::make_unique<http::IoPool>(1);
     pool = std::make_unique<pool::Pool>(io->context(0), [this](std::string_view l) { Log(l); });
     pool->set_objectives_listener([this] { OnClusterObjectives(); });
+    // A scrape result may free capacity for streams waiting in the flow queue.
+    pool->set_scrape_listener([this] {
+      if (rpc::ExtProcServer* g = flow_server.load(std::memory_order_acquire)) g->PumpFlow();
+    });
     io->Start();
+    flow_on = cfg.flow.enabled;  // read at start, as serve does
+    const flow::FlowOptions flow_options = cfg.flow.options;
     const double timeout_s = cfg.epp.stream_timeout_s;
     const uint64_t max_body = cfg.limits.max_body_bytes;
     if (Status st = Apply(std::move(cfg)); !st.ok()) return st;
@@ -190,7 +205,10 @@ struct Epp::Impl {
     go.health_port = options.health_port;
     go.stream_timeout_s = timeout_s;
     go.max_message_bytes = static_cast<std::size_t>(max_body) + (1u << 20);
+    go.flow_enabled = flow_on;
+    go.flow = flow_options;
     if (Status st = grpc->Start(go); !st.ok()) return st;
+    if (flow_on) flow_server.store(grpc.get(), std::memory_order_release);
 
     http::ServerOptions so;
     so.host = options.host;
@@ -262,6 +280,7 @@ struct Epp::Impl {
     }
     stats.AppendMetrics(out, name, pool->core().Load(now));
     if (grpc) AppendServerMetrics(out, grpc->stats());
+    if (grpc && grpc->flow_enabled()) pool::AppendFlowMetrics(out, grpc->flow_stats());
     return out;
   }
 
@@ -270,6 +289,7 @@ struct Epp::Impl {
   void Stop() {
     if (stopped || !io) return;
     stopped = true;
+    flow_server.store(nullptr, std::memory_order_release);
     if (grpc) grpc->Stop();
     if (metrics_server) metrics_server->StopAccepting();
     if (signals) {
@@ -299,6 +319,9 @@ struct Epp::Impl {
   std::unique_ptr<http::IoPool> io;
   std::unique_ptr<pool::Pool> pool;
   std::unique_ptr<rpc::ExtProcServer> grpc;
+  bool flow_on = false;  // flow.enabled at start (a reload cannot change it)
+  // grpc once started with flow control: what the scrape listener pumps (io thread).
+  std::atomic<rpc::ExtProcServer*> flow_server{nullptr};
   std::unique_ptr<http::Server> metrics_server;
   std::unique_ptr<asio::signal_set> signals;
   bool stopped = false;

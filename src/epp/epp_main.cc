@@ -32,6 +32,13 @@ Keys the picker reads:
                                 #   x-llm-d-inference-objective name -> priority; unknown
                                 #   or absent: 0. Below 0 is sheddable: 429 while every
                                 #   ready endpoint is saturated (waiting >= 5 or KV >= 0.8)
+  flow:                         # flow control, as for serve (off by default; read at start):
+    enabled: true               #   a stream reaching its pick while every ready endpoint
+                                #   is saturated waits, its answer held back, and is picked
+                                #   when capacity frees (a request finished, a scrape)
+    max_requests, max_bytes, ttl, no_endpoint_ttl, fairness, ordering, flow_header
+                                # as in kvroute serve --help; shed, over a bound or past
+                                #   ttl: immediate 429 with retry-after; no_endpoint_ttl: 503
 Keys only the proxy uses, accepted and ignored (one log line names those set):
   listen, threads, limits.max_connections, limits.max_header_bytes, limits.max_headers,
   timeouts.first_byte, timeouts.idle, timeouts.request_read, timeouts.keepalive_idle,
@@ -49,7 +56,8 @@ ext_proc (envoy.service.ext_proc.v3.ExternalProcessor/Process), one stream per r
   at once, the pick in the last body chunk's response. Subset hint: filter metadata
   envoy.lb / x-gateway-destination-endpoint-subset. Served endpoint read back from
   x-gateway-destination-endpoint-served. Errors are immediate responses with an
-  OpenAI-shaped JSON body: 400 bad body, 413 too large, 429 shed, 503 no endpoint.
+  OpenAI-shaped JSON body: 400 bad body, 413 too large, 429 shed (or refused by flow
+control, with retry-after), 503 no endpoint.
 Kubernetes discovery (--pool-name, or pool.discovery.kubernetes in the file): the
 InferencePool (inference.networking.k8s.io/v1 or the x-k8s.io v1alpha2 form) is listed
 and watched; every Ready pod it selects that is not being deleted is an endpoint per

@@ -6,7 +6,10 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <algorithm>
 #include <deque>
+#include <limits>
+#include <string_view>
 
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 
@@ -18,6 +21,9 @@ namespace {
 
 constexpr const char* kExtProcService = "envoy.service.ext_proc.v3.ExternalProcessor";
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
+// What a stream refused by flow control (shed, over a bound, past its TTL) is told to
+// wait before trying again, in seconds (as `kvroute serve` does).
+constexpr std::string_view kRetryAfterS = "1";
 
 std::string GrpcAddress(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
@@ -29,7 +35,8 @@ std::string GrpcAddress(const std::string& host, uint16_t port) {
 // One Process call. Every decision is taken under mu_; the gRPC operations it implies
 // (StartRead, StartWrite, Finish) are started after mu_ is released, so a reaction the
 // library runs inline can never find the lock taken.
-class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
+class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>,
+                              public std::enable_shared_from_this<ExtProcServer::Stream> {
  public:
   Stream(ExtProcServer* server, grpc::CallbackServerContext* ctx)
       : server_(server),
@@ -49,7 +56,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
       std::lock_guard<std::mutex> lock(mu_);
       if (finish_called_) return;
       server_->stats_.timeouts.fetch_add(1, std::memory_order_relaxed);
-      exchange_.Close(server_->clock_(), /*cancelled=*/true);
+      CloseLocked(/*cancelled=*/true, a);
       queue_.clear();
       RequestFinishLocked(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "ext_proc stream timeout"), a);
       NextWriteLocked(a);
@@ -61,16 +68,20 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     Actions a;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!ok) {
+      if (!ok && exchange_.held() && !ctx_->IsCancelled()) {
+        // Half-closed while the answer is held by flow control: the stream stays open
+        // for it and ends once it is written (FlowDispatch, FlowExpired).
+        half_closed_ = true;
+      } else if (!ok) {
         // Half-close by Envoy (the HTTP request is over) or a cancellation.
-        exchange_.Close(server_->clock_(), ctx_->IsCancelled());
+        CloseLocked(ctx_->IsCancelled(), a);
         RequestFinishLocked(grpc::Status::OK, a);
       } else if (!finish_wanted_) {
         server_->stats_.messages_in.fetch_add(1, std::memory_order_relaxed);
         out_.clear();
         exchange_.OnRequest(request_, server_->clock_(), out_);
-        for (auto& r : out_) queue_.push_back(std::move(r));
-        out_.clear();
+        if (exchange_.held() && !flow_decided_) AdmitLocked(a);
+        TakeOutLocked(a);
         if (exchange_.done()) {
           RequestFinishLocked(grpc::Status::OK, a);  // after the immediate response
         } else {
@@ -91,7 +102,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
         server_->stats_.messages_out.fetch_add(1, std::memory_order_relaxed);
       } else {
         queue_.clear();
-        exchange_.Close(server_->clock_(), true);
+        CloseLocked(true, a);
         RequestFinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"), a);
       }
       NextWriteLocked(a);
@@ -104,7 +115,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     {
       std::lock_guard<std::mutex> lock(mu_);
       server_->stats_.cancelled.fetch_add(1, std::memory_order_relaxed);
-      exchange_.Close(server_->clock_(), true);
+      CloseLocked(true, a);
       queue_.clear();
       RequestFinishLocked(grpc::Status::CANCELLED, a);
       NextWriteLocked(a);
@@ -113,13 +124,54 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
   }
 
   void OnDone() override {
+    ExtProcServer* server = server_;
+    Actions a;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      exchange_.Close(server_->clock_(), true);  // no-op unless something was missed
+      CloseLocked(true, a);  // no-op unless something was missed
       done_ = true;
     }
-    server_->stats_.open_streams.fetch_sub(1, std::memory_order_relaxed);
-    server_->Unregister(this);  // may destroy this
+    server->stats_.open_streams.fetch_sub(1, std::memory_order_relaxed);
+    server->Unregister(this);  // may destroy this
+    if (a.pump) server->PumpFlow();
+  }
+
+  // Flow control let this stream's held request go: picks now and writes the answer.
+  void FlowDispatch() {
+    Actions a;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      flow_id_ = 0;
+      if (finish_wanted_ || !exchange_.held()) return;  // ended meanwhile
+      exchange_.Resume(server_->clock_(), out_);
+      TakeOutLocked(a);
+      if (half_closed_) {
+        CloseLocked(false, a);  // as a half-close after the pick
+        RequestFinishLocked(grpc::Status::OK, a);
+      }
+      NextWriteLocked(a);
+    }
+    Act(a);
+  }
+
+  // The held request waited past its TTL (429) or its no-endpoint TTL (503).
+  void FlowExpired(flow::ExpireReason reason) {
+    Actions a;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      flow_id_ = 0;
+      if (finish_wanted_ || !exchange_.held()) return;
+      if (reason == flow::ExpireReason::kNoEndpointTtl) {
+        exchange_.Refuse(503, "No usable endpoint: none became ready while the request waited "
+                              "(flow.no_endpoint_ttl).", {}, server_->clock_(), out_);
+      } else {
+        exchange_.Refuse(429, "Too many requests: the pool stayed saturated for the request's "
+                              "whole wait (flow.ttl).", kRetryAfterS, server_->clock_(), out_);
+      }
+      TakeOutLocked(a);
+      NextWriteLocked(a);
+    }
+    Act(a);
   }
 
  private:
@@ -128,7 +180,73 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     const pb::ProcessingResponse* write = nullptr;
     bool finish = false;
     grpc::Status status;
+    bool pump = false;  // a picked request finished: flow control may dispatch
   };
+
+  // Moves the exchange's answers to the write queue; notes a picked request that just
+  // finished (its capacity is free), and an immediate response (the stream ends).
+  void TakeOutLocked(Actions& a) {
+    for (auto& r : out_) queue_.push_back(std::move(r));
+    out_.clear();
+    NoteFinishedLocked(a);
+    if (exchange_.done()) RequestFinishLocked(grpc::Status::OK, a);
+  }
+
+  void NoteFinishedLocked(Actions& a) {
+    if (!finish_noted_ && !exchange_.destination().empty() && exchange_.finished()) {
+      finish_noted_ = true;
+      a.pump = true;
+    }
+  }
+
+  // Closes the exchange; a request still waiting in the flow queue leaves it at once.
+  void CloseLocked(bool cancelled, Actions& a) {
+    if (flow_id_ != 0) {
+      server_->CancelFlow(flow_id_);
+      flow_id_ = 0;
+    }
+    exchange_.Close(server_->clock_(), cancelled);
+    NoteFinishedLocked(a);
+  }
+
+  // The exchange holds its pick: admit it into the flow queue.
+  void AdmitLocked(Actions& a) {
+    flow_decided_ = true;
+    const double now = server_->clock_();
+    if (!server_->flow_) {
+      exchange_.Resume(now, out_);  // settings ask for a deferral nobody makes: pick now
+      return;
+    }
+    const routing::RoutingCore::PoolLoad load = server_->core_.Load(now);
+    const flow::PoolState state = load.ready == 0          ? flow::PoolState::kEmpty
+                                  : load.saturated_pool() ? flow::PoolState::kSaturated
+                                                          : flow::PoolState::kAvailable;
+    flow::FlowRequest fr;
+    fr.priority = exchange_.priority();
+    const std::string& key = exchange_.flow_key();
+    fr.flow_id = key.empty() ? 0 : std::hash<std::string_view>{}(key);
+    fr.bytes = exchange_.held_bytes();
+    const flow::AdmitResult r = server_->AdmitFlow(fr, weak_from_this(), state, now);
+    switch (r.outcome) {
+      case flow::AdmitOutcome::kDispatchNow:
+        exchange_.Resume(now, out_);
+        return;
+      case flow::AdmitOutcome::kRejected: {
+        std::string why = r.reason == flow::RejectReason::kSheddable
+                              ? "The pool is saturated and objective '" + exchange_.objective() +
+                                    "' is sheddable (priority " + std::to_string(fr.priority) + ")."
+                              : "Too many requests: the flow queue is full (" +
+                                    std::string(flow::RejectReasonName(r.reason)) + ").";
+        exchange_.Refuse(429, std::move(why), kRetryAfterS, now, out_);
+        return;
+      }
+      case flow::AdmitOutcome::kQueued:
+        flow_id_ = fr.id;
+        // Capacity may have freed between the verdict and the queueing.
+        if (state == flow::PoolState::kAvailable) a.pump = true;
+        return;
+    }
+  }
 
   void RequestFinishLocked(grpc::Status status, Actions& a) {
     if (finish_wanted_) return;
@@ -155,10 +273,15 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     }
   }
 
+  // Starts the gRPC operations decided under mu_, then the flow pump (`this` may be gone
+  // by then: Finish can end the reactor).
   void Act(Actions& a) {
+    ExtProcServer* server = server_;
+    const bool pump = a.pump;
     if (a.write != nullptr) StartWrite(a.write);
     if (a.read) StartRead(&request_);
     if (a.finish) Finish(std::move(a.status));
+    if (pump) server->PumpFlow();
   }
 
   ExtProcServer* server_;
@@ -173,6 +296,10 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
   bool finish_wanted_ = false;
   bool finish_called_ = false;
   bool done_ = false;
+  bool flow_decided_ = false;  // admission ran (once per stream)
+  bool half_closed_ = false;   // Envoy half-closed while the answer was held
+  bool finish_noted_ = false;  // the picked request's end was reported to the pump
+  flow::RequestId flow_id_ = 0;  // waiting in the flow queue under this id; 0: not
   grpc::Status status_;
   const double deadline_s_;
 };
@@ -218,6 +345,7 @@ void ExtProcServer::Unregister(Stream* s) {
 
 Status ExtProcServer::Start(const ExtProcServerOptions& options) {
   timeout_s_.store(options.stream_timeout_s, std::memory_order_relaxed);
+  if (options.flow_enabled) flow_ = std::make_unique<flow::FlowQueue>(options.flow);
   service_ = std::make_unique<Service>(this);
 
   // The ext_proc port serves only ExternalProcessor: no health service there.
@@ -277,9 +405,21 @@ void ExtProcServer::SetReadiness(bool ready) {
 void ExtProcServer::PollLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, kPollInterval);
+    // The flow queue's one timer: the wait ends at its next expiry when that comes first.
+    auto wait = std::chrono::duration<double>(kPollInterval);
+    const double expiry = flow_next_expiry_.load(std::memory_order_relaxed);
+    if (expiry < std::numeric_limits<double>::infinity()) {
+      wait = std::min(wait, std::chrono::duration<double>(std::max(0.0, expiry - clock_())));
+    }
+    cv_.wait_for(lock, wait);
     if (stopping_) break;
     const double now = clock_();
+    if (now >= flow_next_expiry_.load(std::memory_order_relaxed)) {
+      lock.unlock();
+      PumpFlow();  // expires what is due, re-arms for the next
+      lock.lock();
+      if (stopping_) break;
+    }
     std::vector<std::shared_ptr<Stream>> expired;
     for (auto& [raw, s] : streams_) {
       if (now >= s->deadline_s()) expired.push_back(s);
@@ -290,6 +430,98 @@ void ExtProcServer::PollLoop() {
     SetReadiness(core_.Ready(now));
     lock.lock();
   }
+}
+
+flow::AdmitResult ExtProcServer::AdmitFlow(flow::FlowRequest& request, const std::weak_ptr<Stream>& s,
+                                           flow::PoolState pool, double now_s) {
+  flow::AdmitResult r;
+  double next_expiry = 0;
+  {
+    std::lock_guard<std::mutex> lock(flow_mu_);
+    request.id = flow_next_id_++;
+    r = flow_->Admit(request, now_s, pool);
+    if (r.outcome != flow::AdmitOutcome::kQueued) return r;
+    flow_waiting_.emplace(request.id, s);
+    flow_waiting_count_.store(flow_waiting_.size(), std::memory_order_relaxed);
+    next_expiry = flow_->NextExpiry();
+    flow_next_expiry_.store(next_expiry, std::memory_order_relaxed);
+  }
+  cv_.notify_all();  // the poller re-arms for the (maybe earlier) expiry
+  return r;
+}
+
+void ExtProcServer::CancelFlow(flow::RequestId id) {
+  std::lock_guard<std::mutex> lock(flow_mu_);
+  flow_waiting_.erase(id);
+  flow_->Cancel(id, clock_());  // false when a pump took it first: that pump finds it ended
+  flow_waiting_count_.store(flow_waiting_.size(), std::memory_order_relaxed);
+  flow_next_expiry_.store(flow_->NextExpiry(), std::memory_order_relaxed);
+}
+
+void ExtProcServer::PumpFlow() {
+  if (!flow_ || flow_waiting_count_.load(std::memory_order_relaxed) == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(flow_mu_);
+    if (flow_pumping_) {
+      flow_pump_again_ = true;
+      return;
+    }
+    flow_pumping_ = true;
+  }
+  std::vector<flow::Expired> expired;
+  std::vector<std::pair<std::shared_ptr<Stream>, flow::ExpireReason>> expired_streams;
+  for (bool done = false; !done;) {
+    const double now = clock_();
+    const routing::RoutingCore::PoolLoad load = core_.Load(now);
+    const bool capacity = load.ready > 0 && !load.saturated_pool();
+    std::shared_ptr<Stream> next;
+    bool dispatched = false;
+    expired.clear();
+    expired_streams.clear();
+    {
+      std::lock_guard<std::mutex> lock(flow_mu_);
+      // Expire first, with the same time: nothing is dispatched past its TTL.
+      flow_->Expire(now, expired);
+      for (const flow::Expired& e : expired) {
+        auto it = flow_waiting_.find(e.id);
+        if (it == flow_waiting_.end()) continue;
+        if (std::shared_ptr<Stream> st = it->second.lock()) expired_streams.emplace_back(std::move(st), e.reason);
+        flow_waiting_.erase(it);
+      }
+      // No prefix probe (as in serve): the first in order goes; its pick still prefers the
+      // endpoint holding its prefix.
+      if (capacity) {
+        if (std::optional<flow::Dispatch> d = flow_->NextToDispatch(now)) {
+          dispatched = true;
+          auto it = flow_waiting_.find(d->id);
+          if (it != flow_waiting_.end()) {
+            next = it->second.lock();
+            flow_waiting_.erase(it);
+          }
+        }
+      }
+      flow_waiting_count_.store(flow_waiting_.size(), std::memory_order_relaxed);
+      flow_next_expiry_.store(flow_->NextExpiry(), std::memory_order_relaxed);
+      if (!dispatched && expired.empty()) {
+        if (flow_pump_again_) {
+          flow_pump_again_ = false;
+        } else {
+          flow_pumping_ = false;
+          done = true;
+        }
+      }
+    }
+    for (auto& [st, reason] : expired_streams) st->FlowExpired(reason);
+    // Picked here, before the next round's saturation verdict, which then counts it.
+    if (next) next->FlowDispatch();
+  }
+  expired_streams.clear();  // may destroy streams: outside every lock
+}
+
+flow::FlowStats ExtProcServer::flow_stats() const {
+  if (!flow_) return {};
+  std::lock_guard<std::mutex> lock(flow_mu_);
+  return flow_->stats();
 }
 
 void ExtProcServer::Stop() {

@@ -13,6 +13,22 @@
 // `stream_timeout_s` (finished with DEADLINE_EXCEEDED). Whatever the end, the exchange is
 // closed, so its request is finished in the core exactly once.
 //
+// Flow control (ExtProcServerOptions::flow_enabled, with ExchangeSettings::defer_pick):
+// a stream whose exchange reaches its pick is admitted into one flow::FlowQueue against
+// RoutingCore::Load (no ready endpoint: empty; every ready one saturated: saturated),
+// priority and flow from the exchange. Dispatched at once: picked and answered as
+// without flow control. Rejected (sheddable, a band over its bounds): ImmediateResponse
+// 429 with retry-after at once. Queued: its answer is held back while the stream keeps
+// reading; PumpFlow (called here whenever a stream's picked request finishes, and by the
+// owner when a scrape result arrives) expires what is due, then dispatches waiting
+// streams one at a time while the pool has capacity, each picked at that moment. Past
+// the TTL: 429 with retry-after; past no_endpoint_ttl: 503. A held stream that ends
+// (cancelled, timed out, a failed write) leaves the queue at once; one Envoy half-closes
+// stays open for its held answer and ends after it. The queue's one timer is
+// the poller's wait, shortened to the queue's NextExpiry. The queue and what waits are
+// under one mutex, never held while calling into a stream or gRPC; a stream's lock may
+// be held while taking it (stream, then queue), never the other way round.
+//
 // Health (grpc.health.v1, gRPC's DefaultHealthCheckService on the health port):
 // "liveness" and "" SERVING while the server runs; "readiness" and
 // "envoy.service.ext_proc.v3.ExternalProcessor" SERVING while RoutingCore::Ready (polled
@@ -25,15 +41,19 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "core/common/status.h"
 #include "core/extproc/epp_stats.h"
 #include "core/extproc/exchange.h"
+#include "core/flow/flow_queue.h"
 #include "core/routing/routing_core.h"
 
 namespace grpc {
@@ -51,6 +71,11 @@ struct ExtProcServerOptions {
   // Largest gRPC message accepted (a BUFFERED body arrives in one): keep it above
   // limits.max_body_bytes so that an oversized body gets the exchange's 413.
   std::size_t max_message_bytes = (16u << 20) + (1u << 20);
+  // Flow control (flow.enabled): streams wait in a queue with `flow` at their pick while
+  // the pool is saturated. Needs streams whose settings have defer_pick (without it the
+  // exchange picks on its own); a held exchange without flow control is resumed at once.
+  bool flow_enabled = false;
+  flow::FlowOptions flow;
 };
 
 // Counters of the adapter itself, any thread may read them.
@@ -87,6 +112,15 @@ class ExtProcServer {
   void set_stream_timeout(double seconds) { timeout_s_.store(seconds, std::memory_order_relaxed); }
   const ServerStats& stats() const { return stats_; }
 
+  // Capacity may have freed (a scrape result reached the core): expires due waiting
+  // streams and dispatches waiting ones while the pool has capacity. Cheap when nothing
+  // waits or flow control is off. Thread: any, holding no stream's lock (a pump already
+  // running on another thread runs once more instead).
+  void PumpFlow();
+  bool flow_enabled() const { return flow_ != nullptr; }
+  // A copy of the queue's counters (empty when flow control is off). Thread: any.
+  flow::FlowStats flow_stats() const;
+
   class Stream;  // one Process call (public for the .cc's service class)
   class Service;
 
@@ -97,6 +131,10 @@ class ExtProcServer {
   void Unregister(Stream* s);
   void PollLoop();
   void SetReadiness(bool ready);
+  // Flow control, for the streams. Admit takes the stream's own lock's holder as `s`.
+  flow::AdmitResult AdmitFlow(flow::FlowRequest& request, const std::weak_ptr<Stream>& s,
+                              flow::PoolState pool, double now_s);
+  void CancelFlow(flow::RequestId id);
 
   routing::RoutingCore& core_;
   extproc::EppStats* epp_stats_;
@@ -118,6 +156,15 @@ class ExtProcServer {
   std::thread poller_;
   int readiness_ = -1;  // last published (poller thread only): -1 unknown
   bool started_ = false;
+
+  // Flow control; null when off. The queue and the waiting streams under flow_mu_.
+  std::unique_ptr<flow::FlowQueue> flow_;
+  mutable std::mutex flow_mu_;
+  std::unordered_map<flow::RequestId, std::weak_ptr<Stream>> flow_waiting_;  // flow_mu_
+  flow::RequestId flow_next_id_ = 1;                                        // flow_mu_
+  bool flow_pumping_ = false, flow_pump_again_ = false;                     // flow_mu_
+  std::atomic<std::size_t> flow_waiting_count_{0};  // lock-free "anything waits?"
+  std::atomic<double> flow_next_expiry_{std::numeric_limits<double>::infinity()};  // the timer
 };
 
 }  // namespace kvroute::rpc

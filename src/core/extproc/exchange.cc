@@ -127,6 +127,7 @@ void Exchange::OnRequest(const pb::ProcessingRequest& request, double now_s,
   now_s_ = now_s;
   if (immediate_sent_ || closed_) return;
   if (request.observability_mode()) observability_ = true;
+  if (phase_ == Phase::kHeld) return;  // Envoy waits for the held answer; nothing to add
   if (request.has_protocol_config() && !protocol_seen_) {
     protocol_seen_ = true;
     mode_ = FromProto(request.protocol_config().request_body_mode());
@@ -214,6 +215,9 @@ void Exchange::OnRequestHeaders(const pb::HttpHeaders& h, std::vector<pb::Proces
     } else if (Is(key, "x-gateway-model-name")) {
       model_header_ = Trim(HeaderValueOf(hv));
     }
+    if (!settings_->flow_header.empty() && Is(key, settings_->flow_header)) {
+      flow_value_ = Trim(HeaderValueOf(hv));
+    }
   }
   if (h.end_of_stream() || mode_ == BodyMode::kNone) {
     phase_ = Phase::kBody;  // PickAndAnswer moves on from here
@@ -262,7 +266,7 @@ void Exchange::OnRequestTrailers(std::vector<pb::ProcessingResponse>& out) {
   if (phase_ == Phase::kHeaders || phase_ == Phase::kBody) {
     phase_ = Phase::kBody;
     PickAndAnswer(true, true, out);
-    if (immediate_sent_) return;
+    if (immediate_sent_ || phase_ == Phase::kHeld) return;  // Resume emits it when held
   }
   pb::ProcessingResponse r;
   r.mutable_request_trailers();
@@ -276,37 +280,67 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
   const bool chat = path == "/v1/chat/completions";
   const bool has_body = with_body && !body_.empty();
 
-  sched::SchedRequest sr;
-  api::ParseResult parsed;
+  sr_ = sched::SchedRequest();
   if (has_body && (completions || chat)) {
     const api::Endpoint kind = completions ? api::Endpoint::kCompletions : api::Endpoint::kChatCompletions;
-    parsed = body_.capacity() >= body_.size() + api::kJsonPadding ? api::ParseRequestPadded(kind, body_)
-                                                                  : api::ParseRequest(kind, body_);
-    if (!parsed.ok()) {
+    parsed_ = body_.capacity() >= body_.size() + api::kJsonPadding ? api::ParseRequestPadded(kind, body_)
+                                                                   : api::ParseRequest(kind, body_);
+    if (!parsed_.ok()) {
       model_ = model_header_;
       if (env_.stats) env_.stats->OnRequest(model_);
-      return FailParsed(parsed.error.status, api::ErrorBody(parsed.error), out);
+      return FailParsed(parsed_.error.status, api::ErrorBody(parsed_.error), out);
     }
-    model_ = parsed.request->model;
-    sr = sched::FromParsed(*parsed.request);
+    model_ = parsed_.request->model;
+    sr_ = sched::FromParsed(*parsed_.request);
   } else {
     model_ = model_header_;
     if (model_.empty() && has_body) model_ = ModelField(body_);
-    sr.model = model_;
+    sr_.model = model_;
   }
-  sr.priority = 0;  // vLLM's own priority is the engine's business, not the picker's
+  sr_.priority = 0;  // vLLM's own priority is the engine's business, not the picker's
   if (env_.stats) env_.stats->OnRequest(model_);
 
-  const double t0 = env_.timer ? env_.timer() : 0.0;
-  int64_t priority = 0;
+  priority_ = 0;
   if (!objective_.empty()) {
     auto it = settings_->objectives.find(objective_);
-    if (it != settings_->objectives.end()) priority = it->second;
+    if (it != settings_->objectives.end()) priority_ = it->second;
   }
-  if (priority < 0 && env_.core->Load(now_s_).saturated_pool()) {
+  if (settings_->defer_pick) {
+    // The caller (flow control) decides when; body_ and parsed_ stay as they are.
+    held_with_body_ = with_body;
+    held_trailers_ = trailers;
+    phase_ = Phase::kHeld;
+    return;
+  }
+  if (priority_ < 0 && env_.core->Load(now_s_).saturated_pool()) {
     return Fail(429, "The pool is saturated and objective '" + objective_ +
-                         "' is sheddable (priority " + std::to_string(priority) + ").", out);
+                         "' is sheddable (priority " + std::to_string(priority_) + ").", out);
   }
+  PickNow(with_body, trailers, out);
+}
+
+void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out) {
+  if (phase_ != Phase::kHeld || closed_) return;
+  now_s_ = now_s;
+  phase_ = Phase::kBody;
+  PickNow(held_with_body_, held_trailers_, out);
+  if (held_trailers_ && !immediate_sent_) {
+    // What OnRequestTrailers emits after the pick.
+    pb::ProcessingResponse r;
+    r.mutable_request_trailers();
+    Emit(std::move(r), out);
+  }
+}
+
+void Exchange::Refuse(int status, std::string message, std::string_view retry_after, double now_s,
+                      std::vector<pb::ProcessingResponse>& out) {
+  if (phase_ != Phase::kHeld || closed_) return;
+  now_s_ = now_s;
+  FailParsed(status, api::ErrorBody(api::MakeError(status, std::move(message))), out, retry_after);
+}
+
+void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out) {
+  const double t0 = env_.timer ? env_.timer() : 0.0;
   std::vector<uint32_t> only;
   if (subset_seen_) {
     auto table = env_.core->table();
@@ -320,7 +354,7 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
     }
   }
   routing::PickRequest pr;
-  pr.request = sr;
+  pr.request = sr_;
   pr.dispatch_first = true;
   pr.only = only;
   pick_ = env_.core->Pick(pr, now_s_);
@@ -443,7 +477,8 @@ void Exchange::Fail(int status, std::string message, std::vector<pb::ProcessingR
   FailParsed(status, api::ErrorBody(api::MakeError(status, std::move(message))), out);
 }
 
-void Exchange::FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out) {
+void Exchange::FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out,
+                          std::string_view retry_after) {
   if (env_.stats) env_.stats->OnError(model_, status);
   served_ = routing::RoutingCore::kNoEndpoint;
   FinishRequest(status);
@@ -454,6 +489,7 @@ void Exchange::FailParsed(int status, std::string body, std::vector<pb::Processi
   pb::ImmediateResponse* ir = r.mutable_immediate_response();
   ir->mutable_status()->set_code(static_cast<::envoy::type::v3::StatusCode>(status));
   SetHeader(ir->mutable_headers(), "content-type", "application/json");
+  if (!retry_after.empty()) SetHeader(ir->mutable_headers(), "retry-after", retry_after);
   ir->set_body(std::move(body));
   ir->set_details("kvroute_epp_" + std::to_string(status));
   // Observability mode expects no answers, but an error still ends the exchange.

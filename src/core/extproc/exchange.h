@@ -56,6 +56,16 @@
 // priority below 0, from ExchangeSettings::objectives; unknown objectives are priority
 // 0) while the pool is saturated (RoutingCore::PoolLoad::saturated_pool).
 //
+// Deferred pick (ExchangeSettings::defer_pick, `kvroute epp` with flow control on): at
+// the point where the exchange would pick (and after the body parsed, so 400 and 413 are
+// still answered at once) it picks nothing and emits nothing; held() turns true and the
+// caller decides, with priority() and held_bytes(), when the pick happens: Resume(now)
+// picks with the core's state of that moment and emits exactly what the exchange would
+// have emitted then (the sheddable 429 is the caller's business in this mode); Refuse()
+// ends the stream with an ImmediateResponse instead (429 with Retry-After, 503). While
+// held, request messages get no answer (Envoy waits for the held one); Close finishes the
+// request as 499 without an endpoint.
+//
 // In observability_mode Envoy expects no answers: the exchange still picks and accounts
 // but emits nothing.
 //
@@ -76,8 +86,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/api/openai.h"
 #include "core/extproc/epp_stats.h"
 #include "core/routing/routing_core.h"
+#include "core/sched/types.h"
 #include "envoy/service/ext_proc/v3/external_processor.pb.h"
 
 namespace kvroute::extproc {
@@ -100,6 +112,11 @@ struct ExchangeSettings {
   std::size_t fallbacks = 2;                           // after the winner, in the header
   uint64_t max_body_bytes = 16ull << 20;
   std::map<std::string, int64_t, std::less<>> objectives;  // objective name -> priority
+  // Hold the pick for the caller (flow control) instead of picking at once; see above.
+  bool defer_pick = false;
+  // The request header naming its flow (flow.flow_header, lower case); empty: the
+  // objective. Read into flow_key().
+  std::string flow_header;
 };
 
 // Where the exchange's calls go. `core` is required; `stats` may be null; `timer` (a
@@ -138,8 +155,30 @@ class Exchange {
   // The effective request body mode (after protocol_config).
   BodyMode body_mode() const { return mode_; }
 
+  // Deferred pick (settings.defer_pick). True from the moment the exchange would have
+  // picked until Resume, Refuse or Close.
+  bool held() const { return phase_ == Phase::kHeld && !closed_; }
+  // The request's priority: its objective's (ExchangeSettings::objectives; unknown or no
+  // objective: 0). Meaningful once held() (or picked).
+  int64_t priority() const { return priority_; }
+  // The request body's size while held.
+  uint64_t held_bytes() const { return body_.size(); }
+  // The objective header's value ("" when none).
+  const std::string& objective() const { return objective_; }
+  // What names the request's flow: settings.flow_header's value, or the objective when
+  // that is empty or the header absent.
+  const std::string& flow_key() const { return flow_value_.empty() ? objective_ : flow_value_; }
+  // Picks now and appends the answers the pick calls for (the pick, or a 503
+  // ImmediateResponse). Nothing happens unless held().
+  void Resume(double now_s, std::vector<pb::ProcessingResponse>& out);
+  // Ends the held request with an ImmediateResponse `status` (OpenAI-shaped body with
+  // `message`), with a retry-after header when `retry_after` is not empty; finished as
+  // `status` without an endpoint. Nothing happens unless held().
+  void Refuse(int status, std::string message, std::string_view retry_after, double now_s,
+              std::vector<pb::ProcessingResponse>& out);
+
  private:
-  enum class Phase { kHeaders, kBody, kPicked, kDone };
+  enum class Phase { kHeaders, kBody, kHeld, kPicked, kDone };
 
   void OnRequestHeaders(const pb::HttpHeaders& h, std::vector<pb::ProcessingResponse>& out);
   void OnRequestBody(const pb::HttpBody& b, std::vector<pb::ProcessingResponse>& out);
@@ -149,9 +188,12 @@ class Exchange {
   // Parses the body, picks and emits the pick in the shape of the mode. `trailers`: the
   // body ended with trailers (its last streamed chunk is not end_of_stream).
   void PickAndAnswer(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
+  // The pick itself, from sr_ (PickAndAnswer, or Resume after a deferral).
+  void PickNow(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
   // Emits the ImmediateResponse and finishes the request (kNoEndpoint).
   void Fail(int status, std::string message, std::vector<pb::ProcessingResponse>& out);
-  void FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out);
+  void FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out,
+                  std::string_view retry_after = {});
   void ReadSubset(const pb::ProcessingRequest& request);
   void FinishRequest(int code);
   void Emit(pb::ProcessingResponse&& r, std::vector<pb::ProcessingResponse>& out);
@@ -173,12 +215,21 @@ class Exchange {
   std::string path_;
   std::string model_header_;
   std::string objective_;
+  std::string flow_value_;
   std::string request_id_;
   std::string content_type_;
   std::string body_;
   // Subset hint: the addresses as sent; seen at all.
   bool subset_seen_ = false;
   std::vector<std::string> subset_;
+
+  // What the pick is made on: the parsed body (sr_ views its strings, and body_'s).
+  api::ParseResult parsed_;
+  sched::SchedRequest sr_;
+  int64_t priority_ = 0;
+  // A deferred pick: how PickAndAnswer was called.
+  bool held_with_body_ = false;
+  bool held_trailers_ = false;
 
   // The pick.
   routing::PickResult pick_;

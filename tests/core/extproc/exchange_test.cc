@@ -671,6 +671,142 @@ TEST_F(ExchangeTest, StatsCountRequestsErrorsAndPickDurations) {
   EXPECT_NE(text.find("inference_extension_scheduler_e2e_duration_seconds_count 3"), std::string::npos);
 }
 
+// Deferred pick (flow control in `kvroute epp`): the exchange stops where it would pick,
+// emits nothing, and answers exactly as it would have when Resume comes.
+TEST_F(ExchangeTest, DeferredPickHoldsTheAnswerUntilResume) {
+  settings_->defer_pick = true;
+  const std::string body = Completion(LongPrompt(500, 'd'));
+  auto ex = New();
+  EXPECT_TRUE(Feed(*ex, Headers("/v1/completions")).empty());
+  EXPECT_TRUE(Feed(*ex, Body(body, true)).empty());
+  EXPECT_TRUE(ex->held());
+  EXPECT_EQ(ex->priority(), 0);
+  EXPECT_EQ(ex->held_bytes(), body.size());
+  EXPECT_EQ(Inflight(), 0.0);
+  // Envoy sends nothing more while it waits; anything it does send gets no answer.
+  EXPECT_TRUE(Feed(*ex, Body("late", true)).empty());
+  now_ += 0.5;
+  Responses out;
+  ex->Resume(now_, out);
+  EXPECT_FALSE(ex->held());
+  ASSERT_EQ(out.size(), 2u);
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  EXPECT_EQ(HeaderSet(out[0].request_headers().response(), "Content-Length"), std::to_string(body.size()));
+  EXPECT_EQ(out[1].request_body().response().body_mutation().streamed_response().body(), body);
+  EXPECT_EQ(Inflight(), 1.0);
+  Responses again;
+  ex->Resume(now_, again);  // not held any more: nothing
+  EXPECT_TRUE(again.empty());
+  ex->Close(now_, false);
+  EXPECT_EQ(Inflight(), 0.0);
+  EXPECT_EQ(Requests("200"), 1.0);
+}
+
+TEST_F(ExchangeTest, DeferredPickInBufferedModeAndOnHeadersAlone) {
+  settings_->defer_pick = true;
+  settings_->body_mode = BodyMode::kBuffered;
+  auto ex = New();
+  Responses h = Feed(*ex, Headers("/v1/completions"));
+  ASSERT_EQ(h.size(), 1u);  // CONTINUE for the headers, as without deferral
+  EXPECT_TRUE(h[0].has_request_headers());
+  EXPECT_TRUE(Feed(*ex, Body(Completion("buffered"), true)).empty());
+  ASSERT_TRUE(ex->held());
+  Responses out;
+  ex->Resume(now_, out);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].has_request_body());
+  CheckPick(out[0], out[0].request_body().response(), 3);
+
+  auto bodiless = New();
+  EXPECT_TRUE(Feed(*bodiless, Headers("/v1/models", true, {{"x-gateway-model-name", kModel}})).empty());
+  ASSERT_TRUE(bodiless->held());
+  EXPECT_EQ(bodiless->held_bytes(), 0u);
+  Responses out2;
+  bodiless->Resume(now_, out2);
+  ASSERT_EQ(out2.size(), 1u);
+  CheckPick(out2[0], out2[0].request_headers().response(), 3);
+}
+
+TEST_F(ExchangeTest, DeferredPickAfterRequestTrailersEmitsTheTrailersAnswerOnResume) {
+  settings_->defer_pick = true;
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Feed(*ex, Body(Completion("trailers"), false));
+  pb::ProcessingRequest t;
+  t.mutable_request_trailers();
+  EXPECT_TRUE(Feed(*ex, t).empty());
+  Responses out;
+  ex->Resume(now_, out);
+  ASSERT_EQ(out.size(), 3u);
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  EXPECT_TRUE(out[2].has_request_trailers());
+}
+
+TEST_F(ExchangeTest, DeferredPickRefusedWithRetryAfterOr503) {
+  settings_->defer_pick = true;
+  settings_->objectives = {{"batch", -1}};
+  now_ += 0.01;
+  ScrapeAll(Idle(now_, /*waiting=*/20));  // saturated: the exchange still holds, not sheds
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions", false, {{"x-gateway-inference-objective", "batch"}}));
+  EXPECT_TRUE(Feed(*ex, Body(Completion("x"), true)).empty());
+  ASSERT_TRUE(ex->held());
+  EXPECT_EQ(ex->priority(), -1);
+  EXPECT_EQ(ex->objective(), "batch");
+  Responses out;
+  ex->Refuse(429, "Too many requests.", "1", now_, out);
+  ASSERT_EQ(out.size(), 1u);
+  const pb::ImmediateResponse& ir = out[0].immediate_response();
+  EXPECT_EQ(static_cast<int>(ir.status().code()), 429);
+  ASSERT_EQ(ir.headers().set_headers_size(), 2);
+  EXPECT_EQ(ir.headers().set_headers(1).header().key(), "retry-after");
+  EXPECT_EQ(ir.headers().set_headers(1).header().raw_value(), "1");
+  EXPECT_NE(ir.body().find("RateLimitError"), std::string::npos) << ir.body();
+  EXPECT_TRUE(ex->done());
+  EXPECT_TRUE(ex->finished());
+  EXPECT_EQ(Requests("429"), 1.0);
+
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/completions"));
+  Feed(*ex2, Body(Completion("y"), true));
+  Responses out2;
+  ex2->Refuse(503, "No usable endpoint.", "", now_, out2);
+  ExpectImmediate(out2, 503);
+  EXPECT_EQ(Requests("503"), 1.0);
+  EXPECT_EQ(Inflight(), 0.0);
+}
+
+TEST_F(ExchangeTest, DeferredPickClosedWhileHeldFinishesAs499AndErrorsStayImmediate) {
+  settings_->defer_pick = true;
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Feed(*ex, Body(Completion("x"), true));
+  ASSERT_TRUE(ex->held());
+  ex->Close(now_, true);
+  EXPECT_FALSE(ex->held());
+  Responses out;
+  ex->Resume(now_, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(Inflight(), 0.0);
+  EXPECT_EQ(Requests("499"), 1.0);
+  // A malformed body is still answered at once: nothing to hold.
+  auto bad = New();
+  Feed(*bad, Headers("/v1/completions"));
+  ExpectImmediate(Feed(*bad, Body("{\"model\":", true)), 400);
+  EXPECT_FALSE(bad->held());
+}
+
+TEST_F(ExchangeTest, FlowKeyIsTheFlowHeaderElseTheObjective) {
+  settings_->defer_pick = true;
+  settings_->flow_header = "x-tenant-id";
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions", true, {{"x-gateway-inference-objective", "chat"}, {"X-Tenant-Id", " t1 "}}));
+  EXPECT_EQ(ex->flow_key(), "t1");
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/completions", true, {{"x-gateway-inference-objective", "chat"}}));
+  EXPECT_EQ(ex2->flow_key(), "chat");
+}
+
 TEST(FindUsageTest, ReadsTheLastUsageObject) {
   Usage u = FindUsage("{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}} ... "
                       "{\"usage\": {\"prompt_tokens\": 40, \"completion_tokens\": 7}}");

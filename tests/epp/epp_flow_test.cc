@@ -1,0 +1,313 @@
+// Flow control in `kvroute epp` over loopback (issue 11, step 4): the picker in-process
+// with `flow.enabled`, one simulated replica slow enough (time_scale 1) that a request
+// stays in flight, and a gRPC client playing Envoy. The test plays Envoy's upstream too:
+// after a pick it sends the request to the replica itself. One long request with a big
+// prompt fills most of the replica's KV cache, so the routing core's saturation detector
+// (KV usage >= 0.8) calls the pool saturated while it runs. Every wait is bounded; TTLs
+// are short real times.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/router_config.h"
+#include "core/api/openai.h"
+#include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
+#include "epp/epp.h"
+#include "http/test_client.h"
+#include "sim/fleet.h"
+#include "../metrics/metric_sum.h"
+
+namespace kvroute::epp {
+namespace {
+
+using namespace std::chrono_literals;
+using metrics::testing::MetricSum;
+namespace pb = ::envoy::service::ext_proc::v3;
+namespace core_pb = ::envoy::config::core::v3;
+namespace mode_pb = ::envoy::extensions::filters::http::ext_proc::v3;
+using ExtProcStream = grpc::ClientReaderWriter<pb::ProcessingRequest, pb::ProcessingResponse>;
+
+constexpr const char* kModel = "test/model";
+constexpr int kBlocks = 128;  // of 16 tokens: 2,048 tokens of KV cache
+
+// ~1,700 tokens: 107 of 128 blocks, 84% of the cache.
+std::string BigPrompt(char c) { return std::string(6800, c); }
+
+std::string Body(std::string_view prompt, int max_tokens, bool stream) {
+  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
+  api::AppendJsonString(body, prompt);
+  body += ",\"max_tokens\":" + std::to_string(max_tokens);
+  if (stream) body += ",\"stream\":true";
+  return body + "}";
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+// A FULL_DUPLEX_STREAMED request: headers (with `objective` when set), then the body.
+std::vector<pb::ProcessingRequest> Request(const std::string& body, const std::string& objective = "") {
+  pb::ProcessingRequest h;
+  auto add = [&](std::string k, std::string v) {
+    core_pb::HeaderValue* hv = h.mutable_request_headers()->mutable_headers()->add_headers();
+    hv->set_key(std::move(k));
+    hv->set_raw_value(std::move(v));
+  };
+  add(":method", "POST");
+  add(":path", "/v1/completions");
+  add("content-type", "application/json");
+  if (!objective.empty()) add("x-gateway-inference-objective", objective);
+  h.mutable_protocol_config()->set_request_body_mode(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED);
+  pb::ProcessingRequest b;
+  b.mutable_request_body()->set_body(body);
+  b.mutable_request_body()->set_end_of_stream(true);
+  return {h, b};
+}
+
+std::string Destination(const pb::ProcessingResponse& r) {
+  if (!r.has_request_headers()) return "";
+  for (const auto& o : r.request_headers().response().header_mutation().set_headers()) {
+    if (o.header().key() == "x-gateway-destination-endpoint") return o.header().raw_value();
+  }
+  return "";
+}
+
+std::string ImmediateHeader(const pb::ImmediateResponse& ir, std::string_view key) {
+  for (const auto& o : ir.headers().set_headers()) {
+    if (o.header().key() == key) return o.header().raw_value();
+  }
+  return "<unset>";
+}
+
+// One ext_proc stream held open by the test.
+struct Open {
+  grpc::ClientContext ctx;
+  std::unique_ptr<ExtProcStream> stream;
+  bool finished = false;
+
+  // Reads what is left and finishes the call.
+  grpc::Status End() {
+    finished = true;
+    pb::ProcessingResponse r;
+    while (stream->Read(&r)) {
+    }
+    return stream->Finish();
+  }
+  ~Open() {
+    if (finished) return;
+    ctx.TryCancel();
+    End();
+  }
+};
+
+class EppFlowTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    streams_.clear();
+    upstreams_.clear();
+    if (epp_) epp_->Stop();
+    epp_.reset();
+    if (fleet_) fleet_->Stop();
+    fleet_.reset();
+  }
+
+  // `flow` holds the keys under `flow:` besides `enabled`; `extra` more top-level YAML.
+  void Start(const std::string& flow, const std::string& extra = "", bool enabled = true) {
+    sim::ReplicaConfig r;
+    r.name = "r0";
+    r.engine = *engine::PresetConfig("llama3-8b-h100");
+    r.engine.model_name = kModel;
+    r.engine.num_gpu_blocks = kBlocks;
+    r.engine.max_model_len = 8192;
+    r.time_scale = 1.0;  // ~6 ms per token
+    fleet_ = std::make_unique<sim::Fleet>(std::vector<sim::ReplicaConfig>{r}, 1);
+    ASSERT_TRUE(fleet_->Start().ok());
+    const std::string yaml = "pool:\n  scrape_interval: 20ms\n  staleness: 1s\n  endpoints:\n"
+                             "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(0)) +
+                             ", name: r0}\nscheduling:\n  policy: round-robin\nflow:\n  enabled: " +
+                             (enabled ? "true" : "false") + "\n" +
+                             flow + extra;
+    config::ConfigResult c = config::ParseRouterConfig(yaml, "epp.yaml");
+    ASSERT_TRUE(c.ok()) << c.error.ToString() << "\n" << yaml;
+    EppOptions o;
+    o.host = "127.0.0.1";
+    o.grpc_port = 0;
+    o.health_port = 0;
+    o.metrics_port = 0;
+    o.log = false;
+    epp_ = std::make_unique<Epp>(std::move(*c.config), o);
+    Status st = epp_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    stub_ = pb::ExternalProcessor::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(epp_->grpc_port()), grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }));
+  }
+
+  double Metric(std::string_view name, const std::map<std::string, std::string>& want = {}) {
+    return MetricSum(epp_->MetricsText(), name, want);
+  }
+  double Waiting() { return Metric("kvroute_flow_waiting_requests"); }
+
+  // Opens a stream and writes `msgs` without half-closing it.
+  Open* Send(const std::vector<pb::ProcessingRequest>& msgs) {
+    auto o = std::make_unique<Open>();
+    o->ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    o->stream = stub_->Process(&o->ctx);
+    for (const auto& m : msgs) EXPECT_TRUE(o->stream->Write(m));
+    streams_.push_back(std::move(o));
+    return streams_.back().get();
+  }
+
+  // A request the picker routes at once, then sent to the replica (as Envoy would): it
+  // fills most of the KV cache and keeps generating for `max_tokens` (~6 ms each).
+  // Returns its ext_proc stream, still open, once the pool counts as saturated.
+  Open* Saturate(char c, int max_tokens) {
+    const std::string body = Body(BigPrompt(c), max_tokens, true);
+    Open* s = Send(Request(body));
+    pb::ProcessingResponse r;
+    EXPECT_TRUE(s->stream->Read(&r));
+    EXPECT_EQ(Destination(r), "127.0.0.1:" + std::to_string(fleet_->port(0)));
+    EXPECT_TRUE(s->stream->Read(&r));  // the body re-emitted
+    auto up = std::make_unique<http::TestClient>("127.0.0.1", fleet_->port(0), 10000ms);
+    EXPECT_TRUE(up->SendRequest("POST", "/v1/completions", body)) << up->error();
+    http::ClientResponse head;
+    EXPECT_TRUE(up->ReadHead(&head)) << up->error();
+    EXPECT_EQ(head.status, 200);
+    EXPECT_TRUE(up->ReadChunk().has_value()) << up->error();
+    upstreams_.push_back(std::move(up));
+    EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_kv_usage_adjusted") >= 0.8; }))
+        << epp_->MetricsText();
+    return s;
+  }
+
+  // Ends the saturating request: its upstream response read to the end, then the
+  // response's end told to the picker on its stream.
+  void Finish(Open* s) {
+    http::TestClient& up = *upstreams_.back();
+    while (up.ReadChunk().has_value()) {
+    }
+    EXPECT_TRUE(up.ended()) << up.error();
+    pb::ProcessingRequest rh;
+    core_pb::HeaderValue* hv = rh.mutable_response_headers()->mutable_headers()->add_headers();
+    hv->set_key(":status");
+    hv->set_raw_value("200");
+    rh.mutable_response_headers()->set_end_of_stream(true);
+    EXPECT_TRUE(s->stream->Write(rh));
+    s->stream->WritesDone();
+    EXPECT_TRUE(s->End().ok());
+  }
+
+  std::unique_ptr<sim::Fleet> fleet_;
+  std::unique_ptr<Epp> epp_;
+  std::unique_ptr<pb::ExternalProcessor::Stub> stub_;
+  std::vector<std::unique_ptr<Open>> streams_;
+  std::vector<std::unique_ptr<http::TestClient>> upstreams_;
+};
+
+TEST_F(EppFlowTest, AHeldStreamIsAnsweredWhenCapacityFrees) {
+  Start("");
+  Open* a = Saturate('a', 100);
+  Open* b = Send(Request(Body("hello", 4, false)));
+  b->stream->WritesDone();  // a half-close while held: the stream stays open for the answer
+  ASSERT_TRUE(WaitFor([&] { return Waiting() == 1; })) << epp_->MetricsText();
+  EXPECT_EQ(Metric("kvroute_flow_waiting_requests", {{"priority", "0"}}), 1);
+  EXPECT_GT(Metric("kvroute_flow_waiting_bytes", {{"priority", "0"}}), 0);
+  EXPECT_EQ(Metric("kvroute_endpoint_inflight"), 1);  // b is not picked while it waits
+  Finish(a);
+  // The freed replica's next scrape (or a's end) lets b go: picked, then its body.
+  pb::ProcessingResponse r;
+  ASSERT_TRUE(b->stream->Read(&r));
+  EXPECT_EQ(Destination(r), "127.0.0.1:" + std::to_string(fleet_->port(0)));
+  ASSERT_TRUE(b->stream->Read(&r));
+  EXPECT_TRUE(r.request_body().response().body_mutation().streamed_response().end_of_stream());
+  EXPECT_EQ(Waiting(), 0);
+  EXPECT_EQ(Metric("kvroute_flow_dispatched_total", {{"cause", "immediate"}}), 1);
+  EXPECT_EQ(Metric("kvroute_flow_dispatched_total", {{"cause", "order"}}), 1);
+  EXPECT_EQ(Metric("kvroute_flow_wait_seconds_count"), 2);
+  EXPECT_TRUE(b->End().ok());
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_inflight") == 0; }));
+}
+
+TEST_F(EppFlowTest, PastItsTtlAHeldStreamGetsAnImmediate429WithRetryAfter) {
+  Start("  ttl: 300ms\n");
+  Saturate('a', 300);  // ~1.8 s
+  const auto start = std::chrono::steady_clock::now();
+  Open* b = Send(Request(Body("hello", 4, false)));
+  pb::ProcessingResponse r;
+  ASSERT_TRUE(b->stream->Read(&r));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.has_immediate_response());
+  const pb::ImmediateResponse& ir = r.immediate_response();
+  EXPECT_EQ(static_cast<int>(ir.status().code()), 429);
+  EXPECT_EQ(ImmediateHeader(ir, "retry-after"), "1");
+  EXPECT_EQ(ImmediateHeader(ir, "content-type"), "application/json");
+  EXPECT_NE(ir.body().find("\"type\":\"RateLimitError\""), std::string::npos) << ir.body();
+  EXPECT_GE(waited, 300ms);
+  EXPECT_LT(waited, 1500ms);  // the TTL, not the saturating request's end
+  EXPECT_TRUE(b->End().ok());
+  EXPECT_EQ(Metric("kvroute_flow_expired_total", {{"reason", "ttl"}}), 1);
+  EXPECT_EQ(Waiting(), 0);
+  EXPECT_EQ(Metric("kvroute_endpoint_inflight"), 1);  // only the saturating one
+}
+
+TEST_F(EppFlowTest, SheddableGets429AtOnceWhileSaturated) {
+  Start("", "epp:\n  objectives: {batch: -1}\n");
+  Saturate('a', 200);
+  const auto start = std::chrono::steady_clock::now();
+  Open* b = Send(Request(Body("hello", 4, false), "batch"));
+  pb::ProcessingResponse r;
+  ASSERT_TRUE(b->stream->Read(&r));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 250ms);
+  ASSERT_TRUE(r.has_immediate_response());
+  EXPECT_EQ(static_cast<int>(r.immediate_response().status().code()), 429);
+  EXPECT_EQ(ImmediateHeader(r.immediate_response(), "retry-after"), "1");
+  EXPECT_NE(r.immediate_response().body().find("sheddable"), std::string::npos);
+  EXPECT_EQ(Metric("kvroute_flow_rejected_total", {{"reason", "sheddable"}}), 1);
+  EXPECT_EQ(Waiting(), 0);
+}
+
+TEST_F(EppFlowTest, EnvoyCancellingAHeldStreamLeavesNothingWaiting) {
+  Start("");
+  Saturate('a', 200);
+  Open* b = Send(Request(Body("hello", 4, false)));
+  ASSERT_TRUE(WaitFor([&] { return Waiting() == 1; })) << epp_->MetricsText();
+  b->ctx.TryCancel();
+  b->End();
+  EXPECT_TRUE(WaitFor([&] { return Waiting() == 0; }));
+  EXPECT_EQ(Metric("kvroute_flow_cancelled_total"), 1);
+  EXPECT_EQ(Metric("kvroute_flow_waiting_bytes"), 0);
+  EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_epp_streams_open") == 1; }));
+  EXPECT_EQ(Metric("kvroute_endpoint_inflight"), 1);  // only the saturating one
+}
+
+// flow.enabled false (the default): picked at once even while saturated, sheddable still
+// shed as before, no kvroute_flow_* series.
+TEST_F(EppFlowTest, FlowOffPicksAtOnceAsBefore) {
+  Start("", "epp:\n  objectives: {batch: -1}\n", /*enabled=*/false);
+  Saturate('a', 200);
+  Open* b = Send(Request(Body("hello", 4, false)));
+  pb::ProcessingResponse r;
+  ASSERT_TRUE(b->stream->Read(&r));
+  EXPECT_EQ(Destination(r), "127.0.0.1:" + std::to_string(fleet_->port(0)));
+  Open* c = Send(Request(Body("hello", 4, false), "batch"));
+  ASSERT_TRUE(c->stream->Read(&r));
+  ASSERT_TRUE(r.has_immediate_response());
+  EXPECT_EQ(static_cast<int>(r.immediate_response().status().code()), 429);
+  EXPECT_EQ(ImmediateHeader(r.immediate_response(), "retry-after"), "<unset>");
+  EXPECT_EQ(epp_->MetricsText().find("kvroute_flow_"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvroute::epp
