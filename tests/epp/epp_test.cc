@@ -171,6 +171,8 @@ class EppTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) ports.push_back(fleet_->port(i));
     StartEpp(ports, extra);
     ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }));
+    // Every endpoint scraped, so picks see the whole pool (fallbacks included).
+    ASSERT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_metrics_fresh") == n; }));
   }
 
   // Plays Envoy for one stream: writes every message, half-closes, reads every answer.

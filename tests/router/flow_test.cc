@@ -286,8 +286,12 @@ TEST_F(FlowTest, AHigherPriorityQueuedLaterGoesFirst) {
   EXPECT_EQ(head.status, 200);
   const std::string m = Metrics();
   EXPECT_EQ(MetricSum(m, "kvroute_flow_waiting_requests", {{"priority", "1"}}), 0);
-  EXPECT_EQ(MetricSum(m, "kvroute_flow_waiting_requests", {{"priority", "0"}}), 2) << m;
-  EXPECT_EQ(MetricSum(m, "kvroute_flow_dispatched_total", {{"cause", "order"}}), 1);
+  // p overtook requests queued before it: when its head arrives, at least one priority-0
+  // request still waits (FIFO would have sent both first). Usually both wait; on a loaded
+  // machine a scrape between p's dispatch and this read may release one more.
+  const double low_waiting = MetricSum(m, "kvroute_flow_waiting_requests", {{"priority", "0"}});
+  EXPECT_GE(low_waiting, 1) << m;
+  EXPECT_EQ(low_waiting + MetricSum(m, "kvroute_flow_dispatched_total", {{"cause", "order"}}), 3) << m;
 }
 
 TEST_F(FlowTest, NoEndpointReadyWaitsItsNoEndpointTtlThen503) {
