@@ -149,7 +149,11 @@ class EppTest : public ::testing::Test {
   void StartEpp(const std::vector<uint16_t>& ports, const std::string& extra = "") {
     std::string yaml = "pool:\n  scrape_interval: 50ms\n  endpoints:\n";
     for (uint16_t p : ports) yaml += "    - 127.0.0.1:" + std::to_string(p) + "\n";
-    yaml += extra;
+    StartEppWith(yaml + extra);
+  }
+
+  // The picker on loopback port 0 with the configuration `yaml`, and a stub to it.
+  void StartEppWith(const std::string& yaml) {
     config::ConfigResult r = config::ParseRouterConfig(yaml, "epp.yaml");
     ASSERT_TRUE(r.ok()) << r.error.ToString();
     EppOptions o;
@@ -530,19 +534,7 @@ class EppKubernetesTest : public EppTest {
   void StartEppOnPool(const std::string& extra = "") {
     std::string yaml = "pool:\n  scrape_interval: 50ms\n  discovery:\n    kubernetes:\n"
                        "      inference_pool: pool\n      kubeconfig: " + kubeconfig_ + "\n" + extra;
-    config::ConfigResult r = config::ParseRouterConfig(yaml, "epp.yaml");
-    ASSERT_TRUE(r.ok()) << r.error.ToString();
-    EppOptions o;
-    o.host = "127.0.0.1";
-    o.grpc_port = 0;
-    o.health_port = 0;
-    o.metrics_port = 0;
-    o.log = false;
-    epp_ = std::make_unique<Epp>(std::move(*r.config), o);
-    ASSERT_TRUE(epp_->Start().ok());
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(epp_->grpc_port()),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = pb::ExternalProcessor::NewStub(channel_);
+    StartEppWith(yaml);
   }
 
   std::size_t Endpoints() {

@@ -466,6 +466,51 @@ Status ReadBookmark(element e, ObjectMeta& meta) {
   return Status::Ok();
 }
 
+// One object of the API from its JSON: `read(element, path, out)`.
+template <typename T, typename Read>
+Result<T> DecodeOne(std::string_view json, Read read) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  T out;
+  if (Status s = read(*root, "", out); !s.ok()) return s;
+  return out;
+}
+
+// The list envelope every collection shares: metadata.resourceVersion and items, each item
+// read by `read(element, "items[i]", list_api_version, item)`. `what` names the list when
+// it is not an object; the list's apiVersion is read (and must be a string) only when
+// `with_api_version` (items without their own take it). "items": null or absent is empty.
+// Any item that does not decode rejects the whole list: a partial list would silently
+// drop objects.
+template <typename List, typename Read>
+Result<List> DecodeList(std::string_view json, std::string_view what, bool with_api_version, Read read) {
+  Result<element> root = Parse(json);
+  if (!root.ok()) return root.status();
+  object obj;
+  if (root->get_object().get(obj)) return FieldError(std::string(what), "not an object");
+  List list;
+  object meta;
+  bool present = false;
+  if (Status s = OptObject(obj, "metadata", "", meta, present); !s.ok()) return s;
+  if (present) {
+    if (Status s = OptString(meta, "resourceVersion", "metadata", list.resource_version); !s.ok()) return s;
+  }
+  std::string api_version;
+  if (with_api_version) {
+    if (Status s = OptString(obj, "apiVersion", "", api_version); !s.ok()) return s;
+  }
+  array items;
+  if (Status s = OptArray(obj, "items", "", items, present); !s.ok()) return s;
+  if (!present) return list;
+  std::size_t i = 0;
+  for (element item : items) {
+    typename decltype(list.items)::value_type value;
+    if (Status s = read(item, "items[" + std::to_string(i++) + "]", api_version, value); !s.ok()) return s;
+    list.items.push_back(std::move(value));
+  }
+  return list;
+}
+
 }  // namespace
 
 std::string_view SelectorOpName(SelectorRequirement::Op op) {
@@ -490,80 +535,27 @@ std::string_view WatchEventTypeName(WatchEventType type) {
 }
 
 Result<PodList> DecodePodList(std::string_view json) {
-  Result<element> root = Parse(json);
-  if (!root.ok()) return root.status();
-  object obj;
-  if (root->get_object().get(obj)) return FieldError("pod list", "not an object");
-  PodList list;
-  object meta;
-  bool present = false;
-  if (Status s = OptObject(obj, "metadata", "", meta, present); !s.ok()) return s;
-  if (present) {
-    if (Status s = OptString(meta, "resourceVersion", "metadata", list.resource_version);
-        !s.ok()) {
-      return s;
-    }
-  }
-  array items;
-  // "items": null is how the API server writes an empty list from some clients' view.
-  if (Status s = OptArray(obj, "items", "", items, present); !s.ok()) return s;
-  if (!present) return list;
-  std::size_t i = 0;
-  for (element item : items) {
-    Pod pod;
-    if (Status s = ReadPod(item, "items[" + std::to_string(i++) + "]", pod); !s.ok()) return s;
-    list.items.push_back(std::move(pod));
-  }
-  return list;
+  return DecodeList<PodList>(json, "pod list", false,
+                             [](element e, const std::string& path, std::string_view, Pod& pod) {
+                               return ReadPod(e, path, pod);
+                             });
 }
 
 Result<InferencePoolList> DecodeInferencePoolList(std::string_view json) {
-  Result<element> root = Parse(json);
-  if (!root.ok()) return root.status();
-  object obj;
-  if (root->get_object().get(obj)) return FieldError("InferencePool list", "not an object");
-  InferencePoolList list;
-  object meta;
-  bool present = false;
-  if (Status s = OptObject(obj, "metadata", "", meta, present); !s.ok()) return s;
-  if (present) {
-    if (Status s = OptString(meta, "resourceVersion", "metadata", list.resource_version); !s.ok()) return s;
-  }
-  array items;
-  if (Status s = OptArray(obj, "items", "", items, present); !s.ok()) return s;
-  if (!present) return list;
-  std::size_t i = 0;
-  for (element item : items) {
-    InferencePool pool;
-    if (Status s = ReadPool(item, "items[" + std::to_string(i++) + "]", pool); !s.ok()) return s;
-    list.items.push_back(std::move(pool));
-  }
-  return list;
+  return DecodeList<InferencePoolList>(
+      json, "InferencePool list", false,
+      [](element e, const std::string& path, std::string_view, InferencePool& pool) {
+        return ReadPool(e, path, pool);
+      });
 }
 
-Result<Pod> DecodePod(std::string_view json) {
-  Result<element> root = Parse(json);
-  if (!root.ok()) return root.status();
-  Pod pod;
-  if (Status s = ReadPod(*root, "", pod); !s.ok()) return s;
-  return pod;
-}
+Result<Pod> DecodePod(std::string_view json) { return DecodeOne<Pod>(json, ReadPod); }
 
 Result<InferencePool> DecodeInferencePool(std::string_view json) {
-  Result<element> root = Parse(json);
-  if (!root.ok()) return root.status();
-  InferencePool pool;
-  if (Status s = ReadPool(*root, "", pool); !s.ok()) return s;
-  return pool;
+  return DecodeOne<InferencePool>(json, ReadPool);
 }
 
-Result<ApiStatus> DecodeStatus(std::string_view json) {
-  Result<element> root = Parse(json);
-  if (!root.ok()) return root.status();
-  ApiStatus status;
-  if (Status s = ReadStatus(*root, "", status); !s.ok()) return s;
-  return status;
-}
+Result<ApiStatus> DecodeStatus(std::string_view json) { return DecodeOne<ApiStatus>(json, ReadStatus); }
 
 Result<PodEvent> DecodePodEvent(std::string_view line) {
   PodEvent event;
@@ -594,44 +586,12 @@ Result<PoolEvent> DecodePoolEvent(std::string_view line) {
 }
 
 Result<InferenceObjective> DecodeInferenceObjective(std::string_view json) {
-  Result<element> root = Parse(json);
-  if (!root.ok()) return root.status();
-  InferenceObjective objective;
-  if (Status s = ReadObjective(*root, "", "", objective); !s.ok()) return s;
-  return objective;
+  return DecodeOne<InferenceObjective>(
+      json, [](element e, const std::string& path, InferenceObjective& o) { return ReadObjective(e, path, "", o); });
 }
 
 Result<ObjectiveList> DecodeObjectiveList(std::string_view json) {
-  Result<element> root = Parse(json);
-  if (!root.ok()) return root.status();
-  object obj;
-  if (root->get_object().get(obj)) return FieldError("objective list", "not an object");
-  ObjectiveList list;
-  object meta;
-  bool present = false;
-  if (Status s = OptObject(obj, "metadata", "", meta, present); !s.ok()) return s;
-  if (present) {
-    if (Status s = OptString(meta, "resourceVersion", "metadata", list.resource_version);
-        !s.ok()) {
-      return s;
-    }
-  }
-  std::string api_version;
-  if (Status s = OptString(obj, "apiVersion", "", api_version); !s.ok()) return s;
-  array items;
-  if (Status s = OptArray(obj, "items", "", items, present); !s.ok()) return s;
-  if (!present) return list;
-  std::size_t i = 0;
-  for (element item : items) {
-    InferenceObjective objective;
-    if (Status s = ReadObjective(item, "items[" + std::to_string(i++) + "]", api_version,
-                                 objective);
-        !s.ok()) {
-      return s;
-    }
-    list.items.push_back(std::move(objective));
-  }
-  return list;
+  return DecodeList<ObjectiveList>(json, "objective list", true, ReadObjective);
 }
 
 Result<ObjectiveEvent> DecodeObjectiveEvent(std::string_view line) {

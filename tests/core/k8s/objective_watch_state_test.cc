@@ -14,6 +14,8 @@
 
 #include "core/k8s/objects.h"
 
+#include "testdata.h"
+
 namespace kvroute::k8s {
 namespace {
 
@@ -22,22 +24,8 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Pair;
 
-std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) + "/tests/core/k8s/testdata/" + name);
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) out.push_back(line);
-  }
-  return out;
-}
+using testing::Fixture;
+using testing::Lines;
 
 InferenceObjective Objective(std::string name, int64_t priority, std::string pool_ref = "pool",
                              std::string rv = "") {

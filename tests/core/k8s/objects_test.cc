@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "testdata.h"
+
 namespace kvroute::k8s {
 namespace {
 
@@ -19,22 +21,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
-std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) + "/tests/core/k8s/testdata/" + name);
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) out.push_back(line);
-  }
-  return out;
-}
+using testing::Fixture;
+using testing::Lines;
 
 TEST(DecodePodList, RealShape) {
   Result<PodList> list = DecodePodList(Fixture("podlist.json"));

@@ -13,6 +13,8 @@
 
 #include "core/k8s/objects.h"
 
+#include "testdata.h"
+
 namespace kvroute::k8s {
 namespace {
 
@@ -20,22 +22,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
-std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) + "/tests/core/k8s/testdata/" + name);
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) out.push_back(line);
-  }
-  return out;
-}
+using testing::Fixture;
+using testing::Lines;
 
 InferencePool Pool(Labels selector, std::vector<uint16_t> ports, std::string rv = "1") {
   InferencePool p;
