@@ -346,7 +346,7 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
       }
       st.id = id;
       st.name = ep->spec.name;
-      st.labels = ep->spec.labels;
+      st.SetLabels(ep->spec.labels);
     }
     s.table = table;
     s.slots = slots;

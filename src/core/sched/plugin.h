@@ -47,6 +47,14 @@ struct PickScratch {
   std::vector<uint32_t> candidate_ids;
   std::vector<double> scores;           // [scorer][candidate]
   std::vector<double> totals;
+  // Set during a pick by the profile scheduler (now_s) and a locality-filter (the rest);
+  // read back at Commit. `pinned` is a position into the endpoint span that a filter asks
+  // to rank first (the coherent spill's remote replica), kNoPin for none: the scheduler
+  // moves it to the front of the ranking when it is still a candidate after every filter.
+  static constexpr uint32_t kNoPin = 0xffffffffu;
+  double now_s = 0.0;
+  Locality locality = Locality::kOff;
+  uint32_t pinned = kNoPin;
   // For plugins, one call at a time: contents do not persist between plugin calls.
   std::vector<uint32_t> u32_a, u32_b;
   std::vector<uint64_t> u64;

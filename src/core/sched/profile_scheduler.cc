@@ -34,7 +34,45 @@ ProfileScheduler::ProfileScheduler(Parts parts, const SchedulerOptions& options)
       prefix_ = static_cast<const PrefixCacheScorer*>(s.scorer.get());
     }
   }
+  for (auto& f : filters_) {
+    if (f->type() != "locality-filter") continue;
+    auto* l = static_cast<LocalityFilter*>(f.get());
+    l->Configure(options.region, options.region_rtt_s);
+    localities_.push_back(l);
+  }
 }
+
+RequestHandle ProfileScheduler::Commit(PickScratch& scratch,
+                                       std::span<const EndpointState> endpoints) {
+  const RequestHandle h = SchedulerBase::Commit(scratch, endpoints);
+  for (LocalityFilter* l : localities_) l->OnCommit(scratch, endpoints);
+  return h;
+}
+
+void ProfileScheduler::SetRegionRtt(std::string_view region, double seconds) {
+  for (LocalityFilter* l : localities_) l->SetRegionRtt(region, seconds);
+}
+
+LocalityStats ProfileScheduler::locality_stats() const {
+  return localities_.empty() ? LocalityStats{} : localities_.front()->stats();
+}
+
+namespace {
+// Moves the candidate at endpoint position `pinned` to the front of `order` (inserting it
+// when the picker's top-k left it out), when it is still a candidate.
+void PinFirst(PickScratch& sc, size_t max_ranked) {
+  const auto c = std::find(sc.candidates.begin(), sc.candidates.end(), sc.pinned);
+  if (c == sc.candidates.end()) return;
+  const uint32_t idx = static_cast<uint32_t>(c - sc.candidates.begin());
+  auto it = std::find(sc.order.begin(), sc.order.end(), idx);
+  if (it == sc.order.end()) {
+    sc.order.insert(sc.order.begin(), idx);
+    if (max_ranked > 0 && sc.order.size() > max_ranked) sc.order.pop_back();
+  } else {
+    std::rotate(sc.order.begin(), it, it + 1);
+  }
+}
+}  // namespace
 
 Scheduler::ScorerRole RoleOfScorerType(std::string_view type) {
   using R = Scheduler::ScorerRole;
@@ -83,6 +121,9 @@ PickResult ProfileScheduler::Pick(const SchedRequest& req,
 PickResult ProfileScheduler::Rank(const SchedRequest& req,
                                   std::span<const EndpointState> endpoints, double now_s,
                                   PickScratch& sc) {
+  sc.now_s = now_s;
+  sc.locality = Locality::kOff;
+  sc.pinned = PickScratch::kNoPin;
   sc.candidates.clear();
   for (uint32_t i = 0; i < endpoints.size(); ++i) {
     if (endpoints[i].healthy) sc.candidates.push_back(i);
@@ -121,6 +162,7 @@ PickResult ProfileScheduler::Rank(const SchedRequest& req,
     }
   }
   picker_->Rank(ctx, sc.candidates, sc.totals, options_.max_ranked, sc.order);
+  if (sc.pinned != PickScratch::kNoPin) PinFirst(sc, options_.max_ranked);
   return Finish(sc, endpoints);
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/sched/plugin.h"
 #include "core/sched/builtin_plugins.h"
+#include "core/sched/locality.h"
 #include "core/sched/scheduler_base.h"
 
 namespace kvroute::sched {
@@ -41,6 +42,12 @@ class ProfileScheduler : public SchedulerBase {
   // The first prefix-cache scorer's index size for the endpoint; -1 without one.
   int64_t PrefixEntries(uint32_t endpoint_id) const override;
 
+  // Commit, then the locality-filters' bookkeeping (spill mode, counters).
+  RequestHandle Commit(PickScratch& scratch, std::span<const EndpointState> endpoints) override;
+  // Forwarded to every locality-filter of the profile (stats: the first one's).
+  void SetRegionRtt(std::string_view region, double seconds) override;
+  LocalityStats locality_stats() const override;
+
   bool inflight_adjustment() const { return inflight_adjustment_; }
   // The plugins, in order: filters, scorers, picker, others.
   const std::vector<Plugin*>& plugins() const { return all_; }
@@ -59,6 +66,7 @@ class ProfileScheduler : public SchedulerBase {
   bool inflight_adjustment_;
   std::vector<Plugin*> all_;
   const PrefixCacheScorer* prefix_ = nullptr;  // the first prefix-cache-scorer, if any
+  std::vector<LocalityFilter*> localities_;     // the locality-filters, in order
 };
 
 // The role of a built-in scorer type ("prefix-cache-scorer" -> kPrefix, ...).

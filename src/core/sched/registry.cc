@@ -9,6 +9,7 @@
 
 #include "core/sched/builtin_plugins.h"
 #include "core/sched/dynamo_cost.h"
+#include "core/sched/locality.h"
 #include "core/sched/profile_scheduler.h"
 #include "core/sched/sglang_cache_aware.h"
 
@@ -104,6 +105,39 @@ void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
                     q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
                     return std::make_unique<SaturationFilter>(q);
                   }});
+  defs.push_back({"locality-filter",
+                  Kind::kFilter,
+                  {{"kvThreshold", 0, kInf, false},
+                   {"queueThreshold", 0, kInf, false},
+                   {"recoverKvThreshold", 0, kInf, false},
+                   {"recoverQueueThreshold", 0, kInf, false},
+                   {"minSpillSeconds", 0, kInf, false},
+                   {"staleAfterSeconds", 0, kInf, false},
+                   {"secondsPerQueuedRequest", 0, kInf, false},
+                   {"recoverWaitRatio", 0, 1, false},
+                   {"defaultRttSeconds", 0, kInf, false},
+                   {"stickySeconds", 0, kInf, false},
+                   {"stickyCapacity", 1, 1 << 24, true},
+                   {"blockSize", 1, 1 << 20, true}},
+                  [](const Params& p) -> std::unique_ptr<Plugin> {
+                    LocalityFilter::Params q;
+                    q.kv_threshold = Get(p, "kvThreshold", q.kv_threshold);
+                    q.queue_threshold = Get(p, "queueThreshold", q.queue_threshold);
+                    q.recover_kv_threshold = Get(p, "recoverKvThreshold", q.recover_kv_threshold);
+                    q.recover_queue_threshold =
+                        Get(p, "recoverQueueThreshold", q.recover_queue_threshold);
+                    q.min_spill_s = Get(p, "minSpillSeconds", q.min_spill_s);
+                    q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
+                    q.seconds_per_queued = Get(p, "secondsPerQueuedRequest", q.seconds_per_queued);
+                    q.recover_wait_ratio = Get(p, "recoverWaitRatio", q.recover_wait_ratio);
+                    q.default_rtt_s = Get(p, "defaultRttSeconds", q.default_rtt_s);
+                    q.sticky_s = Get(p, "stickySeconds", q.sticky_s);
+                    q.sticky_capacity = static_cast<size_t>(
+                        Get(p, "stickyCapacity", static_cast<double>(q.sticky_capacity)));
+                    q.block_chars = static_cast<size_t>(
+                        Get(p, "blockSize", static_cast<double>(q.block_chars)));
+                    return std::make_unique<LocalityFilter>(q);
+                  }});
   defs.push_back({"inflight-accounting", Kind::kMarker, {}, [](const Params&) {
                     return std::unique_ptr<Plugin>(new InflightAccounting());
                   }});
@@ -142,7 +176,10 @@ constexpr std::string_view kPolicies[] = {"round-robin",        "random",      "
                                           "dynamo-cost",        "kvroute"};
 // Accepted by name but not in PolicyNames() (so default comparisons do not run them):
 // peer variants with a non-default option of the peer turned on.
-constexpr std::string_view kVariantPolicies[] = {"dynamo-cost-output-blocks"};
+// kvroute-region-blind is kvroute without the locality-filter even when a region is set (the
+// simulator's comparison).
+constexpr std::string_view kVariantPolicies[] = {"dynamo-cost-output-blocks",
+                                                 "kvroute-region-blind"};
 
 std::string PluginField(size_t i, std::string_view rest = {}) {
   std::string f = "plugins[" + std::to_string(i) + "]";
@@ -351,7 +388,7 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                     {"queue-scorer", 2},
                     {"max-score-picker", 1}});
   }
-  if (policy == "kvroute") {
+  if (policy == "kvroute" || policy == "kvroute-region-blind") {
     // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
     // between scrapes; a saturation filter on queues and stale metrics only (metrics may
     // be older than GIE's 200 ms, because in-flight accounting covers the gap; KV usage
@@ -373,6 +410,19 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                     {"max-score-picker", 1}});
   }
   return std::nullopt;
+}
+
+std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
+                                           const SchedulerOptions& options) {
+  std::optional<SchedulingSpec> spec = PolicyAsSpec(policy);
+  if (spec && policy == "kvroute" && !options.region.empty()) {
+    // Locality first: it must see every candidate, before the saturation filter drops the
+    // saturated local ones (which would hide why they are gone).
+    spec->plugins.insert(spec->plugins.begin(), P("locality-filter"));
+    ProfileSpec& prof = spec->profiles[0];
+    prof.plugins.insert(prof.plugins.begin(), ProfilePluginRef{"locality-filter", 1, 0});
+  }
+  return spec;
 }
 
 SchedulingSpec SeedArticleSpec() {
@@ -405,7 +455,7 @@ BuildResult BuildScheduler(const SchedulingSpec& spec, const SchedulerOptions& o
   const SchedulingSpec* effective = &spec;
   std::optional<SchedulingSpec> expanded;
   if (!policy.empty()) {
-    expanded = PolicyAsSpec(policy);
+    expanded = PolicyAsSpec(policy, options);
     effective = &*expanded;
   }
   ProfileScheduler::Parts parts;

@@ -15,6 +15,8 @@
 //                                max(in-flight, waiting + running)
 //   load-aware-scorer            (queueThreshold 128) 0.5 * (1 - waiting/threshold)
 //   saturation-filter            (kvThreshold 0.8, queueThreshold 5, staleAfterSeconds 0.2)
+//   locality-filter              the router's region first; spill to a remote region when
+//                                the local one is saturated or slower (locality.h)
 //   inflight-accounting          turns on in-flight adjustment of kv/waiting/running for
 //                                every plugin of the scheduler (no score, no weight needed)
 //   max-score-picker             default picker; random tie-break
@@ -71,6 +73,11 @@ std::span<const std::string_view> PolicyNames();
 // least-request, gie-default, kvroute); nullopt for the others (sglang-cache-aware and
 // dynamo-cost are dedicated schedulers) and unknown names.
 std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy);
+// The spec BuildPolicy(policy, options) builds: as above, except that "kvroute" with
+// options.region set starts with a locality-filter (default parameters).
+// "kvroute-region-blind" (accepted, not in PolicyNames) is kvroute without it, always.
+std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
+                                           const SchedulerOptions& options);
 
 // The seed article's profile: prefix-cache-scorer 3, kv-cache-utilization-scorer 2,
 // queue-depth-scorer 1, max-score picker.

@@ -22,6 +22,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/sched/inflight_tracker.h"
 #include "core/sched/types.h"
@@ -45,6 +47,15 @@ struct SchedulerOptions {
   int64_t max_expected_output_tokens = 2048;  // cap on max_tokens as an output estimate
   int64_t default_block_size = 16;       // when the endpoint's block_size is unknown
   int64_t default_num_gpu_blocks = 26304;  // when num_gpu_blocks is unknown (8B on H100)
+
+  // Locality (docs/POLICIES.md, "Locality"). The router's own region; empty: none, and then
+  // locality is off (the kvroute policy has no locality-filter, and a locality-filter in a
+  // custom profile passes every candidate, reporting Locality::kOff). An endpoint is local
+  // when its EndpointState::region is empty or equal to this.
+  std::string region;
+  // Round-trip seconds to remote regions, as configured (region, seconds; finite, >= 0).
+  // Regions missing here are unknown until Scheduler::SetRegionRtt names them.
+  std::vector<std::pair<std::string, double>> region_rtt_s;
 };
 
 // The answer to one Pick. Spans point into the scheduler's reused buffers: they stay valid
@@ -69,6 +80,11 @@ struct PickResult {
   std::span<const double> weights;
   std::span<const double> scores;
   std::span<const double> totals;
+  // Where the pick went relative to the router's region, and why (kOff without a
+  // locality-filter or a router region). Ranked ids are all local for kLocal and
+  // kLocalSaturated; for the spill reasons they are remote, except that kSpillSticky's
+  // fallbacks after ranked[0] are local.
+  Locality locality = Locality::kOff;
 
   bool ok() const { return status == PickStatus::kOk; }
   double Score(size_t scorer, size_t candidate) const {
@@ -140,6 +156,18 @@ class Scheduler {
   // except to be destroyed. Endpoint ids must mean the same endpoints in both.
   // Returns false (and takes nothing) when `previous` is not a built-in scheduler.
   virtual bool AdoptStateFrom(Scheduler& previous) = 0;
+
+  // ---- locality (docs/POLICIES.md, "Locality") ----
+
+  // Sets the round trip to remote `region` (seconds; a configured value, or a measured and
+  // smoothed one), used from the next pick on. A negative or non-finite value forgets the
+  // region: it is unknown again (the locality-filter's defaultRttSeconds, else never a
+  // spill target). Call it between picks, with exclusive access like OnDispatched (not
+  // concurrently with Rank). No-op for policies without a locality-filter.
+  virtual void SetRegionRtt(std::string_view region, double seconds) {}
+  // The locality-filter's counters (picks by reason, spill mode); all zero without one.
+  // Exclusive access, like SetRegionRtt.
+  virtual LocalityStats locality_stats() const { return {}; }
 
   // ---- observability ----
 

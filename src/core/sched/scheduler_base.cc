@@ -204,6 +204,7 @@ PickResult SchedulerBase::Finish(PickScratch& sc, std::span<const EndpointState>
   r.weights = weights_;
   r.scores = sc.scores;
   r.totals = sc.totals;
+  r.locality = sc.locality;
   return r;
 }
 

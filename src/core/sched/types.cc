@@ -15,6 +15,56 @@ bool EndpointState::MetricsFresh(double now_s, double stale_after_s) const {
   return scrape_ok && scraped_at_s >= 0 && MetricsAge(now_s) <= stale_after_s;
 }
 
+void EndpointState::SetLabels(Labels l) {
+  labels = std::move(l);
+  region = RegionOf(labels);
+  zone = ZoneOf(labels);
+}
+
+namespace {
+std::string_view LabelOr(const Labels& labels, std::string_view key, std::string_view fallback) {
+  const std::string* second = nullptr;
+  for (const auto& [k, v] : labels) {
+    if (k == key) return v;
+    if (k == fallback) second = &v;
+  }
+  return second ? std::string_view(*second) : std::string_view();
+}
+}  // namespace
+
+std::string_view RegionOf(const Labels& labels) {
+  return LabelOr(labels, "region", "topology.kubernetes.io/region");
+}
+
+std::string_view ZoneOf(const Labels& labels) {
+  return LabelOr(labels, "zone", "topology.kubernetes.io/zone");
+}
+
+std::string_view LocalityName(Locality l) {
+  switch (l) {
+    case Locality::kOff:
+      return "off";
+    case Locality::kLocal:
+      return "local";
+    case Locality::kLocalSaturated:
+      return "local_saturated";
+    case Locality::kSpillSaturated:
+      return "spill_saturated";
+    case Locality::kSpillWait:
+      return "spill_wait";
+    case Locality::kSpillSticky:
+      return "spill_sticky";
+    case Locality::kNoLocal:
+      return "no_local";
+  }
+  return "off";
+}
+
+bool IsRemote(Locality l) {
+  return l == Locality::kSpillSaturated || l == Locality::kSpillWait ||
+         l == Locality::kSpillSticky || l == Locality::kNoLocal;
+}
+
 int64_t SchedRequest::EstimatedPromptTokens() const {
   if (prompt_tokens >= 0) return prompt_tokens;
   return static_cast<int64_t>((prompt.size() + 3) / 4);

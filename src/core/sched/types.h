@@ -5,6 +5,8 @@
 
 #include "core/common/rng.h"
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -30,6 +32,10 @@ struct EndpointState {
   uint32_t id = 0;
   std::string name;  // "10.0.0.7:8000"; for logs and observability only
   std::vector<std::pair<std::string, std::string>> labels;
+  // From the labels (SetLabels: RegionOf / ZoneOf); empty when the labels say nothing. An
+  // endpoint without a region counts as local to the router (locality-filter).
+  std::string region;
+  std::string zone;
 
   // The router's own view (health check, circuit breaker). Unhealthy endpoints are never
   // picked, whatever the policy.
@@ -51,6 +57,9 @@ struct EndpointState {
   double MetricsAge(double now_s) const;
   // Scraped at least once, last attempt succeeded, and not older than `stale_after_s`.
   bool MetricsFresh(double now_s, double stale_after_s) const;
+  // Sets `labels` and the region and zone they name. Whoever builds the endpoint table
+  // calls this (not `labels =`), so a label change is a region change.
+  void SetLabels(std::vector<std::pair<std::string, std::string>> l);
   // Copies what a scrape reports (usage, queue, capacity, scrape time and outcome) from
   // `o`; identity, labels and health stay as they are.
   void CopyScrapedFrom(const EndpointState& o) {
@@ -62,6 +71,39 @@ struct EndpointState {
     scraped_at_s = o.scraped_at_s;
     scrape_ok = o.scrape_ok;
   }
+};
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+// The endpoint's region: label `region`, else `topology.kubernetes.io/region`; empty when
+// neither is set. ZoneOf likewise with `zone` and `topology.kubernetes.io/zone`.
+std::string_view RegionOf(const Labels& labels);
+std::string_view ZoneOf(const Labels& labels);
+
+// Where a pick went relative to the router's region, and why (locality-filter,
+// docs/POLICIES.md "Locality"). Reported per pick (PickResult::locality) and counted
+// (LocalityStats).
+enum class Locality : uint8_t {
+  kOff = 0,         // no locality-filter in the policy, or no router region configured
+  kLocal,           // a local candidate had room (or no local load is known): local only
+  kLocalSaturated,  // every local candidate saturated, but no remote one could take it
+  kSpillSaturated,  // every local candidate saturated (or the spill's hysteresis): remote
+  kSpillWait,       // expected local wait > remote round trip + remote wait: remote
+  kSpillSticky,     // this prompt's prefix spilled to that remote replica < stickySeconds ago
+  kNoLocal,         // no healthy local candidate: remote
+};
+inline constexpr size_t kLocalityReasons = 7;
+// "off", "local", "local_saturated", "spill_saturated", "spill_wait", "spill_sticky",
+// "no_local" (metric label values).
+std::string_view LocalityName(Locality l);
+// The spill reasons: kSpillSaturated, kSpillWait, kSpillSticky and kNoLocal.
+bool IsRemote(Locality l);
+
+// A locality-filter's counters since the scheduler was built (carried across reloads).
+struct LocalityStats {
+  std::array<uint64_t, kLocalityReasons> picks{};  // committed picks by reason (index = enum)
+  uint64_t spills_started = 0;  // times the spill mode turned on (kSpillSaturated/kSpillWait)
+  bool spilling = false;        // the spill mode is on now
+  uint64_t Picks(Locality l) const { return picks[static_cast<size_t>(l)]; }
 };
 
 // What the scheduler needs of one request. Views: the caller keeps the strings alive for

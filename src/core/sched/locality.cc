@@ -1,0 +1,264 @@
+#include "core/sched/locality.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/sched/prefix_index.h"
+
+namespace kvroute::sched {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A NaN or missing value makes the load unknown: such an endpoint is neither room nor
+// evidence of saturation, and never a spill target (docs/POLICIES.md).
+bool Known(const EndpointState& e, const EndpointLoad& l, double now_s, double stale_after_s) {
+  return e.MetricsFresh(now_s, stale_after_s) && std::isfinite(l.kv_usage) &&
+         std::isfinite(l.waiting);
+}
+
+}  // namespace
+
+void LocalityFilter::Configure(std::string region,
+                               std::span<const std::pair<std::string, double>> rtt_s) {
+  region_ = std::move(region);
+  rtt_s_.clear();
+  for (const auto& [r, s] : rtt_s) SetRegionRtt(r, s);
+}
+
+void LocalityFilter::SetRegionRtt(std::string_view region, double seconds) {
+  auto it = std::find_if(rtt_s_.begin(), rtt_s_.end(),
+                         [&](const auto& e) { return e.first == region; });
+  if (!std::isfinite(seconds) || seconds < 0) {
+    if (it != rtt_s_.end()) rtt_s_.erase(it);
+    return;
+  }
+  if (it != rtt_s_.end()) {
+    it->second = seconds;
+  } else {
+    rtt_s_.emplace_back(std::string(region), seconds);
+  }
+}
+
+double LocalityFilter::RttOf(std::string_view region) const {
+  // A handful of regions: a linear scan beats hashing the name.
+  for (const auto& [r, s] : rtt_s_) {
+    if (r == region) return s;
+  }
+  return p_.default_rtt_s;
+}
+
+void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) {
+  PickScratch& sc = *ctx.scratch;
+  if (region_.empty()) {
+    sc.locality = Locality::kOff;
+    return;
+  }
+  const double now = ctx.now_s;
+  int64_t sticky = -1;
+  if (p_.sticky_s > 0) {
+    // One block hashed, kept for OnDispatched.
+    std::vector<uint64_t>& key = ctx.pending->hashes[index()];
+    HashPromptBlocks(ctx.request->model, ctx.request->cache_salt, ctx.request->prompt,
+                     p_.block_chars, 1, key);
+    if (!key.empty() && !sticky_.empty()) sticky = StickyTarget(key[0], now);
+  }
+  auto saturated = [&](const EndpointLoad& l) {
+    return l.waiting >= p_.queue_threshold || l.kv_usage >= p_.kv_threshold;
+  };
+  auto wait = [&](const EndpointLoad& l) { return std::max(0.0, l.waiting) * p_.seconds_per_queued; };
+
+  size_t n_local = 0;
+  size_t n_known = 0;
+  bool room = false;
+  double local_wait = kInf;
+  double best_cost = kInf;
+  const std::string* best_region = nullptr;
+  bool any_finite_remote = false;
+  uint32_t sticky_pos = PickScratch::kNoPin;
+  // Endpoints of one region usually sit together in the table: look each run up once.
+  const std::string* last_region = nullptr;
+  double last_rtt = kInf;
+  for (uint32_t pos : candidates) {
+    const EndpointState& e = ctx.endpoints[pos];
+    const EndpointLoad& l = ctx.loads[pos];
+    const bool known = Known(e, l, now, p_.stale_after_s);
+    if (IsLocal(e)) {
+      ++n_local;
+      if (!known) continue;
+      ++n_known;
+      // Hysteresis: while spilling, an endpoint has room again only clearly below the
+      // thresholds.
+      room = room || (spilling_ ? l.waiting <= p_.recover_queue_threshold &&
+                                      l.kv_usage <= p_.recover_kv_threshold
+                                : !saturated(l));
+      local_wait = std::min(local_wait, wait(l));
+      continue;
+    }
+    if (last_region == nullptr || *last_region != e.region) {
+      last_region = &e.region;
+      last_rtt = RttOf(e.region);
+    }
+    if (!(last_rtt < kInf)) continue;
+    any_finite_remote = true;
+    if (!known || saturated(l)) continue;
+    const double cost = last_rtt + wait(l);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best_region = &e.region;
+    }
+    if (sticky >= 0 && e.id == static_cast<uint64_t>(sticky)) sticky_pos = pos;
+  }
+
+  auto keep_local = [&] {
+    std::erase_if(candidates, [&](uint32_t pos) {
+      return !IsLocal(ctx.endpoints[pos]) && pos != sc.pinned;
+    });
+  };
+  Locality reason;
+  if (n_local == 0) {
+    // Nowhere local to go: any remote, preferring regions with a known round trip.
+    reason = Locality::kNoLocal;
+    sc.pinned = sticky_pos;
+    if (any_finite_remote) {
+      std::erase_if(candidates,
+                    [&](uint32_t pos) { return !(RttOf(ctx.endpoints[pos].region) < kInf); });
+    }
+  } else if (n_known == 0) {
+    // No local load is known: no evidence of saturation, so garbage moves nothing.
+    reason = Locality::kLocal;
+    keep_local();
+  } else {
+    const bool full = !room;
+    const double bar = spilling_ ? p_.recover_wait_ratio * best_cost : best_cost;
+    const bool slow = p_.seconds_per_queued > 0 && best_region != nullptr && local_wait > bar;
+    const bool hold = spilling_ && now - spill_since_s_ < p_.min_spill_s;
+    if (best_region != nullptr && (full || slow || hold)) {
+      reason = full ? Locality::kSpillSaturated : slow ? Locality::kSpillWait : spill_reason_;
+      sc.pinned = sticky_pos;
+      // The best remote region's endpoints with room (and the prefix's sticky replica,
+      // wherever it is); the scorers choose among them.
+      std::erase_if(candidates, [&](uint32_t pos) {
+        if (pos == sticky_pos) return false;
+        const EndpointState& e = ctx.endpoints[pos];
+        const EndpointLoad& l = ctx.loads[pos];
+        return IsLocal(e) || e.region != *best_region || !Known(e, l, now, p_.stale_after_s) ||
+               saturated(l);
+      });
+    } else if (sticky_pos != PickScratch::kNoPin && !full) {
+      // Recovered, but this prefix spilled less than stickySeconds ago: it stays on its
+      // remote replica (ranked first), local candidates behind it.
+      reason = Locality::kSpillSticky;
+      sc.pinned = sticky_pos;
+      keep_local();
+    } else {
+      reason = full ? Locality::kLocalSaturated : Locality::kLocal;
+      keep_local();
+    }
+  }
+  sc.locality = reason;
+}
+
+void LocalityFilter::OnCommit(const PickScratch& sc, std::span<const EndpointState> endpoints) {
+  const Locality r = sc.locality;
+  if (r == Locality::kOff) return;
+  ++stats_.picks[static_cast<size_t>(r)];
+  if (r == Locality::kSpillSaturated || r == Locality::kSpillWait) {
+    if (!spilling_) {
+      spilling_ = true;
+      spill_since_s_ = sc.now_s;
+      ++stats_.spills_started;
+    }
+    spill_reason_ = r;
+  } else if (r == Locality::kLocal || r == Locality::kLocalSaturated) {
+    spilling_ = false;
+  }
+  stats_.spilling = spilling_;
+  for (uint32_t i : sc.order) {
+    const EndpointState& e = endpoints[sc.candidates[i]];
+    if (e.id >= remote_.size()) remote_.resize(e.id + 1, 0);
+    remote_[e.id] = IsLocal(e) ? 0 : 1;
+  }
+}
+
+int64_t LocalityFilter::OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
+                                     double now_s) {
+  if (region_.empty() || p_.sticky_s <= 0) return -1;
+  const std::vector<uint64_t>& key = req.hashes[index()];
+  if (key.empty()) return -1;
+  if (endpoint.id < remote_.size() && remote_[endpoint.id]) {
+    StickyPut(key[0], endpoint.id, now_s);
+  } else if (!sticky_.empty()) {
+    StickyDrop(key[0]);
+  }
+  return -1;
+}
+
+void LocalityFilter::AdoptStateFrom(Plugin& previous) {
+  // Same type() as this one (the scheduler matched them), so the same class.
+  auto& prev = static_cast<LocalityFilter&>(previous);
+  stats_ = prev.stats_;
+  if (prev.region_ != region_) {
+    stats_.spilling = false;
+    return;
+  }
+  spilling_ = prev.spilling_;
+  spill_since_s_ = prev.spill_since_s_;
+  spill_reason_ = prev.spill_reason_;
+  remote_ = std::move(prev.remote_);
+  if (prev.p_.sticky_capacity == p_.sticky_capacity && prev.p_.block_chars == p_.block_chars) {
+    sticky_ = std::move(prev.sticky_);
+  }
+  prev.sticky_.clear();
+  prev.remote_.clear();
+}
+
+int64_t LocalityFilter::StickyTarget(uint64_t key, double now_s) const {
+  if (sticky_.empty()) return -1;
+  const size_t mask = sticky_.size() - 1;
+  for (size_t i = 0; i < kProbe; ++i) {
+    const StickyEntry& s = sticky_[(key + i) & mask];
+    if (s.key == key && s.expires_s > now_s) return s.endpoint;
+  }
+  return -1;
+}
+
+void LocalityFilter::StickyPut(uint64_t key, uint32_t endpoint, double now_s) {
+  if (sticky_.empty()) {
+    size_t n = kProbe;
+    while (n < p_.sticky_capacity) n <<= 1;
+    sticky_.resize(n);
+  }
+  const size_t mask = sticky_.size() - 1;
+  size_t victim = 0;
+  double victim_expires = kInf;
+  for (size_t i = 0; i < kProbe; ++i) {
+    const size_t slot = (key + i) & mask;
+    StickyEntry& s = sticky_[slot];
+    if (s.key == key && s.expires_s > -kInf) {
+      // Not refreshed while it points at the same replica: the TTL runs from the spill,
+      // so a busy conversation is re-decided every stickySeconds and can come home.
+      if (s.expires_s > now_s && s.endpoint == endpoint) return;
+      s.endpoint = endpoint;
+      s.expires_s = now_s + p_.sticky_s;
+      return;
+    }
+    if (s.expires_s < victim_expires) {
+      victim = slot;
+      victim_expires = s.expires_s;
+    }
+  }
+  // A free (expired) slot, else the entry closest to expiring: memory stays bounded.
+  sticky_[victim] = StickyEntry{key, endpoint, now_s + p_.sticky_s};
+}
+
+void LocalityFilter::StickyDrop(uint64_t key) {
+  const size_t mask = sticky_.size() - 1;
+  for (size_t i = 0; i < kProbe; ++i) {
+    StickyEntry& s = sticky_[(key + i) & mask];
+    if (s.key == key) s.expires_s = -kInf;
+  }
+}
+
+}  // namespace kvroute::sched
