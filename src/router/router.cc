@@ -15,6 +15,7 @@
 
 #include "core/api/openai.h"
 #include "core/flow/flow_queue.h"
+#include "pool/flow_gate.h"
 #include "core/routing/routing_core.h"
 #include "http/client.h"
 #include "http/io_pool.h"
@@ -104,13 +105,6 @@ std::string_view HeaderValue(const http::Request& req, std::string_view name) {
   return it == req.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
 }
 
-// A request waiting in the flow queue: what its pick and dispatch need later.
-struct Waiting {
-  std::shared_ptr<http::Exchange> ex;
-  api::ParsedRequest parsed;  // the SchedRequest built at dispatch time views its strings
-  std::string hint;           // routing hint, when allowed
-};
-
 }  // namespace
 
 struct Router::Impl {
@@ -145,7 +139,7 @@ struct Router::Impl {
     fs->allow_routing_headers = cfg.allow_routing_headers;
     fs->objectives = cfg.epp.objectives;
     fs->flow_header = cfg.flow.flow_header;
-    if (started_listen && cfg.flow.enabled != (flow_queue != nullptr)) {
+    if (started_listen && cfg.flow.enabled != (flow_gate != nullptr)) {
       Log("flow.enabled change needs a restart; ignored");
     }
     auto table = core().table();
@@ -188,7 +182,7 @@ struct Router::Impl {
     }
     core_pool = std::make_unique<pool::Pool>(io->context(0), [this](std::string_view l) { Log(l); });
     if (cfg.flow.enabled) {
-      flow_queue = std::make_unique<flow::FlowQueue>(cfg.flow.options);
+      flow_gate = std::make_unique<pool::FlowGate>(cfg.flow.options, core(), [this] { return Now(); });
       flow_timer = std::make_unique<asio::steady_timer>(io->context(0));
       // A fresh scrape may show capacity the estimates did not: waiting requests go then.
       core_pool->set_scrape_listener([this] { PumpFlow(); });
@@ -260,7 +254,10 @@ struct Router::Impl {
   void StartPicked(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
                    routing::PickResult pick);
 
-  // ---- flow control (flow_queue set: flow.enabled at start) ----
+  // ---- flow control (flow_gate set: flow.enabled at start) ----
+
+  // A request waiting in the flow gate: what its pick and dispatch need later.
+  struct Waiting;
 
   // The request's priority band (InferenceObjective convention: higher goes first) and flow.
   std::pair<int64_t, uint64_t> FlowKeys(const http::Request& req, const FrontSettings& fs,
@@ -268,13 +265,10 @@ struct Router::Impl {
   // Admits a parsed request. True: it was answered (429) or queued; false: dispatch it now.
   bool AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const FrontSettings& fs,
                  api::ParsedRequest& parsed, std::string_view hint);
-  // Capacity may have freed (a request finished, a scrape arrived, the timer fired):
-  // expires what is due, then dispatches waiting requests while the pool is not
-  // saturated, each picked now. Thread: any; one pump runs at a time, a call during it
-  // makes it go round once more.
-  void PumpFlow();
-  // The waiting request `id`'s client went away. Thread: its connection's.
-  void CancelFlow(flow::RequestId id);
+  // Capacity may have freed (a request finished on `freed`, a scrape arrived, the timer
+  // fired): the gate expires what is due and dispatches what fits (pool/flow_gate.h), then
+  // the timer is armed for the next expiry. Thread: any.
+  void PumpFlow(uint32_t freed = routing::RoutingCore::kNoEndpoint);
   // Arms the one timer for `at` (Now() seconds) unless it is armed for earlier.
   void ArmFlowTimer(double at);
   void OnFlowTimer(double at);
@@ -290,14 +284,7 @@ struct Router::Impl {
     if (core_pool) core().AppendMetrics(out, Now());
     if (core_pool) core_pool->AppendMetrics(out);
     if (server) AppendServerMetrics(out, server->stats());
-    if (flow_queue) {
-      flow::FlowStats st;
-      {
-        std::lock_guard<std::mutex> lock(flow_mu);
-        st = flow_queue->stats();
-      }
-      pool::AppendFlowMetrics(out, st);
-    }
+    if (flow_gate) pool::AppendFlowMetrics(out, flow_gate->stats());
     return out;
   }
   bool Ready() { return core_pool && core().Ready(Now()); }
@@ -312,17 +299,13 @@ struct Router::Impl {
   std::unique_ptr<http::Server> server;
   std::unique_ptr<asio::signal_set> signals;
   Published<FrontSettings> settings;
-  // Flow control; the queue and the waiting requests under flow_mu (requests arrive on
+  // Flow control; the gate holds the queue and the waiting requests (requests arrive on
   // every worker). Nothing does I/O or calls the core under it. Declared after io:
   // destroyed first (the waiting requests pin their connections' sockets).
-  std::unique_ptr<flow::FlowQueue> flow_queue;        // null: flow control off
+  std::unique_ptr<pool::FlowGate> flow_gate;          // null: flow control off
   std::unique_ptr<asio::steady_timer> flow_timer;     // on worker 0
-  std::mutex flow_mu;
-  std::unordered_map<flow::RequestId, std::shared_ptr<Waiting>> flow_waiting;  // flow_mu
-  flow::RequestId flow_next_id = 1;                   // flow_mu
-  bool flow_pumping = false, flow_pump_again = false;  // flow_mu
-  double flow_timer_at = std::numeric_limits<double>::infinity();  // flow_mu; inf: not armed
-  std::atomic<std::size_t> flow_waiting_count{0};     // lock-free "anything waits?"
+  std::mutex flow_timer_mu;
+  double flow_timer_at = std::numeric_limits<double>::infinity();  // flow_timer_mu; inf: not armed
   bool stopped = false;
   std::mutex shutdown_mu;
   std::condition_variable shutdown_cv;
@@ -547,7 +530,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   void Finish(int code) {
     core().OnFinished(pick.handle, endpoint_id(), code, router->Now());
     pick.handle = sched::kNoHandle;
-    router->PumpFlow();  // its slot is free: a waiting request may go
+    router->PumpFlow(endpoint_id());  // its slot is free: a waiting request may go
   }
 };
 
@@ -626,7 +609,10 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
   pr.dispatch_first = true;
   // Client routing hint (EPP style), honoured only when configured.
   if (fs->allow_routing_headers) pr.hint = HeaderValue(ex->request(), kRoutingHeader);
-  if (flow_queue && AdmitFlow(ex, *fs, *parsed.request, pr.hint)) return;
+  if (flow_gate) {
+    if (AdmitFlow(ex, *fs, *parsed.request, pr.hint)) return;
+    pr.request = sched::FromParsed(*parsed.request);  // moved out and back: view it afresh
+  }
   routing::PickResult pick = core().Pick(pr, Now());
   StartPicked(std::move(ex), std::move(fs), std::move(pick));
 }
@@ -642,7 +628,7 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
   }
   if (ex->client_gone()) {  // left between a flow dispatch and this
     core().OnFinished(pick.handle, pick.ranked[0], 499, Now());
-    PumpFlow();
+    PumpFlow(pick.ranked[0]);
     return;
   }
   auto pc = std::make_shared<ProxyCall>();
@@ -713,37 +699,60 @@ std::pair<int64_t, uint64_t> Router::Impl::FlowKeys(const http::Request& req, co
   return {priority, flow_name.empty() ? 0 : std::hash<std::string_view>{}(flow_name)};
 }
 
+// A request waiting in the gate. Dispatch picks on the gate's thread (so the gate's next
+// verdict counts it) and forwards on the connection's; Expire answers there.
+struct Router::Impl::Waiting final : pool::FlowWaiter, std::enable_shared_from_this<Waiting> {
+  Impl* router = nullptr;
+  std::shared_ptr<http::Exchange> ex;
+  api::ParsedRequest parsed;  // the SchedRequest built at dispatch time views its strings
+  std::string hint;           // routing hint, when allowed
+
+  void Dispatch(double now_s, double /*waited_s*/) override {
+    routing::PickRequest pr;
+    pr.request = sched::FromParsed(parsed);
+    pr.dispatch_first = true;
+    pr.hint = hint;
+    routing::PickResult pick = router->core().Pick(pr, now_s);
+    asio::post(ex->executor(), [self = shared_from_this(), pick = std::move(pick)]() mutable {
+      self->router->StartPicked(self->ex, self->router->settings.load(), std::move(pick));
+    });
+  }
+
+  void Expire(flow::ExpireReason reason) override {
+    const bool no_endpoint = reason == flow::ExpireReason::kNoEndpointTtl;
+    asio::post(ex->executor(), [self = shared_from_this(), no_endpoint] {
+      Impl& r = *self->router;
+      if (no_endpoint) {
+        self->ex->Respond(503, ErrorJson(503, "No usable endpoint: none became ready while the "
+                                              "request waited (flow.no_endpoint_ttl)."));
+      } else {
+        RespondRateLimited(*self->ex, "Too many requests: the pool stayed saturated for the "
+                                      "request's whole wait (flow.ttl).");
+      }
+      r.core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint,
+                          no_endpoint ? 503 : 429, r.Now());
+    });
+  }
+};
+
 bool Router::Impl::AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const FrontSettings& fs,
                              api::ParsedRequest& parsed, std::string_view hint) {
-  const double now = Now();
-  // The saturation detector's verdict, read before the lock (it may fold in scrapes).
-  const routing::RoutingCore::PoolLoad load = core().Load(now);
-  const flow::PoolState state = load.ready == 0          ? flow::PoolState::kEmpty
-                                : load.saturated_pool() ? flow::PoolState::kSaturated
-                                                        : flow::PoolState::kAvailable;
   auto [priority, flow_id] = FlowKeys(ex->request(), fs, parsed);
   flow::FlowRequest fr;
   fr.priority = priority;
   fr.flow_id = flow_id;
   fr.bytes = ex->request().body().size();
-  flow::AdmitResult admitted;
-  double next_expiry = 0;
-  {
-    std::lock_guard<std::mutex> lock(flow_mu);
-    fr.id = flow_next_id++;
-    admitted = flow_queue->Admit(fr, now, state);
-    if (admitted.outcome == flow::AdmitOutcome::kQueued) {
-      auto w = std::make_shared<Waiting>();
-      w->ex = ex;
-      w->parsed = std::move(parsed);
-      w->hint.assign(hint);
-      flow_waiting.emplace(fr.id, std::move(w));
-      flow_waiting_count.store(flow_waiting.size(), std::memory_order_relaxed);
-      next_expiry = flow_queue->NextExpiry();
-    }
-  }
+  auto w = std::make_shared<Waiting>();
+  w->router = this;
+  w->ex = ex;
+  w->hint.assign(hint);
+  // The waiter owns the parsed request from before the admission: once queued, a pump on
+  // another thread may dispatch it at once.
+  w->parsed = std::move(parsed);
+  const flow::AdmitResult admitted = flow_gate->Admit(fr, w, sched::FromParsed(w->parsed));
   switch (admitted.outcome) {
     case flow::AdmitOutcome::kDispatchNow:
+      parsed = std::move(w->parsed);  // the caller picks it now
       return false;
     case flow::AdmitOutcome::kRejected: {
       std::string why = admitted.reason == flow::RejectReason::kSheddable
@@ -752,7 +761,7 @@ bool Router::Impl::AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const Fr
                             : "the flow queue is full (" +
                                   std::string(flow::RejectReasonName(admitted.reason)) + ")";
       RespondRateLimited(*ex, "Too many requests: " + why + ".");
-      core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 429, now);
+      core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 429, Now());
       return true;
     }
     case flow::AdmitOutcome::kQueued:
@@ -760,116 +769,26 @@ bool Router::Impl::AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const Fr
   }
   // A client leaving while it waits is removed at once. Runs on this connection's thread,
   // the one we are on, so it cannot run before it is set.
-  ex->OnClientGone([this, id = fr.id] { CancelFlow(id); });
-  ArmFlowTimer(next_expiry);
-  // Capacity may have freed between the verdict above and the queueing.
-  if (state == flow::PoolState::kAvailable) PumpFlow();
+  ex->OnClientGone([this, id = fr.id] {
+    if (flow_gate->Cancel(id)) {
+      core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 499, Now());
+    }
+  });
+  // Capacity may have freed between the verdict and the queueing; arms the timer too.
+  PumpFlow();
   return true;
 }
 
-void Router::Impl::PumpFlow() {
-  if (!flow_queue || flow_waiting_count.load(std::memory_order_relaxed) == 0) return;
-  {
-    std::lock_guard<std::mutex> lock(flow_mu);
-    if (flow_pumping) {
-      flow_pump_again = true;
-      return;
-    }
-    flow_pumping = true;
-  }
-  std::vector<flow::Expired> expired;
-  std::vector<std::pair<std::shared_ptr<Waiting>, flow::ExpireReason>> expired_waiting;
-  double next_expiry = 0;
-  for (bool done = false; !done;) {
-    const double now = Now();
-    const routing::RoutingCore::PoolLoad load = core().Load(now);
-    const bool capacity = load.ready > 0 && !load.saturated_pool();
-    std::shared_ptr<Waiting> next;
-    expired.clear();
-    expired_waiting.clear();
-    {
-      std::lock_guard<std::mutex> lock(flow_mu);
-      // Expire first, with the same time: nothing is dispatched past its TTL.
-      flow_queue->Expire(now, expired);
-      for (const flow::Expired& e : expired) {
-        auto it = flow_waiting.find(e.id);
-        if (it == flow_waiting.end()) continue;
-        expired_waiting.emplace_back(std::move(it->second), e.reason);
-        flow_waiting.erase(it);
-      }
-      // No prefix probe: the routing core does not expose its prefix index per endpoint,
-      // so the freed capacity takes the first request in order; the pick then still
-      // prefers the endpoint holding its prefix.
-      if (capacity) {
-        if (std::optional<flow::Dispatch> d = flow_queue->NextToDispatch(now)) {
-          auto it = flow_waiting.find(d->id);
-          if (it != flow_waiting.end()) {
-            next = std::move(it->second);
-            flow_waiting.erase(it);
-          }
-        }
-      }
-      flow_waiting_count.store(flow_waiting.size(), std::memory_order_relaxed);
-      if (!next && expired_waiting.empty()) {
-        if (flow_pump_again) {
-          flow_pump_again = false;
-        } else {
-          flow_pumping = false;
-          done = true;
-        }
-      }
-      next_expiry = flow_queue->NextExpiry();
-    }
-    for (auto& [w, reason] : expired_waiting) {
-      const bool no_endpoint = reason == flow::ExpireReason::kNoEndpointTtl;
-      const asio::any_io_executor executor = w->ex->executor();  // before w is moved
-      asio::post(executor, [this, w = std::move(w), no_endpoint] {
-        if (no_endpoint) {
-          w->ex->Respond(503, ErrorJson(503, "No usable endpoint: none became ready while the "
-                                             "request waited (flow.no_endpoint_ttl)."));
-        } else {
-          RespondRateLimited(*w->ex, "Too many requests: the pool stayed saturated for the "
-                                     "request's whole wait (flow.ttl).");
-        }
-        core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint,
-                          no_endpoint ? 503 : 429, Now());
-      });
-    }
-    if (next) {
-      // Picked here, now, so the next round's saturation verdict counts it in flight;
-      // forwarded on its connection's thread.
-      routing::PickRequest pr;
-      pr.request = sched::FromParsed(next->parsed);
-      pr.dispatch_first = true;
-      pr.hint = next->hint;
-      routing::PickResult pick = core().Pick(pr, now);
-      asio::post(next->ex->executor(), [this, next, pick = std::move(pick)]() mutable {
-        StartPicked(next->ex, settings.load(), std::move(pick));
-      });
-    }
-  }
-  ArmFlowTimer(next_expiry);
-}
-
-void Router::Impl::CancelFlow(flow::RequestId id) {
-  std::shared_ptr<Waiting> gone;  // released after the lock
-  {
-    std::lock_guard<std::mutex> lock(flow_mu);
-    if (!flow_queue->Cancel(id, Now())) return;  // already dispatched or expired
-    auto it = flow_waiting.find(id);
-    if (it != flow_waiting.end()) {
-      gone = std::move(it->second);
-      flow_waiting.erase(it);
-    }
-    flow_waiting_count.store(flow_waiting.size(), std::memory_order_relaxed);
-  }
-  core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 499, Now());
+void Router::Impl::PumpFlow(uint32_t freed) {
+  if (!flow_gate || !flow_gate->waiting()) return;
+  flow_gate->Pump(freed);
+  ArmFlowTimer(flow_gate->next_expiry());
 }
 
 void Router::Impl::ArmFlowTimer(double at) {
   if (!std::isfinite(at)) return;
   {
-    std::lock_guard<std::mutex> lock(flow_mu);
+    std::lock_guard<std::mutex> lock(flow_timer_mu);
     if (at >= flow_timer_at) return;
     flow_timer_at = at;
   }
@@ -887,7 +806,7 @@ void Router::Impl::ArmFlowTimer(double at) {
 
 void Router::Impl::OnFlowTimer(double at) {
   {
-    std::lock_guard<std::mutex> lock(flow_mu);
+    std::lock_guard<std::mutex> lock(flow_timer_mu);
     if (flow_timer_at == at) flow_timer_at = std::numeric_limits<double>::infinity();
   }
   PumpFlow();  // expires what is due and re-arms for the next

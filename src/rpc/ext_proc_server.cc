@@ -133,7 +133,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     }
     server->stats_.open_streams.fetch_sub(1, std::memory_order_relaxed);
     server->Unregister(this);  // may destroy this
-    if (a.pump) server->PumpFlow();
+    if (a.pump) server->PumpFlow(a.freed);
   }
 
   // Flow control let this stream's held request go: picks now and writes the answer.
@@ -181,6 +181,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     bool finish = false;
     grpc::Status status;
     bool pump = false;  // a picked request finished: flow control may dispatch
+    uint32_t freed = routing::RoutingCore::kNoEndpoint;  // where it finished
   };
 
   // Moves the exchange's answers to the write queue; notes a picked request that just
@@ -196,13 +197,14 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     if (!finish_noted_ && !exchange_.destination().empty() && exchange_.finished()) {
       finish_noted_ = true;
       a.pump = true;
+      a.freed = exchange_.served_endpoint();
     }
   }
 
   // Closes the exchange; a request still waiting in the flow queue leaves it at once.
   void CloseLocked(bool cancelled, Actions& a) {
     if (flow_id_ != 0) {
-      server_->CancelFlow(flow_id_);
+      server_->flow_->Cancel(flow_id_);
       flow_id_ = 0;
     }
     exchange_.Close(server_->clock_(), cancelled);
@@ -217,16 +219,12 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
       exchange_.Resume(now, out_);  // settings ask for a deferral nobody makes: pick now
       return;
     }
-    const routing::RoutingCore::PoolLoad load = server_->core_.Load(now);
-    const flow::PoolState state = load.ready == 0          ? flow::PoolState::kEmpty
-                                  : load.saturated_pool() ? flow::PoolState::kSaturated
-                                                          : flow::PoolState::kAvailable;
     flow::FlowRequest fr;
     fr.priority = exchange_.priority();
     const std::string& key = exchange_.flow_key();
     fr.flow_id = key.empty() ? 0 : std::hash<std::string_view>{}(key);
     fr.bytes = exchange_.held_bytes();
-    const flow::AdmitResult r = server_->AdmitFlow(fr, weak_from_this(), state, now);
+    const flow::AdmitResult r = server_->AdmitFlow(fr, weak_from_this(), exchange_.held_request());
     switch (r.outcome) {
       case flow::AdmitOutcome::kDispatchNow:
         exchange_.Resume(now, out_);
@@ -242,8 +240,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
       }
       case flow::AdmitOutcome::kQueued:
         flow_id_ = fr.id;
-        // Capacity may have freed between the verdict and the queueing.
-        if (state == flow::PoolState::kAvailable) a.pump = true;
+        a.pump = true;  // capacity may have freed between the verdict and the queueing
         return;
     }
   }
@@ -278,10 +275,11 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
   void Act(Actions& a) {
     ExtProcServer* server = server_;
     const bool pump = a.pump;
+    const uint32_t freed = a.freed;
     if (a.write != nullptr) StartWrite(a.write);
     if (a.read) StartRead(&request_);
     if (a.finish) Finish(std::move(a.status));
-    if (pump) server->PumpFlow();
+    if (pump) server->PumpFlow(freed);
   }
 
   ExtProcServer* server_;
@@ -345,7 +343,7 @@ void ExtProcServer::Unregister(Stream* s) {
 
 Status ExtProcServer::Start(const ExtProcServerOptions& options) {
   timeout_s_.store(options.stream_timeout_s, std::memory_order_relaxed);
-  if (options.flow_enabled) flow_ = std::make_unique<flow::FlowQueue>(options.flow);
+  if (options.flow_enabled) flow_ = std::make_unique<pool::FlowGate>(options.flow, core_, clock_);
   service_ = std::make_unique<Service>(this);
 
   // The ext_proc port serves only ExternalProcessor: no health service there.
@@ -407,14 +405,14 @@ void ExtProcServer::PollLoop() {
   while (!stopping_) {
     // The flow queue's one timer: the wait ends at its next expiry when that comes first.
     auto wait = std::chrono::duration<double>(kPollInterval);
-    const double expiry = flow_next_expiry_.load(std::memory_order_relaxed);
+    const double expiry = flow_ ? flow_->next_expiry() : std::numeric_limits<double>::infinity();
     if (expiry < std::numeric_limits<double>::infinity()) {
       wait = std::min(wait, std::chrono::duration<double>(std::max(0.0, expiry - clock_())));
     }
     cv_.wait_for(lock, wait);
     if (stopping_) break;
     const double now = clock_();
-    if (now >= flow_next_expiry_.load(std::memory_order_relaxed)) {
+    if (flow_ && now >= flow_->next_expiry()) {
       lock.unlock();
       PumpFlow();  // expires what is due, re-arms for the next
       lock.lock();
@@ -432,96 +430,38 @@ void ExtProcServer::PollLoop() {
   }
 }
 
-flow::AdmitResult ExtProcServer::AdmitFlow(flow::FlowRequest& request, const std::weak_ptr<Stream>& s,
-                                           flow::PoolState pool, double now_s) {
-  flow::AdmitResult r;
-  double next_expiry = 0;
-  {
-    std::lock_guard<std::mutex> lock(flow_mu_);
-    request.id = flow_next_id_++;
-    r = flow_->Admit(request, now_s, pool);
-    if (r.outcome != flow::AdmitOutcome::kQueued) return r;
-    flow_waiting_.emplace(request.id, s);
-    flow_waiting_count_.store(flow_waiting_.size(), std::memory_order_relaxed);
-    next_expiry = flow_->NextExpiry();
-    flow_next_expiry_.store(next_expiry, std::memory_order_relaxed);
+namespace {
+
+// A held stream in the gate: dispatch resumes its pick, expiry refuses it.
+class StreamWaiter final : public pool::FlowWaiter {
+ public:
+  explicit StreamWaiter(std::weak_ptr<ExtProcServer::Stream> s) : s_(std::move(s)) {}
+  void Dispatch(double, double) override {
+    if (std::shared_ptr<ExtProcServer::Stream> st = s_.lock()) st->FlowDispatch();
   }
-  cv_.notify_all();  // the poller re-arms for the (maybe earlier) expiry
+  void Expire(flow::ExpireReason reason) override {
+    if (std::shared_ptr<ExtProcServer::Stream> st = s_.lock()) st->FlowExpired(reason);
+  }
+
+ private:
+  std::weak_ptr<ExtProcServer::Stream> s_;
+};
+
+}  // namespace
+
+flow::AdmitResult ExtProcServer::AdmitFlow(flow::FlowRequest& request, const std::weak_ptr<Stream>& s,
+                                           const sched::SchedRequest& sched_request) {
+  const flow::AdmitResult r = flow_->Admit(request, std::make_shared<StreamWaiter>(s), sched_request);
+  if (r.outcome == flow::AdmitOutcome::kQueued) cv_.notify_all();  // the poller re-arms
   return r;
 }
 
-void ExtProcServer::CancelFlow(flow::RequestId id) {
-  std::lock_guard<std::mutex> lock(flow_mu_);
-  flow_waiting_.erase(id);
-  flow_->Cancel(id, clock_());  // false when a pump took it first: that pump finds it ended
-  flow_waiting_count_.store(flow_waiting_.size(), std::memory_order_relaxed);
-  flow_next_expiry_.store(flow_->NextExpiry(), std::memory_order_relaxed);
-}
-
-void ExtProcServer::PumpFlow() {
-  if (!flow_ || flow_waiting_count_.load(std::memory_order_relaxed) == 0) return;
-  {
-    std::lock_guard<std::mutex> lock(flow_mu_);
-    if (flow_pumping_) {
-      flow_pump_again_ = true;
-      return;
-    }
-    flow_pumping_ = true;
-  }
-  std::vector<flow::Expired> expired;
-  std::vector<std::pair<std::shared_ptr<Stream>, flow::ExpireReason>> expired_streams;
-  for (bool done = false; !done;) {
-    const double now = clock_();
-    const routing::RoutingCore::PoolLoad load = core_.Load(now);
-    const bool capacity = load.ready > 0 && !load.saturated_pool();
-    std::shared_ptr<Stream> next;
-    bool dispatched = false;
-    expired.clear();
-    expired_streams.clear();
-    {
-      std::lock_guard<std::mutex> lock(flow_mu_);
-      // Expire first, with the same time: nothing is dispatched past its TTL.
-      flow_->Expire(now, expired);
-      for (const flow::Expired& e : expired) {
-        auto it = flow_waiting_.find(e.id);
-        if (it == flow_waiting_.end()) continue;
-        if (std::shared_ptr<Stream> st = it->second.lock()) expired_streams.emplace_back(std::move(st), e.reason);
-        flow_waiting_.erase(it);
-      }
-      // No prefix probe (as in serve): the first in order goes; its pick still prefers the
-      // endpoint holding its prefix.
-      if (capacity) {
-        if (std::optional<flow::Dispatch> d = flow_->NextToDispatch(now)) {
-          dispatched = true;
-          auto it = flow_waiting_.find(d->id);
-          if (it != flow_waiting_.end()) {
-            next = it->second.lock();
-            flow_waiting_.erase(it);
-          }
-        }
-      }
-      flow_waiting_count_.store(flow_waiting_.size(), std::memory_order_relaxed);
-      flow_next_expiry_.store(flow_->NextExpiry(), std::memory_order_relaxed);
-      if (!dispatched && expired.empty()) {
-        if (flow_pump_again_) {
-          flow_pump_again_ = false;
-        } else {
-          flow_pumping_ = false;
-          done = true;
-        }
-      }
-    }
-    for (auto& [st, reason] : expired_streams) st->FlowExpired(reason);
-    // Picked here, before the next round's saturation verdict, which then counts it.
-    if (next) next->FlowDispatch();
-  }
-  expired_streams.clear();  // may destroy streams: outside every lock
+void ExtProcServer::PumpFlow(uint32_t freed) {
+  if (flow_) flow_->Pump(freed);
 }
 
 flow::FlowStats ExtProcServer::flow_stats() const {
-  if (!flow_) return {};
-  std::lock_guard<std::mutex> lock(flow_mu_);
-  return flow_->stats();
+  return flow_ ? flow_->stats() : flow::FlowStats{};
 }
 
 void ExtProcServer::Stop() {

@@ -14,20 +14,20 @@
 // closed, so its request is finished in the core exactly once.
 //
 // Flow control (ExtProcServerOptions::flow_enabled, with ExchangeSettings::defer_pick):
-// a stream whose exchange reaches its pick is admitted into one flow::FlowQueue against
-// RoutingCore::Load (no ready endpoint: empty; every ready one saturated: saturated),
-// priority and flow from the exchange. Dispatched at once: picked and answered as
-// without flow control. Rejected (sheddable, a band over its bounds): ImmediateResponse
-// 429 with retry-after at once. Queued: its answer is held back while the stream keeps
-// reading; PumpFlow (called here whenever a stream's picked request finishes, and by the
-// owner when a scrape result arrives) expires what is due, then dispatches waiting
-// streams one at a time while the pool has capacity, each picked at that moment. Past
-// the TTL: 429 with retry-after; past no_endpoint_ttl: 503. A held stream that ends
-// (cancelled, timed out, a failed write) leaves the queue at once; one Envoy half-closes
-// stays open for its held answer and ends after it. The queue's one timer is
-// the poller's wait, shortened to the queue's NextExpiry. The queue and what waits are
-// under one mutex, never held while calling into a stream or gRPC; a stream's lock may
-// be held while taking it (stream, then queue), never the other way round.
+// a stream whose exchange reaches its pick is admitted into one pool::FlowGate (the rules
+// `kvroute serve` uses too: pool/flow_gate.h), priority and flow from the exchange.
+// Dispatched at once: picked and answered as without flow control. Rejected (sheddable,
+// a band over its bounds): ImmediateResponse 429 with retry-after at once. Queued: its
+// answer is held back while the stream keeps reading; PumpFlow (called here whenever a
+// stream's picked request finishes, with the endpoint it finished on, so that endpoint
+// takes a waiting request whose prefix it holds; and by the owner when a scrape result
+// arrives) expires what is due, then dispatches waiting streams one at a time while the
+// pool has room, each picked at that moment. Past the TTL: 429 with retry-after; past
+// no_endpoint_ttl: 503. A held stream that ends (cancelled, timed out, a failed write)
+// leaves the queue at once; one Envoy half-closes stays open for its held answer and ends
+// after it. The gate's one timer is the poller's wait, shortened to its next expiry. The
+// gate's lock is never held while calling into a stream or gRPC; a stream's lock may be
+// held while taking it (stream, then gate), never the other way round.
 //
 // Health (grpc.health.v1, gRPC's DefaultHealthCheckService on the health port):
 // "liveness" and "" SERVING while the server runs; "readiness" and
@@ -55,6 +55,7 @@
 #include "core/extproc/exchange.h"
 #include "core/flow/flow_queue.h"
 #include "core/routing/routing_core.h"
+#include "pool/flow_gate.h"
 
 namespace grpc {
 class Server;
@@ -116,7 +117,7 @@ class ExtProcServer {
   // streams and dispatches waiting ones while the pool has capacity. Cheap when nothing
   // waits or flow control is off. Thread: any, holding no stream's lock (a pump already
   // running on another thread runs once more instead).
-  void PumpFlow();
+  void PumpFlow(uint32_t freed = routing::RoutingCore::kNoEndpoint);
   bool flow_enabled() const { return flow_ != nullptr; }
   // A copy of the queue's counters (empty when flow control is off). Thread: any.
   flow::FlowStats flow_stats() const;
@@ -133,8 +134,7 @@ class ExtProcServer {
   void SetReadiness(bool ready);
   // Flow control, for the streams. Admit takes the stream's own lock's holder as `s`.
   flow::AdmitResult AdmitFlow(flow::FlowRequest& request, const std::weak_ptr<Stream>& s,
-                              flow::PoolState pool, double now_s);
-  void CancelFlow(flow::RequestId id);
+                              const sched::SchedRequest& sched_request);
 
   routing::RoutingCore& core_;
   extproc::EppStats* epp_stats_;
@@ -157,14 +157,8 @@ class ExtProcServer {
   int readiness_ = -1;  // last published (poller thread only): -1 unknown
   bool started_ = false;
 
-  // Flow control; null when off. The queue and the waiting streams under flow_mu_.
-  std::unique_ptr<flow::FlowQueue> flow_;
-  mutable std::mutex flow_mu_;
-  std::unordered_map<flow::RequestId, std::weak_ptr<Stream>> flow_waiting_;  // flow_mu_
-  flow::RequestId flow_next_id_ = 1;                                        // flow_mu_
-  bool flow_pumping_ = false, flow_pump_again_ = false;                     // flow_mu_
-  std::atomic<std::size_t> flow_waiting_count_{0};  // lock-free "anything waits?"
-  std::atomic<double> flow_next_expiry_{std::numeric_limits<double>::infinity()};  // the timer
+  // Flow control; null when off.
+  std::unique_ptr<pool::FlowGate> flow_;
 };
 
 }  // namespace kvroute::rpc

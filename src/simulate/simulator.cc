@@ -80,6 +80,7 @@ struct Live {
   int32_t retries = 0;
   int32_t tenant = 0;      // index into the scenario's tenants (0 without tenants)
   bool flow_queued = false;  // waiting in the flow queue now
+  std::vector<uint64_t> prefix_key;  // its prefix chain while it waits (the late-binding probe)
   Stage stage = Stage::kWaiting;
   report::ErrorKind error = report::ErrorKind::kNone;
 };
@@ -160,12 +161,17 @@ class Simulation {
         case Ev::kFirstToken:
           sched_->OnFirstToken(slots_[ev.a].handle, ev.t);
           break;
-        case Ev::kFinished:
-          if (slots_[ev.a].handle != sched::kNoHandle)
+        case Ev::kFinished: {
+          // The replica it ran on has a free slot: it binds the first release late.
+          uint32_t freed = kNoReplica;
+          if (slots_[ev.a].handle != sched::kNoHandle) {
             sched_->OnFinished(slots_[ev.a].handle, ev.t);
+            if (slots_[ev.a].replica >= 0) freed = static_cast<uint32_t>(slots_[ev.a].replica);
+          }
           Complete(ev.a, ev.t);
-          Pump(ev.t);
+          Pump(ev.t, freed);
           break;
+        }
         case Ev::kFlowExpiry:
           if (ev.t >= flow_timer_at_) flow_timer_at_ = kInf;
           Pump(ev.t);
@@ -208,6 +214,7 @@ class Simulation {
   std::vector<double>& router_waits() { return router_waits_; }
   int64_t flow_queued() const { return flow_queued_; }
   int64_t flow_shed() const { return flow_shed_; }
+  int64_t flow_affinity() const { return flow_affinity_; }
   int64_t flow_expired() const { return flow_expired_; }
 
  private:
@@ -297,11 +304,17 @@ class Simulation {
         router_waits_.push_back(0.0);
         Dispatch(s, t);
         break;
-      case flow::AdmitOutcome::kQueued:
+      case flow::AdmitOutcome::kQueued: {
         ++flow_queued_;
         l.flow_queued = true;
+        Render(l.spec);
+        sched::SchedRequest req;
+        req.model = model_;
+        req.prompt = text_;
+        sched_->PrefixKey(req, l.prefix_key);
         ArmFlowTimer();
         break;
+      }
       case flow::AdmitOutcome::kRejected:
         ++flow_shed_;
         l.error = report::ErrorKind::kShed;  // 429 in serve
@@ -352,7 +365,7 @@ class Simulation {
 
   // Capacity may have freed (a completion, a scrape) or a TTL ran out: expire first, then
   // release waiting requests one at a time while the view has room, each picked now.
-  void Pump(double t) {
+  void Pump(double t, uint32_t freed = kNoReplica) {
     if (!flow_ || flow_->Empty()) return;
     expired_.clear();
     flow_->Expire(t, expired_);
@@ -365,17 +378,28 @@ class Simulation {
       l.stage = Stage::kDone;
       Push(t, Ev::kFinished, static_cast<uint32_t>(e.id));
     }
-    // No prefix probe: the scheduler does not expose per-endpoint prefix holdings yet, so
-    // the released request is the first in order; its pick still prefers its prefix.
     // At most the detector's room per release: the pick may prefer a saturated replica
     // that holds the prefix, which leaves the pool "available" however many go there, so
     // without a bound one release would empty the queue into that replica's engine.
+    // After a completion the first release binds late (as pool::FlowGate does live): the
+    // replica that freed takes the waiting request it holds the most of.
     int64_t room = 0;
     PoolView(&room);
     for (; room > 0 && !flow_->Empty() && PoolView() == flow::PoolState::kAvailable; --room) {
-      const std::optional<flow::Dispatch> d = flow_->NextToDispatch(t);
+      std::optional<flow::Dispatch> d;
+      if (freed != kNoReplica) {
+        auto probe = [&](const flow::WaitingView& w) -> uint32_t {
+          return static_cast<uint32_t>(sched_->HeldBlocks(slots_[w.id].prefix_key, freed));
+        };
+        d = flow_->NextToDispatch(t, probe);
+        freed = kNoReplica;
+      } else {
+        d = flow_->NextToDispatch(t);
+      }
       if (!d) break;
+      if (d->cause == flow::DispatchCause::kAffinity) ++flow_affinity_;
       slots_[d->id].flow_queued = false;
+      slots_[d->id].prefix_key.clear();
       router_waits_.push_back(d->waited_s);
       Dispatch(static_cast<uint32_t>(d->id), t);
     }
@@ -708,6 +732,7 @@ class Simulation {
   report::GapHistogram gaps_;
   report::FleetRecorder fleet_;
   static constexpr double kInf = std::numeric_limits<double>::infinity();
+  static constexpr uint32_t kNoReplica = ~0u;
   std::unique_ptr<flow::FlowQueue> flow_;  // null: flow control off
   std::vector<flow::Expired> expired_;
   double flow_timer_at_ = kInf;  // the earliest kFlowExpiry pending
@@ -715,6 +740,7 @@ class Simulation {
   std::vector<int32_t> record_tenants_;
   std::vector<double> router_waits_;
   int64_t flow_queued_ = 0, flow_shed_ = 0, flow_expired_ = 0;
+  int64_t flow_affinity_ = 0;  // released by the late-binding probe (DispatchCause::kAffinity)
 };
 
 constexpr std::string_view kFlowSuffix = "+flow";
@@ -751,6 +777,7 @@ SimulationResult RunSimulationWith(const config::Scenario& scenario, sched::Sche
   rep.flow_queued = sim.flow_queued();
   rep.flow_shed = sim.flow_shed();
   rep.flow_expired = sim.flow_expired();
+  rep.flow_affinity = sim.flow_affinity();
   if (!sim.router_waits().empty()) {
     const report::Stats w = report::Summarize(sim.router_waits());
     rep.router_wait_mean_s = w.mean;

@@ -158,6 +158,11 @@ class Exchange {
   // Deferred pick (settings.defer_pick). True from the moment the exchange would have
   // picked until Resume, Refuse or Close.
   bool held() const { return phase_ == Phase::kHeld && !closed_; }
+  // The request as the pick will see it (model, prompt, ...); valid while held().
+  const sched::SchedRequest& held_request() const { return sr_; }
+  // The endpoint the request went to (the pick's winner, or the one Envoy reported it
+  // served); RoutingCore::kNoEndpoint before a pick or when it never went anywhere.
+  uint32_t served_endpoint() const { return served_; }
   // The request's priority: its objective's (ExchangeSettings::objectives; unknown or no
   // objective: 0). Meaningful once held() (or picked).
   int64_t priority() const { return priority_; }

@@ -185,6 +185,7 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.FieldInt("queued", p.flow_queued);
     w.FieldInt("shed", p.flow_shed);
     w.FieldInt("expired", p.flow_expired);
+    w.FieldInt("affinity", p.flow_affinity);
     w.Field("router_wait_mean_s", p.router_wait_mean_s);
     w.Field("router_wait_p99_s", p.router_wait_p99_s);
     w.Close('}');

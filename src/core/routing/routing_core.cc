@@ -965,9 +965,30 @@ RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
       ++load.waiting_known;
       saturated = saturated || waiting >= 5.0;
     }
-    if (saturated) ++load.saturated;
+    if (saturated) {
+      ++load.saturated;
+    } else if (v.Known(health::Signal::kWaiting) && std::isfinite(waiting)) {
+      load.room += static_cast<int64_t>(std::ceil(5.0 - waiting));
+    } else {
+      load.room += 1;
+    }
   }
   return load;
+}
+
+void RoutingCore::PrefixKey(const sched::SchedRequest& request, std::vector<uint64_t>& out) const {
+  std::shared_lock<RwSpinLock> lock(sched_mu_);
+  if (sched_->scheduler == nullptr) {
+    out.clear();
+    return;
+  }
+  sched_->scheduler->PrefixKey(request, out);
+}
+
+std::size_t RoutingCore::HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const {
+  if (key.empty()) return 0;
+  std::shared_lock<RwSpinLock> lock(sched_mu_);
+  return sched_->scheduler == nullptr ? 0 : sched_->scheduler->HeldBlocks(key, endpoint_id);
 }
 
 // ---- observability ----

@@ -209,11 +209,23 @@ class RoutingCore {
     std::size_t kv_known = 0;
     double waiting_sum = 0.0;    // over ready endpoints whose queue is known
     std::size_t waiting_known = 0;
+    // The detector's room: over ready endpoints that are not saturated, the requests each
+    // can take before its waiting reaches 5 (ceil(5 - waiting); 1 when its queue is
+    // unknown). What flow control may release at once.
+    int64_t room = 0;
     // No ready endpoint, or every ready one saturated: sheddable requests get 429.
     bool saturated_pool() const { return ready == 0 || saturated == ready; }
   };
   // Folds in pending scrapes first (a short exclusive section, as a pick does).
   PoolLoad Load(double now_s);
+
+  // Flow control's prefix probe (Scheduler::PrefixKey / HeldBlocks), under the shared side
+  // of the scheduler lock: a waiting request's chain, computed once, and how many of its
+  // leading blocks endpoint `endpoint_id` holds by what the policy has learned. A chain
+  // computed before a reload that changed the hashing simply matches less. 0 without a
+  // configured policy or one without a hashed prefix model.
+  void PrefixKey(const sched::SchedRequest& request, std::vector<uint64_t>& out) const;
+  std::size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const;
 
   std::shared_ptr<const EndpointTable> table() const { return table_.load(); }
   // The verdict of endpoint `id` at `now_s` (from published state; no scheduler lock).

@@ -88,6 +88,15 @@ class DynamoCostScheduler : public SchedulerBase {
   int64_t PrefixEntries(uint32_t endpoint_id) const override {
     return static_cast<int64_t>(index_.Size(endpoint_id));
   }
+  // Its prefix index's chain (block_size * 4 characters a block) and holdings; blocks
+  // past the TTL still count until the next pick expires them.
+  void PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const override {
+    HashPromptBlocks(req.model, req.cache_salt, req.prompt,
+                     static_cast<size_t>(config_.block_size) * 4, config_.max_blocks, out);
+  }
+  size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override {
+    return index_.MatchOne(key, endpoint_id);
+  }
 
   // Dynamo's active_blocks(): the sum of the weights of the worker's unique active blocks
   // (1 each unless decayed), rounded to an integer. 0 for unknown workers.

@@ -90,6 +90,17 @@ int64_t ProfileScheduler::PrefixEntries(uint32_t endpoint_id) const {
   return prefix_ ? static_cast<int64_t>(prefix_->prefix_index().Size(endpoint_id)) : -1;
 }
 
+void ProfileScheduler::PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const {
+  out.clear();
+  if (prefix_ == nullptr) return;
+  const PrefixCacheScorer::Params& p = prefix_->params();
+  HashPromptBlocks(req.model, req.cache_salt, req.prompt, p.block_chars, p.max_blocks, out);
+}
+
+size_t ProfileScheduler::HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const {
+  return prefix_ == nullptr || key.empty() ? 0 : prefix_->prefix_index().MatchOne(key, endpoint_id);
+}
+
 void ProfileScheduler::AdoptPolicyState(SchedulerBase& previous) {
   auto* prev = dynamic_cast<ProfileScheduler*>(&previous);
   if (prev == nullptr) return;

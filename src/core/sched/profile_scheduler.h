@@ -41,6 +41,9 @@ class ProfileScheduler : public SchedulerBase {
   void OnEndpointRemoved(uint32_t endpoint_id) override;
   // The first prefix-cache scorer's index size for the endpoint; -1 without one.
   int64_t PrefixEntries(uint32_t endpoint_id) const override;
+  // The first prefix-cache scorer's chain and index (nothing without one).
+  void PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const override;
+  size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override;
 
   // Commit, then the locality-filters' bookkeeping (spill mode, counters).
   RequestHandle Commit(PickScratch& scratch, std::span<const EndpointState> endpoints) override;

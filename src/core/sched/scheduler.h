@@ -157,6 +157,18 @@ class Scheduler {
   // Returns false (and takes nothing) when `previous` is not a built-in scheduler.
   virtual bool AdoptStateFrom(Scheduler& previous) = 0;
 
+  // ---- prefix probe (flow control's late binding: core/flow, pool/flow_gate.h) ----
+
+  // The request's prefix chain as this policy cuts its prompt (block hashes, into `out`,
+  // cleared first), computed once when a request starts waiting; empty when the policy
+  // keeps no hashed prefix model. Then HeldBlocks: how many leading blocks of such a chain
+  // `endpoint_id` holds by what the policy has learned (0 for an empty chain or an
+  // unknown endpoint). Both only read learned state and allocate nothing in steady state
+  // (PrefixKey reuses `out`), so they may run wherever Rank may (concurrently with Rank
+  // calls, under the router's shared lock).
+  virtual void PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const { out.clear(); }
+  virtual size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const { return 0; }
+
   // ---- locality (docs/POLICIES.md, "Locality") ----
 
   // Sets the round trip to remote `region` (seconds; a configured value, or a measured and

@@ -1,0 +1,136 @@
+#include "pool/flow_gate.h"
+
+#include <optional>
+#include <utility>
+
+namespace kvroute::pool {
+
+flow::PoolState PoolStateOf(const routing::RoutingCore::PoolLoad& load) {
+  if (load.ready == 0) return flow::PoolState::kEmpty;
+  return load.saturated_pool() ? flow::PoolState::kSaturated : flow::PoolState::kAvailable;
+}
+
+FlowGate::FlowGate(const flow::FlowOptions& options, routing::RoutingCore& core,
+                   std::function<double()> clock)
+    : core_(core), clock_(std::move(clock)), queue_(options) {}
+
+flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<FlowWaiter> waiter,
+                                  const sched::SchedRequest& sched_request) {
+  const double now = clock_();
+  // The verdict before the lock: Load may fold in scrapes.
+  const flow::PoolState state = PoolStateOf(core_.Load(now));
+  // The chain of a request that will probably wait, hashed outside the lock; an admission
+  // into an idle pool skips it.
+  std::vector<uint64_t> key;
+  if (state != flow::PoolState::kAvailable || waiting()) core_.PrefixKey(sched_request, key);
+  std::lock_guard<std::mutex> lock(mu_);
+  request.id = next_id_++;
+  const flow::AdmitResult r = queue_.Admit(request, now, state);
+  if (r.outcome == flow::AdmitOutcome::kQueued) {
+    waiting_.emplace(request.id, Entry{std::move(waiter), std::move(key)});
+    PublishLocked();
+  }
+  return r;
+}
+
+bool FlowGate::Cancel(flow::RequestId id) {
+  std::shared_ptr<FlowWaiter> gone;  // released after the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!queue_.Cancel(id, clock_())) return false;
+  if (auto it = waiting_.find(id); it != waiting_.end()) {
+    gone = std::move(it->second.waiter);
+    waiting_.erase(it);
+  }
+  PublishLocked();
+  return true;
+}
+
+void FlowGate::Pump(uint32_t freed) {
+  if (!waiting()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pumping_) {
+      pump_again_ = true;
+      if (freed != routing::RoutingCore::kNoEndpoint) freed_again_ = freed;
+      return;
+    }
+    pumping_ = true;
+  }
+  std::vector<flow::Expired> expired;
+  std::vector<std::pair<std::shared_ptr<FlowWaiter>, flow::ExpireReason>> expiring;
+  int64_t budget = -1;  // the detector's room, read at the start of each round of events
+  for (bool done = false; !done;) {
+    const double now = clock_();
+    const routing::RoutingCore::PoolLoad load = core_.Load(now);
+    if (budget < 0) budget = load.room;
+    const bool capacity = load.ready > 0 && !load.saturated_pool() && budget > 0;
+    std::shared_ptr<FlowWaiter> next;
+    double waited_s = 0.0;
+    expired.clear();
+    expiring.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Expire first, with the same time: nothing is dispatched past its TTL.
+      queue_.Expire(now, expired);
+      for (const flow::Expired& e : expired) {
+        auto it = waiting_.find(e.id);
+        if (it == waiting_.end()) continue;
+        expiring.emplace_back(std::move(it->second.waiter), e.reason);
+        waiting_.erase(it);
+      }
+      if (capacity) {
+        std::optional<flow::Dispatch> d;
+        if (freed != routing::RoutingCore::kNoEndpoint) {
+          // Late binding: the replica that freed takes the waiting request it holds the
+          // most of (among the queue's affinity window).
+          auto probe = [&](const flow::WaitingView& w) -> uint32_t {
+            auto it = waiting_.find(w.id);
+            if (it == waiting_.end()) return 0;
+            return static_cast<uint32_t>(core_.HeldBlocks(it->second.key, freed));
+          };
+          d = queue_.NextToDispatch(now, probe);
+          freed = routing::RoutingCore::kNoEndpoint;  // one slot freed there: the rest in order
+        } else {
+          d = queue_.NextToDispatch(now);
+        }
+        if (d) {
+          waited_s = d->waited_s;
+          if (auto it = waiting_.find(d->id); it != waiting_.end()) {
+            next = std::move(it->second.waiter);
+            waiting_.erase(it);
+          }
+        }
+      }
+      if (!next && expiring.empty()) {
+        if (pump_again_) {
+          // Events arrived while this pump ran: another round with a fresh budget.
+          pump_again_ = false;
+          freed = freed_again_;
+          freed_again_ = routing::RoutingCore::kNoEndpoint;
+          budget = -1;
+        } else {
+          pumping_ = false;
+          done = true;
+        }
+      }
+      PublishLocked();
+    }
+    for (auto& [waiter, reason] : expiring) waiter->Expire(reason);
+    if (next) {
+      next->Dispatch(now, waited_s);
+      --budget;
+    }
+  }
+}
+
+flow::FlowStats FlowGate::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.stats();
+}
+
+void FlowGate::PublishLocked() {
+  waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
+  next_expiry_.store(queue_.NextExpiry(), std::memory_order_relaxed);
+}
+
+}  // namespace kvroute::pool

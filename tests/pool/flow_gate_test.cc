@@ -1,0 +1,243 @@
+// pool::FlowGate over a real routing core, in virtual time (no sockets, no sleeps): the
+// late binding both front ends share (a request bound at dispatch time goes to the
+// replica that freed, when that replica holds its prefix), the detector's room as the
+// bound of one release, expiry, cancellation, and a pump started from a dispatch.
+#include "pool/flow_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../metrics/testdata_util.h"
+
+namespace kvroute::pool {
+namespace {
+
+constexpr const char* kModel = "meta-llama/Llama-3.1-8B-Instruct";
+
+routing::ScrapeResult Scraped(const std::string& waiting, const std::string& kv, double at) {
+  routing::ScrapeResult r;
+  r.ok = true;
+  r.sent_at_s = at;
+  metrics::ExtractEngineMetrics(metrics::testing::V010With("4.0", waiting, kv),
+                                metrics::MetricNames::For(metrics::EngineType::kVllm), "", r.metrics);
+  return r;
+}
+
+std::vector<routing::EndpointSpec> Endpoints(int n) {
+  std::vector<routing::EndpointSpec> v;
+  for (int i = 0; i < n; ++i) {
+    routing::EndpointSpec e;
+    e.name = std::string(1, static_cast<char>('a' + i));
+    e.host = "127.0.0.1";
+    e.port = static_cast<uint16_t>(9001 + i);
+    e.address = "127.0.0.1:" + std::to_string(e.port);
+    v.push_back(e);
+  }
+  return v;
+}
+
+// A shared head of ~2,000 characters per group, then a per-request tail.
+std::string Prompt(char group, int n) {
+  std::string p(2048, group);
+  p += " question " + std::to_string(n);
+  return p;
+}
+
+sched::SchedRequest Req(const std::string& prompt) {
+  sched::SchedRequest r;
+  r.model = kModel;
+  r.prompt = prompt;
+  r.max_tokens = 32;
+  return r;
+}
+
+// Records what the gate does with each request; Dispatch picks as a front end does.
+struct Log {
+  std::vector<std::string> dispatched;  // "<name>@<endpoint picked>"
+  std::vector<std::string> expired;     // "<name>:<reason>"
+};
+
+class Waiter final : public FlowWaiter {
+ public:
+  Waiter(routing::RoutingCore& core, Log& log, std::string name, std::string prompt)
+      : core_(core), log_(log), name_(std::move(name)), prompt_(std::move(prompt)) {}
+  void Dispatch(double now_s, double) override {
+    routing::PickRequest pr;
+    pr.request = Req(prompt_);
+    pr.dispatch_first = true;
+    routing::PickResult r = core_.Pick(pr, now_s);
+    log_.dispatched.push_back(name_ + "@" + (r.ok() ? r.endpoint(0).spec.name : "none"));
+    if (on_dispatch) on_dispatch();
+  }
+  void Expire(flow::ExpireReason reason) override {
+    log_.expired.push_back(name_ + ":" + std::string(flow::ExpireReasonName(reason)));
+  }
+  std::function<void()> on_dispatch;
+
+ private:
+  routing::RoutingCore& core_;
+  Log& log_;
+  std::string name_, prompt_;
+};
+
+class FlowGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    routing::CoreOptions o;
+    o.scheduling.policy = "kvroute";
+    o.health.staleness_s = 100.0;
+    ASSERT_TRUE(core_.Configure(o, Endpoints(2), 0.0).ok());
+  }
+
+  // Teaches the core that endpoint `id` holds group `g`'s prefix (a request sent there).
+  void Warm(uint32_t id, char g) {
+    routing::PickRequest pr;
+    const std::string p = Prompt(g, 0);
+    pr.request = Req(p);
+    routing::PickResult r = core_.Pick(pr, now_);
+    ASSERT_TRUE(r.ok());
+    core_.OnDispatched(r.handle, id, now_);
+    core_.OnFirstToken(r.handle, now_);
+    core_.OnFinished(r.handle, id, 200, now_);
+  }
+
+  void Scrape(uint32_t id, const std::string& waiting, const std::string& kv = "0.30") {
+    core_.OnScrape(id, Scraped(waiting, kv, now_), now_);
+  }
+
+  flow::AdmitResult Admit(FlowGate& gate, const std::string& name, char group, int n,
+                          std::shared_ptr<Waiter>* out = nullptr) {
+    const std::string prompt = Prompt(group, n);
+    auto w = std::make_shared<Waiter>(core_, log_, name, prompt);
+    if (out) *out = w;
+    flow::FlowRequest fr;
+    fr.bytes = prompt.size();
+    return gate.Admit(fr, w, Req(prompt));
+  }
+
+  std::function<double()> Clock() {
+    return [this] { return now_; };
+  }
+
+  routing::RoutingCore core_;
+  double now_ = 1.0;
+  Log log_;
+};
+
+TEST_F(FlowGateTest, TheReplicaThatFreedTakesTheWaitingRequestWhosePrefixItHolds) {
+  Warm(0, 'x');  // a holds x's prefix
+  Warm(1, 'y');  // b holds y's
+  Scrape(0, "6.0");
+  Scrape(1, "6.0");  // both saturated: arrivals wait
+  FlowGate gate(flow::FlowOptions{}, core_, Clock());
+  EXPECT_EQ(Admit(gate, "x1", 'x', 1).outcome, flow::AdmitOutcome::kQueued);
+  EXPECT_EQ(Admit(gate, "y1", 'y', 1).outcome, flow::AdmitOutcome::kQueued);
+  EXPECT_EQ(Admit(gate, "x2", 'x', 2).outcome, flow::AdmitOutcome::kQueued);
+  // b finishes a request and its next scrape shows room for one.
+  now_ = 1.5;
+  Scrape(1, "4.0");
+  gate.Pump(1);
+  // Late bound: y1, not x1 (first in order), goes, and its pick lands on b.
+  EXPECT_EQ(log_.dispatched, (std::vector<std::string>{"y1@b"}));
+  EXPECT_EQ(gate.stats().bands.at(0).dispatched_by_affinity, 1u);
+  // a frees next (b is full again): x1 (in order and held there) goes to a.
+  now_ = 2.0;
+  Scrape(1, "6.0");
+  Scrape(0, "4.0");
+  gate.Pump(0);
+  EXPECT_EQ(log_.dispatched, (std::vector<std::string>{"y1@b", "x1@a"}));
+  EXPECT_TRUE(gate.waiting());
+}
+
+TEST_F(FlowGateTest, WithoutAFreedReplicaTheFirstInOrderGoes) {
+  Warm(0, 'x');
+  Warm(1, 'y');
+  Scrape(0, "6.0");
+  Scrape(1, "6.0");
+  FlowGate gate(flow::FlowOptions{}, core_, Clock());
+  Admit(gate, "x1", 'x', 1);
+  Admit(gate, "y1", 'y', 1);
+  now_ = 1.5;
+  Scrape(1, "4.0");
+  gate.Pump();  // a scrape, no completion: no probe
+  ASSERT_EQ(log_.dispatched.size(), 1u);
+  EXPECT_EQ(log_.dispatched[0].substr(0, 3), "x1@");
+  EXPECT_EQ(gate.stats().bands.at(0).dispatched_by_affinity, 0u);
+}
+
+// One pump releases at most the detector's room, read once: here a (holding every
+// waiting request's prefix) is saturated and b has room for 2 (waiting 3).
+TEST_F(FlowGateTest, OnePumpReleasesAtMostTheDetectorsRoom) {
+  Warm(0, 'x');
+  Scrape(0, "6.0");
+  Scrape(1, "6.0");
+  FlowGate gate(flow::FlowOptions{}, core_, Clock());
+  for (int i = 0; i < 5; ++i) Admit(gate, "x" + std::to_string(i), 'x', i);
+  now_ = 1.5;
+  Scrape(1, "3.0");
+  EXPECT_EQ(core_.Load(now_).room, 2);
+  gate.Pump(1);
+  EXPECT_EQ(log_.dispatched.size(), 2u);
+  EXPECT_EQ(gate.stats().bands.at(0).waiting_requests, 3u);
+}
+
+TEST_F(FlowGateTest, ExpiryAndCancelCallTheRightWaiterOnce) {
+  Scrape(0, "6.0");
+  Scrape(1, "6.0");
+  flow::FlowOptions o;
+  o.default_ttl_s = 2.0;
+  FlowGate gate(o, core_, Clock());
+  Admit(gate, "stays", 'x', 1);
+  flow::FlowRequest fr;
+  auto gone = std::make_shared<Waiter>(core_, log_, "gone", Prompt('y', 1));
+  ASSERT_EQ(gate.Admit(fr, gone, Req(Prompt('y', 1))).outcome, flow::AdmitOutcome::kQueued);
+  EXPECT_DOUBLE_EQ(gate.next_expiry(), 3.0);
+  EXPECT_TRUE(gate.Cancel(fr.id));
+  EXPECT_FALSE(gate.Cancel(fr.id));  // already gone
+  now_ = 2.9;
+  gate.Pump();
+  EXPECT_TRUE(log_.expired.empty());
+  now_ = 3.0;
+  gate.Pump();
+  EXPECT_EQ(log_.expired, (std::vector<std::string>{"stays:ttl"}));
+  EXPECT_TRUE(log_.dispatched.empty());
+  EXPECT_FALSE(gate.waiting());
+  EXPECT_EQ(gate.next_expiry(), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(gate.stats().bands.at(0).cancelled, 1u);
+}
+
+// A dispatch that itself pumps (a front end whose dispatch ends a request at once) does
+// not recurse: the running pump goes round again and the later request still goes.
+TEST_F(FlowGateTest, APumpFromInsideADispatchRunsAsAnotherRound) {
+  Scrape(0, "6.0");
+  Scrape(1, "6.0");
+  FlowGate gate(flow::FlowOptions{}, core_, Clock());
+  std::shared_ptr<Waiter> first;
+  Admit(gate, "first", 'x', 1, &first);
+  Admit(gate, "second", 'y', 1);
+  int depth = 0, max_depth = 0;
+  first->on_dispatch = [&] {
+    ++depth;
+    max_depth = std::max(max_depth, depth);
+    now_ = 1.6;
+    Scrape(1, "3.0");  // more room shows up while the first dispatch runs
+    gate.Pump(1);
+    --depth;
+  };
+  now_ = 1.5;
+  Scrape(0, "4.0");  // room for one
+  gate.Pump(0);
+  EXPECT_EQ(max_depth, 1);
+  ASSERT_EQ(log_.dispatched.size(), 2u);
+  EXPECT_EQ(log_.dispatched[0].substr(0, 6), "first@");
+  EXPECT_EQ(log_.dispatched[1].substr(0, 7), "second@");
+  EXPECT_FALSE(gate.waiting());
+}
+
+}  // namespace
+}  // namespace kvroute::pool
