@@ -13,9 +13,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A NaN or missing value makes the load unknown: such an endpoint is neither room nor
 // evidence of saturation, and never a spill target (docs/POLICIES.md).
+// (EndpointState::MetricsFresh, inlined: this runs per endpoint and pick.)
 bool Known(const EndpointState& e, const EndpointLoad& l, double now_s, double stale_after_s) {
-  return e.MetricsFresh(now_s, stale_after_s) && std::isfinite(l.kv_usage) &&
-         std::isfinite(l.waiting);
+  return e.scrape_ok && e.scraped_at_s >= 0 && now_s - e.scraped_at_s <= stale_after_s &&
+         std::isfinite(l.kv_usage) && std::isfinite(l.waiting);
 }
 
 }  // namespace
@@ -23,6 +24,7 @@ bool Known(const EndpointState& e, const EndpointLoad& l, double now_s, double s
 void LocalityFilter::Configure(std::string region,
                                std::span<const std::pair<std::string, double>> rtt_s) {
   region_ = std::move(region);
+  region_key_ = RegionKey(region_);
   rtt_s_.clear();
   for (const auto& [r, s] : rtt_s) SetRegionRtt(r, s);
 }
@@ -56,65 +58,106 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
     return;
   }
   const double now = ctx.now_s;
-  int64_t sticky = -1;
-  if (p_.sticky_s > 0) {
-    // One block hashed, kept for OnDispatched.
-    std::vector<uint64_t>& key = ctx.pending->hashes[index()];
+  // The prefix key (one block hashed, kept for OnDispatched) is needed to look the sticky
+  // table up while it holds live entries, and to record a spill; otherwise skipped.
+  std::vector<uint64_t>& key = ctx.pending->hashes[index()];
+  bool hashed = false;
+  auto hash_key = [&] {
+    if (hashed || p_.sticky_s <= 0) return;
+    hashed = true;
     HashPromptBlocks(ctx.request->model, ctx.request->cache_salt, ctx.request->prompt,
                      p_.block_chars, 1, key);
-    if (!key.empty() && !sticky_.empty()) sticky = StickyTarget(key[0], now);
+  };
+  int64_t sticky = -1;
+  if (now < sticky_live_until_s_) {
+    hash_key();
+    if (!key.empty()) sticky = StickyTarget(key[0], now);
   }
   auto saturated = [&](const EndpointLoad& l) {
     return l.waiting >= p_.queue_threshold || l.kv_usage >= p_.kv_threshold;
   };
   auto wait = [&](const EndpointLoad& l) { return std::max(0.0, l.waiting) * p_.seconds_per_queued; };
 
+  // Pass 1 classifies every candidate (kept in the plugin scratch for the compaction below)
+  // and reads local loads until the answer is settled: once a local endpoint has room and
+  // nothing to wait for, no other local load can change the decision, so a pool below
+  // saturation costs one region compare per endpoint.
+  enum : uint32_t { kRemote = 0, kLocalEp = 1, kCanTake = 2 };
+  std::vector<uint32_t>& cls = sc.u32_a;
+  cls.resize(candidates.size());
   size_t n_local = 0;
+  size_t n_remote = 0;
   size_t n_known = 0;
   bool room = false;
+  bool settled = false;
   double local_wait = kInf;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const uint32_t pos = candidates[c];
+    const EndpointState& e = ctx.endpoints[pos];
+    if (!IsLocal(e)) {
+      cls[c] = kRemote;
+      ++n_remote;
+      continue;
+    }
+    cls[c] = kLocalEp;
+    ++n_local;
+    if (settled) continue;
+    const EndpointLoad& l = ctx.loads[pos];
+    if (!Known(e, l, now, p_.stale_after_s)) continue;
+    ++n_known;
+    // Hysteresis: while spilling, an endpoint has room again only clearly below the
+    // thresholds.
+    room = room || (spilling_ ? l.waiting <= p_.recover_queue_threshold &&
+                                    l.kv_usage <= p_.recover_kv_threshold
+                              : !saturated(l));
+    local_wait = std::min(local_wait, wait(l));
+    settled = room && local_wait <= 0;
+  }
+
+  // Pass 2, only when the remote side can matter: which remote endpoints can take the
+  // request, and the best region (lowest round trip + expected wait).
   double best_cost = kInf;
   const std::string* best_region = nullptr;
   bool any_finite_remote = false;
   uint32_t sticky_pos = PickScratch::kNoPin;
-  // Endpoints of one region usually sit together in the table: look each run up once.
-  const std::string* last_region = nullptr;
-  double last_rtt = kInf;
-  for (uint32_t pos : candidates) {
-    const EndpointState& e = ctx.endpoints[pos];
-    const EndpointLoad& l = ctx.loads[pos];
-    const bool known = Known(e, l, now, p_.stale_after_s);
-    if (IsLocal(e)) {
-      ++n_local;
-      if (!known) continue;
-      ++n_known;
-      // Hysteresis: while spilling, an endpoint has room again only clearly below the
-      // thresholds.
-      room = room || (spilling_ ? l.waiting <= p_.recover_queue_threshold &&
-                                      l.kv_usage <= p_.recover_kv_threshold
-                                : !saturated(l));
-      local_wait = std::min(local_wait, wait(l));
-      continue;
+  if (n_remote > 0 &&
+      (n_local == 0 || !room || local_wait > 0 || spilling_ || sticky >= 0)) {
+    // Endpoints of one region usually sit together in the table: look each run up once.
+    const std::string* last_region = nullptr;
+    double last_rtt = kInf;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      if (cls[c] != kRemote) continue;
+      const uint32_t pos = candidates[c];
+      const EndpointState& e = ctx.endpoints[pos];
+      if (last_region == nullptr || *last_region != e.region) {
+        last_region = &e.region;
+        last_rtt = RttOf(e.region);
+      }
+      if (!(last_rtt < kInf)) continue;
+      any_finite_remote = true;
+      const EndpointLoad& l = ctx.loads[pos];
+      if (!Known(e, l, now, p_.stale_after_s) || saturated(l)) continue;
+      cls[c] = kCanTake;
+      const double cost = last_rtt + wait(l);
+      if (cost < best_cost) {
+        best_cost = cost;
+        best_region = &e.region;
+      }
+      if (sticky >= 0 && e.id == static_cast<uint64_t>(sticky)) sticky_pos = pos;
     }
-    if (last_region == nullptr || *last_region != e.region) {
-      last_region = &e.region;
-      last_rtt = RttOf(e.region);
-    }
-    if (!(last_rtt < kInf)) continue;
-    any_finite_remote = true;
-    if (!known || saturated(l)) continue;
-    const double cost = last_rtt + wait(l);
-    if (cost < best_cost) {
-      best_cost = cost;
-      best_region = &e.region;
-    }
-    if (sticky >= 0 && e.id == static_cast<uint64_t>(sticky)) sticky_pos = pos;
   }
 
+  // Keeps candidate c when keep(c, pos); order preserved.
+  auto compact = [&](auto keep) {
+    size_t w = 0;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      if (keep(c, candidates[c])) candidates[w++] = candidates[c];
+    }
+    candidates.resize(w);
+  };
   auto keep_local = [&] {
-    std::erase_if(candidates, [&](uint32_t pos) {
-      return !IsLocal(ctx.endpoints[pos]) && pos != sc.pinned;
-    });
+    if (n_remote == 0) return;  // nothing to remove
+    compact([&](size_t c, uint32_t pos) { return cls[c] == kLocalEp || pos == sc.pinned; });
   };
   Locality reason;
   if (n_local == 0) {
@@ -122,8 +165,7 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
     reason = Locality::kNoLocal;
     sc.pinned = sticky_pos;
     if (any_finite_remote) {
-      std::erase_if(candidates,
-                    [&](uint32_t pos) { return !(RttOf(ctx.endpoints[pos].region) < kInf); });
+      compact([&](size_t, uint32_t pos) { return RttOf(ctx.endpoints[pos].region) < kInf; });
     }
   } else if (n_known == 0) {
     // No local load is known: no evidence of saturation, so garbage moves nothing.
@@ -137,18 +179,16 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
     if (best_region != nullptr && (full || slow || hold)) {
       reason = full ? Locality::kSpillSaturated : slow ? Locality::kSpillWait : spill_reason_;
       sc.pinned = sticky_pos;
-      // The best remote region's endpoints with room (and the prefix's sticky replica,
-      // wherever it is); the scorers choose among them.
-      std::erase_if(candidates, [&](uint32_t pos) {
-        if (pos == sticky_pos) return false;
-        const EndpointState& e = ctx.endpoints[pos];
-        const EndpointLoad& l = ctx.loads[pos];
-        return IsLocal(e) || e.region != *best_region || !Known(e, l, now, p_.stale_after_s) ||
-               saturated(l);
+      // The best remote region's endpoints that can take it (and the prefix's sticky
+      // replica, wherever it is); the scorers choose among them.
+      compact([&](size_t c, uint32_t pos) {
+        return pos == sticky_pos ||
+               (cls[c] == kCanTake && ctx.endpoints[pos].region == *best_region);
       });
-    } else if (sticky_pos != PickScratch::kNoPin && !full) {
+    } else if (sticky_pos != PickScratch::kNoPin) {
       // Recovered, but this prefix spilled less than stickySeconds ago: it stays on its
-      // remote replica (ranked first), local candidates behind it.
+      // remote replica (ranked first), local candidates behind it. (A sticky replica that
+      // can take it implies a best region, so the pool is not full here.)
       reason = Locality::kSpillSticky;
       sc.pinned = sticky_pos;
       keep_local();
@@ -157,6 +197,7 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
       keep_local();
     }
   }
+  if (IsRemote(reason)) hash_key();
   sc.locality = reason;
 }
 
@@ -209,6 +250,7 @@ void LocalityFilter::AdoptStateFrom(Plugin& previous) {
   remote_ = std::move(prev.remote_);
   if (prev.p_.sticky_capacity == p_.sticky_capacity && prev.p_.block_chars == p_.block_chars) {
     sticky_ = std::move(prev.sticky_);
+    sticky_live_until_s_ = prev.sticky_live_until_s_;
   }
   prev.sticky_.clear();
   prev.remote_.clear();
@@ -242,6 +284,7 @@ void LocalityFilter::StickyPut(uint64_t key, uint32_t endpoint, double now_s) {
       if (s.expires_s > now_s && s.endpoint == endpoint) return;
       s.endpoint = endpoint;
       s.expires_s = now_s + p_.sticky_s;
+      sticky_live_until_s_ = std::max(sticky_live_until_s_, s.expires_s);
       return;
     }
     if (s.expires_s < victim_expires) {
@@ -251,6 +294,7 @@ void LocalityFilter::StickyPut(uint64_t key, uint32_t endpoint, double now_s) {
   }
   // A free (expired) slot, else the entry closest to expiring: memory stays bounded.
   sticky_[victim] = StickyEntry{key, endpoint, now_s + p_.sticky_s};
+  sticky_live_until_s_ = std::max(sticky_live_until_s_, now_s + p_.sticky_s);
 }
 
 void LocalityFilter::StickyDrop(uint64_t key) {

@@ -15,6 +15,7 @@
 // pick's now_s.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -59,7 +60,13 @@ class LocalityFilter : public Filter {
   // The round trip used for `region`: the set one, else defaultRttSeconds (maybe +inf).
   double RttOf(std::string_view region) const;
   const std::string& region() const { return region_; }
-  bool IsLocal(const EndpointState& e) const { return e.region.empty() || e.region == region_; }
+  bool IsLocal(const EndpointState& e) const {
+    // SetLabels keeps region_key in step with region; a key set and then a region assigned
+    // directly would be misread.
+    assert(e.region_key == 0 || e.region_key == RegionKey(e.region));
+    if (e.region_key != 0) return e.region_key == region_key_;
+    return e.region.empty() || e.region == region_;
+  }
 
   void Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) override;
   // The pick in `scratch` was committed: counts its reason, moves the spill mode and notes
@@ -90,6 +97,7 @@ class LocalityFilter : public Filter {
 
   Params p_;
   std::string region_;
+  uint64_t region_key_ = 0;  // RegionKey(region_)
   std::vector<std::pair<std::string, double>> rtt_s_;
   // Spill mode (hysteresis).
   bool spilling_ = false;
@@ -98,6 +106,9 @@ class LocalityFilter : public Filter {
   // Prefix key -> remote endpoint: open addressing, a power of two >= sticky_capacity,
   // allocated at the first spill; an entry lives kProbe slots from its home at most.
   std::vector<StickyEntry> sticky_;
+  // No entry lives at or after this time: picks before it look the table up, later ones
+  // skip hashing the prompt unless they spill.
+  double sticky_live_until_s_ = -std::numeric_limits<double>::infinity();
   std::vector<uint8_t> remote_;  // by endpoint id: remote when last ranked
   LocalityStats stats_;
 };

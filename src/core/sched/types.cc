@@ -1,5 +1,6 @@
 #include "core/sched/types.h"
 
+#include <functional>
 #include <limits>
 
 #include "core/api/openai.h"
@@ -19,6 +20,13 @@ void EndpointState::SetLabels(Labels l) {
   labels = std::move(l);
   region = RegionOf(labels);
   zone = ZoneOf(labels);
+  region_key = RegionKey(region);
+}
+
+uint64_t RegionKey(std::string_view region) {
+  if (region.empty()) return 0;
+  const uint64_t h = std::hash<std::string_view>{}(region);
+  return h == 0 ? 1 : h;
 }
 
 namespace {

@@ -36,6 +36,10 @@ struct EndpointState {
   // endpoint without a region counts as local to the router (locality-filter).
   std::string region;
   std::string zone;
+  // RegionKey(region), set with it by SetLabels; 0 when there is no region or it was never
+  // computed (then the name itself is compared). Lets the locality filter classify an
+  // endpoint with one integer compare per pick.
+  uint64_t region_key = 0;
 
   // The router's own view (health check, circuit breaker). Unhealthy endpoints are never
   // picked, whatever the policy.
@@ -78,6 +82,8 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 // neither is set. ZoneOf likewise with `zone` and `topology.kubernetes.io/zone`.
 std::string_view RegionOf(const Labels& labels);
 std::string_view ZoneOf(const Labels& labels);
+// A non-zero 64-bit hash of a region name (this process only); 0 for "".
+uint64_t RegionKey(std::string_view region);
 
 // Where a pick went relative to the router's region, and why (locality-filter,
 // docs/POLICIES.md "Locality"). Reported per pick (PickResult::locality) and counted
