@@ -19,6 +19,11 @@ bool Known(const EndpointState& e, const EndpointLoad& l, double now_s, double s
          std::isfinite(l.kv_usage) && std::isfinite(l.waiting);
 }
 
+bool SameRegion(const EndpointState& a, const EndpointState& b) {
+  if (a.region_key != 0 && b.region_key != 0) return a.region_key == b.region_key;
+  return a.region == b.region;
+}
+
 }  // namespace
 
 void LocalityFilter::Configure(std::string region,
@@ -117,20 +122,20 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
   // Pass 2, only when the remote side can matter: which remote endpoints can take the
   // request, and the best region (lowest round trip + expected wait).
   double best_cost = kInf;
-  const std::string* best_region = nullptr;
+  const EndpointState* best_region = nullptr;  // an endpoint of the best region
   bool any_finite_remote = false;
   uint32_t sticky_pos = PickScratch::kNoPin;
   if (n_remote > 0 &&
       (n_local == 0 || !room || local_wait > 0 || spilling_ || sticky >= 0)) {
     // Endpoints of one region usually sit together in the table: look each run up once.
-    const std::string* last_region = nullptr;
+    const EndpointState* last_region = nullptr;
     double last_rtt = kInf;
     for (size_t c = 0; c < candidates.size(); ++c) {
       if (cls[c] != kRemote) continue;
       const uint32_t pos = candidates[c];
       const EndpointState& e = ctx.endpoints[pos];
-      if (last_region == nullptr || *last_region != e.region) {
-        last_region = &e.region;
+      if (last_region == nullptr || !SameRegion(*last_region, e)) {
+        last_region = &e;
         last_rtt = RttOf(e.region);
       }
       if (!(last_rtt < kInf)) continue;
@@ -141,7 +146,7 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
       const double cost = last_rtt + wait(l);
       if (cost < best_cost) {
         best_cost = cost;
-        best_region = &e.region;
+        best_region = &e;
       }
       if (sticky >= 0 && e.id == static_cast<uint64_t>(sticky)) sticky_pos = pos;
     }
@@ -183,7 +188,7 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
       // replica, wherever it is); the scorers choose among them.
       compact([&](size_t c, uint32_t pos) {
         return pos == sticky_pos ||
-               (cls[c] == kCanTake && ctx.endpoints[pos].region == *best_region);
+               (cls[c] == kCanTake && SameRegion(ctx.endpoints[pos], *best_region));
       });
     } else if (sticky_pos != PickScratch::kNoPin) {
       // Recovered, but this prefix spilled less than stickySeconds ago: it stays on its

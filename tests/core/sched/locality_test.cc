@@ -435,6 +435,41 @@ TEST(Locality, EndpointsWithoutARegionAreLocal) {
   s->OnFinished(r.handle, 0.1);
 }
 
+TEST(Locality, ARegionSetWithoutSetLabelsIsComparedByName) {
+  auto s = MustBuild(LocalitySpec({{"secondsPerQueuedRequest", 0.0}}), Options());
+  auto eps = MakeEndpoints(2);
+  eps[0].region = "us";  // no region_key: the filter falls back to the name
+  eps[1].region = "eu";
+  PickResult r = s->Pick(Req(kPromptA), eps, 0.1);
+  EXPECT_EQ(r.locality, Locality::kLocal);
+  ASSERT_EQ(r.ranked.size(), 1u);
+  EXPECT_EQ(r.ranked[0], 0u);
+  s->OnFinished(r.handle, 0.1);
+}
+
+TEST(Locality, ConcurrentRankReportsAndCommitCounts) {
+  auto s = MustBuildPolicy("kvroute", Options());
+  ASSERT_TRUE(s->concurrent_picks());
+  auto eps = Fleet(2, 2);
+  SetWaiting(eps, 0, 2, 6);
+  PickScratch a(1), b(2);
+  // Two ranks against the same learned state, then their commits.
+  PickResult ra = s->Rank(Req(kPromptA), eps, 0.1, a);
+  PickResult rb = s->Rank(Req(kPromptB), eps, 0.1, b);
+  EXPECT_EQ(ra.locality, Locality::kSpillSaturated);
+  EXPECT_EQ(rb.locality, Locality::kSpillSaturated);
+  EXPECT_TRUE(AllIn(ra.ranked, 2, 4));
+  EXPECT_EQ(s->locality_stats().Picks(Locality::kSpillSaturated), 0u);
+  RequestHandle ha = s->Commit(a, eps);
+  RequestHandle hb = s->Commit(b, eps);
+  EXPECT_EQ(s->locality_stats().Picks(Locality::kSpillSaturated), 2u);
+  EXPECT_EQ(s->locality_stats().spills_started, 1u);
+  s->OnDispatched(ha, ra.ranked[0], 0.1);
+  s->OnDispatched(hb, rb.ranked[0], 0.1);
+  s->OnFinished(ha, 0.2);
+  s->OnFinished(hb, 0.2);
+}
+
 TEST(Locality, RegionsWithoutARoundTripAreNeverASpillTarget) {
   auto eps = Fleet(2, 2, "ap");  // ap has no round trip
   SetWaiting(eps, 0, 2, 6);
