@@ -58,7 +58,12 @@ struct ReplicaConfig {
   // Wall seconds per engine second: every step of engine duration d takes d * time_scale
   // wall seconds. 0 runs steps back to back without waiting.
   double time_scale = 1.0;
-  // Extra delay (wall ms) before a request reaches the engine, as a farther network would.
+  // One-way network delay (wall ms), as a farther network (another region) would add, on
+  // both paths of a generation request: it reaches the engine latency_ms after it
+  // arrived, and everything it gets back after admission (stream headers, every chunk,
+  // the end, a whole body, an engine rejection) leaves latency_ms after it was produced.
+  // So TTFT grows by 2 x latency_ms. Not scaled by time_scale. /metrics, /health,
+  // /v1/models, /admin/fault and the early validation errors answer at once.
   double latency_ms = 0.0;
   bool old_metric_names = false;  // emulate vLLM < 0.9.2 metric names (no engine label)
   // max_tokens for a chat request that sets none (vLLM would use the rest of the context).

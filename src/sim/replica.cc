@@ -122,6 +122,7 @@ Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
       engine_(config_.engine),
       step_timer_(ctx),
       start_(Clock::now()),
+      outbox_timer_(ctx),
       expiry_timer_(ctx),
       relisten_timer_(ctx),
       ttft_(TtftBuckets()),
@@ -154,6 +155,8 @@ void Replica::Shutdown() {
   StopFaults();
   shut_down_ = true;
   step_timer_.cancel();
+  outbox_timer_.cancel();
+  outbox_.clear();
   for (auto& [id, l] : live_) {
     if (l->delay) l->delay->cancel();
   }
@@ -313,13 +316,43 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
 void Replica::Admit(const std::shared_ptr<Live>& live) {
   live->engine_req.arrival_s = EngineNow();
   if (auto err = engine_.AddRequest(std::move(live->engine_req))) {
-    RespondApiError(*live->ex, 400, *err);
+    Reply(live->ex, [err = *err](http::Exchange& ex) { RespondApiError(ex, 400, err); });
     live_.erase(live->id);
     return;
   }
   live->admitted = true;
-  if (live->req.stream) live->ex->BeginStream(200, "text/event-stream", {{"cache-control", "no-cache"}});
+  if (live->req.stream) {
+    Reply(live->ex, [](http::Exchange& ex) {
+      ex.BeginStream(200, "text/event-stream", {{"cache-control", "no-cache"}});
+    });
+  }
   Kick();
+}
+
+void Replica::Reply(std::shared_ptr<http::Exchange> ex,
+                    std::function<void(http::Exchange&)> send) {
+  if (config_.latency_ms <= 0) return send(*ex);
+  // A constant delay keeps due times in call order, so one FIFO and one timer suffice.
+  outbox_.push_back({Clock::now() + WallDuration(config_.latency_ms / 1000.0), std::move(ex),
+                     std::move(send)});
+  if (outbox_.size() == 1) ArmOutbox();
+}
+
+void Replica::ArmOutbox() {
+  outbox_timer_.expires_at(outbox_.front().due);
+  outbox_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec && !shut_down_) FlushOutbox();
+  });
+}
+
+void Replica::FlushOutbox() {
+  const auto now = Clock::now();
+  while (!outbox_.empty() && outbox_.front().due <= now) {
+    Outgoing o = std::move(outbox_.front());
+    outbox_.pop_front();
+    o.send(*o.ex);
+  }
+  if (!outbox_.empty()) ArmOutbox();
 }
 
 void Replica::OnClientGone(uint64_t id) {
@@ -476,7 +509,9 @@ void Replica::Deliver() {
         frame += "data: [DONE]\n\n";
       }
       ++l.chunks_sent;
-      l.ex->SendChunk(std::move(frame));
+      Reply(l.ex, [frame = std::move(frame)](http::Exchange& ex) mutable {
+        ex.SendChunk(std::move(frame));
+      });
     } else if (!l.req.stream && o.new_tokens > 0) {
       l.text += engine::OutputTokenText(o.id, static_cast<std::size_t>(o.completion_tokens - 1));
     }
@@ -489,7 +524,7 @@ void Replica::Finish(Live& l, const engine::RequestOutput& o) {
   std::shared_ptr<Live> keep = live_[o.id];
   live_.erase(o.id);
   if (l.req.stream) {
-    l.ex->EndStream();
+    Reply(l.ex, [](http::Exchange& ex) { ex.EndStream(); });
     return;
   }
   std::string_view reason = engine::FinishReasonName(o.reason);
@@ -515,7 +550,9 @@ void Replica::Finish(Live& l, const engine::RequestOutput& o) {
   body += "\",\"stop_reason\":null}],";
   AppendUsage(body, o);
   body += "}";
-  l.ex->Respond(200, std::move(body));
+  Reply(l.ex, [body = std::move(body)](http::Exchange& ex) mutable {
+    ex.Respond(200, std::move(body));
+  });
 }
 
 // ---- Faults ----
@@ -710,6 +747,10 @@ void Replica::DropAll(bool abort_engine) {
     drop.push_back(std::move(w.ex));
   }
   metrics_waits_.clear();
+  // Replies still on their way: the connection is gone before they arrive.
+  outbox_timer_.cancel();
+  for (Outgoing& o : outbox_) drop.push_back(std::move(o.ex));
+  outbox_.clear();
   for (auto& ex : drop) ex->Abort();
 }
 

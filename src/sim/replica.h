@@ -19,6 +19,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -98,6 +99,12 @@ class Replica {
   void Deliver();
   void Finish(Live& l, const engine::RequestOutput& o);
   double EngineNow() const;
+  // The response path of latency_ms: `send(*ex)` runs latency_ms after this call (at once
+  // without latency), in call order. Every byte a generation request gets back after its
+  // admission (stream headers, each chunk, the end, the whole body) goes through here.
+  void Reply(std::shared_ptr<http::Exchange> ex, std::function<void(http::Exchange&)> send);
+  void ArmOutbox();
+  void FlushOutbox();
 
   // Faults.
   double FaultNow() const;  // wall seconds since start_
@@ -138,6 +145,14 @@ class Replica {
   engine::StepResult step_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::shared_ptr<Live>> live_;
+  // Replies on their way back (latency_ms > 0), due times in order: one timer for all.
+  struct Outgoing {
+    Clock::time_point due;
+    std::shared_ptr<http::Exchange> ex;
+    std::function<void(http::Exchange&)> send;
+  };
+  std::deque<Outgoing> outbox_;
+  boost::asio::steady_timer outbox_timer_;
 
   // Faults.
   struct Held {

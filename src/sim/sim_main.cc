@@ -65,7 +65,9 @@ int SimMain(int argc, char** argv) {
                              "Emulate vLLM < 0.9.2 metrics: vllm:gpu_cache_usage_perc, "
                              "vllm:gpu_prefix_cache_*, no engine label");
   auto* o_latency = app.add_option("--latency-ms", latency_ms,
-                                   "Extra network latency before a request reaches the engine")
+                                   "One-way network latency of generation requests, both ways: "
+                                   "before a request reaches the engine and on everything "
+                                   "it gets back (TTFT + 2x)")
                         ->check(CLI::NonNegativeNumber);
   auto* o_default_max = app.add_option("--default-max-tokens", default_max_tokens,
                                        "max_tokens for chat requests that set none (default 256)")

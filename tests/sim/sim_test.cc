@@ -537,6 +537,47 @@ bool WaitFor(Pred pred, double limit_s = 3.0) {
   return true;
 }
 
+// latency_ms is one-way and symmetric (issue 10): a request reaches the engine latency_ms
+// after it arrived, and its answer leaves latency_ms after the engine produced it. With
+// time_scale 0 the engine takes no wall time, so the request is done (as /metrics, which
+// answers at once, shows) about latency_ms after it was sent, and the first byte of the
+// answer arrives about latency_ms after that: 2 x latency_ms in all.
+TEST_F(FleetTest, LatencyAppliesOnTheRequestAndTheResponsePath) {
+  constexpr double kLatencyS = 0.15;
+  for (bool stream : {true, false}) {
+    ReplicaConfig r = SmallReplica(/*time_scale=*/0.0);
+    r.latency_ms = kLatencyS * 1000;
+    StartFleet({r});
+    TestClient c("127.0.0.1", port());
+    const auto t0 = Clock::now();
+    ASSERT_TRUE(c.SendRequest("POST", "/v1/completions", CompletionBody("far away", 4, stream)));
+    // The request path: the engine finishes it no sooner than latency_ms after the send.
+    ASSERT_TRUE(WaitFor([&] {
+      return Sample(Metrics(), "vllm:request_success_total",
+                    kLabels + ",finished_reason=\"length\"") == 1.0;
+    }));
+    const double done_s = Since(t0);
+    EXPECT_GE(done_s, kLatencyS) << "stream " << stream;
+    // The response path: nothing of the answer before another latency_ms.
+    ClientResponse resp;
+    ASSERT_TRUE(c.ReadHead(&resp)) << c.error();
+    const double head_s = Since(t0);
+    ASSERT_TRUE(c.ReadBody(&resp)) << c.error();
+    EXPECT_EQ(resp.status, 200) << resp.body;
+    EXPECT_GE(head_s, 2 * kLatencyS) << "stream " << stream;
+    // (A poll observes completion up to one poll interval late: allow it.)
+    EXPECT_GE(head_s - done_s, kLatencyS - 0.05) << "stream " << stream;
+    EXPECT_LT(head_s, 2 * kLatencyS + 1.0) << "stream " << stream;
+    if (stream) {
+      EXPECT_EQ(Frames(resp.body).back(), "[DONE]");
+    } else {
+      simdjson::dom::parser p;
+      EXPECT_EQ(int64_t(p.parse(resp.body)["usage"]["completion_tokens"]), 4);
+    }
+    fleet_.reset();
+  }
+}
+
 struct FaultCase {
   const char* kind;
   const char* fields;  // extra JSON fields, also written as YAML flow-map entries
