@@ -173,27 +173,80 @@ void ParseArrivals(const ConfigNode& n, workload::ArrivalSpec* a, bool trace) {
   if (!err.empty()) n.Fail(err);
 }
 
-void ParseFleet(const ConfigNode& n, FleetSpec* fl) {
-  n.CheckKeys({"replicas", "engine_preset", "kv_blocks", "max_num_seqs", "max_num_batched_tokens",
-               "max_model_len", "scrape_interval_s", "network_delay_s"});
-  OptInt(n, "replicas", &fl->replicas, 1);
-  if (ConfigNode p = n.Get("engine_preset")) {
-    fl->engine_preset = p.String();
-    if (!engine::PresetConfig(fl->engine_preset)) {
-      const std::vector<std::string> names = engine::PresetNames();
-      const std::vector<std::string_view> views(names.begin(), names.end());
-      p.Fail("unknown preset '" + fl->engine_preset + "'" + Suggest(fl->engine_preset, views));
+// The keys a fleet group takes; the flat `fleet:` form takes them too (plus its own).
+constexpr std::string_view kGroupKeys[] = {
+    "replicas",     "region",       "zone",         "engine_preset",          "kv_blocks",
+    "max_num_seqs", "max_num_batched_tokens",       "max_model_len",          "network_delay_s"};
+
+// The group knobs present in `n` onto `g` (a fleet group, or the flat form's defaults).
+void ParseGroupKnobs(const ConfigNode& n, FleetGroup* g) {
+  OptInt(n, "replicas", &g->replicas, 1);
+  for (auto [key, out] : {std::pair{"region", &g->region}, std::pair{"zone", &g->zone}}) {
+    if (ConfigNode v = n.Get(key)) {
+      *out = v.String();
+      if (out->empty()) v.Fail("must not be empty");
     }
   }
-  OptInt(n, "kv_blocks", &fl->kv_blocks, 0);
-  OptInt(n, "max_num_seqs", &fl->max_num_seqs, 0);
-  OptInt(n, "max_num_batched_tokens", &fl->max_num_batched_tokens, 0);
-  OptInt(n, "max_model_len", &fl->max_model_len, 0);
+  if (ConfigNode p = n.Get("engine_preset")) {
+    g->engine_preset = p.String();
+    if (!engine::PresetConfig(g->engine_preset)) {
+      const std::vector<std::string> names = engine::PresetNames();
+      const std::vector<std::string_view> views(names.begin(), names.end());
+      p.Fail("unknown preset '" + g->engine_preset + "'" + Suggest(g->engine_preset, views));
+    }
+  }
+  OptInt(n, "kv_blocks", &g->kv_blocks, 0);
+  OptInt(n, "max_num_seqs", &g->max_num_seqs, 0);
+  OptInt(n, "max_num_batched_tokens", &g->max_num_batched_tokens, 0);
+  OptInt(n, "max_model_len", &g->max_model_len, 0);
+  OptNumber(n, "network_delay_s", &g->network_delay_s);
+  if (g->kv_blocks == 1) n.Get("kv_blocks").Fail("must be 0 (the preset's) or >= 2 (got 1)");
+  if (!(g->network_delay_s >= 0)) n.Get("network_delay_s").Fail("must be >= 0");
+}
+
+void ParseFleet(const ConfigNode& n, FleetSpec* fl) {
+  std::vector<std::string_view> keys(std::begin(kGroupKeys), std::end(kGroupKeys));
+  keys.push_back("scrape_interval_s");
+  keys.push_back("groups");
+  n.CheckKeys(keys);
+  ParseGroupKnobs(n, fl);
   OptNumber(n, "scrape_interval_s", &fl->scrape_interval_s);
-  OptNumber(n, "network_delay_s", &fl->network_delay_s);
-  if (fl->kv_blocks == 1) n.Get("kv_blocks").Fail("must be 0 (the preset's) or >= 2 (got 1)");
   if (!(fl->scrape_interval_s > 0)) n.Get("scrape_interval_s").Fail("must be > 0");
-  if (!(fl->network_delay_s >= 0)) n.Get("network_delay_s").Fail("must be >= 0");
+  const ConfigNode groups = n.Get("groups");
+  if (!groups) return;
+  if (n.Has("replicas")) n.Get("replicas").Fail("use either replicas or groups");
+  const std::vector<ConfigNode> items = groups.Items("a non-empty list of replica groups");
+  if (items.empty()) groups.Fail("must be a non-empty list of replica groups");
+  int64_t total = 0;
+  for (const ConfigNode& item : items) {
+    if (!item.IsMap()) item.Fail("must be a mapping of replicas, region, network_delay_s, ...");
+    item.CheckKeys(kGroupKeys);
+    FleetGroup g = static_cast<const FleetGroup&>(*fl);  // the fleet-level knobs as defaults
+    item.Require("replicas");
+    ParseGroupKnobs(item, &g);
+    total += g.replicas;
+    if (total > kIntMax) item.Get("replicas").Fail("too many replicas in all");
+    fl->groups.push_back(std::move(g));
+  }
+  fl->replicas = static_cast<int>(total);
+}
+
+// `router:`. The region must be one some group has: a typo would make every replica remote.
+void ParseRouter(const ConfigNode& n, const FleetSpec& fleet, std::string* region) {
+  if (!n.IsMap()) n.Fail("must be a mapping");
+  n.CheckKeys({"region"});
+  const ConfigNode r = n.Require("region");
+  *region = r.String();
+  if (region->empty()) r.Fail("must not be empty");
+  std::vector<std::string_view> known;
+  for (const FleetGroup& g : fleet.Groups()) {
+    if (g.region == *region) return;
+    if (!g.region.empty()) known.push_back(g.region);
+  }
+  if (known.empty()) r.Fail("no fleet replica has a region (set fleet.groups[].region)");
+  std::string list;
+  for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+  r.Fail("no fleet group has region '" + *region + "' (regions: " + list + ")");
 }
 
 void ParseSweep(const ConfigNode& n, Scenario* s) {
@@ -259,8 +312,8 @@ void ParseTenants(const ConfigNode& n, std::vector<ScenarioTenant>* out) {
 
 Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
   root.CheckKeys(
-      {"name", "description", "seed", "workload", "arrivals", "fleet", "slo", "policies", "sweep",
-       "faults", "flow", "tenants"});
+      {"name", "description", "seed", "workload", "arrivals", "fleet", "router", "slo", "policies",
+       "sweep", "faults", "flow", "tenants"});
   Scenario s;
   if (ConfigNode n = root.Get("name")) s.name = n.String();
   if (ConfigNode n = root.Get("description")) n.String();
@@ -275,6 +328,7 @@ Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
     n.Fail("required");
   }
   if (ConfigNode n = root.Get("fleet")) ParseFleet(n, &s.fleet);
+  if (ConfigNode n = root.Get("router")) ParseRouter(n, s.fleet, &s.router_region);
   if (ConfigNode n = root.Get("slo")) {
     n.CheckKeys({"ttft_s", "tpot_s", "e2e_s"});
     OptNumber(n, "ttft_s", &s.slo.ttft_s);
@@ -312,7 +366,12 @@ Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
 
 }  // namespace
 
-engine::EngineConfig FleetSpec::EngineConfigFor() const {
+std::vector<FleetGroup> FleetSpec::Groups() const {
+  if (groups.empty()) return {static_cast<const FleetGroup&>(*this)};
+  return groups;
+}
+
+engine::EngineConfig FleetGroup::EngineConfigFor() const {
   engine::EngineConfig c = *engine::PresetConfig(engine_preset);
   if (kv_blocks > 0) c.num_gpu_blocks = kv_blocks;
   if (max_num_seqs > 0) c.max_num_seqs = max_num_seqs;

@@ -28,9 +28,19 @@
 //     kv_blocks: 8192                # overrides the preset (0: preset's)
 //     max_num_seqs: 256              # and max_num_batched_tokens, max_model_len
 //     scrape_interval_s: 0.05
-//     network_delay_s: 0.0005        # router <-> replica, each way
+//     network_delay_s: 0.0005        # router <-> replica, each way (request, every token)
+//     # or several regions: groups of replicas, each with every knob above but
+//     # scrape_interval_s (fleet-wide); knobs set next to `groups` are their defaults
+//     # groups:
+//     #   - {replicas: 4, region: us-east, network_delay_s: 0.0005}
+//     #   - {replicas: 4, region: eu-west, zone: eu-west-1a, network_delay_s: 0.035,
+//     #      engine_preset: small-kv, kv_blocks: 2048}
+//   router: {region: us-east}        # the simulated router's region (replicas of other
+//                                    #   regions are remote; see `+local-only` below)
 //   slo: {ttft_s: 2.0, tpot_s: 0.1}
-//   policies: [round-robin, kvroute] # default: every built-in policy
+//   policies: [round-robin, kvroute] # default: every built-in policy; `<name>+local-only`
+//                                    #   (`local-only` = kvroute+local-only) runs <name>
+//                                    #   on the router's region's replicas only
 //   sweep: {rates: [10, 20, 30], ttft_p99_bound_s: 2.0}  # for `simulate --sweep`
 //   faults:                          # docs/FAULTS.md; virtual time; kinds crash, slow, restart
 //     - {replica: 2, kind: crash, at: 30s, duration: 10s}
@@ -58,6 +68,12 @@
 // after every completion, every scrape and at their expiry. Without `tenants` every
 // request is priority 0 and one flow.
 //
+// Regions: each replica carries its group's `region` (and `zone`) as endpoint labels, as
+// `labels: {region: R}` does in `kvroute serve`. All traffic enters at the router, so a
+// regional spike is a stage of higher rate (arrivals.stages, say 20 req/s for 60 s,
+// then 40 for 30 s, then 20 again) arriving at the router's region. A `+local-only` run
+// drops the remote groups (their faults too; the others keep theirs, renumbered).
+//
 // Lengths (system_prompt_len, question_len, output_len, input_len) are an integer, a
 // {min, max, mean, std_dev} (mean required; min defaults to 1), or a
 // {mixture: [{weight, value | min, max, mean, std_dev}, ...]}.
@@ -79,18 +95,36 @@
 
 namespace kvroute::config {
 
-struct FleetSpec {
+// Replicas that share an engine configuration, a region and a network delay: one entry
+// of fleet.groups, or the whole flat `fleet:` form.
+struct FleetGroup {
   int replicas = 8;
+  std::string region;  // the replicas' endpoint label `region`; empty: none (counts as local)
+  std::string zone;    // label `zone`; empty: none
   std::string engine_preset = "llama3-8b-h100";
   int kv_blocks = 0;               // 0: the preset's
   int max_num_seqs = 0;            // 0: the preset's
   int max_num_batched_tokens = 0;  // 0: the preset's
   int max_model_len = 0;           // 0: the preset's
-  double scrape_interval_s = 0.05;
+  // Router <-> replica, each way: a request reaches the replica this much after the pick,
+  // and every token (first, streamed, last) reaches the router this much after its step.
   double network_delay_s = 0.0005;
 
   // The engine configuration of every replica (preset + overrides). The preset must exist.
   engine::EngineConfig EngineConfigFor() const;
+};
+
+// The simulated fleet. Without `groups` (the flat form), its own FleetGroup fields
+// describe every replica. With groups, its FleetGroup fields as written next to
+// `groups` are the defaults each group starts from (`replicas` is then not allowed
+// there, and holds the groups' total).
+struct FleetSpec : FleetGroup {
+  double scrape_interval_s = 0.05;
+  std::vector<FleetGroup> groups;  // in file order; empty for the flat form
+
+  // The groups the fleet runs: `groups`, or the flat form as one group. Replica ids run
+  // group after group (group 0's replicas first).
+  std::vector<FleetGroup> Groups() const;
 };
 
 // A fault on one replica of the simulated fleet (replica < fleet.replicas).
@@ -129,6 +163,9 @@ struct Scenario {
   std::vector<ScenarioFault> faults;
   ScenarioFlow flow;
   std::vector<ScenarioTenant> tenants;  // empty: one anonymous tenant, priority 0
+  // `router: {region: R}`: the simulated router's region (empty: none, region-blind).
+  // Replicas whose group has another non-empty region are remote.
+  std::string router_region;
 };
 
 // Parses scenario YAML. `source_name` names the file in errors and becomes

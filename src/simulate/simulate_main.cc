@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,13 +72,14 @@ int SimulateMain(int argc, char** argv) {
                  "per replica, examples/scenarios/faults.yaml, docs/FAULTS.md)")
       ->required();
   app.add_option("--policies", policies_arg,
-                 "comma-separated policies, each optionally with +flow (flow control on; "
-                 "default: the scenario's list, else all built-in)");
+                 "comma-separated policies, each optionally with +local-only (on the router "
+                 "region's replicas only; local-only alone: kvroute+local-only) and then "
+                 "+flow (flow control on; default: the scenario's list, else all built-in)");
   app.add_option("--out", out_dir, "output directory for report.json/.md and charts")
       ->capture_default_str();
   app.add_option("--seed", seed, "override the scenario's seed");
   app.add_option("--requests", requests, "override arrivals.num_requests");
-  app.add_option("--replicas", replicas, "override fleet.replicas");
+  app.add_option("--replicas", replicas, "override fleet.replicas (flat fleet: form only)");
   app.add_flag("--quiet", quiet, "no progress line");
   app.add_flag("--sweep", sweep, "rate sweep over the scenario's sweep.rates");
   app.add_option("--rates", rates_arg,
@@ -100,6 +102,11 @@ int SimulateMain(int argc, char** argv) {
   config::Scenario& sc = *load.value;
   if (app.count("--seed")) sc.seed = seed;
   if (requests > 0) sc.arrivals.num_requests = requests;
+  if (replicas > 0 && !sc.fleet.groups.empty()) {
+    std::fprintf(stderr, "kvroute simulate: --replicas: %s has fleet.groups; set replicas per "
+                 "group\n", sc.source.c_str());
+    return 2;
+  }
   if (replicas > 0) sc.fleet.replicas = replicas;
 
   std::vector<std::string> policies = SplitComma(policies_arg);
@@ -108,10 +115,17 @@ int SimulateMain(int argc, char** argv) {
     for (std::string_view p : sched::PolicyNames()) policies.emplace_back(p);
   }
   for (const std::string& p : policies) {
-    sched::BuildResult b = sched::BuildPolicy(PolicyWithoutFlow(p));
+    sched::BuildResult b = sched::BuildPolicy(BasePolicy(p));
     if (!b.ok()) {
       std::fprintf(stderr, "kvroute simulate: unknown policy '%s'\n", p.c_str());
       return 2;
+    }
+    config::Scenario local;
+    if (IsLocalOnly(p)) {
+      if (const std::string err = LocalOnlyScenario(sc, &local); !err.empty()) {
+        std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", p.c_str(), err.c_str());
+        return 2;
+      }
     }
   }
 
@@ -220,6 +234,26 @@ int SimulateMain(int argc, char** argv) {
                {"requests", std::to_string(total_requests)},
                {"scrape_interval_s", std::to_string(sc.fleet.scrape_interval_s)},
                {"network_delay_s", std::to_string(sc.fleet.network_delay_s)}};
+  if (!sc.fleet.groups.empty()) {
+    // One line per group instead: "4 x llama3-8b-h100 (2048 blocks) in us-east, 0.0005 s".
+    std::string groups;
+    for (const config::FleetGroup& g : sc.fleet.groups) {
+      groups += (groups.empty() ? "" : "; ") + std::to_string(g.replicas) + " x " +
+                g.engine_preset + " (" + std::to_string(g.EngineConfigFor().num_gpu_blocks) +
+                " blocks) in " + (g.region.empty() ? "no region" : g.region) +
+                (g.zone.empty() ? "" : "/" + g.zone) + ", " + std::to_string(g.network_delay_s) +
+                " s";
+    }
+    meta.info.erase(std::remove_if(meta.info.begin(), meta.info.end(),
+                                   [](const auto& kv) {
+                                     return kv.first == "engine_preset" ||
+                                            kv.first == "kv_blocks" ||
+                                            kv.first == "network_delay_s";
+                                   }),
+                    meta.info.end());
+    meta.info.emplace_back("groups", groups);
+    meta.info.emplace_back("router_region", sc.router_region);
+  }
   const std::string md = report::ReportMarkdown(meta, reports);
   std::fputs(md.c_str(), stdout);
 

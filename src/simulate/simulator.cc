@@ -7,6 +7,8 @@
 #include <limits>
 #include <memory>
 #include <queue>
+#include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -86,8 +88,12 @@ struct Live {
 };
 
 struct Replica {
-  explicit Replica(const engine::EngineConfig& c) : engine(c) {}
+  Replica(const engine::EngineConfig& c, double delay_s, int group)
+      : config(c), engine(c), delay_s(delay_s), group(group) {}
+  engine::EngineConfig config;  // its group's: a restart starts a fresh engine from it
   engine::Engine engine;
+  double delay_s;  // its group's network_delay_s: router -> replica and back, each way
+  int group;       // index into the scenario's fleet.Groups()
   engine::StepResult step;  // the step in progress (outputs visible at its end)
   bool busy = false;
   bool stale_step = false;  // the step in flight belongs to an engine a restart replaced
@@ -107,20 +113,30 @@ class Simulation {
         sched_(scheduler),
         progress_(progress),
         gen_(s.workload, s.arrivals, s.seed),
-        delay_(s.fleet.network_delay_s),
         fleet_(s.fleet.replicas) {
     const engine::EngineConfig config = s.fleet.EngineConfigFor();
     model_ = config.model_name;
     replicas_.reserve(static_cast<size_t>(s.fleet.replicas));
     endpoints_.resize(static_cast<size_t>(s.fleet.replicas));
-    for (int i = 0; i < s.fleet.replicas; ++i) {
-      replicas_.emplace_back(config);
-      sched::EndpointState& e = endpoints_[static_cast<size_t>(i)];
-      e.id = static_cast<uint32_t>(i);
-      e.name = "replica-" + std::to_string(i);
-      e.num_gpu_blocks = config.num_gpu_blocks;
-      e.block_size = config.block_size;
+    const std::vector<config::FleetGroup> groups = s.fleet.Groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const engine::EngineConfig group_config = groups[g].EngineConfigFor();
+      for (int k = 0; k < groups[g].replicas; ++k) {
+        const auto i = static_cast<uint32_t>(replicas_.size());
+        replicas_.emplace_back(group_config, groups[g].network_delay_s, static_cast<int>(g));
+        sched::EndpointState& e = endpoints_[i];
+        e.id = i;
+        e.name = "replica-" + std::to_string(i);
+        e.num_gpu_blocks = group_config.num_gpu_blocks;
+        e.block_size = group_config.block_size;
+        // As `labels: {region: R}` on a configured endpoint of `kvroute serve`.
+        sched::Labels labels;
+        if (!groups[g].region.empty()) labels.emplace_back("region", groups[g].region);
+        if (!groups[g].zone.empty()) labels.emplace_back("zone", groups[g].zone);
+        e.SetLabels(std::move(labels));
+      }
     }
+    assert(replicas_.size() == endpoints_.size());
     kv_.resize(replicas_.size());
     waiting_.resize(replicas_.size());
     engine_config_ = config;
@@ -439,7 +455,7 @@ class Simulation {
     sched_->OnDispatched(l.handle, pick.ranked[0], t);
     l.tokens.clear();
     engine::TokenizeInto(text_, &l.tokens);
-    Push(t + delay_, Ev::kReach, s);
+    Push(t + replicas_[pick.ranked[0]].delay_s, Ev::kReach, s);
   }
 
   // RenderPrompt, with long segments' text kept between requests: shared system
@@ -480,7 +496,7 @@ class Simulation {
     if (r.down) {
       // Connection refused: the router hears it a network delay later.
       l.stage = Stage::kWaiting;
-      Push(t + delay_, Ev::kFail, s);
+      Push(t + r.delay_s, Ev::kFail, s);
       return;
     }
     l.stage = Stage::kEngine;
@@ -495,7 +511,7 @@ class Simulation {
     if (auto err = r.engine.AddRequest(std::move(er))) {
       l.stage = Stage::kDone;
       l.error = report::ErrorKind::kRejected;  // a 400 from the replica
-      Push(t + delay_, Ev::kFinished, s);
+      Push(t + r.delay_s, Ev::kFinished, s);
       return;
     }
     if (!r.busy) StartStep(static_cast<uint32_t>(l.replica), t);
@@ -517,7 +533,7 @@ class Simulation {
 
   void StepDone(uint32_t ri, double t) {
     Replica& r = replicas_[ri];
-    const double visible = t + delay_;
+    const double visible = t + r.delay_s;
     if (r.stale_step) {
       r.stale_step = false;
       r.step.outputs.clear();
@@ -625,7 +641,7 @@ class Simulation {
       if (l.stage != Stage::kNetwork && l.stage != Stage::kEngine) continue;
       if (l.stage == Stage::kEngine && abort_engine) replicas_[ri].engine.Abort(l.spec.id);
       l.stage = Stage::kWaiting;
-      Push(t + delay_, Ev::kFail, s);
+      Push(t + replicas_[ri].delay_s, Ev::kFail, s);
     }
   }
 
@@ -645,7 +661,7 @@ class Simulation {
         r.past_hits += st.prefix_hits_tokens;
         r.past_preemptions += st.preemptions;
         // A step in flight still ends (its outputs are ignored: nothing is on it now).
-        r.engine = engine::Engine(engine_config_);
+        r.engine = engine::Engine(r.config);
         r.stale_step = r.busy;
         break;
       }
@@ -702,7 +718,6 @@ class Simulation {
   workload::RequestGenerator gen_;
   workload::RequestSpec next_;
   bool generator_done_ = false;
-  double delay_;
   std::string model_;
   engine::EngineConfig engine_config_;
   std::vector<Replica> replicas_;
@@ -749,7 +764,107 @@ bool HasFlowSuffix(std::string_view policy) {
   return policy.size() > kFlowSuffix.size() && policy.ends_with(kFlowSuffix);
 }
 
+constexpr std::string_view kLocalOnlySuffix = "+local-only";
+constexpr std::string_view kLocalOnlyPolicy = "local-only";  // kvroute+local-only
+
+// Requests by the region of the replica that served them (its last attempt's).
+std::vector<report::RegionReport> ByRegion(const config::Scenario& sc,
+                                           std::span<const report::RequestRecord> records) {
+  const std::vector<config::FleetGroup> groups = sc.fleet.Groups();
+  if (std::none_of(groups.begin(), groups.end(),
+                   [](const config::FleetGroup& g) { return !g.region.empty(); })) {
+    return {};
+  }
+  std::vector<report::RegionReport> rows;
+  std::vector<size_t> row_of;  // replica id -> row
+  for (const config::FleetGroup& g : groups) {
+    auto it = std::find_if(rows.begin(), rows.end(),
+                           [&](const report::RegionReport& r) { return r.region == g.region; });
+    if (it == rows.end()) {
+      report::RegionReport r;
+      r.region = g.region;
+      r.local = g.region.empty() || sc.router_region.empty() || g.region == sc.router_region;
+      it = rows.insert(rows.end(), std::move(r));
+    }
+    it->replicas += g.replicas;
+    row_of.insert(row_of.end(), static_cast<size_t>(g.replicas),
+                  static_cast<size_t>(it - rows.begin()));
+  }
+  std::vector<std::vector<double>> ttfts(rows.size());
+  for (const report::RequestRecord& rec : records) {
+    if (rec.endpoint < 0 || static_cast<size_t>(rec.endpoint) >= row_of.size()) continue;
+    const size_t row = row_of[static_cast<size_t>(rec.endpoint)];
+    ++rows[row].requests;
+    if (!rec.ok()) continue;
+    ++rows[row].succeeded;
+    ttfts[row].push_back(rec.ttft_s);
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!records.empty()) rows[i].share = static_cast<double>(rows[i].requests) / records.size();
+    const report::Stats st = report::Summarize(ttfts[i]);
+    rows[i].ttft_p50_s = st.p50;
+    rows[i].ttft_p99_s = st.p99;
+  }
+  return rows;
+}
+
 }  // namespace
+
+std::string BasePolicy(const std::string& policy) {
+  std::string base = PolicyWithoutFlow(policy);
+  if (base == kLocalOnlyPolicy) return "kvroute";
+  if (base.size() > kLocalOnlySuffix.size() && base.ends_with(kLocalOnlySuffix))
+    base.resize(base.size() - kLocalOnlySuffix.size());
+  return base;
+}
+
+bool IsLocalOnly(const std::string& policy) {
+  const std::string base = PolicyWithoutFlow(policy);
+  return base == kLocalOnlyPolicy ||
+         (base.size() > kLocalOnlySuffix.size() && base.ends_with(kLocalOnlySuffix));
+}
+
+std::string LocalOnlyScenario(const config::Scenario& scenario, config::Scenario* out) {
+  if (scenario.router_region.empty()) {
+    return "local-only needs the router's region (router: {region: R} in the scenario)";
+  }
+  *out = scenario;
+  out->fleet.groups.clear();
+  out->faults.clear();
+  std::vector<int> new_id;  // old replica id -> new, -1 when removed
+  int kept = 0;
+  for (const config::FleetGroup& g : scenario.fleet.Groups()) {
+    const bool local = g.region.empty() || g.region == scenario.router_region;
+    for (int k = 0; k < g.replicas; ++k) new_id.push_back(local ? kept++ : -1);
+    if (local) out->fleet.groups.push_back(g);
+  }
+  if (kept == 0) return "local-only: no replica in region '" + scenario.router_region + "'";
+  out->fleet.replicas = kept;
+  for (config::ScenarioFault f : scenario.faults) {
+    if (new_id[static_cast<size_t>(f.replica)] < 0) continue;
+    f.replica = new_id[static_cast<size_t>(f.replica)];
+    out->faults.push_back(f);
+  }
+  return {};
+}
+
+void ApplyRouterRegion(const config::Scenario& scenario, sched::SchedulerOptions* opts) {
+  opts->region = scenario.router_region;
+  opts->region_rtt_s.clear();
+  if (scenario.router_region.empty()) return;
+  // The simulated router knows its network: a remote region's round trip is twice its
+  // groups' one-way delay (the largest, should its groups differ).
+  for (const config::FleetGroup& g : scenario.fleet.Groups()) {
+    if (g.region.empty() || g.region == scenario.router_region) continue;
+    auto it = std::find_if(opts->region_rtt_s.begin(), opts->region_rtt_s.end(),
+                           [&](const auto& r) { return r.first == g.region; });
+    if (it == opts->region_rtt_s.end()) {
+      opts->region_rtt_s.emplace_back(g.region, 2 * g.network_delay_s);
+    } else {
+      it->second = std::max(it->second, 2 * g.network_delay_s);
+    }
+  }
+}
 
 sched::SchedulerOptions SimulationSchedulerOptions(const config::Scenario& scenario) {
   const engine::EngineConfig config = scenario.fleet.EngineConfigFor();
@@ -758,13 +873,21 @@ sched::SchedulerOptions SimulationSchedulerOptions(const config::Scenario& scena
   opts.max_ranked = 1;
   opts.default_block_size = config.block_size;
   opts.default_num_gpu_blocks = config.num_gpu_blocks;
+  ApplyRouterRegion(scenario, &opts);
   return opts;
 }
 
-SimulationResult RunSimulationWith(const config::Scenario& scenario, sched::Scheduler& scheduler,
-                                   const std::string& label, double oracle_hit_rate,
-                                   const ProgressFn& progress) {
+SimulationResult RunSimulationWith(const config::Scenario& requested,
+                                   sched::Scheduler& scheduler, const std::string& label,
+                                   double oracle_hit_rate, const ProgressFn& progress) {
   SimulationResult result;
+  // `+local-only`: the same run on the router's region's groups alone.
+  config::Scenario local;
+  if (IsLocalOnly(label)) {
+    result.error = LocalOnlyScenario(requested, &local);
+    if (!result.error.empty()) return result;
+  }
+  const config::Scenario& scenario = IsLocalOnly(label) ? local : requested;
   const bool flow = scenario.flow.enabled || HasFlowSuffix(label);
   Simulation sim(scenario, &scheduler, progress, flow);
   sim.Run();
@@ -803,6 +926,7 @@ SimulationResult RunSimulationWith(const config::Scenario& scenario, sched::Sche
     t.goodput_requests_per_s = rep.span_s > 0 ? static_cast<double>(sub.good) / rep.span_s : 0.0;
     rep.tenants.push_back(std::move(t));
   }
+  rep.regions = ByRegion(scenario, sim.records());
   result.events = sim.events();
   result.steps = sim.steps();
   result.records = std::move(sim.records());
@@ -815,8 +939,9 @@ std::string PolicyWithoutFlow(const std::string& policy) {
 
 SimulationResult RunSimulation(const config::Scenario& scenario, const std::string& policy,
                                double oracle_hit_rate, const ProgressFn& progress) {
-  // `<policy>+flow`: the policy with flow control on (RunSimulationWith reads the label).
-  const std::string base = PolicyWithoutFlow(policy);
+  // `<policy>+flow`: the policy with flow control on, `+local-only` on the local groups
+  // (RunSimulationWith reads the label).
+  const std::string base = BasePolicy(policy);
   sched::BuildResult built = sched::BuildPolicy(base, SimulationSchedulerOptions(scenario));
   if (!built.ok()) {
     SimulationResult result;

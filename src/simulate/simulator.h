@@ -6,10 +6,11 @@
 //   - a client sends each request at its arrival time (later if it is a follow-up turn
 //     waiting for its previous turn plus think time, or if max_concurrency is reached);
 //   - the scheduler picks a replica at once (Pick, then OnDispatched); the request
-//     reaches the replica network_delay_s later and is queued in its engine;
+//     reaches the replica its group's network_delay_s later and is queued in its engine;
 //   - each replica runs engine steps back to back while it has work; a step's tokens
-//     reach the client (and the router: OnFirstToken, OnTokens, OnFinished)
-//     network_delay_s after the step ends;
+//     reach the client (and the router: OnFirstToken, OnTokens, OnFinished) the same
+//     network_delay_s after the step ends (symmetric: a replica d away adds 2d to TTFT
+//     and to E2E beyond what its engine took);
 //   - every scrape_interval_s the router scrapes every replica: EndpointState kv_usage,
 //     waiting and running change only then (the scheduler sees stale figures between
 //     scrapes, as in life), followed by OnMetricsUpdated.
@@ -41,7 +42,9 @@ struct SimulationResult {
 using ProgressFn = std::function<void(double now_s, int64_t sent, int64_t finished)>;
 
 // Runs `scenario` under `policy` (a sched::PolicyNames() entry, or one followed by
-// "+flow": that policy with flow control on, whatever scenario.flow.enabled says).
+// "+flow": that policy with flow control on, whatever scenario.flow.enabled says; or a
+// local-only run, see BasePolicy). The report's `regions` count requests by the region
+// of the replica that served them.
 // `oracle_hit_rate` is copied into the report (pass ComputeOracleHitRate's value, or -1).
 //
 // Flow control (scenario.flow.enabled, or the "+flow" suffix on the policy or label): an
@@ -60,14 +63,33 @@ SimulationResult RunSimulation(const config::Scenario& scenario, const std::stri
 // `policy` without a trailing "+flow" (the name to build).
 std::string PolicyWithoutFlow(const std::string& policy);
 
+// Local-only runs: "<name>+local-only" (optionally followed by "+flow") runs <name> on
+// the replicas of the router's region alone (LocalOnlyScenario); "local-only" alone is
+// "kvroute+local-only". BasePolicy: the sched::PolicyNames() entry to build (both
+// suffixes removed; "kvroute" for "local-only"). IsLocalOnly: whether it is such a run.
+std::string BasePolicy(const std::string& policy);
+bool IsLocalOnly(const std::string& policy);
+
+// `scenario` with only its local fleet groups (region empty or scenario.router_region):
+// the remote groups, and the faults on their replicas, removed; the remaining faults'
+// replica ids renumbered; fleet.replicas the local total. Into `*out`; returns "" on
+// success, else why not (no router region, no local replica) and `*out` is unspecified.
+std::string LocalOnlyScenario(const config::Scenario& scenario, config::Scenario* out);
+
+// The router's side of locality (issue 10) into `opts`: region = scenario.router_region;
+// region_rtt_s = each remote region's round trip, twice its groups' network_delay_s (the
+// largest when its groups differ); both empty without a router region.
+void ApplyRouterRegion(const config::Scenario& scenario, sched::SchedulerOptions* opts);
+
 // The scheduler options RunSimulation builds policies with for `scenario`: the scenario's
 // seed, one ranked endpoint (the simulator never retries), the fleet's block size and KV
-// blocks as defaults.
+// blocks as defaults, the router's region and round trips (ApplyRouterRegion).
 sched::SchedulerOptions SimulationSchedulerOptions(const config::Scenario& scenario);
 
 // Runs `scenario` with a scheduler the caller built (a custom plugin profile, say, from
 // sched::BuildScheduler with SimulationSchedulerOptions); `label` names it in the report.
-// `scheduler` must be fresh (no requests yet) and is only used during the call.
+// `scheduler` must be fresh (no requests yet) and is only used during the call. A label
+// with "+flow" or "+local-only" applies them as RunSimulation does.
 SimulationResult RunSimulationWith(const config::Scenario& scenario, sched::Scheduler& scheduler,
                                    const std::string& label, double oracle_hit_rate,
                                    const ProgressFn& progress = {});

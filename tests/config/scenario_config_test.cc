@@ -223,5 +223,120 @@ TEST(ScenarioConfigTest, FlowAndTenantsParseAndAreChecked) {
             "test.yaml:3: tenants[1].name: duplicate tenant 'a'");
 }
 
+// fleet.groups: replicas by region, each group with every per-fleet knob; the knobs next
+// to `groups` are the groups' defaults.
+TEST(ScenarioConfigTest, FleetGroupsParse) {
+  Scenario s = MustParse(R"(
+workload: {type: random, input_len: 10, output_len: 5}
+arrivals: {rate: 1, num_requests: 2}
+fleet:
+  engine_preset: small-kv
+  kv_blocks: 900
+  scrape_interval_s: 0.1
+  groups:
+    - {replicas: 3, region: us-east, zone: us-east-1a, network_delay_s: 0.0005}
+    - replicas: 2
+      region: eu-west
+      network_delay_s: 0.035
+      engine_preset: llama3-8b-h100
+      kv_blocks: 0
+      max_num_seqs: 64
+      max_num_batched_tokens: 4096
+      max_model_len: 16384
+router: {region: us-east}
+)");
+  EXPECT_EQ(s.router_region, "us-east");
+  EXPECT_EQ(s.fleet.replicas, 5);
+  EXPECT_EQ(s.fleet.scrape_interval_s, 0.1);
+  ASSERT_EQ(s.fleet.groups.size(), 2u);
+  const FleetGroup& a = s.fleet.groups[0];
+  EXPECT_EQ(a.replicas, 3);
+  EXPECT_EQ(a.region, "us-east");
+  EXPECT_EQ(a.zone, "us-east-1a");
+  EXPECT_EQ(a.engine_preset, "small-kv");  // the fleet-level default
+  EXPECT_EQ(a.EngineConfigFor().num_gpu_blocks, 900);
+  EXPECT_EQ(a.network_delay_s, 0.0005);
+  const FleetGroup& b = s.fleet.groups[1];
+  EXPECT_EQ(b.replicas, 2);
+  EXPECT_EQ(b.region, "eu-west");
+  EXPECT_EQ(b.zone, "");
+  EXPECT_EQ(b.network_delay_s, 0.035);
+  const engine::EngineConfig bc = b.EngineConfigFor();
+  EXPECT_EQ(bc.num_gpu_blocks, engine::PresetConfig("llama3-8b-h100")->num_gpu_blocks);
+  EXPECT_EQ(bc.max_num_seqs, 64);
+  EXPECT_EQ(bc.max_num_batched_tokens, 4096);
+  EXPECT_EQ(bc.max_model_len, 16384);
+  EXPECT_EQ(s.fleet.Groups().size(), 2u);
+  // Faults address replicas across groups (ids run group after group).
+  EXPECT_TRUE(ParseScenario("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+                            "fleet: {groups: [{replicas: 2}, {replicas: 2}]}\n"
+                            "faults: [{replica: 3, kind: crash}]\n",
+                            "test.yaml", ".")
+                  .ok());
+}
+
+TEST(ScenarioConfigTest, FlatFleetIsOneGroup) {
+  Scenario s = MustParse(kSharedPrefix);
+  EXPECT_TRUE(s.fleet.groups.empty());
+  EXPECT_EQ(s.router_region, "");
+  const std::vector<FleetGroup> groups = s.fleet.Groups();
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].replicas, 4);
+  EXPECT_EQ(groups[0].region, "");
+  EXPECT_EQ(groups[0].network_delay_s, 0.001);
+  EXPECT_EQ(groups[0].EngineConfigFor().num_gpu_blocks, 700);
+  // The flat form takes a region too.
+  Scenario r = MustParse("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+                         "fleet: {replicas: 2, region: ap-south}\nrouter: {region: ap-south}\n");
+  EXPECT_EQ(r.fleet.Groups()[0].region, "ap-south");
+  EXPECT_EQ(r.router_region, "ap-south");
+}
+
+TEST(ScenarioConfigTest, FleetGroupAndRouterErrorsNameFileLineAndField) {
+  const std::string head = "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n";
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 2, region: a}\n"
+                           "    - {replicas: 2, region: b, network_delay_s: -1}\n"),
+            "test.yaml:6: fleet.groups[1].network_delay_s: must be >= 0");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 2, regoin: a}\n"),
+            "test.yaml:5: fleet.groups[0].regoin: unknown key 'regoin' (did you mean "
+            "'region'?)");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {region: a}\n"),
+            "test.yaml:5: fleet.groups[0].replicas: required");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 0, region: a}\n"),
+            "test.yaml:5: fleet.groups[0].replicas: must be >= 1 (got 0)");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 1, engine_preset: h200}\n"),
+            "test.yaml:5: fleet.groups[0].engine_preset: unknown preset 'h200' (known: "
+            "llama3-8b-h100, small-kv)");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 1, kv_blocks: 1}\n"),
+            "test.yaml:5: fleet.groups[0].kv_blocks: must be 0 (the preset's) or >= 2 (got 1)");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 1, region: ''}\n"),
+            "test.yaml:5: fleet.groups[0].region: must not be empty");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - 3\n"),
+            "test.yaml:5: fleet.groups[0]: must be a mapping of replicas, region, "
+            "network_delay_s, ...");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups: []\n"),
+            "test.yaml:4: fleet.groups: must be a non-empty list of replica groups");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  replicas: 4\n  groups: [{replicas: 2}]\n"),
+            "test.yaml:4: fleet.replicas: use either replicas or groups");
+  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups: [{replicas: 2, scrape_interval_s: 1}]\n"),
+            "test.yaml:4: fleet.groups[0].scrape_interval_s: unknown key 'scrape_interval_s' "
+            "(known: replicas, region, zone, engine_preset, kv_blocks, max_num_seqs, "
+            "max_num_batched_tokens, max_model_len, network_delay_s)");
+  EXPECT_EQ(ErrorOf(head + "fleet: {groups: [{replicas: 2}]}\nfaults: [{replica: 2, kind: crash}]\n"),
+            "test.yaml:4: faults[0].replica: must be <= 1 (got 2)");
+  const std::string fleet =
+      head + "fleet:\n  groups:\n    - {replicas: 2, region: us-east}\n"
+             "    - {replicas: 2, region: eu-west}\n";
+  EXPECT_EQ(ErrorOf(fleet + "router:\n  region: us-west\n"),
+            "test.yaml:8: router.region: no fleet group has region 'us-west' (regions: us-east, "
+            "eu-west)");
+  EXPECT_EQ(ErrorOf(fleet + "router:\n  zone: a\n"),
+            "test.yaml:8: router.zone: unknown key 'zone' (known: region)");
+  EXPECT_EQ(ErrorOf(fleet + "router: {}\n"), "test.yaml:7: router.region: required");
+  EXPECT_EQ(ErrorOf(head + "fleet: {replicas: 2}\nrouter: {region: us-east}\n"),
+            "test.yaml:4: router.region: no fleet replica has a region (set "
+            "fleet.groups[].region)");
+}
+
 }  // namespace
 }  // namespace kvroute::config

@@ -154,6 +154,19 @@ struct TenantReport {
   double goodput_requests_per_s = 0.0;        // its good requests over the run's span
 };
 
+// The requests one region's replicas served (simulate with fleet.groups regions): by the
+// replica of each request's last attempt; requests that never reached a replica (no
+// endpoint, shed at the router) are in no region.
+struct RegionReport {
+  std::string region;  // "" for replicas without a region
+  bool local = true;   // no router region, no region of its own, or the router's
+  int64_t replicas = 0;
+  int64_t requests = 0;
+  int64_t succeeded = 0;
+  double share = 0.0;                         // requests / the run's requests
+  double ttft_p50_s = 0.0, ttft_p99_s = 0.0;  // its succeeded requests
+};
+
 struct PolicyReport {
   std::string policy;
   int64_t requests = 0;  // records (sent)
@@ -189,6 +202,7 @@ struct PolicyReport {
   // Router wait of every request flow control dispatched (0 when dispatched at once).
   double router_wait_mean_s = 0.0, router_wait_p99_s = 0.0;
   std::vector<TenantReport> tenants;  // empty without tenants
+  std::vector<RegionReport> regions;  // in fleet group order; empty when no group has a region
   // For charts: up to 200 (ttft, cumulative fraction) points, ascending.
   std::vector<std::pair<double, double>> ttft_cdf;
   std::vector<double> kv_times;

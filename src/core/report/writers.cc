@@ -205,6 +205,23 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
       w.Close('}');
     }
     w.Close(']');
+    w.Key("by_region");
+    w.Open('[');
+    for (const RegionReport& r : p.regions) {
+      w.Elem();
+      w.Open('{');
+      w.Field("region", r.region);
+      w.Key("local");
+      w.out() += r.local ? "true" : "false";
+      w.FieldInt("replicas", r.replicas);
+      w.FieldInt("requests", r.requests);
+      w.FieldInt("succeeded", r.succeeded);
+      w.Field("share", r.share);
+      w.Field("ttft_p50_s", r.ttft_p50_s);
+      w.Field("ttft_p99_s", r.ttft_p99_s);
+      w.Close('}');
+    }
+    w.Close(']');
     w.Close('}');
   }
   w.Close(']');
@@ -258,6 +275,19 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
   if (!tenants.empty()) {
     out += "\n| policy | tenant (priority) | requests | shed | TTFT p50 | TTFT p99 | goodput/s |\n"
            "|---|---|--:|--:|--:|--:|--:|\n" + tenants;
+  }
+  std::string regions;
+  for (const PolicyReport& p : policies) {
+    for (const RegionReport& r : p.regions) {
+      regions += fmt::format("| {} | {}{} | {} | {} | {:.1f}% | {} | {} |\n", p.policy,
+                             r.region.empty() ? "(none)" : r.region, r.local ? " (local)" : "",
+                             r.replicas, r.requests, r.share * 100, Ms(r.ttft_p50_s),
+                             Ms(r.ttft_p99_s));
+    }
+  }
+  if (!regions.empty()) {
+    out += "\n| policy | served in region | replicas | requests | share | TTFT p50 | TTFT p99 |\n"
+           "|---|---|--:|--:|--:|--:|--:|\n" + regions;
   }
   std::string slo;
   if (meta.slo.ttft_s > 0) slo += fmt::format(" TTFT <= {}", Ms(meta.slo.ttft_s));
