@@ -10,7 +10,7 @@
 //
 // Threads: Apply only reads the learned state (spill mode, sticky table, round trips) and
 // writes its decision into the pick's scratch, so it may run on several threads at once
-// (concurrent Rank). OnCommit, OnDispatched, SetRegion and SetRegionRtt change that state
+// (concurrent Rank). OnCommit, OnDispatched, Configure and SetRegionRtt change that state
 // and need exclusive access, as every other scheduler call. No clock reads: times are the
 // pick's now_s.
 #pragma once
