@@ -38,6 +38,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(s.source == kFile, "scenario source is not the file given");
   Check(s.workload.Validate().empty(), "a workload that fails Validate() was accepted");
   Check(s.fleet.scrape_interval_s > 0 && s.fleet.network_delay_s >= 0, "fleet timing");
+  int64_t replicas = 0;
+  for (const config::FleetGroup& g : s.fleet.Groups()) {
+    Check(g.replicas >= 1 && g.network_delay_s >= 0, "a fleet group without replicas or timing");
+    replicas += g.replicas;
+    (void)g.EngineConfigFor();  // every group's preset must exist too
+  }
+  Check(replicas == s.fleet.replicas, "fleet.replicas is not the groups' total");
   for (size_t i = 0; i < s.sweep_rates.size(); ++i) {
     Check(s.sweep_rates[i] > 0 && (i == 0 || s.sweep_rates[i] > s.sweep_rates[i - 1]),
           "sweep rates not positive and ascending");
