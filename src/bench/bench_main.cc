@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -75,9 +76,16 @@ int BenchMain(int argc, char** argv) {
   uint64_t seed = 1;
   double scrape_interval = 0.25, timeout = 600.0, drain = 120.0;
   bool quiet = false, progress = false;
+  std::vector<std::string> header_texts;
 
   app.add_option("--url", url, "Target, e.g. http://127.0.0.1:8080")->required();
   app.add_option("--model", model, "Model name to send (default: first of GET /v1/models)");
+  app.add_option("--header,-H", header_texts,
+                 "Extra header NAME:VALUE sent on every request to --url (repeatable), e.g. "
+                 "-H x-gateway-inference-objective:batch")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   auto* o_scenario = app.add_option("--scenario", scenario_path,
                                     "Scenario YAML (workload, arrivals, seed, slo), as for simulate")
                          ->check(CLI::ExistingFile);
@@ -152,6 +160,11 @@ int BenchMain(int argc, char** argv) {
   cfg.target = *target;
   cfg.model = model;
   cfg.label = label;
+  for (const std::string& text : header_texts) {
+    auto h = ParseHeader(text, &err);
+    if (!h) return fail("--header: " + err);
+    cfg.headers.emplace_back(std::move(h->name), std::move(h->value));
+  }
 
   report::ReportMeta meta;
   meta.tool = "kvroute bench";
@@ -279,6 +292,18 @@ int BenchMain(int argc, char** argv) {
   meta.seed = cfg.seed;
   meta.slo = cfg.slo;
   meta.info.emplace_back("target", cfg.target.ToString());
+  // The extra headers, one info key per name ("header.x-tenant" = "a"); a repeated name's
+  // values joined as HTTP would combine them.
+  for (const auto& [name, value] : cfg.headers) {
+    const std::string key = "header." + name;
+    auto it = std::find_if(meta.info.begin(), meta.info.end(),
+                           [&key](const auto& kv) { return kv.first == key; });
+    if (it == meta.info.end()) {
+      meta.info.emplace_back(key, value);
+    } else {
+      it->second += ", " + value;
+    }
+  }
   AddRunInfo(result, "", &meta);
   const report::PolicyReport& rep = result.summary;
   std::printf("%s", report::ReportMarkdown(meta, {&rep, 1}).c_str());

@@ -269,6 +269,7 @@ class Runner {
     http::UpstreamRequest req;
     req.method = bhttp::verb::get;
     req.target = "/v1/models";
+    req.headers = &cfg_.headers;
     req.first_byte_timeout = Ms(10.0);
     http::UpstreamCallbacks cb;
     cb.on_head = [status](const http::ResponseHead& h) { *status = h.status; };
@@ -436,6 +437,7 @@ class Runner {
     req.method = bhttp::verb::post;
     req.target = RequestTarget(s);
     req.body = r->body;
+    req.headers = &cfg_.headers;
     http::UpstreamCallbacks cb;
     cb.on_head = [this, r](const http::ResponseHead& h) {
       r->status = h.status;

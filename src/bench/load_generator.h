@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/options.h"
@@ -47,6 +48,11 @@ struct BenchConfig {
   uint64_t seed = 1;
   report::Slo slo;
   std::string label = "bench";  // the policy name in the report
+  // Extra header fields (name, value) sent on every request to `target` (the generation
+  // requests and GET /v1/models; not the fleet's /metrics reads), e.g. the objective
+  // header that gives a run's requests their priority at the router. Names as
+  // ParseHeader accepts them.
+  std::vector<std::pair<std::string, std::string>> headers;
 
   // Replicas whose /metrics are scraped (may be empty).
   std::vector<HostPort> fleet;

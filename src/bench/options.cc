@@ -1,5 +1,6 @@
 #include "bench/options.h"
 
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -80,6 +81,21 @@ std::optional<HostPort> ParseHostPortItem(std::string_view item, std::string_vie
   }
   hp.port = static_cast<uint16_t>(*port);
   return hp;
+}
+
+// RFC 9110 token characters (a field name).
+bool IsTokenChar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -245,6 +261,44 @@ std::optional<std::vector<workload::RateStage>> ParseStages(std::string_view tex
     return std::nullopt;
   }
   return out;
+}
+
+std::optional<HeaderField> ParseHeader(std::string_view text, std::string* error) {
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) {
+    *error = "bad header '" + std::string(text) + "' (want NAME:VALUE)";
+    return std::nullopt;
+  }
+  HeaderField h;
+  h.name = std::string(text.substr(0, colon));
+  if (h.name.empty()) {
+    *error = "bad header '" + std::string(text) + "': no name before ':'";
+    return std::nullopt;
+  }
+  for (char c : h.name) {
+    if (!IsTokenChar(c)) {
+      *error = "bad header name '" + h.name + "' (letters, digits and !#$%&'*+-.^_`|~ only)";
+      return std::nullopt;
+    }
+  }
+  // The HTTP client writes these from the request itself; a second copy would contradict it.
+  constexpr std::array<std::string_view, 5> kReserved = {"host", "content-length", "content-type",
+                                                         "transfer-encoding", "connection"};
+  for (std::string_view r : kReserved) {
+    if (EqualsIgnoreCase(h.name, r)) {
+      *error = "header '" + h.name + "' is set by kvroute bench itself";
+      return std::nullopt;
+    }
+  }
+  const std::string_view value = Trim(text.substr(colon + 1));
+  for (char c : value) {
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
+      *error = "bad value for header '" + h.name + "': control character";
+      return std::nullopt;
+    }
+  }
+  h.value = std::string(value);
+  return h;
 }
 
 }  // namespace kvroute::bench

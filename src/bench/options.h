@@ -1,6 +1,6 @@
 // Parsing of `kvroute bench` flag values that are more than a number: SLOs, fleet lists,
-// URLs, length distributions and rate stages. Each returns the value or an error text
-// naming what is wrong; nothing throws.
+// URLs, length distributions, rate stages and extra headers. Each returns the value or an
+// error text naming what is wrong; nothing throws.
 #pragma once
 
 #include <cstdint>
@@ -45,5 +45,17 @@ std::optional<workload::LengthDist> ParseLength(std::string_view text, std::stri
 // Rate stages "rate:duration_s,rate:duration_s,..."; the last duration may be "inf".
 std::optional<std::vector<workload::RateStage>> ParseStages(std::string_view text,
                                                             std::string* error);
+
+// One extra request header field.
+struct HeaderField {
+  std::string name;   // as given (HTTP field names are case-insensitive)
+  std::string value;  // without the whitespace around it; may be empty
+};
+
+// A `--header` value, "NAME:VALUE" (curl's form; "NAME: VALUE" too). The name must be
+// an HTTP token (letters, digits, !#$%&'*+-.^_`|~) and not one the client writes itself
+// (Host, Content-Length, Content-Type, Transfer-Encoding, Connection); the value must
+// hold no control characters but tab. Anything else is an error naming the reason.
+std::optional<HeaderField> ParseHeader(std::string_view text, std::string* error);
 
 }  // namespace kvroute::bench

@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <memory>
+#include <mutex>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "http/io_pool.h"
 #include "http/server.h"
@@ -231,6 +234,37 @@ TEST(BenchErrorsTest, CountsHttpErrorsByKind) {
   EXPECT_EQ(r.summary.errors_by_kind.at("no_endpoint"), 3);
   EXPECT_EQ(r.error_details.at("http_429"), 3);
   EXPECT_EQ(r.error_details.at("http_503"), 3);
+}
+
+TEST(BenchHeadersTest, SendsTheExtraHeadersOnEveryRequest) {
+  // A server that records what it is sent and sheds everything: the headers, not the
+  // answers, are under test. No model given, so GET /v1/models goes first.
+  http::IoPool pool(1);
+  std::mutex mu;
+  std::vector<std::string> seen;  // "target objective tenant", one per request
+  http::Server server(pool.contexts(), {}, [&](std::shared_ptr<http::Exchange> ex) {
+    const http::Request& req = ex->request();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(std::string(req.target()) + " " +
+                     std::string(req["x-gateway-inference-objective"]) + " " +
+                     std::string(req["X-Tenant"]));
+    }
+    ex->RespondError(429, "shed");
+  });
+  ASSERT_EQ(server.Listen(), "");
+  pool.Start();
+  BenchConfig c = SharedPrefixConfig(server.port(), 4);
+  c.model.clear();
+  c.headers = {{"x-gateway-inference-objective", "interactive"}, {"x-tenant", "a b"}};
+  BenchResult r = RunBench(c);
+  pool.Stop();
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.error_details.at("http_429"), 4);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[0], "/v1/models interactive a b");
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_EQ(seen[i], "/v1/completions interactive a b");
 }
 
 TEST(BenchErrorsTest, RejectsAnUnusableConfig) {

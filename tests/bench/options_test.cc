@@ -99,5 +99,35 @@ TEST(OptionsTest, ParsesLengthsAndStages) {
   EXPECT_FALSE(ParseStages("0:5", &err));
 }
 
+TEST(OptionsTest, ParsesHeaders) {
+  std::string err;
+  auto a = ParseHeader("x-gateway-inference-objective:batch", &err);
+  ASSERT_TRUE(a.has_value()) << err;
+  EXPECT_EQ(a->name, "x-gateway-inference-objective");
+  EXPECT_EQ(a->value, "batch");
+  // curl's spelling: whitespace around the value is not part of it; later colons are.
+  auto b = ParseHeader("X-Tenant:  a:b c \t", &err);
+  ASSERT_TRUE(b.has_value()) << err;
+  EXPECT_EQ(b->name, "X-Tenant");
+  EXPECT_EQ(b->value, "a:b c");
+  auto empty = ParseHeader("x-empty:", &err);
+  ASSERT_TRUE(empty.has_value()) << err;
+  EXPECT_EQ(empty->value, "");
+
+  EXPECT_FALSE(ParseHeader("x-tenant", &err));
+  EXPECT_EQ(err, "bad header 'x-tenant' (want NAME:VALUE)");
+  EXPECT_FALSE(ParseHeader(":batch", &err));
+  EXPECT_EQ(err, "bad header ':batch': no name before ':'");
+  EXPECT_FALSE(ParseHeader("x tenant:a", &err));
+  EXPECT_EQ(err, "bad header name 'x tenant' (letters, digits and !#$%&'*+-.^_`|~ only)");
+  EXPECT_FALSE(ParseHeader("x-tenant :a", &err));  // no space before the colon
+  EXPECT_FALSE(ParseHeader("", &err));
+  EXPECT_FALSE(ParseHeader("Content-Length:5", &err));
+  EXPECT_EQ(err, "header 'Content-Length' is set by kvroute bench itself");
+  EXPECT_FALSE(ParseHeader("host:x", &err));
+  EXPECT_FALSE(ParseHeader("x-a:b\r\nx-injected: 1", &err));
+  EXPECT_EQ(err, "bad value for header 'x-a': control character");
+}
+
 }  // namespace
 }  // namespace kvroute::bench
