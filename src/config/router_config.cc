@@ -403,7 +403,8 @@ class Loader {
     flow::FlowOptions& o = f.options;
     std::map<std::string, int, std::less<>> lines;  // key -> line, to place Validate's verdict
     v.ForEachKey({"enabled", "max_requests", "max_bytes", "ttl", "no_endpoint_ttl", "fairness",
-                  "ordering", "flow_header", "affinity_window", "max_affinity_skips"},
+                  "ordering", "flow_header", "affinity_window", "max_affinity_skips",
+                  "sheddable_reserve"},
                  [&](const std::string& key, const ConfigNode& fv) {
                    lines[key] = fv.line();
                    if (key == "enabled") {
@@ -431,6 +432,8 @@ class Loader {
                      }
                    } else if (key == "affinity_window") {
                      o.affinity_window = static_cast<uint32_t>(fv.Int(1, flow::kMaxAffinityWindow));
+                   } else if (key == "sheddable_reserve") {
+                     o.sheddable_reserve = fv.Int(0, 4);
                    } else {
                      o.max_affinity_skips = static_cast<uint32_t>(fv.Int(0, 1000000));
                    }

@@ -268,7 +268,7 @@ void ParseSweep(const ConfigNode& n, Scenario* s) {
 void ParseFlow(const ConfigNode& n, ScenarioFlow* f) {
   if (!n.IsMap()) n.Fail("must be a mapping");
   n.CheckKeys({"enabled", "max_requests", "ttl", "no_endpoint_ttl", "fairness", "ordering",
-               "affinity_window", "max_affinity_skips"});
+               "affinity_window", "max_affinity_skips", "sheddable_reserve"});
   if (ConfigNode v = n.Get("enabled")) f->enabled = v.Bool();
   flow::FlowOptions& o = f->options;
   if (ConfigNode v = n.Get("max_requests")) o.max_requests = static_cast<uint64_t>(v.Int(1));
@@ -286,6 +286,7 @@ void ParseFlow(const ConfigNode& n, ScenarioFlow* f) {
   if (ConfigNode v = n.Get("affinity_window")) {
     o.affinity_window = static_cast<uint32_t>(v.Int(1, flow::kMaxAffinityWindow));
   }
+  if (ConfigNode v = n.Get("sheddable_reserve")) o.sheddable_reserve = v.Int(0, 4);
   if (ConfigNode v = n.Get("max_affinity_skips")) {
     o.max_affinity_skips = static_cast<uint32_t>(v.Int(0, kIntMax));
   }

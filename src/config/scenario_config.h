@@ -54,8 +54,10 @@
 //     no_endpoint_ttl: 5s            # the same when it arrived with no replica healthy
 //     fairness: round_robin          # round_robin | global, across tenants inside a band
 //     ordering: fcfs                 # fcfs | earliest_deadline
-//     affinity_window: 16            # accepted; no prefix probe in simulate yet
-//     max_affinity_skips: 8
+//     affinity_window: 16            # late binding: the replica that freed (or has the most
+//     max_affinity_skips: 8          #   room) takes the waiting request it holds most of
+//     sheddable_reserve: 0           # 0..4: sheddable requests also shed unless a replica
+//                                    #   has more than this many of its 5 queue slots free
 //   tenants:                         # who sends each request: a seeded draw per request id
 //     - {name: interactive, share: 0.2, priority: 0}   # priority as in InferenceObjective:
 //     - {name: batch, share: 0.8, priority: -1}        #   below 0 is sheddable

@@ -12,13 +12,16 @@ flow::PoolState PoolStateOf(const routing::RoutingCore::PoolLoad& load) {
 
 FlowGate::FlowGate(const flow::FlowOptions& options, routing::RoutingCore& core,
                    std::function<double()> clock)
-    : core_(core), clock_(std::move(clock)), queue_(options) {}
+    : core_(core), clock_(std::move(clock)), options_(options), queue_(options) {}
 
 flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<FlowWaiter> waiter,
                                   const sched::SchedRequest& sched_request) {
   const double now = clock_();
-  // The verdict before the lock: Load may fold in scrapes.
-  const flow::PoolState state = PoolStateOf(core_.Load(now));
+  // The verdict before the lock (Load may fold in scrapes); a sheddable request's keeps
+  // the reserve free for the bands that may wait.
+  const routing::RoutingCore::PoolLoad load = core_.Load(now);
+  const flow::PoolState state =
+      flow::AdmissionState(options_, request.priority, PoolStateOf(load), load.max_room);
   // The chain of a request that will probably wait, hashed outside the lock; an admission
   // into an idle pool skips it.
   std::vector<uint64_t> key;
@@ -79,17 +82,19 @@ void FlowGate::Pump(uint32_t freed) {
         waiting_.erase(it);
       }
       if (capacity) {
+        // Late binding: the replica that freed (the first release after a completion),
+        // else the one with the most room, takes the waiting request it holds the most
+        // of (among the queue's affinity window).
+        const uint32_t target = freed != routing::RoutingCore::kNoEndpoint ? freed : load.roomiest;
+        freed = routing::RoutingCore::kNoEndpoint;  // one slot freed there
         std::optional<flow::Dispatch> d;
-        if (freed != routing::RoutingCore::kNoEndpoint) {
-          // Late binding: the replica that freed takes the waiting request it holds the
-          // most of (among the queue's affinity window).
+        if (target != routing::RoutingCore::kNoEndpoint) {
           auto probe = [&](const flow::WaitingView& w) -> uint32_t {
             auto it = waiting_.find(w.id);
             if (it == waiting_.end()) return 0;
-            return static_cast<uint32_t>(core_.HeldBlocks(it->second.key, freed));
+            return static_cast<uint32_t>(core_.HeldBlocks(it->second.key, target));
           };
           d = queue_.NextToDispatch(now, probe);
-          freed = routing::RoutingCore::kNoEndpoint;  // one slot freed there: the rest in order
         } else {
           d = queue_.NextToDispatch(now);
         }

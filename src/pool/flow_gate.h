@@ -15,7 +15,10 @@
 // that replica's engine queue. The first release of a pump caused by a completion binds
 // late: the queue's prefix probe asks the routing core how many of each candidate's
 // blocks the freed endpoint holds, so the freed replica takes the waiting request whose
-// prefix it holds (FlowQueue::NextToDispatch). Each released request is dispatched (its
+// prefix it holds (FlowQueue::NextToDispatch); every other release is probed the same way
+// against the endpoint with the most room (PoolLoad::roomiest). A sheddable request is
+// admitted against flow::AdmissionState: shed unless some endpoint has more room than
+// FlowOptions::sheddable_reserve. Each released request is dispatched (its
 // pick made) before the next verdict, which then counts it in flight.
 //
 // Threads: every call from any thread. One mutex guards the queue and the waiting map;
@@ -89,6 +92,7 @@ class FlowGate {
 
   routing::RoutingCore& core_;
   std::function<double()> clock_;
+  const flow::FlowOptions options_;
   mutable std::mutex mu_;
   flow::FlowQueue queue_;                                  // mu_
   std::unordered_map<flow::RequestId, Entry> waiting_;     // mu_

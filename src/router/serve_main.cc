@@ -90,8 +90,11 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     ordering: fcfs              # fcfs | earliest_deadline: inside a flow
     flow_header: x-tenant-id    # the header naming the flow (reloadable); default: the
                                 #   objective header
-    affinity_window: 16         # late binding (1..64); not used by serve yet
-    max_affinity_skips: 8
+    affinity_window: 16         # late binding (1..64): the replica that freed (or has the
+    max_affinity_skips: 8       #   most room) takes the waiting request of these it holds
+                                #   the most prefix of; passed over 8 times goes first
+    sheddable_reserve: 0        # 0..4: sheddable requests are also shed unless some replica
+                                #   has more than this many of its 5 queue slots free
     # Priority (strict; higher first): the objective in x-gateway-inference-objective or
     # x-llm-d-inference-objective (epp.objectives, Kubernetes InferenceObjectives; unknown:
     # 0), else minus the body's vLLM `priority`. Below 0 is sheddable: 429 at once while

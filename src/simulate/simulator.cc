@@ -141,6 +141,7 @@ class Simulation {
     waiting_.resize(replicas_.size());
     engine_config_ = config;
     if (flow) flow_ = std::make_unique<flow::FlowQueue>(s.flow.options);
+    flow_options_ = s.flow.options;
     double total = 0;
     for (const config::ScenarioTenant& t : s.tenants) total += t.share;
     for (const config::ScenarioTenant& t : s.tenants) {
@@ -314,7 +315,10 @@ class Simulation {
     fr.priority = sc_.tenants.empty() ? 0 : sc_.tenants[static_cast<size_t>(l.tenant)].priority;
     fr.flow_id = static_cast<uint64_t>(l.tenant);
     fr.bytes = static_cast<uint64_t>(l.spec.prompt_tokens) * engine::kBytesPerToken;
-    const flow::AdmitResult admitted = flow_->Admit(fr, t, PoolView());
+    int64_t max_room = 0;
+    const flow::PoolState pool = PoolView(nullptr, nullptr, &max_room);
+    const flow::AdmitResult admitted =
+        flow_->Admit(fr, t, flow::AdmissionState(flow_options_, fr.priority, pool, max_room));
     switch (admitted.outcome) {
       case flow::AdmitOutcome::kDispatchNow:
         router_waits_.push_back(0.0);
@@ -360,9 +364,13 @@ class Simulation {
   // in-flight accounting; saturated at waiting >= 5 or KV usage >= 0.8.
   // `headroom`, when given, gets the detector's room: over unsaturated replicas, the
   // requests each can take before its waiting reaches 5.
-  flow::PoolState PoolView(int64_t* headroom = nullptr) const {
+  // `roomiest`, when given, gets the unsaturated replica with the most room (lowest id
+  // on ties; kNoReplica when none).
+  flow::PoolState PoolView(int64_t* headroom = nullptr, uint32_t* roomiest = nullptr,
+                           int64_t* max_room = nullptr) const {
     size_t ready = 0, saturated = 0;
-    int64_t room = 0;
+    int64_t room = 0, most = 0;
+    if (roomiest) *roomiest = kNoReplica;
     for (const sched::EndpointState& e : endpoints_) {
       if (!e.healthy) continue;
       ++ready;
@@ -371,10 +379,16 @@ class Simulation {
       if (load.waiting >= 5.0 || load.kv_usage >= 0.8) {
         ++saturated;
       } else {
-        room += static_cast<int64_t>(std::ceil(5.0 - load.waiting));
+        const int64_t r = static_cast<int64_t>(std::ceil(5.0 - load.waiting));
+        room += r;
+        if (r > most) {
+          most = r;
+          if (roomiest) *roomiest = e.id;
+        }
       }
     }
     if (headroom) *headroom = room;
+    if (max_room) *max_room = most;
     if (ready == 0) return flow::PoolState::kEmpty;
     return saturated == ready ? flow::PoolState::kSaturated : flow::PoolState::kAvailable;
   }
@@ -397,18 +411,23 @@ class Simulation {
     // At most the detector's room per release: the pick may prefer a saturated replica
     // that holds the prefix, which leaves the pool "available" however many go there, so
     // without a bound one release would empty the queue into that replica's engine.
-    // After a completion the first release binds late (as pool::FlowGate does live): the
-    // replica that freed takes the waiting request it holds the most of.
+    // Every release binds late (as pool::FlowGate does live): after a completion the
+    // first is probed against the replica that freed, every other one against the
+    // replica with the most room, so that replica takes the waiting request it holds the
+    // most of.
     int64_t room = 0;
     PoolView(&room);
-    for (; room > 0 && !flow_->Empty() && PoolView() == flow::PoolState::kAvailable; --room) {
+    for (; room > 0 && !flow_->Empty(); --room) {
+      uint32_t roomiest = kNoReplica;
+      if (PoolView(nullptr, &roomiest) != flow::PoolState::kAvailable) break;
+      const uint32_t target = freed != kNoReplica ? freed : roomiest;
+      freed = kNoReplica;
       std::optional<flow::Dispatch> d;
-      if (freed != kNoReplica) {
+      if (target != kNoReplica) {
         auto probe = [&](const flow::WaitingView& w) -> uint32_t {
-          return static_cast<uint32_t>(sched_->HeldBlocks(slots_[w.id].prefix_key, freed));
+          return static_cast<uint32_t>(sched_->HeldBlocks(slots_[w.id].prefix_key, target));
         };
         d = flow_->NextToDispatch(t, probe);
-        freed = kNoReplica;
       } else {
         d = flow_->NextToDispatch(t);
       }
@@ -756,6 +775,7 @@ class Simulation {
   std::vector<double> router_waits_;
   int64_t flow_queued_ = 0, flow_shed_ = 0, flow_expired_ = 0;
   int64_t flow_affinity_ = 0;  // released by the late-binding probe (DispatchCause::kAffinity)
+  flow::FlowOptions flow_options_;
 };
 
 constexpr std::string_view kFlowSuffix = "+flow";

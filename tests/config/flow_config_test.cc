@@ -29,13 +29,15 @@ TEST(FlowConfigTest, OffWithTheQueueDefaultsWhenAbsent) {
   EXPECT_EQ(f.options.ordering, flow::Ordering::kFcfs);
   EXPECT_EQ(f.options.affinity_window, d.affinity_window);
   EXPECT_EQ(f.options.max_affinity_skips, d.max_affinity_skips);
+  EXPECT_EQ(f.options.sheddable_reserve, 0);
 }
 
 TEST(FlowConfigTest, ReadsEveryKey) {
   ConfigResult r = ParseRouterConfig(
       "flow:\n  enabled: true\n  max_requests: 100\n  max_bytes: 2MiB\n  ttl: 1500ms\n"
       "  no_endpoint_ttl: 250ms\n  fairness: global\n  ordering: earliest_deadline\n"
-      "  flow_header: x-tenant-id\n  affinity_window: 4\n  max_affinity_skips: 0\n",
+      "  flow_header: x-tenant-id\n  affinity_window: 4\n  max_affinity_skips: 0\n"
+      "  sheddable_reserve: 3\n",
       "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
   const FlowConfig& f = r.config->flow;
@@ -49,6 +51,7 @@ TEST(FlowConfigTest, ReadsEveryKey) {
   EXPECT_EQ(f.flow_header, "x-tenant-id");
   EXPECT_EQ(f.options.affinity_window, 4u);
   EXPECT_EQ(f.options.max_affinity_skips, 0u);
+  EXPECT_EQ(f.options.sheddable_reserve, 3);
   EXPECT_TRUE(flow::Validate(f.options).ok());
 }
 
@@ -65,6 +68,8 @@ TEST(FlowConfigTest, ErrorsNameFileLineAndField) {
             "t.yaml:2: flow.ordering: unknown ordering 'edf' (known: fcfs, earliest_deadline)");
   EXPECT_EQ(ParseErr("flow:\n  affinity_window: 65\n"),
             "t.yaml:2: flow.affinity_window: must be <= 64 (got 65)");
+  EXPECT_EQ(ParseErr("flow:\n  sheddable_reserve: 5\n"),
+            "t.yaml:2: flow.sheddable_reserve: must be <= 4 (got 5)");
   EXPECT_EQ(ParseErr("flow:\n  flow_header: \"x tenant\"\n"),
             "t.yaml:2: flow.flow_header: must be an HTTP header name (got 'x tenant')");
   EXPECT_EQ(ParseErr("flow:\n  max_request: 3\n"),

@@ -154,7 +154,8 @@ TEST_F(FlowGateTest, TheReplicaThatFreedTakesTheWaitingRequestWhosePrefixItHolds
   EXPECT_TRUE(gate.waiting());
 }
 
-TEST_F(FlowGateTest, WithoutAFreedReplicaTheFirstInOrderGoes) {
+// A release a scrape causes (no replica freed) binds to the replica with the most room.
+TEST_F(FlowGateTest, AScrapeReleaseBindsToTheReplicaWithTheMostRoom) {
   Warm(0, 'x');
   Warm(1, 'y');
   Scrape(0, "6.0");
@@ -164,10 +165,46 @@ TEST_F(FlowGateTest, WithoutAFreedReplicaTheFirstInOrderGoes) {
   Admit(gate, "y1", 'y', 1);
   now_ = 1.5;
   Scrape(1, "4.0");
-  gate.Pump();  // a scrape, no completion: no probe
+  EXPECT_EQ(core_.Load(now_).roomiest, 1u);
+  gate.Pump();
+  EXPECT_EQ(log_.dispatched, (std::vector<std::string>{"y1@b"}));
+  EXPECT_EQ(gate.stats().bands.at(0).dispatched_by_affinity, 1u);
+}
+
+// Nobody holds anything: the first in order goes.
+TEST_F(FlowGateTest, WithNothingHeldTheFirstInOrderGoes) {
+  Scrape(0, "6.0");
+  Scrape(1, "6.0");
+  FlowGate gate(flow::FlowOptions{}, core_, Clock());
+  Admit(gate, "x1", 'x', 1);
+  Admit(gate, "y1", 'y', 1);
+  now_ = 1.5;
+  Scrape(1, "4.0");
+  gate.Pump(1);
   ASSERT_EQ(log_.dispatched.size(), 1u);
   EXPECT_EQ(log_.dispatched[0].substr(0, 3), "x1@");
   EXPECT_EQ(gate.stats().bands.at(0).dispatched_by_affinity, 0u);
+}
+
+// sheddable_reserve: a sheddable request is shed unless some replica has more room than
+// the reserve; a priority-0 one is admitted against the plain verdict.
+TEST_F(FlowGateTest, SheddableRequestsLeaveTheReserveFree) {
+  flow::FlowOptions o;
+  o.sheddable_reserve = 4;
+  FlowGate gate(o, core_, Clock());
+  Scrape(0, "1.0");
+  Scrape(1, "2.0");  // most room: 4, not above the reserve
+  auto admit = [&](int64_t priority) {
+    flow::FlowRequest fr;
+    fr.priority = priority;
+    const std::string p = Prompt('z', static_cast<int>(priority) + 10);
+    return gate.Admit(fr, std::make_shared<Waiter>(core_, log_, "z", p), Req(p));
+  };
+  EXPECT_EQ(admit(-1), (flow::AdmitResult{flow::AdmitOutcome::kRejected, flow::RejectReason::kSheddable}));
+  EXPECT_EQ(admit(0).outcome, flow::AdmitOutcome::kDispatchNow);
+  now_ = 1.5;
+  Scrape(0, "0.0");  // room 5 there
+  EXPECT_EQ(admit(-1).outcome, flow::AdmitOutcome::kDispatchNow);
 }
 
 // One pump releases at most the detector's room, read once: here a (holding every

@@ -44,7 +44,18 @@ Status Validate(const FlowOptions& o) {
                                    std::to_string(kMaxAffinityWindow));
   }
   if (o.max_bands < 1) return Status::InvalidArgument("max_bands must be at least 1");
+  if (o.sheddable_reserve < 0 || o.sheddable_reserve > 4) {
+    return Status::InvalidArgument("sheddable_reserve must be in 0..4");
+  }
   return Status::Ok();
+}
+
+PoolState AdmissionState(const FlowOptions& o, int64_t priority, PoolState pool, int64_t max_room) {
+  if (pool == PoolState::kAvailable && priority < o.shed_below_priority &&
+      max_room <= o.sheddable_reserve) {
+    return PoolState::kSaturated;
+  }
+  return pool;
 }
 
 void WaitHistogram::Record(double wait_s) {

@@ -109,6 +109,11 @@ struct FlowOptions {
   // At most this many distinct priorities (bands); a request with a further one is
   // rejected (kTooManyBands). Bands are never dropped, so their counters persist.
   uint32_t max_bands = 32;
+  // Room kept for the bands that may wait: a sheddable request is also shed while no
+  // replica has more than this many free queue slots by the saturation detector (its
+  // room, 5 - waiting), so a flood of sheddable work leaves the engines' queues short for
+  // what arrives in a higher band. 0: sheddable requests are shed only when saturated.
+  int64_t sheddable_reserve = 0;
 };
 
 // Ok, or InvalidArgument naming the first bad field: bounds >= 1, TTLs > 0 and finite,
@@ -121,6 +126,12 @@ enum class PoolState : uint8_t {
   kSaturated,  // every candidate is saturated
   kEmpty,      // no endpoint at all: queued requests get no_endpoint_ttl_s
 };
+
+// The verdict a request of `priority` is admitted against: `pool`, except that a
+// sheddable one (priority below shed_below_priority) sees kSaturated while `max_room`
+// (the most room any one replica has) is not above options.sheddable_reserve.
+PoolState AdmissionState(const FlowOptions& options, int64_t priority, PoolState pool,
+                         int64_t max_room);
 
 struct FlowRequest {
   RequestId id = 0;

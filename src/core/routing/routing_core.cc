@@ -967,10 +967,15 @@ RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
     }
     if (saturated) {
       ++load.saturated;
-    } else if (v.Known(health::Signal::kWaiting) && std::isfinite(waiting)) {
-      load.room += static_cast<int64_t>(std::ceil(5.0 - waiting));
     } else {
-      load.room += 1;
+      const int64_t r = v.Known(health::Signal::kWaiting) && std::isfinite(waiting)
+                            ? static_cast<int64_t>(std::ceil(5.0 - waiting))
+                            : 1;
+      load.room += r;
+      if (r > load.max_room) {
+        load.max_room = r;
+        load.roomiest = ep->id;
+      }
     }
   }
   return load;

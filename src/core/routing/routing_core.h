@@ -213,6 +213,9 @@ class RoutingCore {
     // can take before its waiting reaches 5 (ceil(5 - waiting); 1 when its queue is
     // unknown). What flow control may release at once.
     int64_t room = 0;
+    int64_t max_room = 0;  // the most room one endpoint has
+    // The endpoint with the most room (lowest id on ties); kNoEndpoint when none has any.
+    uint32_t roomiest = 0xffffffffu;
     // No ready endpoint, or every ready one saturated: sheddable requests get 429.
     bool saturated_pool() const { return ready == 0 || saturated == ready; }
   };

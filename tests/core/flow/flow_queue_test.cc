@@ -611,6 +611,21 @@ TEST(FlowQueue, WaitHistogramBucketsAreExact) {
   EXPECT_NEAR(h.sum_s, 45.3035, 1e-9);
 }
 
+// A sheddable request sees the pool saturated unless some replica has more room than the
+// reserve; other requests, and pools already saturated or empty, keep their verdict.
+TEST(FlowQueue, AdmissionStateKeepsTheReserveForBandsThatMayWait) {
+  FlowOptions o;
+  EXPECT_EQ(AdmissionState(o, -1, PoolState::kAvailable, 1), PoolState::kAvailable);  // reserve 0
+  o.sheddable_reserve = 2;
+  EXPECT_EQ(AdmissionState(o, -1, PoolState::kAvailable, 2), PoolState::kSaturated);
+  EXPECT_EQ(AdmissionState(o, -1, PoolState::kAvailable, 3), PoolState::kAvailable);
+  EXPECT_EQ(AdmissionState(o, 0, PoolState::kAvailable, 0), PoolState::kAvailable);
+  EXPECT_EQ(AdmissionState(o, -1, PoolState::kEmpty, 0), PoolState::kEmpty);
+  EXPECT_EQ(AdmissionState(o, -1, PoolState::kSaturated, 5), PoolState::kSaturated);
+  o.shed_below_priority = 1;  // priority 0 is sheddable now
+  EXPECT_EQ(AdmissionState(o, 0, PoolState::kAvailable, 2), PoolState::kSaturated);
+}
+
 TEST(FlowQueue, ValidateNamesTheBadField) {
   EXPECT_TRUE(Validate(FlowOptions{}).ok());
   FlowOptions o;
@@ -628,6 +643,9 @@ TEST(FlowQueue, ValidateNamesTheBadField) {
   o = {};
   o.affinity_window = kMaxAffinityWindow + 1;
   EXPECT_NE(Validate(o).message().find("affinity_window"), std::string::npos);
+  o = {};
+  o.sheddable_reserve = 5;
+  EXPECT_NE(Validate(o).message().find("sheddable_reserve"), std::string::npos);
   o = {};
   o.max_bands = 0;
   EXPECT_EQ(Validate(o).code(), StatusCode::kInvalidArgument);
