@@ -104,6 +104,9 @@ struct EndpointStats {
   std::atomic<uint64_t> ejections{0}, restarts{0};
   // Published under the scheduler's lock after each change of the endpoint's accounting.
   std::atomic<double> kv_adjusted{kNaN}, waiting_adjusted{kNaN}, inflight{0}, prefix_entries{-1};
+  // The requests counter of the endpoint's region (Counters::region_requests), set by
+  // Configure from its labels; never null once the endpoint is published.
+  std::atomic<std::atomic<uint64_t>*> region_requests{nullptr};
 };
 
 struct RoutingCore::Slot {
@@ -154,6 +157,15 @@ struct RoutingCore::Counters {
   // Ids that scraped since the last sync (each at most once: Slot::dirty).
   std::mutex dirty_mu;
   std::vector<uint32_t> dirty;
+  // Locality: committed picks by decision (index = sched::Locality), the filter's spill
+  // mode as of the last commit, and answered requests by the region of the endpoint
+  // that answered ("" = no region). Regions are never removed (a handful per router), so
+  // an endpoint's pointer into the map stays valid.
+  std::array<std::atomic<uint64_t>, sched::kLocalityReasons> locality_picks{};
+  std::atomic<uint64_t> spills_started{0};
+  std::atomic<bool> spilling{false};
+  std::mutex regions_mu;  // guards the map's shape (Configure adds, AppendMetrics reads)
+  std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>, std::less<>> region_requests;
 };
 
 // Scratch buffers for concurrent picks, leased without a lock: a pick takes the first
@@ -199,12 +211,22 @@ class ScratchLease {
 
 }  // namespace
 
+namespace {
+
+bool Configured(const CoreOptions& options, std::string_view region) {
+  return std::any_of(options.region_rtt_s.begin(), options.region_rtt_s.end(),
+                     [&](const auto& r) { return r.first == region; });
+}
+
+}  // namespace
+
 RoutingCore::RoutingCore(std::function<void(std::string_view)> log)
     : log_(std::move(log)), sched_(std::make_unique<SchedState>()),
       scratch_(std::make_unique<ScratchPool>()), counters_(std::make_unique<Counters>()) {
   table_.store(std::make_shared<const EndpointTable>());
   slots_.store(std::make_shared<const std::vector<std::shared_ptr<Slot>>>());
   options_.store(std::make_shared<const CoreOptions>());
+  measured_rtt_.store(std::make_shared<const std::vector<std::pair<std::string, double>>>());
 }
 
 RoutingCore::~RoutingCore() = default;
@@ -229,6 +251,8 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
   sched::SchedulerOptions so;
   so.seed = options.seed;
   so.max_ranked = std::clamp<std::size_t>(options.max_ranked, 1, kMaxRanked);
+  so.region = options.region;
+  so.region_rtt_s = options.region_rtt_s;
   sched::BuildResult built = sched::BuildScheduler(options.scheduling, so);
   if (!built.ok()) {
     return Status::InvalidArgument(built.error ? built.error->field + ": " + built.error->message
@@ -293,12 +317,18 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     taken[id] = 1;
     (*slots)[id] = std::make_shared<Slot>();
   }
-  for (std::size_t i = 0; i < endpoints.size(); ++i) {
-    auto ep = std::make_shared<Endpoint>();
-    ep->id = ids[i];
-    ep->stats = (*slots)[ids[i]]->stats;
-    ep->spec = std::move(endpoints[i]);
-    table->by_id[ids[i]] = std::move(ep);
+  {
+    std::lock_guard<std::mutex> lock(counters_->regions_mu);
+    for (std::size_t i = 0; i < endpoints.size(); ++i) {
+      auto ep = std::make_shared<Endpoint>();
+      ep->id = ids[i];
+      ep->stats = (*slots)[ids[i]]->stats;
+      ep->spec = std::move(endpoints[i]);
+      auto& counter = counters_->region_requests[std::string(sched::RegionOf(ep->spec.labels))];
+      if (!counter) counter = std::make_unique<std::atomic<uint64_t>>(0);
+      ep->stats->region_requests.store(counter.get(), std::memory_order_release);
+      table->by_id[ids[i]] = std::move(ep);
+    }
   }
 
   std::unique_ptr<sched::Scheduler> old_scheduler;
@@ -318,6 +348,11 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     }
     old_scheduler = std::move(s.scheduler);
     s.scheduler = std::move(built.scheduler);
+    // AdoptStateFrom keeps no round trip set by SetRegionRtt: measured values again,
+    // except for regions the configuration names (configured wins).
+    for (const auto& [region, seconds] : *measured_rtt_.load()) {
+      if (!Configured(options, region)) s.scheduler->SetRegionRtt(region, seconds);
+    }
     const std::size_t n = table->by_id.size();
     s.states.resize(n);
     s.verdicts.resize(n);
@@ -580,6 +615,15 @@ void RoutingCore::UpdateStatsLocked(uint32_t id) {
 
 // ---- picks ----
 
+void RoutingCore::CountLocalityLocked(const sched::PickResult& r) {
+  if (!r.ok()) return;
+  Bump(counters_->locality_picks[static_cast<std::size_t>(r.locality)]);
+  if (r.locality == sched::Locality::kOff) return;
+  const sched::LocalityStats st = sched_->scheduler->locality_stats();
+  counters_->spills_started.store(st.spills_started, std::memory_order_relaxed);
+  counters_->spilling.store(st.spilling, std::memory_order_relaxed);
+}
+
 void RoutingCore::RecordPickLocked(const sched::PickResult& r, double pick_s) {
   SchedState& s = *sched_;
   if (pick_s >= 0) counters_->sched_seconds.Observe(pick_s);
@@ -697,6 +741,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
         for (auto& h : sc.pending.hashes) h.clear();
       }
       if (r.ok()) out.handle = s.scheduler->Commit(sc, s.states);
+      CountLocalityLocked(r);
       if (s.generation == generation) RecordPickLocked(r, pick_s);
     } else {
       SyncLocked(now_s, &logs);
@@ -723,6 +768,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
         out.handle = r.handle;
         RankLocked(request, r, out);
       }
+      CountLocalityLocked(r);
       RecordPickLocked(r, pick_s);
     }
     s.budget.OnRequest(now_s, s.budget_options);
@@ -735,6 +781,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
     }
   }
   if (!logs.empty()) Log(logs);
+  out.locality = r.locality;
   if (status == sched::PickStatus::kOk) return out;
   out.status = Status::Unavailable(status == sched::PickStatus::kAllFiltered
                                        ? "every endpoint is saturated or filtered out"
@@ -778,11 +825,42 @@ void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, 
     SchedState& s = *sched_;
     s.scheduler->OnFinished(handle, now_s);
     UpdateStatsLocked(endpoint_id);
-    if (const Endpoint* ep = s.table->Find(endpoint_id)) ep->stats->requests.Add(code);
+    if (const Endpoint* ep = s.table->Find(endpoint_id)) CountFinished(*ep, code);
     return;
   }
   auto table = table_.load();
-  if (const Endpoint* ep = table->Find(endpoint_id)) ep->stats->requests.Add(code);
+  if (const Endpoint* ep = table->Find(endpoint_id)) CountFinished(*ep, code);
+}
+
+void RoutingCore::CountFinished(const Endpoint& ep, int code) {
+  ep.stats->requests.Add(code);
+  if (std::atomic<uint64_t>* c = ep.stats->region_requests.load(std::memory_order_acquire)) Bump(*c);
+}
+
+void RoutingCore::SetRegionRtt(std::string_view region, double seconds) {
+  const bool forget = !(seconds >= 0) || !std::isfinite(seconds);
+  std::unique_lock<RwSpinLock> lock(sched_mu_);
+  auto next = std::make_shared<std::vector<std::pair<std::string, double>>>(*measured_rtt_.load());
+  auto it = std::lower_bound(next->begin(), next->end(), region,
+                             [](const auto& e, std::string_view r) { return e.first < r; });
+  const bool found = it != next->end() && it->first == region;
+  if (forget) {
+    if (!found) return;
+    next->erase(it);
+  } else if (found) {
+    it->second = seconds;
+  } else {
+    next->emplace(it, std::string(region), seconds);
+  }
+  measured_rtt_.store(std::move(next));
+  // The configured value stays in force; forgetting a measurement must not forget it.
+  if (sched_->scheduler && !Configured(*options_.load(), region)) {
+    sched_->scheduler->SetRegionRtt(region, forget ? -1.0 : seconds);
+  }
+}
+
+std::vector<std::pair<std::string, double>> RoutingCore::measured_rtt() const {
+  return *measured_rtt_.load();
 }
 
 void RoutingCore::OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure& failure,
@@ -1077,6 +1155,54 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
   AppendCounter(out, "kvroute_config_reload_failures_total",
                 "Rejected configuration reloads (the old configuration stayed).", {},
                 GetU(c.reloads_failed));
+
+  // Locality (docs/REGIONS.md, "Live router").
+  AppendHeader(out, "kvroute_locality_picks_total",
+               "Committed picks by locality decision (off: no router region or no "
+               "locality-filter).",
+               MetricType::kCounter);
+  double picks = 0, spilled = 0;
+  for (std::size_t i = 0; i < sched::kLocalityReasons; ++i) {
+    const auto l = static_cast<sched::Locality>(i);
+    const double n = GetU(c.locality_picks[i]);
+    picks += n;
+    if (sched::IsRemote(l)) spilled += n;
+    Label labels[] = {{"decision", sched::LocalityName(l)}};
+    AppendSample(out, "kvroute_locality_picks_total", labels, n);
+  }
+  AppendGauge(out, "kvroute_locality_spill_ratio",
+              "Share of all committed picks since start that went to a remote region "
+              "(decisions spill_saturated, spill_wait, spill_sticky, no_local); 0 before the "
+              "first pick.",
+              {}, picks > 0 ? spilled / picks : 0.0);
+  AppendGauge(out, "kvroute_locality_spilling",
+              "1 while the locality-filter's spill mode is on (as of the last pick).", {},
+              c.spilling.load(std::memory_order_relaxed) ? 1.0 : 0.0);
+  AppendCounter(out, "kvroute_locality_spills_started_total",
+                "Times the locality-filter's spill mode turned on.", {}, GetU(c.spills_started));
+  AppendHeader(out, "kvroute_locality_requests_total",
+               "Requests answered, by the region of the endpoint that answered (empty: the "
+               "endpoint has no region label and counts as local).",
+               MetricType::kCounter);
+  {
+    std::lock_guard<std::mutex> lock(counters_->regions_mu);
+    for (const auto& [region, n] : c.region_requests) {
+      Label labels[] = {{"region", region}};
+      AppendSample(out, "kvroute_locality_requests_total", labels, GetU(*n));
+    }
+  }
+  AppendHeader(out, "kvroute_locality_rtt_seconds",
+               "Round trip to a region: configured (locality.rtt, used) or measured (scrape "
+               "round trips, smoothed; used where none is configured).",
+               MetricType::kGauge);
+  for (const auto& [region, seconds] : options->region_rtt_s) {
+    Label labels[] = {{"region", region}, {"source", "configured"}};
+    AppendSample(out, "kvroute_locality_rtt_seconds", labels, seconds);
+  }
+  for (const auto& [region, seconds] : *measured_rtt_.load()) {
+    Label labels[] = {{"region", region}, {"source", "measured"}};
+    AppendSample(out, "kvroute_locality_rtt_seconds", labels, seconds);
+  }
 
   struct Row {
     const Endpoint* ep;

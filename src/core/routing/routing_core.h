@@ -75,6 +75,12 @@ struct CoreOptions {
   RetryBudgetOptions retry_budget;  // retries as a share of recent requests
   std::size_t max_ranked = kMaxRanked;  // 1..kMaxRanked
   uint64_t seed = 1;
+  // Locality (docs/POLICIES.md "Locality", docs/REGIONS.md "Live router"): the router's
+  // region ("" = none: locality off) and the configured round trips to remote regions
+  // (seconds, finite, >= 0), passed to the scheduler as SchedulerOptions::region and
+  // region_rtt_s. A configured round trip wins over a measured one (SetRegionRtt).
+  std::string region;
+  std::vector<std::pair<std::string, double>> region_rtt_s;
 };
 
 // The outcome of one scrape attempt, as the scraper adapter reports it.
@@ -128,6 +134,9 @@ struct PickResult {
   std::array<uint32_t, kMaxRanked> ranked{};       // endpoint ids, best first
   std::size_t n_ranked = 0;
   bool dispatched = false;  // dispatch_first was honoured: ranked[0] is recorded as sent
+  // Where the pick went relative to the router's region, and why (the scheduler's
+  // PickResult::locality; kOff without a router region or a locality-filter).
+  sched::Locality locality = sched::Locality::kOff;
   // The table the ids refer to; holds every ranked endpoint alive for the request.
   std::shared_ptr<const EndpointTable> table;
 
@@ -240,8 +249,21 @@ class RoutingCore {
   // pick failures, the scheduling-time histogram, scorer summaries, reloads, and per
   // endpoint its scraped and adjusted load, in-flight count, scrape age, health and
   // whether each signal is known (kvroute_endpoint_signal_known{signal}); an unknown
-  // value is written as NaN, never as 0.
+  // value is written as NaN, never as 0. Locality: kvroute_locality_picks_total{decision},
+  // kvroute_locality_spill_ratio, kvroute_locality_spilling,
+  // kvroute_locality_spills_started_total, kvroute_locality_requests_total{region} and
+  // kvroute_locality_rtt_seconds{region,source} (docs/REGIONS.md, "Live router").
   void AppendMetrics(std::string& out, double now_s) const;
+
+  // A measured (smoothed) round trip to `region`, in seconds, used by the scheduler from
+  // the next pick on unless CoreOptions::region_rtt_s configures that region (the
+  // configured value wins; the measured one is still kept and reported). Remembered
+  // across Configure: a new scheduler gets every measured value again. A negative or
+  // non-finite value forgets the region's measurement. Takes the scheduler's lock
+  // exclusively (call it at a measurement's pace, not per request).
+  void SetRegionRtt(std::string_view region, double seconds);
+  // The measured round trips as last set (region, seconds), in region order.
+  std::vector<std::pair<std::string, double>> measured_rtt() const;
 
   // Injects the monotonic clock (seconds) used only to time Scheduler::Pick for the
   // scheduling histogram; the core reads no clock of its own. Without one the histogram
@@ -260,6 +282,11 @@ class RoutingCore {
   void MarkDirty(uint32_t id, Slot& slot);
   void MaybeEject(uint32_t id, Slot& slot, std::string_view kind, double now_s);
   void RecordPickLocked(const sched::PickResult& r, double pick_s);
+  // Counts a committed pick's locality decision and mirrors the filter's spill mode.
+  // Caller holds sched_mu_ exclusively.
+  void CountLocalityLocked(const sched::PickResult& r);
+  // A request answered by `ep` with `code`: by endpoint and code, and by its region.
+  static void CountFinished(const Endpoint& ep, int code);
   // The front end's ranking: hinted endpoints (not down) first, then the scheduler's.
   // Caller holds sched_mu_ (either side).
   void RankLocked(const PickRequest& request, const sched::PickResult& r, PickResult& out) const;
@@ -290,6 +317,9 @@ class RoutingCore {
   std::atomic<uint64_t> reloads_ok_{0};
   std::mutex eject_mu_;  // serialises ejection decisions (the panic threshold's count)
   std::atomic<uint64_t> models_rr_{0};
+  // Measured round trips (SetRegionRtt), sorted by region. Written under sched_mu_
+  // exclusively; published for AppendMetrics.
+  Published<std::vector<std::pair<std::string, double>>> measured_rtt_;
 };
 
 }  // namespace kvroute::routing
