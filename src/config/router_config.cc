@@ -53,6 +53,16 @@ std::string CheckPoolGroup(const std::string& group) {
 
 }  // namespace
 
+std::string CheckRegionName(std::string_view region) {
+  for (char c : region) {
+    if (std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c)) ||
+        c == ',' || c == '"') {
+      return "'" + std::string(region) + "' is not a region name (no spaces, commas or quotes)";
+    }
+  }
+  return "";
+}
+
 std::string CheckKubernetesDiscovery(const KubernetesDiscoveryConfig& k) {
   if (std::string e = CheckPoolName(k.inference_pool); !e.empty()) return "inference_pool: " + e;
   if (!k.namespace_name.empty()) {
@@ -132,7 +142,7 @@ class Loader {
     nested.path = "scheduling";
     root.ForEachKey(
         {"listen", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
-         "outlier_detection", "allow_routing_headers", "epp", "flow", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
+         "outlier_detection", "allow_routing_headers", "epp", "flow", "locality", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
         [&](const std::string& key, const ConfigNode& v) {
           if (key == "listen") {
             cfg.listen = v.String();
@@ -160,6 +170,8 @@ class Loader {
             LoadEpp(v, cfg.epp);
           } else if (key == "flow") {
             LoadFlow(v, cfg.flow);
+          } else if (key == "locality") {
+            LoadLocality(v, cfg.locality);
           } else {
             if (top.line == 0) top.line = v.key_line();
             SchedKey(top, key, v);
@@ -453,6 +465,30 @@ class Loader {
                message.substr(option.size() + 1));
     }
     v.Fail(message);
+  }
+
+  void LoadLocality(const ConfigNode& v, LocalityConfig& l) {
+    v.ForEachKey({"region", "rtt", "measure_rtt"}, [&](const std::string& key, const ConfigNode& lv) {
+      if (key == "region") {
+        l.region = lv.String();
+        if (std::string e = CheckRegionName(l.region); !e.empty()) lv.Fail(e);
+      } else if (key == "rtt") {
+        if (!lv.IsMap() && !lv.IsNull()) lv.Fail("must be a mapping of region to round trip");
+        for (const ConfigNode& r : lv.Entries()) {
+          if (std::string e = CheckRegionName(r.key()); !e.empty() || r.key().empty()) {
+            r.FailAt(r.key_line(), r.field(), e.empty() ? "region must not be empty" : e);
+          }
+          // A round trip may be 0 (the same site); Duration() insists on > 0.
+          const std::optional<double> d = ParseDuration(r.Scalar("a duration"));
+          if (!d || !std::isfinite(*d)) {
+            r.Fail("must be a duration such as 80ms (got '" + r.Scalar() + "')");
+          }
+          l.rtt_s.emplace_back(r.key(), *d);
+        }
+      } else {
+        l.measure_rtt = lv.Bool();
+      }
+    });
   }
 
   void SchedKey(Sched& s, const std::string& key, const ConfigNode& v) {

@@ -101,6 +101,16 @@
 //     affinity_window: 16         # late binding: waiting requests a freed endpoint's
 //                                 #   prefix is compared against (1..64)
 //     max_affinity_skips: 8       # passed over this often for affinity: goes first
+//   locality:                     # several regions (docs/REGIONS.md "Live router"; serve
+//                                 #   and epp): keep picks in this region, spill to a
+//                                 #   remote one only when the local pool is saturated
+//     region: us-east             # the router's region ("" or absent: locality off);
+//                                 #   --region overrides. Endpoints' regions: label
+//                                 #   `region` or topology.kubernetes.io/region
+//     rtt: {eu-west: 80ms}        # round trip per remote region (a duration, 0 allowed);
+//                                 #   wins over a measured one
+//     measure_rtt: true           # smooth scrape round trips per region into the round
+//                                 #   trip of regions rtt does not name
 //   A request's priority (its band; higher goes first) is its objective's in
 //   epp.objectives (unknown: 0), else minus the body's vLLM `priority` field; below 0 it
 //   is sheddable: 429 at once while the pool is saturated.
@@ -167,6 +177,10 @@ struct KubernetesDiscoveryConfig {
 // ..."). The config loader and `kvroute epp`'s flags share it.
 std::string CheckKubernetesDiscovery(const KubernetesDiscoveryConfig& k);
 
+// "" when `region` may name a region (empty included: no region), else why not. The
+// `locality:` loader and the --region flags of serve and epp share it.
+std::string CheckRegionName(std::string_view region);
+
 struct PoolConfig {
   std::vector<EndpointConfig> endpoints;
   KubernetesDiscoveryConfig kubernetes;  // pool.discovery.kubernetes
@@ -231,6 +245,13 @@ struct FlowConfig {
   std::string flow_header;
 };
 
+// Several regions (the `locality:` section). Read by serve and epp alike.
+struct LocalityConfig {
+  std::string region;  // the router's region; empty: locality off
+  std::vector<std::pair<std::string, double>> rtt_s;  // region -> seconds, file order
+  bool measure_rtt = true;
+};
+
 struct RouterConfig {
   std::string listen = "0.0.0.0:8080";
   HostPort listen_addr{"0.0.0.0", 8080};
@@ -244,6 +265,7 @@ struct RouterConfig {
   bool allow_routing_headers = false;
   EppConfig epp;
   FlowConfig flow;
+  LocalityConfig locality;
 };
 
 // Either a config or an error (ConfigError: config/yaml_reader.h). Never throws.
