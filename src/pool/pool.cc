@@ -23,6 +23,8 @@ routing::CoreOptions CoreOptionsFrom(const config::RouterConfig& config) {
   o.retry_budget.ratio = config.retries.budget_ratio;
   o.retry_budget.min_retries = config.retries.budget_min_retries;
   o.retry_budget.window_s = config.retries.budget_window_s;
+  o.region = config.locality.region;
+  o.region_rtt_s = config.locality.rtt_s;
   return o;
 }
 
@@ -131,6 +133,13 @@ Status Pool::Apply(const config::RouterConfig& config) {
     if (!st.ok()) return st;
 
     options_ = std::move(options);
+    if (!config.locality.measure_rtt && measure_rtt_) {
+      // Measuring turned off: the core forgets what was measured (configured values stay).
+      std::lock_guard<std::mutex> rtt_lock(rtt_mu_);
+      for (const auto& [region, seconds] : core_.measured_rtt()) core_.SetRegionRtt(region, -1.0);
+      rtt_.Clear();
+    }
+    measure_rtt_ = config.locality.measure_rtt;
     if (!keep_k8s) {
       old_k8s = std::move(k8s_);
       k8s_endpoints_.clear();
@@ -219,26 +228,37 @@ void Pool::RestartScraperLocked() {
   auto table = core_.table();
   std::vector<metrics::ScrapeTarget> targets;
   std::vector<uint32_t> ids;
+  std::vector<std::string> regions;  // by target index, for measured round trips
   for (const auto& ep : table->by_id) {
     if (!ep) continue;
     targets.push_back({ep->spec.host, ep->spec.port});
     ids.push_back(ep->id);
+    regions.emplace_back(sched::RegionOf(ep->spec.labels));
   }
   routing::RoutingCore* core = &core_;
   auto next = std::make_unique<metrics::MetricsScraper>(
       ctx_, std::move(targets), scrape_options_, [this] { return Now(); },
-      [core, ids = std::move(ids), this](uint32_t index, const metrics::EndpointSnapshot& snap) {
+      [core, ids = std::move(ids), regions = std::move(regions), measure = measure_rtt_,
+       this](uint32_t index, const metrics::EndpointSnapshot& snap) {
         routing::ScrapeResult r;
         r.ok = snap.ok;
         r.connect_failed = snap.down;
         r.sent_at_s = snap.ok ? snap.scraped_at_s : snap.attempted_at_s;
         if (snap.ok) r.metrics = snap.metrics;
-        core->OnScrape(ids[index], r, Now());
+        const double now = Now();
+        core->OnScrape(ids[index], r, now);
+        // A scrape that opened its connection also timed the handshake: not a sample.
+        if (measure && snap.ok && !snap.round_trip_connected) ObserveRtt(regions[index], snap.round_trip_s, now);
         if (scrape_listener_) scrape_listener_();
       });
   if (scraper_) scraper_->Stop();
   scraper_ = std::move(next);
   scraper_->Start();
+}
+
+void Pool::ObserveRtt(const std::string& region, double rtt_s, double now_s) {
+  std::lock_guard<std::mutex> lock(rtt_mu_);
+  if (std::optional<double> push = rtt_.Observe(region, rtt_s, now_s)) core_.SetRegionRtt(region, *push);
 }
 
 void Pool::PollEndpointsFile(uint64_t generation) {

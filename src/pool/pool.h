@@ -20,6 +20,12 @@
 // of the last Apply. A reload with the same pool.discovery.kubernetes keeps the running
 // discovery and its endpoints. The InferenceObjectives' priorities are objectives().
 //
+// Measured round trips (locality.measure_rtt, on by default): every successful scrape over
+// a kept-alive connection times its request to the response head; the round trips of a
+// region's endpoints are smoothed together (routing::RegionRttEstimator, alpha 0.2) and
+// pushed into the core with SetRegionRtt at most once a second per region. Endpoints
+// without a region are not measured; a region in locality.rtt keeps its configured value.
+//
 // Threads: scraping and polling run on the io_context given at construction. Apply may be
 // called from any thread (serialised internally); core(), Now() and AppendMetrics from any.
 #pragma once
@@ -35,6 +41,7 @@
 
 #include "config/router_config.h"
 #include "core/common/status.h"
+#include "core/routing/region_rtt.h"
 #include "core/routing/routing_core.h"
 #include "core/common/published.h"
 #include "metrics/scrape/scraper.h"
@@ -106,12 +113,19 @@ class Pool {
   // Configure with options_ and restart the scraper; `change` = "N added, M removed".
   // Caller holds mu_.
   Status ReconfigureLocked(const std::vector<routing::EndpointSpec>& eps, std::string& change);
+  // A scrape round trip of an endpoint in `region` (scrape thread).
+  void ObserveRtt(const std::string& region, double rtt_s, double now_s);
   // One poll of the endpoints file, from the PollTimer of generation `generation`.
   void PollEndpointsFile(uint64_t generation);
 
   // Guarded by mu_: what the last successful Apply configured, for discovery's Configure.
   routing::CoreOptions options_;
   metrics::ScraperOptions scrape_options_;
+  bool measure_rtt_ = true;  // locality.measure_rtt of the last Apply
+  // Measured round trips; rtt_mu_ is taken by scrape callbacks (never with mu_ held
+  // inside it: Apply takes mu_ then rtt_mu_, callbacks only rtt_mu_).
+  std::mutex rtt_mu_;
+  routing::RegionRttEstimator rtt_;
   std::unique_ptr<EndpointsFileWatch> watch_;  // null: no endpoints file
   std::unique_ptr<PollTimer> watch_timer_;
   uint64_t generation_ = 0;  // bumped by every Apply: stale ticks do nothing

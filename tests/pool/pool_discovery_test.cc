@@ -207,3 +207,37 @@ TEST_F(PoolDiscoveryTest, ApplyRereadsTheFileAndStaticEndpointsEndTheWatch) {
 
 }  // namespace
 }  // namespace kvroute::pool
+
+namespace kvroute::pool {
+namespace {
+
+// Issue 10: an endpoints file's `labels: {region: R}` (or the Kubernetes topology label)
+// reaches the core's endpoint as its region, and a relabelled file moves the endpoint;
+// the locality counters on /metrics follow the table's regions.
+TEST_F(PoolDiscoveryTest, EndpointsFileLabelsAreRegions) {
+  WriteAtomically("eps.yaml",
+                  "- {address: 10.0.0.1:8000, labels: {region: us-east}}\n"
+                  "- {address: 10.0.0.2:8000, labels: {topology.kubernetes.io/region: eu-west}}\n"
+                  "- 10.0.0.3:8000\n");
+  config::RouterConfig cfg = Config();
+  cfg.locality.region = "us-east";
+  ASSERT_TRUE(pool_->Apply(cfg).ok());
+  auto regions = [&] {
+    std::map<std::string, std::string> out;
+    for (const auto& ep : pool_->core().table()->by_id) {
+      if (ep) out[ep->spec.address] = std::string(sched::RegionOf(ep->spec.labels));
+    }
+    return out;
+  };
+  EXPECT_EQ(regions(), (std::map<std::string, std::string>{
+                           {"10.0.0.1:8000", "us-east"}, {"10.0.0.2:8000", "eu-west"}, {"10.0.0.3:8000", ""}}));
+  std::string m;
+  pool_->core().AppendMetrics(m, pool_->Now());
+  EXPECT_NE(m.find("kvroute_locality_requests_total{region=\"eu-west\"} 0.0"), std::string::npos) << m;
+
+  WriteAtomically("eps.yaml", "- {address: 10.0.0.2:8000, labels: {region: ap-south}}\n");
+  ASSERT_TRUE(WaitFor([&] { return regions() == std::map<std::string, std::string>{{"10.0.0.2:8000", "ap-south"}}; }));
+}
+
+}  // namespace
+}  // namespace kvroute::pool

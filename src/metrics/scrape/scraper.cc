@@ -95,9 +95,12 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
     req.first_byte_timeout = Ms(options.timeout_s);
     req.idle_timeout = Ms(options.timeout_s);
     auto self = shared_from_this();
-    auto status = std::make_shared<int>(0);
+    auto status = std::make_shared<Head>();
     http::UpstreamCallbacks cb;
-    cb.on_head = [status](const http::ResponseHead& h) { *status = h.status; };
+    cb.on_head = [self, status](const http::ResponseHead& h) {
+      status->status = h.status;
+      status->at_s = self->clock();
+    };
     cb.on_data = [self, i](std::string_view d) {
       Endpoint& e = self->endpoints[i];
       if (e.text.size() + d.size() > self->options.max_body_bytes) {
@@ -113,7 +116,14 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
     ep.call = client.Start(ep.target.host, ep.target.port, req, std::move(cb));
   }
 
-  void OnDone(uint32_t i, double sent_at, int status, http::UpstreamResult&& r) {
+  // The response head of one scrape: its status and when it arrived (scraper clock).
+  struct Head {
+    int status = 0;
+    double at_s = -1.0;
+  };
+
+  void OnDone(uint32_t i, double sent_at, const Head& head, http::UpstreamResult&& r) {
+    const int status = head.status;
     Endpoint& ep = endpoints[i];
     ep.in_flight = false;
     ep.call = {};
@@ -141,6 +151,8 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
       } else {
         next->metrics = m;
         next->scraped_at_s = sent_at;
+        next->round_trip_s = head.at_s >= sent_at ? head.at_s - sent_at : -1.0;
+        next->round_trip_connected = !r.reused_connection;
         next->error.clear();
         ok = true;
       }

@@ -34,6 +34,11 @@ struct EndpointSnapshot {
   EngineMetrics metrics;
   double scraped_at_s = -1.0;      // when that scrape was sent (scraper clock); < 0: never
   double attempted_at_s = -1.0;    // when the last attempt was sent
+  // The last successful scrape's round trip: from sending the request to its response
+  // head (seconds; < 0: unknown). round_trip_connected: that scrape opened its connection,
+  // so the round trip includes the TCP handshake (about one more network round trip).
+  double round_trip_s = -1.0;
+  bool round_trip_connected = false;
   bool ok = false;                 // the last attempt succeeded
   bool down = false;               // the last attempt could not connect
   http::UpstreamError last_error = http::UpstreamError::kNone;

@@ -324,3 +324,28 @@ TEST_F(ScraperTest, StartScrapesOnTheInterval) {
 
 }  // namespace
 }  // namespace kvroute::metrics
+
+namespace kvroute::metrics {
+namespace {
+
+// Each successful scrape times its request to the response head (measured round trips
+// for locality); the first also opened the connection, later ones reuse it.
+TEST_F(ScraperTest, TimesTheRoundTripAndSaysWhenItOpenedTheConnection) {
+  MetricsServer server;
+  server.Serve(200, kLoad, 60ms);
+  Make({Loopback(server.port())});
+  ASSERT_TRUE(ScrapeAllAndWait());
+  auto s = scraper_->Snapshot(0);
+  ASSERT_TRUE(s->ok) << s->error;
+  EXPECT_TRUE(s->round_trip_connected);
+  EXPECT_GE(s->round_trip_s, 0.06);
+  ASSERT_TRUE(ScrapeAllAndWait());
+  s = scraper_->Snapshot(0);
+  ASSERT_TRUE(s->ok) << s->error;
+  EXPECT_FALSE(s->round_trip_connected);
+  EXPECT_GE(s->round_trip_s, 0.06);
+  EXPECT_LT(s->round_trip_s, 1.0);
+}
+
+}  // namespace
+}  // namespace kvroute::metrics
