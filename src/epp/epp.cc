@@ -131,6 +131,7 @@ struct Epp::Impl {
     if (std::string e = ApplyKubernetesFlags(options.kubernetes, cfg); !e.empty()) {
       return Status::InvalidArgument(e);
     }
+    if (options.region) cfg.locality.region = *options.region;
     Status st = pool->Apply(cfg);
     if (!st.ok()) return st;
     if (grpc && cfg.flow.enabled != flow_on) Log("flow.enabled change needs a restart; ignored");

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "config/router_config.h"
@@ -46,6 +47,9 @@ struct EppOptions {
   // set on the command line, applied over every configuration loaded (start and
   // reloads). Off when pool_name is empty.
   config::KubernetesDiscoveryConfig kubernetes;
+  // --region: the picker's region (locality.region) over every configuration loaded;
+  // "" turns locality off. Unset: the file's.
+  std::optional<std::string> region;
 };
 
 // `config` with the command line's Kubernetes discovery applied (when flags.enabled()):

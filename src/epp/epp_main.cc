@@ -39,6 +39,11 @@ Keys the picker reads:
     max_requests, max_bytes, ttl, no_endpoint_ttl, fairness, ordering, flow_header
                                 # as in kvroute serve --help; shed, over a bound or past
                                 #   ttl: immediate 429 with retry-after; no_endpoint_ttl: 503
+  locality:                     # several regions, as for serve (docs/REGIONS.md):
+    region: us-east             #   the picker's region (--region overrides; "" = off); picks
+                                #   stay there until every local endpoint is saturated
+    rtt: {eu-west: 80ms}        # round trip per remote region; wins over measured
+    measure_rtt: true           # smoothed scrape round trips per region (EWMA 0.2)
 Keys only the proxy uses, accepted and ignored (one log line names those set):
   listen, threads, limits.max_connections, limits.max_header_bytes, limits.max_headers,
   timeouts.first_byte, timeouts.idle, timeouts.request_read, timeouts.keepalive_idle,
@@ -73,7 +78,9 @@ Metrics port: GET /metrics (kvroute_* series plus inference_objective_request_to
 inference_objective_request_error_total, inference_objective_input_tokens_total,
 inference_objective_output_tokens_total, inference_pool_average_kv_cache_utilization,
 inference_pool_average_queue_size, inference_pool_ready_pods,
-inference_extension_scheduler_e2e_duration_seconds), GET /healthz, GET /readyz.
+inference_extension_scheduler_e2e_duration_seconds; kvroute_locality_picks_total{decision},
+kvroute_locality_spill_ratio, kvroute_locality_requests_total{region},
+kvroute_locality_rtt_seconds{region,source}), GET /healthz, GET /readyz.
 On start one line goes to stderr:
   kvroute epp: ext_proc on HOST:PORT, health on HOST:PORT, metrics on HOST:PORT
 SIGHUP reloads the file (a bad one is rejected with file:line; the running configuration
@@ -123,6 +130,9 @@ int EppMain(int argc, char** argv) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--host", options.host, "Address every port binds to")->capture_default_str();
+  std::string region;
+  CLI::Option* region_flag = app.add_option("--region", region,
+                 "The picker's region (overrides locality.region; \"\" = locality off)");
   app.add_flag("--check", check, "Validate the configuration file and exit (0 when valid)");
   app.footer(kHelpFooter);
   CLI11_PARSE(app, argc, argv);
@@ -137,6 +147,13 @@ int EppMain(int argc, char** argv) {
     return 2;
   }
   k8s.kubeconfig_path = k8s.kubeconfig;
+  if (region_flag->count() > 0) {
+    if (std::string e = config::CheckRegionName(region); !e.empty()) {
+      std::fprintf(stderr, "kvroute epp: --region: %s\n", e.c_str());
+      return 2;
+    }
+    options.region = region;
+  }
   config::ConfigResult loaded;
   if (config_path.empty()) {
     loaded.config = config::RouterConfig{};

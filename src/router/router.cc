@@ -126,6 +126,7 @@ struct Router::Impl {
       cfg.listen = options.listen->ToString();
     }
     if (options.threads) cfg.threads = *options.threads;
+    if (options.region) cfg.locality.region = *options.region;
     if (started_listen && started_listen->ToString() != cfg.listen_addr.ToString()) {
       Log("listen address change to " + cfg.listen_addr.ToString() + " needs a restart; ignored");
     }

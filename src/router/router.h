@@ -51,6 +51,8 @@ struct RouterOptions {
   // Command-line overrides; they win over the file at start and on every reload.
   std::optional<config::HostPort> listen;
   std::optional<int> threads;
+  // --region: the router's region (locality.region); "" turns locality off.
+  std::optional<std::string> region;
   // Install SIGHUP (reload) and SIGINT/SIGTERM (WaitForShutdown returns) handlers.
   bool handle_signals = false;
   // Log lines (reloads, errors) go to stderr unless false.

@@ -100,6 +100,20 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     # 0), else minus the body's vLLM `priority`. Below 0 is sheddable: 429 at once while
     # the pool is saturated. A client that disconnects while waiting is dropped at once.
     # kvroute_flow_* on /metrics.
+  locality:                     # several regions (docs/REGIONS.md): picks stay in this
+    region: us-east             #   region; they spill to a remote one only when every local
+                                #   endpoint is saturated or the local wait exceeds the remote
+                                #   round trip + wait. --region overrides; absent or "" = off.
+                                #   An endpoint's region: its label `region` (or the pod label
+                                #   topology.kubernetes.io/region); none = local
+    rtt: {eu-west: 80ms}        # round trip per remote region (0 allowed); wins over measured
+    measure_rtt: true           # time scrapes (request -> response head, kept-alive
+                                #   connections) and smooth them per region (EWMA 0.2) for
+                                #   regions rtt does not name; a region with neither is never
+                                #   a spill target
+    # kvroute_locality_picks_total{decision}, kvroute_locality_spill_ratio,
+    # kvroute_locality_requests_total{region}, kvroute_locality_rtt_seconds{region,source}
+    # on /metrics.
 
 Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
 chunk), GET /v1/models, GET /metrics (the router's own), GET /healthz, GET /readyz.
@@ -114,6 +128,7 @@ int ServeMain(int argc, char** argv) {
                "in-flight accounting.",
                "kvroute serve"};
   std::string config_path, listen;
+  std::string region;
   int threads = -1;
   bool check = false;
   app.add_option("--config,-c", config_path, "Configuration file (YAML, format below)")
@@ -123,6 +138,8 @@ int ServeMain(int argc, char** argv) {
   app.add_option("--threads,-t", threads,
                  "Worker threads (overrides the file's threads; 0 = one per core)")
       ->check(CLI::Range(0, 1024));
+  CLI::Option* region_flag = app.add_option("--region", region,
+                 "The router's region (overrides locality.region; \"\" = locality off)");
   app.add_flag("--check", check, "Validate the configuration file and exit (0 when valid)");
   app.footer(kFileFormat);
   CLI11_PARSE(app, argc, argv);
@@ -145,6 +162,13 @@ int ServeMain(int argc, char** argv) {
     options.listen = *hp;
   }
   if (threads >= 0) options.threads = threads;
+  if (region_flag->count() > 0) {
+    if (std::string e = config::CheckRegionName(region); !e.empty()) {
+      std::fprintf(stderr, "kvroute serve: --region: %s\n", e.c_str());
+      return 2;
+    }
+    options.region = region;
+  }
   if (check) {
     std::size_t endpoints = loaded.config->pool.endpoints.size();
     if (const std::string& file = loaded.config->pool.endpoints_file_path; !file.empty()) {

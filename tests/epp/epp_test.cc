@@ -663,6 +663,59 @@ TEST(EppKubernetesFlags, FlagsWinOverTheFileAndAreChecked) {
             "--pool-name replaces the configuration's pool.endpoints; remove them (or the flag)");
 }
 
+bool HasLabel(const metrics::OwnedSample& s, std::string_view name, std::string_view value) {
+  for (const auto& [k, v] : s.labels) {
+    if (k == name && v == value) return true;
+  }
+  return false;
+}
+
+// Locality in the picker (issue 10): endpoints labelled with a region, the picker in
+// us-east. Below saturation every pick is the local replica; /metrics counts it.
+TEST_F(EppTest, LocalityKeepsPicksInTheRegion) {
+  StartFleet(2);
+  const std::string east = "127.0.0.1:" + std::to_string(fleet_->port(0));
+  StartEppWith("pool:\n  scrape_interval: 50ms\n  endpoints:\n"
+               "    - {address: " + east + ", labels: {region: us-east}}\n"
+               "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(1)) +
+               ", labels: {region: eu-west}}\n"
+               "epp: {fallbacks: 0}\nlocality: {region: us-east, rtt: {eu-west: 70ms}}\n");
+  ASSERT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_metrics_fresh") == 2; }));
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion(LongPrompt(300, i))))),
+              east);
+  }
+  double local = 0, rtt = 0;
+  const std::string text = epp_->MetricsText();
+  for (const auto& s : metrics::ParseAllSamples(text)) {
+    if (s.name == "kvroute_locality_picks_total" && HasLabel(s, "decision", "local")) local += s.value;
+    if (s.name == "kvroute_locality_rtt_seconds" && HasLabel(s, "source", "configured")) rtt += s.value;
+  }
+  EXPECT_EQ(local, 8);
+  EXPECT_DOUBLE_EQ(rtt, 0.07);
+}
+
+// A pod's topology.kubernetes.io/region label is its endpoint's region: the only pod is
+// in eu-west, the picker in us-east, so every pick is a remote one (no_local) and is
+// counted under eu-west.
+TEST_F(EppKubernetesTest, PodTopologyLabelIsTheEndpointsRegion) {
+  StartFleet(1);
+  const std::map<std::string, std::string> app = {{"app", "vllm-llama"}};
+  std::map<std::string, std::string> labels = app;
+  labels["topology.kubernetes.io/region"] = "eu-west";
+  api_.Put(kPools, k8s::testing::FakeApiServer::PoolV1Json("pool", app, {fleet_->port(0)}));
+  api_.Put(kPods, k8s::testing::FakeApiServer::PodJson("vllm-0", "127.0.0.1", true, labels));
+  StartEppOnPool("locality: {region: us-east, measure_rtt: false}\n");
+  ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }, 10000ms));
+  EXPECT_FALSE(Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("hello")))).empty());
+  double no_local = 0;
+  const std::string text = epp_->MetricsText();
+  for (const auto& s : metrics::ParseAllSamples(text)) {
+    if (s.name == "kvroute_locality_picks_total" && HasLabel(s, "decision", "no_local")) no_local += s.value;
+  }
+  EXPECT_EQ(no_local, 1);
+}
+
 TEST(EppConfigNotes, ProxyOnlyKeysAreNamed) {
   config::ConfigResult r = config::ParseRouterConfig(
       "listen: 0.0.0.0:1\ntimeouts: {idle: 5s, connect: 1s}\nretries: {max_attempts: 3}\n", "t.yaml");
