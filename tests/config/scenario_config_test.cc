@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
+#include <utility>
 
 namespace kvroute::config {
 namespace {
@@ -294,36 +296,38 @@ TEST(ScenarioConfigTest, FlatFleetIsOneGroup) {
 
 TEST(ScenarioConfigTest, FleetGroupAndRouterErrorsNameFileLineAndField) {
   const std::string head = "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n";
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 2, region: a}\n"
-                           "    - {replicas: 2, region: b, network_delay_s: -1}\n"),
-            "test.yaml:6: fleet.groups[1].network_delay_s: must be >= 0");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 2, regoin: a}\n"),
-            "test.yaml:5: fleet.groups[0].regoin: unknown key 'regoin' (did you mean "
-            "'region'?)");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {region: a}\n"),
-            "test.yaml:5: fleet.groups[0].replicas: required");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 0, region: a}\n"),
-            "test.yaml:5: fleet.groups[0].replicas: must be >= 1 (got 0)");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 1, engine_preset: h200}\n"),
-            "test.yaml:5: fleet.groups[0].engine_preset: unknown preset 'h200' (known: "
-            "llama3-8b-h100, small-kv)");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 1, kv_blocks: 1}\n"),
-            "test.yaml:5: fleet.groups[0].kv_blocks: must be 0 (the preset's) or >= 2 (got 1)");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - {replicas: 1, region: ''}\n"),
-            "test.yaml:5: fleet.groups[0].region: must not be empty");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups:\n    - 3\n"),
-            "test.yaml:5: fleet.groups[0]: must be a mapping of replicas, region, "
-            "network_delay_s, ...");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups: []\n"),
-            "test.yaml:4: fleet.groups: must be a non-empty list of replica groups");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  replicas: 4\n  groups: [{replicas: 2}]\n"),
-            "test.yaml:4: fleet.replicas: use either replicas or groups");
-  EXPECT_EQ(ErrorOf(head + "fleet:\n  groups: [{replicas: 2, scrape_interval_s: 1}]\n"),
-            "test.yaml:4: fleet.groups[0].scrape_interval_s: unknown key 'scrape_interval_s' "
-            "(known: replicas, region, zone, engine_preset, kv_blocks, max_num_seqs, "
-            "max_num_batched_tokens, max_model_len, network_delay_s)");
-  EXPECT_EQ(ErrorOf(head + "fleet: {groups: [{replicas: 2}]}\nfaults: [{replica: 2, kind: crash}]\n"),
-            "test.yaml:4: faults[0].replica: must be <= 1 (got 2)");
+  // What follows `head` (the fleet, sometimes faults), and the error it gives.
+  const std::pair<std::string, std::string> cases[] = {
+      {"fleet:\n  groups:\n    - {replicas: 2, region: a}\n"
+       "    - {replicas: 2, region: b, network_delay_s: -1}\n",
+       "test.yaml:6: fleet.groups[1].network_delay_s: must be >= 0"},
+      {"fleet:\n  groups:\n    - {replicas: 2, regoin: a}\n",
+       "test.yaml:5: fleet.groups[0].regoin: unknown key 'regoin' (did you mean 'region'?)"},
+      {"fleet:\n  groups:\n    - {region: a}\n", "test.yaml:5: fleet.groups[0].replicas: required"},
+      {"fleet:\n  groups:\n    - {replicas: 0, region: a}\n",
+       "test.yaml:5: fleet.groups[0].replicas: must be >= 1 (got 0)"},
+      {"fleet:\n  groups:\n    - {replicas: 1, engine_preset: h200}\n",
+       "test.yaml:5: fleet.groups[0].engine_preset: unknown preset 'h200' (known: "
+       "llama3-8b-h100, small-kv)"},
+      {"fleet:\n  groups:\n    - {replicas: 1, kv_blocks: 1}\n",
+       "test.yaml:5: fleet.groups[0].kv_blocks: must be 0 (the preset's) or >= 2 (got 1)"},
+      {"fleet:\n  groups:\n    - {replicas: 1, region: ''}\n",
+       "test.yaml:5: fleet.groups[0].region: must not be empty"},
+      {"fleet:\n  groups:\n    - 3\n",
+       "test.yaml:5: fleet.groups[0]: must be a mapping of replicas, region, "
+       "network_delay_s, ..."},
+      {"fleet:\n  groups: []\n",
+       "test.yaml:4: fleet.groups: must be a non-empty list of replica groups"},
+      {"fleet:\n  replicas: 4\n  groups: [{replicas: 2}]\n",
+       "test.yaml:4: fleet.replicas: use either replicas or groups"},
+      {"fleet:\n  groups: [{replicas: 2, scrape_interval_s: 1}]\n",
+       "test.yaml:4: fleet.groups[0].scrape_interval_s: unknown key 'scrape_interval_s' "
+       "(known: replicas, region, zone, engine_preset, kv_blocks, max_num_seqs, "
+       "max_num_batched_tokens, max_model_len, network_delay_s)"},
+      {"fleet: {groups: [{replicas: 2}]}\nfaults: [{replica: 2, kind: crash}]\n",
+       "test.yaml:4: faults[0].replica: must be <= 1 (got 2)"},
+  };
+  for (const auto& [rest, error] : cases) EXPECT_EQ(ErrorOf(head + rest), error) << rest;
   const std::string fleet =
       head + "fleet:\n  groups:\n    - {replicas: 2, region: us-east}\n"
              "    - {replicas: 2, region: eu-west}\n";

@@ -120,6 +120,18 @@ class FlowGateTest : public ::testing::Test {
     return gate.Admit(fr, w, Req(prompt));
   }
 
+  // Both replicas saturated, x1 then y1 queued at `gate`, then at t=1.5 b's scrape shows
+  // room for one; `gate` is not pumped. (A FlowGate reads the core only when called, so
+  // it may be built before or after the scrapes.)
+  void QueueX1AndY1UntilBHasRoom(FlowGate& gate) {
+    Scrape(0, "6.0");
+    Scrape(1, "6.0");
+    Admit(gate, "x1", 'x', 1);
+    Admit(gate, "y1", 'y', 1);
+    now_ = 1.5;
+    Scrape(1, "4.0");
+  }
+
   std::function<double()> Clock() {
     return [this] { return now_; };
   }
@@ -158,13 +170,8 @@ TEST_F(FlowGateTest, TheReplicaThatFreedTakesTheWaitingRequestWhosePrefixItHolds
 TEST_F(FlowGateTest, AScrapeReleaseBindsToTheReplicaWithTheMostRoom) {
   Warm(0, 'x');
   Warm(1, 'y');
-  Scrape(0, "6.0");
-  Scrape(1, "6.0");
   FlowGate gate(flow::FlowOptions{}, core_, Clock());
-  Admit(gate, "x1", 'x', 1);
-  Admit(gate, "y1", 'y', 1);
-  now_ = 1.5;
-  Scrape(1, "4.0");
+  QueueX1AndY1UntilBHasRoom(gate);
   EXPECT_EQ(core_.Load(now_).roomiest, 1u);
   gate.Pump();
   EXPECT_EQ(log_.dispatched, (std::vector<std::string>{"y1@b"}));
@@ -173,13 +180,8 @@ TEST_F(FlowGateTest, AScrapeReleaseBindsToTheReplicaWithTheMostRoom) {
 
 // Nobody holds anything: the first in order goes.
 TEST_F(FlowGateTest, WithNothingHeldTheFirstInOrderGoes) {
-  Scrape(0, "6.0");
-  Scrape(1, "6.0");
   FlowGate gate(flow::FlowOptions{}, core_, Clock());
-  Admit(gate, "x1", 'x', 1);
-  Admit(gate, "y1", 'y', 1);
-  now_ = 1.5;
-  Scrape(1, "4.0");
+  QueueX1AndY1UntilBHasRoom(gate);
   gate.Pump(1);
   ASSERT_EQ(log_.dispatched.size(), 1u);
   EXPECT_EQ(log_.dispatched[0].substr(0, 3), "x1@");

@@ -6,17 +6,13 @@
 #include "config/scenario_config.h"
 #include "core/report/writers.h"
 #include "simulate/simulator.h"
+#include "testdata.h"
 
 namespace kvroute::simulate {
 namespace {
 
 using config::Scenario;
-
-Scenario MustParse(const std::string& yaml) {
-  config::ConfigOr<Scenario> load = config::ParseScenario(yaml, "test.yaml", ".");
-  EXPECT_TRUE(load.ok()) << load.error.ToString();
-  return load.ok() ? *load.value : Scenario{};
-}
+using testing::MustParse;
 
 // Two small replicas (8 sequences each) offered far more than they serve: the router's
 // view saturates (waiting >= 5 everywhere) within the first scrapes.

@@ -8,17 +8,13 @@
 #include "config/scenario_config.h"
 #include "core/sched/dynamo_cost.h"
 #include "simulate/simulator.h"
+#include "testdata.h"
 
 namespace kvroute::simulate {
 namespace {
 
 using config::Scenario;
-
-Scenario MustParse(const std::string& yaml) {
-  config::ConfigOr<Scenario> load = config::ParseScenario(yaml, "test.yaml", ".");
-  EXPECT_TRUE(load.ok()) << load.error.ToString();
-  return load.ok() ? *load.value : Scenario{};
-}
+using testing::MustParse;
 
 // One request alone on one replica `delay` away: nothing else shares its steps.
 Scenario OneRequest(double delay) {

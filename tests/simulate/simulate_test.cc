@@ -5,18 +5,13 @@
 #include "config/scenario_config.h"
 #include "core/sched/dynamo_cost.h"
 #include "simulate/simulator.h"
+#include "testdata.h"
 
 namespace kvroute::simulate {
 namespace {
 
 using config::Scenario;
-
-// Scenario parsing itself is tested in tests/config/scenario_config_test.cc.
-Scenario MustParse(const std::string& yaml) {
-  config::ConfigOr<Scenario> load = config::ParseScenario(yaml, "test.yaml", ".");
-  EXPECT_TRUE(load.ok()) << load.error.ToString();
-  return load.ok() ? *load.value : Scenario{};
-}
+using testing::MustParse;
 
 // A small shared-prefix fleet: 4 replicas, 8 groups of 2k-token system prompts, a KV
 // cache that holds only a few of them per replica.

@@ -50,6 +50,10 @@ class JsonWriter {
     Key(k);
     AppendEscaped(out_, v);
   }
+  void FieldBool(std::string_view k, bool v) {
+    Key(k);
+    out_ += v ? "true" : "false";
+  }
 
  private:
   void Sep() {
@@ -180,8 +184,7 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.Field("wall_s", p.wall_s);
     w.Key("flow");
     w.Open('{');
-    w.Key("enabled");
-    w.out() += p.flow_enabled ? "true" : "false";
+    w.FieldBool("enabled", p.flow_enabled);
     w.FieldInt("queued", p.flow_queued);
     w.FieldInt("shed", p.flow_shed);
     w.FieldInt("expired", p.flow_expired);
@@ -211,8 +214,7 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
       w.Elem();
       w.Open('{');
       w.Field("region", r.region);
-      w.Key("local");
-      w.out() += r.local ? "true" : "false";
+      w.FieldBool("local", r.local);
       w.FieldInt("replicas", r.replicas);
       w.FieldInt("requests", r.requests);
       w.FieldInt("succeeded", r.succeeded);

@@ -565,28 +565,25 @@ TEST(Locality, UnknownLocalLoadIsNeitherRoomNorSaturation) {
     eps[1].scrape_ok = true;
     Scrape(eps, 0.0);
   }
-  {
-    // One local saturated, the other NaN: the NaN one is not room, so spill.
+  // A fresh scheduler's first pick on `eps` (finished at once): its reason.
+  auto first_pick = [&eps] {
     auto s = MustBuild(LocalitySpec(), Options());
-    eps[0].waiting = 6;
-    eps[1].waiting = 0;
-    eps[1].kv_usage = kNaN;
     PickResult r = s->Pick(Req(kPromptA), eps, 0.1);
-    EXPECT_EQ(r.locality, Locality::kSpillSaturated);
     s->OnFinished(r.handle, 0.1);
-    eps[1].kv_usage = 0.0;
-  }
-  {
-    // A NaN queue on the idle-looking local does not make its wait 0 (no wait rule from
-    // garbage) and does not count as room; the other local's known wait decides.
-    auto s = MustBuild(LocalitySpec(), Options());
-    eps[0].waiting = 3;  // 0.06 s < 0.07 s
-    eps[1].waiting = kNaN;
-    PickResult r = s->Pick(Req(kPromptA), eps, 0.1);
-    EXPECT_EQ(r.locality, Locality::kLocal);
-    s->OnFinished(r.handle, 0.1);
-    eps[1].waiting = 0;
-  }
+    return r.locality;
+  };
+  // One local saturated, the other NaN: the NaN one is not room, so spill.
+  eps[0].waiting = 6;
+  eps[1].waiting = 0;
+  eps[1].kv_usage = kNaN;
+  EXPECT_EQ(first_pick(), Locality::kSpillSaturated);
+  eps[1].kv_usage = 0.0;
+  // A NaN queue on the idle-looking local does not make its wait 0 (no wait rule from
+  // garbage) and does not count as room; the other local's known wait decides.
+  eps[0].waiting = 3;  // 0.06 s < 0.07 s
+  eps[1].waiting = kNaN;
+  EXPECT_EQ(first_pick(), Locality::kLocal);
+  eps[1].waiting = 0;
   {
     // A remote with stale or NaN load is never a target.
     auto s = MustBuild(LocalitySpec(), Options());
