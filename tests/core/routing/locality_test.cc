@@ -4,7 +4,9 @@
 // time, no sockets.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -227,6 +229,28 @@ TEST(RoutingLocality, RelabelledEndpointChangesRegionOnReload) {
   EXPECT_TRUE(Has(m, "kvroute_locality_requests_total{region=\"eu-west\"} 1.0")) << m;
   EXPECT_TRUE(Has(m, "kvroute_locality_requests_total{region=\"us-east\"} 1.0"));
   (void)IdOf;
+}
+
+// Picks on two threads while a third sets measured round trips, reloads and renders
+// /metrics (ThreadSanitizer's target: make test-tsan). Every pick gets an answer.
+TEST(RoutingLocality, ConcurrentPicksRoundTripsReloadsAndMetrics) {
+  RoutingCore core;
+  ASSERT_TRUE(core.Configure(Options("us-east"), Fleet(), 0.0).ok());
+  ScrapeAll(core, "9.0", 0.0);
+  std::atomic<int> answered{0};
+  std::vector<std::thread> pickers;
+  for (int t = 0; t < 2; ++t) {
+    pickers.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) answered += !Serve(core, t * 1000 + i, 0.01 + i * 1e-4).name.empty();
+    });
+  }
+  for (int i = 0; i < 100; ++i) {
+    core.SetRegionRtt("eu-west", i % 2 ? 0.07 : -1.0);
+    if (i % 25 == 0) ASSERT_TRUE(core.Configure(Options("us-east"), Fleet(), 0.01).ok());
+    EXPECT_NE(Metrics(core, 0.02).find("kvroute_locality_picks_total"), std::string::npos);
+  }
+  for (std::thread& th : pickers) th.join();
+  EXPECT_EQ(answered.load(), 600);
 }
 
 }  // namespace
