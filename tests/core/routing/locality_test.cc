@@ -88,9 +88,10 @@ struct Served {
 };
 
 Served Serve(RoutingCore& core, int i, double now) {
+  const std::string prompt = Prompt(i);  // the request holds a view of it
   PickRequest pr;
   pr.request.model = "m";
-  pr.request.prompt = Prompt(i);
+  pr.request.prompt = prompt;
   pr.request.max_tokens = 16;
   PickResult r = core.Pick(pr, now);
   if (!r.ok()) return {};
