@@ -28,29 +28,9 @@ SERVE=127.0.0.1:18780
 for f in "$FLEET" "$CONFIG"; do
   [ -f "$f" ] || { echo "live-regions: no $f (run from the repository root)" >&2; exit 2; }
 done
-for p in 18701 18702 18703 18704 18780; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "live-regions: port $p is in use" >&2
-    exit 2
-  fi
-done
-
-tmp=$(mktemp -d)
-out=${KEEP:-$tmp}
-mkdir -p "$out"
-pids=()
-stop_all() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-cleanup() { stop_all; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-WORKLOAD=(--workload shared-prefix --num-groups 16 --prompts-per-group 32 --system-len 2048
-          --question-len 200:50:100:300 --output-len 64:16:32:96 --arrival poisson
-          --slo ttft=1s,tpot=50ms --timeout 120 --quiet)
+NAME=live-regions
+. "$(dirname "$0")/live-lib.sh"
+ports_free 18701 18702 18703 18704 18780
 
 # by_region FILE: serve's kvroute_locality_requests_total samples, "region count" a line.
 by_region() {
@@ -71,11 +51,7 @@ run_policy() {
   pids+=($!)
   "$KV" serve --config "$CONFIG" "$@" >"$out/$tag-serve.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 100); do
-    curl -sf "$SERVE/readyz" >/dev/null && break
-    sleep 0.1
-  done
-  curl -sf "$SERVE/readyz" >/dev/null || { echo "live-regions: serve not ready" >&2; cat "$out/$tag-serve.log" >&2; exit 1; }
+  serve_ready "$out/$tag-serve.log"
   "$KV" bench --url "http://$SERVE" --label warm --seed 9 --rate 8 --duration 4 --drain 30 \
     "${WORKLOAD[@]}" >"$out/$tag-warm.txt" 2>&1
   local i=0

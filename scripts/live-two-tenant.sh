@@ -41,33 +41,12 @@ OBJECTIVE=x-gateway-inference-objective
 [ -x "$KV" ] || { echo "live-two-tenant: no $KV (set KVROUTE)" >&2; exit 2; }
 [ -f "$CONFIG" ] || { echo "live-two-tenant: no $CONFIG (run from the repository root)" >&2; exit 2; }
 REPLICAS=$(grep -c '^    - 127\.0\.0\.1:' "$CONFIG")
-for p in $(seq "$SIM_PORT" $((SIM_PORT + REPLICAS - 1))) "${SERVE#*:}"; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "live-two-tenant: port $p is in use" >&2
-    exit 2
-  fi
-done
-
-tmp=$(mktemp -d)
-out=${KEEP:-$tmp}
-mkdir -p "$out"
-pids=()
-stop_all() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-cleanup() { stop_all; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# The workload both tenants send (each its own seed, so its own prompts and arrivals):
-# two-tenant.yaml's shape (shared 2,048-token system prompts, 200-token questions) with
-# 16 groups for 2 replicas and shorter outputs, so a 25 s run has a few hundred
-# interactive requests.
-WORKLOAD=(--workload shared-prefix --num-groups 16 --prompts-per-group 32 --system-len 2048
-          --question-len 200:50:100:300 --output-len 64:16:32:96 --arrival poisson
-          --slo ttft=1s,tpot=50ms --timeout 120 --quiet)
+NAME=live-two-tenant
+# Both tenants send live-lib.sh's WORKLOAD (each its own seed, so its own prompts and
+# arrivals): two-tenant.yaml's shape with 16 groups and shorter outputs, so a 25 s run has
+# a few hundred interactive requests.
+. "$(dirname "$0")/live-lib.sh"
+ports_free $(seq "$SIM_PORT" $((SIM_PORT + REPLICAS - 1))) "${SERVE#*:}"
 
 # bench NAME OBJECTIVE SEED RATE SECONDS DRAIN [FLAGS...]: one bench run, its output in
 # $out/NAME.txt.
@@ -114,11 +93,7 @@ run_config() {
   "$KV" serve --config "$yaml" >"$out/$tag-serve.log" 2>&1 &
   serve_pid=$!
   pids+=($serve_pid)
-  for _ in $(seq 100); do
-    curl -sf "$SERVE/readyz" >/dev/null && break
-    sleep 0.1
-  done
-  curl -sf "$SERVE/readyz" >/dev/null || { echo "live-two-tenant: serve not ready" >&2; cat "$out/$tag-serve.log" >&2; exit 1; }
+  serve_ready "$out/$tag-serve.log"
 
   bench "$tag-warm-i" interactive 1 20 3 30
   bench "$tag-warm-b" batch 2 20 3 30
