@@ -238,8 +238,9 @@ void ParseRouter(const ConfigNode& n, const FleetSpec& fleet, std::string* regio
   const ConfigNode r = n.Require("region");
   *region = r.String();
   if (region->empty()) r.Fail("must not be empty");
+  const std::vector<FleetGroup> groups = fleet.Groups();  // `known` views their names
   std::vector<std::string_view> known;
-  for (const FleetGroup& g : fleet.Groups()) {
+  for (const FleetGroup& g : groups) {
     if (g.region == *region) return;
     if (!g.region.empty()) known.push_back(g.region);
   }
