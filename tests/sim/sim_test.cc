@@ -469,7 +469,10 @@ TEST_F(FleetTest, DisconnectMidStreamAbortsAndFreesBlocks) {
 }
 
 TEST_F(FleetTest, KvPressurePreemptsButEveryRequestFinishes) {
-  ReplicaConfig r = SmallReplica(/*time_scale=*/0.0);
+  // Steps take 5% of their modelled time (each request ~100 ms of wall time), so all four
+  // requests are in the engine together even when the machine is loaded; at time scale 0
+  // the first could finish before the fourth arrived, and nothing would be preempted.
+  ReplicaConfig r = SmallReplica(/*time_scale=*/0.05);
   r.engine.num_gpu_blocks = 65;  // 64 usable blocks = 1024 tokens
   StartFleet({r, SmallReplica(0.0)});
   // Four requests of 200 prompt + 300 output tokens need 4 x 32 blocks > 64.
