@@ -1,0 +1,159 @@
+// `kvroute doctor`'s pure half: the seed article's diagnosis as code. Scrapes of each
+// replica's /metrics (text in, taken at times the caller passes) become per-replica and
+// fleet figures over a window, and rules turn the figures into findings, each with the
+// numbers that fired it and the kvroute configuration that addresses it.
+//
+// No sockets, no clock reads: the I/O half (src/doctor/) scrapes and passes bodies and
+// times here, so every rule is tested on fixtures in virtual time.
+//
+// Unknown is not zero: a series that is absent, NaN, infinite, negative or implausible is
+// unknown (std::nullopt) and recorded in Scrape::garbage; a figure computed from unknown
+// inputs is unknown; a rule never fires or clears on unknown figures. A counter that goes
+// down inside the window (a restarted replica) makes its rate unknown for that window.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvroute::doctor {
+
+// A cumulative Prometheus histogram as scraped: upper bounds ascending (the last is
+// +Inf), cumulative counts, sum and count. Empty when the series is absent or garbage.
+struct Histogram {
+  std::vector<double> upper;
+  std::vector<double> cumulative;
+  double sum = 0;
+  double count = 0;
+  bool empty() const { return upper.empty(); }
+};
+
+// One scrape of one replica, parsed. Series are summed over engines (data-parallel
+// ranks, label `engine`); kv_usage is the mean over engines.
+struct Scrape {
+  double t_s = 0;          // the caller's clock when the body was read
+  bool reachable = false;  // a 200 with a body was read
+  std::string error;       // when !reachable: "connect: Connection refused", "HTTP 503", ...
+  std::optional<double> running, waiting, kv_usage;
+  // Counters: vllm:prefix_cache_{queries,hits}_total, else the old vllm:gpu_prefix_cache_*.
+  std::optional<double> prefix_queries, prefix_hits;
+  std::optional<double> hit_rate_gauge;  // old vllm:gpu_prefix_cache_hit_rate, 0..1
+  std::optional<double> preemptions;     // vllm:num_preemptions_total
+  std::optional<double> prompt_tokens, generation_tokens;  // vllm:*_tokens_total
+  std::optional<double> requests_finished;  // vllm:request_success_total, every reason
+  Histogram ttft;        // vllm:time_to_first_token_seconds
+  Histogram prompt_len;  // vllm:request_prompt_tokens
+  Histogram output_len;  // vllm:request_generation_tokens
+  // vllm:cache_config_info labels.
+  std::optional<int64_t> block_size, num_gpu_blocks;
+  std::optional<bool> prefix_caching;  // enable_prefix_caching="True"/"False"
+  std::string model;                   // model_name label, "" when none
+  // Engine series present but unusable, one line each: "vllm:kv_cache_usage_perc = NaN
+  // (line 12)". Text that is not an exposition at all (an HTML page) is one entry.
+  std::vector<std::string> garbage;
+  bool any_engine_series = false;  // some vllm: series was read (else: not a vLLM /metrics)
+};
+
+// Parses one /metrics body taken at t_s. Never throws; garbage lands in Scrape::garbage.
+Scrape ParseScrape(std::string_view body, double t_s);
+// A scrape that failed at the transport or HTTP level.
+Scrape FailedScrape(std::string error, double t_s);
+
+// Every scrape of one replica in the window, oldest first.
+struct ReplicaHistory {
+  std::string name;  // as the user gave it: "127.0.0.1:18001", or a pod name
+  std::string address;  // host:port
+  std::vector<Scrape> scrapes;
+};
+
+// Rule thresholds. Defaults are the documented rules (docs/DOCTOR.md).
+struct DoctorOptions {
+  double window_s = 30;               // what the caller intended; reported
+  double low_hit_rate = 0.5;          // fleet hit rate below this: prefix-reuse-lost
+  double min_queried_tokens = 10000;  // fewer queried tokens in the window: no hit-rate rule
+  double kv_hot = 0.9;                // lopsided-kv: some replica's mean KV at/above this
+  double kv_cold = 0.6;               // ... while another's is at/below this
+  double queue_busy = 2.0;            // queue-imbalance: mean waiting at/above this
+  double queue_idle = 0.5;            // ... while another's is at/below this
+  double preemptions_per_s = 0.1;     // preemptions finding (which replicas)
+};
+
+// A quantile from histogram buckets; nullopt when unknown or no observations.
+struct Quantiles {
+  std::optional<double> p50, p99;
+};
+
+struct ReplicaFigures {
+  std::string name, address;
+  bool reachable = false;        // the last scrape was read
+  std::string error;             // the last failure, "" when none
+  int scrapes = 0, failures = 0;
+  std::optional<double> running, waiting;  // the last scrape
+  std::optional<double> kv_now, kv_mean, kv_max;  // last, mean and max over the window
+  std::optional<double> waiting_mean;
+  std::optional<double> hit_rate;     // window: d(hits)/d(queries); else the old gauge
+  std::string hit_rate_source;        // "counters", "gauge", "" (unknown)
+  std::optional<double> queried_tokens;  // d(queries) over the window
+  std::optional<double> preemptions_per_s, tokens_per_s, requests_per_s;
+  Quantiles ttft_s;                   // from the window's bucket deltas
+  std::optional<bool> prefix_caching;
+  std::optional<int64_t> block_size, num_gpu_blocks;
+  std::vector<std::string> garbage;   // from the last scrape
+};
+
+struct FleetFigures {
+  int replicas = 0, reachable = 0;
+  std::optional<double> hit_rate;         // sum of hit deltas / sum of query deltas
+  std::optional<double> kv_min, kv_max, kv_spread;  // over replicas' window means
+  std::optional<double> waiting_total;    // last scrapes
+  std::optional<double> waiting_max, waiting_min;   // over replicas' window means
+  std::optional<double> preemptions_per_s;
+  std::optional<double> tokens_per_s, requests_per_s;
+  Quantiles ttft_s;                       // merged bucket deltas
+  std::vector<std::string> preempting;    // replicas above options.preemptions_per_s
+};
+
+struct Finding {
+  std::string rule;     // "prefix-reuse-lost", "lopsided-kv", "queue-imbalance",
+                        // "prefix-caching-off", "preemptions", "unreachable",
+                        // "garbage-metrics", "not-vllm"
+  std::string severity;  // "warning" | "error"
+  std::string summary;   // one line with the numbers: "fleet prefix-cache hit rate 7.0% ..."
+  std::string condition;  // the rule that fired, as text: "hit rate < 50% with >= 10000 ..."
+  std::string remedy;    // what to do, naming kvroute config: "scheduling: {policy: kvroute}"
+  std::vector<std::string> replicas;  // the replicas concerned
+  bool routing = false;  // a routing finding (prefix-reuse-lost, lopsided-kv, queue-imbalance)
+};
+
+struct Report {
+  double window_s = 0;   // actual: last scrape time - first scrape time
+  double at_s = 0;       // the last scrape's time
+  std::vector<ReplicaFigures> replicas;
+  FleetFigures fleet;
+  std::vector<Finding> findings;  // empty: healthy
+  bool readable = false;  // some replica gave a usable vLLM scrape
+  // 0 healthy, 1 findings, 2 nothing readable.
+  int ExitCode() const { return !readable ? 2 : (findings.empty() ? 0 : 1); }
+};
+
+Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions& options);
+
+// The report as JSON (schema in docs/DOCTOR.md, "schema": "kvroute-doctor/1"); unknown
+// figures are null.
+std::string ReportJson(const Report& report);
+// The report as text for a terminal: a per-replica table, the fleet line, then each
+// finding with its numbers, rule and remedy (or "healthy").
+std::string ReportText(const Report& report);
+// The --watch screen: one row per replica with a KV bar, waiting, running, hit rate,
+// preemptions/s; fits `width` columns; plain text (the caller adds ANSI clear codes).
+std::string WatchView(const Report& report, int width);
+
+// A `kvroute simulate` scenario (YAML) approximating the observed traffic: request rate,
+// prompt and output length distributions from the request-size histograms, fleet size and
+// KV blocks from cache_config_info. Empty with *error set when the window has no requests.
+std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>& replicas,
+                         std::string* error);
+
+}  // namespace kvroute::doctor
