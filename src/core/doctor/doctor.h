@@ -74,7 +74,12 @@ struct DoctorOptions {
   double low_hit_rate = 0.5;          // fleet hit rate below this: prefix-reuse-lost
   double min_queried_tokens = 10000;  // fewer queried tokens in the window: no hit-rate rule
   double kv_hot = 0.9;                // lopsided-kv: some replica's mean KV at/above this
-  double kv_cold = 0.6;               // ... while another's is at/below this
+  double kv_cold = 0.6;               // ... while the coldest's is at/below this
+  // lopsided-kv: the replicas' window-mean KV differ by at least this (max - min). Spread
+  // alone never fires: the hottest must be under pressure (KV >= kv_hot, waiting >=
+  // queue_busy or preempting) and the coldest idle (waiting <= queue_idle, KV <= kv_cold),
+  // since a prefix-affine router legitimately leaves KV uneven with no queue anywhere.
+  double kv_spread = 0.3;
   double queue_busy = 2.0;            // queue-imbalance: mean waiting at/above this
   double queue_idle = 0.5;            // ... while another's is at/below this
   double preemptions_per_s = 0.1;     // preemptions finding (which replicas)
@@ -94,8 +99,12 @@ struct ReplicaFigures {
   std::optional<double> kv_now, kv_mean, kv_max;  // last, mean and max over the window
   std::optional<double> waiting_mean;
   std::optional<double> hit_rate;     // window: d(hits)/d(queries); else the old gauge
-  std::string hit_rate_source;        // "counters", "gauge", "" (unknown)
-  std::optional<double> queried_tokens;  // d(queries) over the window
+  // "counters", "counters-lifetime" (one scrape: hits/queries since start), "gauge", ""
+  // (unknown).
+  std::string hit_rate_source;
+  // d(queries) over the window (lifetime queries with one scrape; with the gauge: d(prompt
+  // tokens), the nearest thing old vLLM counts).
+  std::optional<double> queried_tokens;
   std::optional<double> preemptions_per_s, tokens_per_s, requests_per_s;
   Quantiles ttft_s;                   // from the window's bucket deltas
   std::optional<bool> prefix_caching;
@@ -106,6 +115,10 @@ struct ReplicaFigures {
 struct FleetFigures {
   int replicas = 0, reachable = 0;
   std::optional<double> hit_rate;         // sum of hit deltas / sum of query deltas
+  // "counters" (window deltas), "counters-lifetime" (one scrape each: totals since start),
+  // "gauge" (old vLLM: mean of the replicas' hit-rate gauges), "" (unknown).
+  std::string hit_rate_source;
+  std::optional<double> queried_tokens;   // the tokens behind hit_rate
   std::optional<double> kv_min, kv_max, kv_spread;  // over replicas' window means
   std::optional<double> waiting_total;    // last scrapes
   std::optional<double> waiting_max, waiting_min;   // over replicas' window means
@@ -128,6 +141,7 @@ struct Finding {
 };
 
 struct Report {
+  double intended_window_s = 0;  // DoctorOptions::window_s
   double window_s = 0;   // actual: last scrape time - first scrape time
   double at_s = 0;       // the last scrape's time
   std::vector<ReplicaFigures> replicas;
@@ -139,6 +153,14 @@ struct Report {
 };
 
 Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions& options);
+
+// Prometheus histogram_quantile over cumulative buckets: linear inside the bucket that
+// holds rank q * total (the first bucket starts at 0); a rank in the +Inf bucket gives the
+// highest finite bound. nullopt when empty or without observations. q in [0, 1].
+std::optional<double> HistogramQuantile(const Histogram& h, double q);
+// later - earlier bucket-wise (sum and count too). nullopt when the bounds differ or a
+// bucket went down (a restart); `earlier` empty gives `later` as is.
+std::optional<Histogram> HistogramDelta(const Histogram& later, const Histogram& earlier);
 
 // The report as JSON (schema in docs/DOCTOR.md, "schema": "kvroute-doctor/1"); unknown
 // figures are null.
