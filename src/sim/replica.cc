@@ -115,6 +115,17 @@ const std::vector<double>& RequestLatencyBuckets() {
   return b;
 }
 
+std::vector<double> RequestTokenBuckets(int max_model_len) {
+  std::vector<double> b;
+  for (double decade = 1; decade <= max_model_len; decade *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m * decade > max_model_len) return b;
+      b.push_back(m * decade);
+    }
+  }
+  return b;
+}
+
 Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
     : ctx_(ctx),
       config_(std::move(config)),
@@ -128,7 +139,9 @@ Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
       ttft_(TtftBuckets()),
       itl_(InterTokenBuckets()),
       e2e_(RequestLatencyBuckets()),
-      queue_(RequestLatencyBuckets()) {
+      queue_(RequestLatencyBuckets()),
+      prompt_len_(RequestTokenBuckets(config_.engine.max_model_len)),
+      output_len_(RequestTokenBuckets(config_.engine.max_model_len)) {
   api::AppendJsonString(model_json_, config_.engine.model_name);
   for (const fault::FaultSpec& spec : config_.faults) {
     auto timer = std::make_unique<asio::steady_timer>(ctx_, start_ + WallDuration(spec.at_s));
@@ -521,6 +534,9 @@ void Replica::Deliver() {
 
 void Replica::Finish(Live& l, const engine::RequestOutput& o) {
   e2e_.Observe(std::chrono::duration<double>(Clock::now() - l.arrival).count());
+  // As vLLM: the request-size histograms count a request when it finishes.
+  prompt_len_.Observe(static_cast<double>(o.prompt_tokens));
+  output_len_.Observe(static_cast<double>(o.completion_tokens));
   std::shared_ptr<Live> keep = live_[o.id];
   live_.erase(o.id);
   if (l.req.stream) {
@@ -785,6 +801,8 @@ void Replica::RestartEngine() {
   itl_.Reset();
   e2e_.Reset();
   queue_.Reset();
+  prompt_len_.Reset();
+  output_len_.Reset();
 }
 
 std::string Replica::MetricsText() const {
@@ -879,6 +897,9 @@ std::string Replica::MetricsText() const {
             e2e_);
   histogram("vllm:request_queue_time_seconds",
             "Histogram of time spent in WAITING phase for request.", queue_);
+  histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", prompt_len_);
+  histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+            output_len_);
 
   const std::string block_size = std::to_string(c.block_size);
   const std::string num_blocks = std::to_string(c.num_gpu_blocks);

@@ -52,6 +52,9 @@ struct Histogram {
 const std::vector<double>& TtftBuckets();
 const std::vector<double>& InterTokenBuckets();
 const std::vector<double>& RequestLatencyBuckets();
+// vllm:request_prompt_tokens / request_generation_tokens: 1, 2, 5, 10, 20, 50, ... up to
+// max_model_len (vLLM's build_1_2_5_buckets).
+std::vector<double> RequestTokenBuckets(int max_model_len);
 
 class Replica {
  public:
@@ -180,6 +183,8 @@ class Replica {
   Histogram itl_;
   Histogram e2e_;
   Histogram queue_;
+  Histogram prompt_len_;  // tokens per finished request's prompt
+  Histogram output_len_;  // and per its output
 };
 
 }  // namespace kvroute::sim

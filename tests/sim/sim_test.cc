@@ -307,6 +307,45 @@ TEST_F(FleetTest, MetricsReadLikeVllm) {
   EXPECT_GT(samples, 90);
 }
 
+// vllm:request_prompt_tokens and vllm:request_generation_tokens count a request when it
+// finishes, in vLLM's 1-2-5 buckets up to max_model_len (4096 here: the last finite
+// bound is 2000).
+TEST_F(FleetTest, RequestSizeHistogramsCountFinishedRequests) {
+  StartFleet({SmallReplica()});
+  for (int i = 0; i < 3; ++i) {  // 16 bytes: 4 prompt tokens, 4 output tokens
+    auto r = Post("/v1/completions", CompletionBody("metrics please " + std::to_string(i), 4));
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->status, 200);
+  }
+  auto r = Post("/v1/completions", CompletionBody(std::string(100, 'x'), 12));  // 25 tokens
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200);
+  const std::string m = Metrics();
+  auto bucket = [&](std::string_view name, std::string_view le) {
+    return Sample(m, name, kLabels + ",le=\"" + std::string(le) + "\"");
+  };
+  const char* p = "vllm:request_prompt_tokens_bucket";
+  EXPECT_EQ(bucket(p, "1.0"), 0.0);
+  EXPECT_EQ(bucket(p, "2.0"), 0.0);
+  EXPECT_EQ(bucket(p, "5.0"), 3.0);
+  EXPECT_EQ(bucket(p, "20.0"), 3.0);
+  EXPECT_EQ(bucket(p, "50.0"), 4.0);
+  EXPECT_EQ(bucket(p, "2000.0"), 4.0);
+  EXPECT_TRUE(std::isnan(bucket(p, "5000.0")));  // above max_model_len: no such bucket
+  EXPECT_EQ(bucket(p, "+Inf"), 4.0);
+  EXPECT_EQ(Counter(m, "vllm:request_prompt_tokens_count"), 4.0);
+  EXPECT_EQ(Counter(m, "vllm:request_prompt_tokens_sum"), 37.0);  // 3 x 4 + 25
+  const char* g = "vllm:request_generation_tokens_bucket";
+  EXPECT_EQ(bucket(g, "2.0"), 0.0);
+  EXPECT_EQ(bucket(g, "5.0"), 3.0);
+  EXPECT_EQ(bucket(g, "10.0"), 3.0);
+  EXPECT_EQ(bucket(g, "20.0"), 4.0);
+  EXPECT_EQ(bucket(g, "+Inf"), 4.0);
+  EXPECT_EQ(Counter(m, "vllm:request_generation_tokens_count"), 4.0);
+  EXPECT_EQ(Counter(m, "vllm:request_generation_tokens_sum"), 24.0);  // 3 x 4 + 12
+  EXPECT_NE(m.find("# TYPE vllm:request_prompt_tokens histogram\n"), std::string::npos);
+}
+
 TEST_F(FleetTest, OldMetricNamesDropEngineLabel) {
   ReplicaConfig r = SmallReplica();
   r.old_metric_names = true;
