@@ -5,6 +5,7 @@
 
 #include "bench/bench_main.h"
 #include "demo/demo_main.h"
+#include "doctor/doctor_main.h"
 #include "epp/epp_main.h"
 #include "router/serve_main.h"
 #include "sim/sim_main.h"
@@ -31,6 +32,8 @@ constexpr Command kCommands[] = {
      kvroute::bench::BenchMain},
     {"demo", "live comparison of routing policies on the seed article's traffic",
      kvroute::demo::DemoMain},
+    {"doctor", "diagnose a live fleet's /metrics: hit rate, KV spread, queues (routing or hardware?)",
+     kvroute::doctor::DoctorMain},
 };
 
 void PrintUsage(FILE* out) {

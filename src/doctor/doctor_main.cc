@@ -1,0 +1,378 @@
+#include "doctor/doctor_main.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <optional>
+
+#include "config/endpoints_file.h"
+#include "config/router_config.h"
+#include "config/yaml_reader.h"
+#include "core/doctor/doctor.h"
+#include "k8s/kubeconfig.h"
+#include "pool/kubernetes_discovery.h"
+
+namespace kvroute::doctor {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+// The rules as the help prints them, from the defaults themselves so the text cannot
+// drift from what Diagnose applies.
+std::string RulesText() {
+  const DoctorOptions d;
+  char buf[2048];
+  std::snprintf(
+      buf, sizeof buf,
+      "Rules (defaults; docs/DOCTOR.md explains each and its remedy):\n"
+      "  prefix-reuse-lost   fleet prefix-cache hit rate over the window < %.0f%%, with at\n"
+      "                      least %.0f prompt tokens looked up in the cache (routing)\n"
+      "  lopsided-kv         a replica's mean KV-cache usage >= %.0f%% while another's is\n"
+      "                      <= %.0f%% (routing)\n"
+      "  queue-imbalance     a replica's mean waiting >= %.1f while another's is <= %.1f\n"
+      "                      (routing)\n"
+      "  preemptions         a replica preempting more than %.2f requests/s\n"
+      "  prefix-caching-off  a replica's cache_config_info says enable_prefix_caching=False\n"
+      "  unreachable         a replica whose last scrape failed (connect error, timeout,\n"
+      "                      non-200 status, body over 16 MiB)\n"
+      "  garbage-metrics     NaN, infinite, negative or implausible engine series\n"
+      "  not-vllm            a 200 /metrics without any vllm: series (an HTML page, another\n"
+      "                      exporter)\n"
+      "Counters and histograms are read as rates over the window (hit rate from the\n"
+      "prefix-cache query/hit counters, new and old names, else the old hit-rate gauge;\n"
+      "TTFT p50/p99 from the histogram buckets); a counter that goes down inside the window\n"
+      "(a restart) makes that rate unknown, and a rule never fires on unknown figures.\n",
+      100 * d.low_hit_rate, d.min_queried_tokens, 100 * d.kv_hot, 100 * d.kv_cold, d.queue_busy,
+      d.queue_idle, d.preemptions_per_s);
+  return buf;
+}
+
+constexpr const char* kFooter = R"(
+Targets (exactly one of):
+  --endpoints HOST:PORT,...   the replicas' own addresses (their /metrics), not a router's
+  --config FILE               the pool of a `kvroute serve` / `kvroute epp` configuration:
+                              pool.endpoints, pool.endpoints_file (read once), or
+                              pool.discovery.kubernetes (the InferencePool's pods, listed once
+                              through the kubeconfig or the in-cluster service account)
+
+Durations: "30s", "500ms", "2m", "1h", or a number of seconds. --window 0 scrapes each
+replica once (rates, hit rates over the window and TTFT quantiles are then unknown).
+Every round scrapes all replicas at once, so a round takes at most --timeout however many
+are down. Ctrl-C during the window diagnoses what was collected so far.
+
+--watch: a live view, refreshed every --interval, one row per replica (KV bar, waiting,
+running, hit rate, preemptions/s) over the last --window of scrapes, until Ctrl-C. Plain
+ANSI (clear screen and home), fine over ssh; when stdout is not a terminal each refresh
+is printed as a frame, without the codes. Exits with the last frame's status.
+
+--scenario-out FILE writes a `kvroute simulate` scenario approximating the observed traffic
+(request rate, prompt and output lengths from vLLM's request-size histograms, fleet size
+and KV blocks from cache_config_info): `kvroute simulate --scenario FILE` then shows what
+each policy would do. It needs requests finished in the window; without any it is an error.
+
+Exit status: 0 healthy, 1 findings, 2 nothing readable (no replica gave a usable vLLM
+/metrics), a usage or configuration error, or --scenario-out could not be written.
+Progress goes to stderr (a countdown line when it is a terminal); reports to stdout.
+)";
+
+std::string Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return std::string(s);
+}
+
+// Parses a duration flag; "" on success.
+std::string FlagDuration(const char* flag, const std::string& text, bool zero_ok, double& out) {
+  std::optional<double> d = config::ParseDuration(text);
+  if (!d || !std::isfinite(*d)) {
+    return std::string(flag) + " '" + text + "': expected a duration (\"30s\", \"500ms\", \"2m\", or seconds)";
+  }
+  if (!zero_ok && *d <= 0) return std::string(flag) + " '" + text + "': must be > 0";
+  out = *d;
+  return "";
+}
+
+std::vector<Target> TargetsOf(const std::vector<config::EndpointConfig>& eps) {
+  std::vector<Target> out;
+  for (const config::EndpointConfig& e : eps) {
+    out.push_back(Target{e.name.empty() ? e.address : e.name, e.host_port.host, e.host_port.port});
+  }
+  return out;
+}
+
+// The pods an InferencePool selects, listed once: the discovery delivers the set after
+// its first pool list (possibly empty while the pods are still being listed), so a
+// non-empty set ends the wait, an empty one waits on until the deadline.
+std::string KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double timeout_s,
+                              std::vector<Target>& out) {
+  config::ConfigOr<k8s::ClusterAccess> access =
+      k.kubeconfig_path.empty() ? k8s::LoadInCluster() : k8s::LoadKubeconfig(k.kubeconfig_path, k.context);
+  if (!access.ok()) {
+    std::string why = access.error.ToString();
+    return k.kubeconfig_path.empty() ? "pool.discovery.kubernetes without a kubeconfig: " + why : why;
+  }
+  pool::KubernetesDiscoveryOptions o;
+  o.pool_name = k.inference_pool;
+  o.namespace_name = k.namespace_name.empty() ? access.value->namespace_name : k.namespace_name;
+  if (o.namespace_name.empty()) o.namespace_name = "default";
+  o.group = k.group;
+  o.objectives = false;  // priorities do not matter to a diagnosis
+  const std::string where = "InferencePool " + o.namespace_name + "/" + o.pool_name;
+
+  boost::asio::io_context ctx;
+  std::optional<std::vector<routing::EndpointSpec>> got;
+  pool::KubernetesDiscovery::Callbacks cb;
+  cb.on_endpoints = [&](std::vector<routing::EndpointSpec> eps) {
+    const bool done = !eps.empty();
+    got = std::move(eps);
+    if (done) ctx.stop();
+  };
+  pool::KubernetesDiscovery discovery(ctx, std::move(*access.value), o, std::move(cb));
+  boost::asio::steady_timer deadline(ctx);
+  deadline.expires_after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  deadline.async_wait([&](boost::system::error_code ec) {
+    if (!ec) ctx.stop();
+  });
+  discovery.Start();
+  ctx.run();
+  const std::string status = discovery.status();
+  discovery.Stop();
+  if (!got || got->empty()) {
+    if (!status.empty()) return "kubernetes: " + status;
+    return "kubernetes: " + where + (got ? " selects no ready pods" : ": not listed within " +
+                                                                          std::to_string(std::lround(timeout_s)) + "s");
+  }
+  for (const routing::EndpointSpec& e : *got) out.push_back(Target{e.name, e.host, e.port});
+  return "";
+}
+
+int TerminalWidth() {
+  winsize ws{};
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS")) {
+    int n = std::atoi(c);
+    if (n > 20) return n;
+  }
+  return 100;
+}
+
+// Replicas whose newest scrape was a usable vLLM one, for the progress line.
+int Readable(const std::vector<ReplicaHistory>& h) {
+  int n = 0;
+  for (const ReplicaHistory& r : h) {
+    if (!r.scrapes.empty() && r.scrapes.back().reachable && r.scrapes.back().any_engine_series) ++n;
+  }
+  return n;
+}
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "kvroute doctor: %s\n(kvroute doctor --help for the flags)\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+std::string ParseEndpointList(std::string_view list, std::vector<Target>& out) {
+  out.clear();
+  std::size_t start = 0;
+  int index = 0;
+  while (start <= list.size()) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    const std::string entry = Trim(list.substr(start, end - start));
+    start = end + 1;
+    ++index;
+    if (entry.empty()) continue;  // "a,,b" and a trailing comma are harmless
+    std::string error;
+    std::optional<config::HostPort> hp = config::ParseHostPort(entry, &error);
+    if (!hp) return "--endpoints entry " + std::to_string(index) + " '" + entry + "': " + error;
+    out.push_back(Target{entry, hp->host, hp->port});
+  }
+  if (out.empty()) return "--endpoints: no HOST:PORT given";
+  return "";
+}
+
+std::string TargetsFromConfig(const std::string& path, double discovery_timeout_s,
+                              std::vector<Target>& out) {
+  out.clear();
+  config::ConfigResult loaded = config::LoadRouterConfig(path);
+  if (!loaded.ok()) return loaded.error.ToString();
+  const config::PoolConfig& pool = loaded.config->pool;
+  if (pool.kubernetes.enabled()) return KubernetesTargets(pool.kubernetes, discovery_timeout_s, out);
+  if (!pool.endpoints_file_path.empty()) {
+    config::ConfigOr<std::string> text = config::ReadConfigFile(pool.endpoints_file_path);
+    if (!text.ok()) return text.error.ToString();
+    config::ConfigOr<std::vector<config::EndpointConfig>> eps =
+        config::ParseEndpointsFile(*text.value, pool.endpoints_file_path);
+    if (!eps.ok()) return eps.error.ToString();
+    out = TargetsOf(*eps.value);
+    if (out.empty()) return pool.endpoints_file_path + ": the endpoints file lists no endpoints";
+    return "";
+  }
+  out = TargetsOf(pool.endpoints);
+  if (out.empty()) return path + ": pool.endpoints: the configuration lists no endpoints";
+  return "";
+}
+
+int DoctorMain(int argc, char** argv) {
+  CLI::App app{
+      "Diagnose a live fleet of vLLM replicas the way the seed article did by hand: scrape\n"
+      "every replica's /metrics for a window, read the prefix-cache hit rate, the spread of\n"
+      "KV-cache usage and queues across replicas, preemptions and TTFT, and say whether\n"
+      "routing (not hardware) caps throughput, naming the kvroute configuration that fixes\n"
+      "each finding.",
+      "kvroute doctor"};
+  std::string endpoints, config_path, window_text = "30s", interval_text = "2s", timeout_text = "2s";
+  std::string scenario_out;
+  bool json = false, watch = false, quiet = false;
+  app.add_option("--endpoints,-e", endpoints, "Replicas to diagnose: HOST:PORT,HOST:PORT,...");
+  app.add_option("--config,-c", config_path,
+                 "A serve/epp configuration whose pool to diagnose (endpoints, endpoints_file, "
+                 "Kubernetes discovery)");
+  app.add_option("--window,-w", window_text,
+                 "How long to scrape; counters and histograms are rates over it (0: one scrape)")
+      ->capture_default_str();
+  app.add_option("--interval,-i", interval_text, "Between scrape rounds (and --watch refreshes)")
+      ->capture_default_str();
+  app.add_option("--timeout", timeout_text,
+                 "Per scrape: connect + complete response (a Kubernetes listing waits 5x this, at least 10s)")
+      ->capture_default_str();
+  app.add_flag("--json", json, "Print the report as JSON (schema kvroute-doctor/1, docs/DOCTOR.md)");
+  app.add_flag("--watch", watch,
+               "Live view refreshed every --interval over the last --window, until Ctrl-C");
+  app.add_option("--scenario-out", scenario_out,
+                 "Also write a `kvroute simulate` scenario of the observed traffic to FILE");
+  app.add_flag("--quiet,-q", quiet, "No progress on stderr");
+  app.footer(std::string(kFooter) + "\n" + RulesText());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return Usage(e.what());
+  }
+
+  double window_s = 0, interval_s = 0, timeout_s = 0;
+  for (const std::string& e : {FlagDuration("--window", window_text, true, window_s),
+                               FlagDuration("--interval", interval_text, false, interval_s),
+                               FlagDuration("--timeout", timeout_text, false, timeout_s)}) {
+    if (!e.empty()) return Usage(e);
+  }
+  if (endpoints.empty() == config_path.empty()) {
+    return Usage(endpoints.empty() ? "give the replicas: --endpoints HOST:PORT,... or --config FILE"
+                                   : "--endpoints and --config: give one of them, not both");
+  }
+  if (watch && json) return Usage("--watch and --json: pick one (--json prints one report)");
+  if (watch && !scenario_out.empty()) return Usage("--watch and --scenario-out: pick one");
+
+  CollectOptions co;
+  if (!endpoints.empty()) {
+    if (std::string e = ParseEndpointList(endpoints, co.targets); !e.empty()) return Usage(e);
+  } else if (std::string e = TargetsFromConfig(config_path, std::max(10.0, 5 * timeout_s), co.targets);
+             !e.empty()) {
+    std::fprintf(stderr, "kvroute doctor: %s\n", e.c_str());
+    return 2;
+  }
+  co.window_s = window_s;
+  co.interval_s = interval_s;
+  co.timeout_s = timeout_s;
+  co.stop = &g_stop;
+
+  DoctorOptions dopt;
+  dopt.window_s = window_s;
+  const bool err_tty = isatty(STDERR_FILENO) != 0;
+  const bool out_tty = isatty(STDOUT_FILENO) != 0;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+
+  if (watch) {
+    co.window_s = std::numeric_limits<double>::infinity();
+    co.keep_s = window_s > 0 ? window_s : 1e-9;  // 0: only the newest scrape of each
+    int last_exit = 2;
+    co.on_round = [&](const std::vector<ReplicaHistory>& h) {
+      Report r = Diagnose(h, dopt);
+      last_exit = r.ExitCode();
+      const int width = TerminalWidth();
+      std::string frame = out_tty ? "\033[H\033[2J" : "";
+      char head[256];
+      std::snprintf(head, sizeof head,
+                    "kvroute doctor --watch: %zu replicas, window %.0fs (have %.0fs), every %gs%s\n\n",
+                    h.size(), window_s, r.window_s, interval_s, out_tty ? "   Ctrl-C to stop" : "");
+      frame += head;
+      frame += WatchView(r, width);
+      if (!out_tty) frame += "\n";
+      std::fwrite(frame.data(), 1, frame.size(), stdout);
+      std::fflush(stdout);
+    };
+    Collect(co);
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    return last_exit;
+  }
+
+  if (!quiet) {
+    if (err_tty) {
+      co.on_round = [&, rounds = 0](const std::vector<ReplicaHistory>& h) mutable {
+        ++rounds;
+        double t = 0;
+        for (const ReplicaHistory& r : h) {
+          if (!r.scrapes.empty()) t = std::max(t, r.scrapes.back().t_s);
+        }
+        std::fprintf(stderr, "\r\033[Kkvroute doctor: %zu replicas, %d readable, round %d, %.0fs left",
+                     h.size(), Readable(h), rounds, std::max(0.0, window_s - t));
+        std::fflush(stderr);
+      };
+    } else {
+      std::fprintf(stderr, "kvroute doctor: scraping %zu replicas for %gs every %gs\n", co.targets.size(),
+                   window_s, interval_s);
+    }
+  }
+  std::vector<ReplicaHistory> histories = Collect(co);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (!quiet && err_tty) std::fprintf(stderr, "\r\033[K");
+  if (g_stop.load() && !quiet) std::fprintf(stderr, "kvroute doctor: interrupted; diagnosing what was collected\n");
+
+  Report report = Diagnose(histories, dopt);
+  const std::string text = json ? ReportJson(report) : ReportText(report);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);
+  std::fflush(stdout);
+
+  if (!scenario_out.empty()) {
+    std::string error;
+    const std::string yaml = ScenarioYaml(report, histories, &error);
+    if (yaml.empty()) {
+      std::fprintf(stderr, "kvroute doctor: --scenario-out %s: %s\n", scenario_out.c_str(),
+                   error.empty() ? "nothing to write" : error.c_str());
+      return 2;
+    }
+    std::ofstream f(scenario_out, std::ios::binary | std::ios::trunc);
+    f << yaml;
+    f.close();
+    if (!f) {
+      std::fprintf(stderr, "kvroute doctor: --scenario-out %s: cannot write the file\n", scenario_out.c_str());
+      return 2;
+    }
+    if (!quiet) {
+      std::fprintf(stderr, "kvroute doctor: wrote %s (kvroute simulate --scenario %s)\n", scenario_out.c_str(),
+                   scenario_out.c_str());
+    }
+  }
+  return report.ExitCode();
+}
+
+}  // namespace kvroute::doctor
