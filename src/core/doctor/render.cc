@@ -108,6 +108,15 @@ std::string TSec(const Opt& v) {
 }
 std::string TOnOff(const std::optional<bool>& v) { return v ? (*v ? "on" : "off") : "-"; }
 
+// Names, errors and summaries may carry a replica's bytes: one terminal line each.
+std::string OneLine(std::string_view v) {
+  std::string s(v);
+  for (char& c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  return s;
+}
+
 std::string Fit(std::string s, size_t width) {
   if (s.size() <= width) return s;
   if (width <= 1) return s.substr(0, width);
@@ -184,18 +193,20 @@ std::string ReportText(const Report& r) {
   for (const ReplicaFigures& x : r.replicas) {
     o += fmt::format(
         "{:<{}} {:>3} {:>7} {:>7} {:>5} {:>5} {:>5} {:>6} {:>9} {:>7} {:>7} {:>8} {:>6}\n",
-        Fit(x.name, name_w), name_w, x.reachable ? "yes" : "NO", TNum(x.running),
+        Fit(OneLine(x.name), name_w), name_w, x.reachable ? "yes" : "NO", TNum(x.running),
         TNum(x.waiting), TPct(x.kv_now), TPct(x.kv_mean), TPct(x.kv_max), TPct1(x.hit_rate),
         TNum(x.preemptions_per_s, 2), TSec(x.ttft_s.p50), TSec(x.ttft_s.p99),
         TNum(x.tokens_per_s), TOnOff(x.prefix_caching));
   }
   for (const ReplicaFigures& x : r.replicas) {
-    if (!x.reachable && !x.error.empty()) o += fmt::format("  {}: {}\n", x.name, x.error);
+    if (!x.reachable && !x.error.empty()) {
+      o += fmt::format("  {}: {}\n", OneLine(x.name), OneLine(x.error));
+    }
   }
   const FleetFigures& f = r.fleet;
   std::string preempting = f.preempting.empty() ? "none" : "";
   for (size_t i = 0; i < f.preempting.size(); ++i) {
-    preempting += (i ? ", " : "") + f.preempting[i];
+    preempting += (i ? ", " : "") + OneLine(f.preempting[i]);
   }
   o += fmt::format(
       "\nfleet: hit rate {}{}, KV min {} max {} spread {}, waiting {} (mean min {} max {}), "
@@ -211,7 +222,7 @@ std::string ReportText(const Report& r) {
   }
   for (const Finding& x : r.findings) {
     o += fmt::format("FINDING {}{}: {}\n", x.rule, x.severity == "error" ? " (error)" : "",
-                     x.summary);
+                     OneLine(x.summary));
     o += fmt::format("  rule: {}\n", x.condition);
     o += fmt::format("  fix: {}\n", x.remedy);
   }
@@ -242,16 +253,16 @@ std::string WatchView(const Report& r, int width) {
     }
     std::string row;
     if (!x.reachable) {
-      row = fmt::format("{:<{}} [{}] DOWN {}", Fit(x.name, name_w), name_w, std::string(bar_w, ' '),
-                        x.error);
+      row = fmt::format("{:<{}} [{}] DOWN {}", Fit(OneLine(x.name), name_w), name_w,
+                        std::string(bar_w, ' '), OneLine(x.error));
     } else {
       row = fmt::format("{:<{}} [{}] {:>4} wait {:>4} run {:>4} hit {:>6} pre {:>5}",
-                        Fit(x.name, name_w), name_w, bar, TPct(x.kv_now), TNum(x.waiting),
+                        Fit(OneLine(x.name), name_w), name_w, bar, TPct(x.kv_now), TNum(x.waiting),
                         TNum(x.running), TPct1(x.hit_rate), TNum(x.preemptions_per_s, 2));
     }
     o += Fit(row, w) + "\n";
   }
-  for (const Finding& x : r.findings) o += Fit("! " + x.rule + ": " + x.summary, w) + "\n";
+  for (const Finding& x : r.findings) o += Fit("! " + x.rule + ": " + OneLine(x.summary), w) + "\n";
   if (r.findings.empty() && r.readable) o += Fit("healthy: no findings", w) + "\n";
   return o;
 }
