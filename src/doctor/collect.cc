@@ -161,9 +161,12 @@ class Collector {
     }
     // A watchdog on the same loop: the stop flag is another thread's, so it is polled.
     asio::steady_timer watchdog(ctx_);
+    bool armed = false;
     std::function<void()> arm = [&] {
+      armed = true;
       watchdog.expires_after(std::chrono::milliseconds(50));
       watchdog.async_wait([&](boost::system::error_code ec) {
+        armed = false;
         if (ec || open == 0) return;
         const bool stop = Stopped();
         if (stop || Now() >= deadline) {
@@ -179,8 +182,16 @@ class Collector {
       });
     };
     if (open > 0) arm();
-    ctx_.run();
-    ctx_.restart();
+    // Not run(): kept-alive connections leave work on the loop (their idle timers), so
+    // run() would wait for them; the round is over when every scrape is.
+    while (open > 0 && ctx_.run_one() > 0) {
+    }
+    if (armed) {
+      watchdog.cancel();
+      while (armed && ctx_.run_one() > 0) {
+      }  // its handler refers to this frame: let it finish here
+    }
+    if (ctx_.stopped()) ctx_.restart();
     // Each call's callbacks hold its Pending, which holds the call: break the cycle.
     for (auto& p : pending) p->call = {};
     if (options_.keep_s > 0) Trim();
@@ -200,8 +211,12 @@ class Collector {
     const double t = Now();
     ReplicaHistory& h = histories_[i];
     if (p.too_large) {
+      const std::size_t max = options_.max_body_bytes;
       h.scrapes.push_back(FailedScrape(
-          "/metrics body larger than " + std::to_string(options_.max_body_bytes >> 20) + " MiB", t));
+          "/metrics body larger than " +
+              (max >= (1u << 20) && max % (1u << 20) == 0 ? std::to_string(max >> 20) + " MiB"
+                                                          : std::to_string(max) + " bytes"),
+          t));
     } else if (p.by_deadline) {
       h.scrapes.push_back(FailedScrape("no complete response within " + DurationText(options_.timeout_s), t));
     } else if (!r.ok()) {
