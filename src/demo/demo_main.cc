@@ -22,11 +22,13 @@ int DemoMain(int argc, char** argv) {
   std::string policies;
   bool quiet = false;
   CLI::App app{
-      "Live comparison of routing policies on the seed article's traffic: for each policy, a\n"
-      "fresh in-process fleet of 8 simulated vLLM replicas, the router configured with that\n"
-      "policy, and the load generator sending the seed-8x scenario (scaled down to run live\n"
-      "on two cores). Prints a side-by-side table and writes report.md, report.json and SVG\n"
-      "charts.",
+      "The seed article's story. First, in virtual time: seed-8x on 2, 4 and 8 replicas\n"
+      "under round-robin and kvroute at capacity (throughput and TTFT p99 per fleet size).\n"
+      "Then live, for each policy: a fresh in-process fleet of 8 simulated vLLM replicas,\n"
+      "the router configured with that policy, the load generator sending seed-8x (scaled\n"
+      "down to run live on two cores) and kvroute doctor diagnosing the replicas during the\n"
+      "traffic. Prints the scaling table, the diagnoses and a side-by-side table; writes\n"
+      "report.md, report.json, report.html and SVG charts.",
       "kvroute demo"};
   app.add_option("--duration", o.duration_s, "Seconds of traffic per policy")
       ->check(CLI::PositiveNumber)
@@ -51,12 +53,33 @@ int DemoMain(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--replicas", o.replicas, "Replicas (0: the scenario's)");
   app.add_option("--seed", o.seed, "Workload seed (0: the scenario's)");
+  bool no_scaling = false;
+  app.add_flag("--no-scaling", no_scaling, "Skip the scaling runs in virtual time");
+  app.add_option("--scaling-rate", o.scaling_options.rate_per_replica,
+                 "Scaling runs: offered requests/s per replica")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--scaling-requests", o.scaling_options.requests_per_replica,
+                 "Scaling runs: requests per replica")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--doctor-warmup", o.doctor_warmup_s,
+                 "Seconds of traffic before kvroute doctor starts scraping")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--doctor-window", o.doctor_window_s,
+                 "Seconds kvroute doctor scrapes during each live run (0: no doctor)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--records", o.records,
+               "Also write requests-<policy>.csv (per request: send time, replica, TTFT...)");
   app.add_flag("--quiet,-q", quiet, "No progress output");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.scaling = !no_scaling;
   if (!policies.empty()) {
     o.policies.clear();
     size_t start = 0;
@@ -98,7 +121,7 @@ int DemoMain(int argc, char** argv) {
     std::fprintf(stderr, "kvroute demo: %s\n", r.error.c_str());
     return 1;
   }
-  std::printf("\n%s\n", DemoTable(r).c_str());
+  std::printf("\n%s\n", DemoText(r).c_str());
   for (const std::string& n : r.notes) std::printf("note: %s\n", n.c_str());
   for (const std::string& f : r.files) std::printf("wrote %s\n", f.c_str());
   return 0;
