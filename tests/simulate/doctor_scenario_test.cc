@@ -101,5 +101,37 @@ TEST(DoctorScenarioTest, ScenarioFromAFixtureHistoryLoadsAndRuns) {
   }
 }
 
+TEST(DoctorScenarioTest, WithoutHistogramsOrReuseItIsARandomWorkloadOfMeanLengths) {
+  // Old enough vLLM: no request-size histograms. 30 s: 60 requests, 120,000 prompt and
+  // 6,000 generation tokens, no prefix hits (so no sharing is assumed).
+  const std::string base = Fixture();
+  std::string later = Replace(base, "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15012.0",
+                              "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15072.0");
+  later = Replace(later, "vllm:prompt_tokens_total" + kSeries + "} 8.2634112e+07",
+                  "vllm:prompt_tokens_total" + kSeries + "} 8.2754112e+07");
+  later = Replace(later, "vllm:generation_tokens_total" + kSeries + "} 1.1730411e+07",
+                  "vllm:generation_tokens_total" + kSeries + "} 1.1736411e+07");
+  later = Replace(later, "vllm:prefix_cache_queries_total" + kSeries + "} 8.2634112e+07",
+                  "vllm:prefix_cache_queries_total" + kSeries + "} 8.2754112e+07");
+  std::vector<doctor::ReplicaHistory> hs = {
+      {"r0", "r0:8000", {doctor::ParseScrape(base, 0), doctor::ParseScrape(later, 30)}}};
+  const doctor::Report report = doctor::Diagnose(hs, doctor::DoctorOptions{});
+  std::string error;
+  const std::string yaml = doctor::ScenarioYaml(report, hs, &error);
+  ASSERT_EQ(error, "");
+  config::ConfigOr<config::Scenario> load = config::ParseScenario(yaml, "doctor.yaml", ".");
+  ASSERT_TRUE(load.ok()) << load.error.ToString() << "\n" << yaml;
+  config::Scenario s = *load.value;
+  EXPECT_EQ(s.workload.kind, workload::WorkloadKind::kRandom);
+  ASSERT_EQ(s.workload.input_len.components.size(), 1u);
+  EXPECT_EQ(s.workload.input_len.components[0].mean, 2000);  // 120,000 / 60
+  EXPECT_EQ(s.workload.output_len.components[0].mean, 100);  // 6,000 / 60
+  EXPECT_EQ(s.arrivals.num_requests, 120);                   // 2/s for 60 s
+  s.arrivals.num_requests = 20;
+  const SimulationResult r = RunSimulation(s, "kvroute", -1);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.report.succeeded, 20);
+}
+
 }  // namespace
 }  // namespace kvroute::simulate
