@@ -255,17 +255,19 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
   {
     // A ratio stays meaningful over the replicas that measured it; gauges (old vLLM) are
     // averaged only when no replica has counters, since the two do not mix.
+    // Window counts and totals since start do not add up either: when some replica has
+    // a window, only windows count.
+    std::string counter_source = "counters-lifetime";
+    for (const ReplicaFigures* r : live) {
+      if (r->hit_rate_source == "counters") counter_source = "counters";
+    }
     double hits = 0, queries = 0, gauge_sum = 0;
     int counted = 0, gauges = 0;
-    std::string counter_source;
     for (const ReplicaFigures* r : live) {
-      if (r->hit_rate_source == "counters" || r->hit_rate_source == "counters-lifetime") {
+      if (r->hit_rate_source == counter_source) {
         hits += *r->hit_rate * *r->queried_tokens;
         queries += *r->queried_tokens;
         ++counted;
-        if (counter_source.empty() || r->hit_rate_source == "counters") {
-          counter_source = r->hit_rate_source;
-        }
       } else if (r->hit_rate_source == "gauge") {
         gauge_sum += *r->hit_rate;
         ++gauges;

@@ -173,14 +173,14 @@ class Visitor : public metrics::SampleVisitor {
   }
 
   void AddCacheInfo(const Sample& s) {
-    const std::optional<int64_t> bs = s.labels.GetInt("block_size");
-    if (s.labels.Find("block_size")) {
+    if (const auto raw = s.labels.Find("block_size")) {
+      const std::optional<int64_t> bs = s.labels.GetInt("block_size");
       if (bs && *bs >= 1 && static_cast<double>(*bs) <= kMaxPlausible) {
         if (!out_.block_size) out_.block_size = *bs;
-      } else if (!bs || *bs < 1 || static_cast<double>(*bs) > kMaxPlausible) {
+      } else if (bs || *raw != "None") {
         bad_block_size_ = true;
         Garbage(fmt::format("vllm:cache_config_info block_size=\"{}\" (line {})",
-                            Printable(s.labels.Find("block_size").value_or("")), s.line));
+                            Printable(*raw), s.line));
       }
     }
     if (const auto raw = s.labels.Find("num_gpu_blocks")) {

@@ -258,6 +258,31 @@ TEST(ParseScrapeTest, NotVllmAndFailed) {
   EXPECT_EQ(f.t_s, 4);
 }
 
+TEST(ParseScrapeTest, CapacityLabelsNoneIsUnknownAndNonsenseIsGarbage) {
+  Scrape s = ParseScrape("vllm:cache_config_info{block_size=\"None\",num_gpu_blocks=\"None\"} 1\n", 0);
+  EXPECT_FALSE(s.block_size);
+  EXPECT_FALSE(s.num_gpu_blocks);
+  EXPECT_TRUE(s.garbage.empty());
+  s = ParseScrape("vllm:cache_config_info{block_size=\"-16\",num_gpu_blocks=\"lots\"} 1\n", 0);
+  EXPECT_FALSE(s.block_size);
+  EXPECT_FALSE(s.num_gpu_blocks);
+  EXPECT_EQ(s.garbage, (std::vector<std::string>{
+                           "vllm:cache_config_info block_size=\"-16\" (line 1)",
+                           "vllm:cache_config_info num_gpu_blocks=\"lots\" (line 1)"}));
+}
+
+TEST(DiagnoseTest, FleetHitRateUsesWindowsOnlyWhenSomeReplicaHasOne) {
+  // b was scraped once (lifetime 7% of 82.6M tokens): mixing it with a's window would
+  // let its history drown the window.
+  const Report r = Diagnose({Steady("a", 0.5, 0, 100000, 0.75),
+                             {"b", "b:1", {ParseScrape(Fixture(kV010), 10)}}},
+                            DoctorOptions{});
+  EXPECT_EQ(r.replicas[1].hit_rate_source, "counters-lifetime");
+  EXPECT_EQ(r.fleet.hit_rate_source, "counters");
+  EXPECT_EQ(r.fleet.hit_rate, 0.75);
+  EXPECT_EQ(r.fleet.queried_tokens, 100000);
+}
+
 // --- Quantiles.
 
 TEST(HistogramQuantileTest, PrometheusSemantics) {
