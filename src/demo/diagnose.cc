@@ -1,25 +1,30 @@
 #include "demo/diagnose.h"
 
-#include <chrono>
-#include <thread>
+#include "core/doctor/doctor.h"
+#include "doctor/collect.h"
 
 namespace kvroute::demo {
 
-// Stand-in until doctor's collector and rules are implemented (issue 12, part 1): waits
-// out the window like the collector would, so the demo's timing is the real one.
 Diagnosis DiagnoseFleet(const std::string& policy, const std::vector<DoctorTarget>& targets,
                         double window_s, double interval_s, const std::atomic<bool>* stop) {
-  (void)targets;
-  (void)interval_s;
-  const auto start = std::chrono::steady_clock::now();
-  while (!(stop && stop->load()) &&
-         std::chrono::steady_clock::now() - start < std::chrono::duration<double>(window_s)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  doctor::CollectOptions co;
+  for (const DoctorTarget& t : targets) co.targets.push_back({t.name, t.host, t.port});
+  co.window_s = window_s;
+  co.interval_s = interval_s;
+  co.stop = stop;
+  const std::vector<doctor::ReplicaHistory> histories = doctor::Collect(co);
+  doctor::DoctorOptions opts;
+  opts.window_s = window_s;
+  const doctor::Report report = doctor::Diagnose(histories, opts);
   Diagnosis d;
   d.policy = policy;
-  d.text = "kvroute doctor is not in this build yet (src/doctor has no implementation).\n";
-  d.exit_code = 2;
+  d.text = doctor::ReportText(report);
+  d.json = doctor::ReportJson(report);
+  d.exit_code = report.ExitCode();
+  for (const doctor::Finding& f : report.findings) {
+    d.findings.push_back(f.rule);
+    d.routing_finding = d.routing_finding || f.routing;
+  }
   return d;
 }
 
