@@ -41,9 +41,8 @@ void CheckNonNegative(const std::optional<double>& v, const char* what) {
 void CheckScrape(const Scrape& s) {
   CheckFraction(s.kv_usage, "scrape kv_usage in [0, 1]");
   CheckFraction(s.hit_rate_gauge, "scrape hit_rate_gauge in [0, 1]");
-  for (const auto* v : {&s.running, &s.waiting, &s.prefix_queries, &s.prefix_hits,
-                        &s.preemptions, &s.prompt_tokens, &s.generation_tokens,
-                        &s.requests_finished}) {
+  for (const auto* v : {&s.running, &s.waiting, &s.prefix_queries, &s.prefix_hits, &s.preemptions,
+                        &s.prompt_tokens, &s.generation_tokens, &s.requests_finished}) {
     CheckNonNegative(*v, "scrape count finite and >= 0");
   }
   for (const Histogram* h : {&s.ttft, &s.prompt_len, &s.output_len}) {
@@ -64,9 +63,9 @@ void CheckReport(const Report& r) {
     CheckFraction(x.kv_mean, "kv_mean in [0, 1]");
     CheckFraction(x.kv_max, "kv_max in [0, 1]");
     CheckFraction(x.hit_rate, "hit_rate in [0, 1]");
-    for (const auto* v : {&x.running, &x.waiting, &x.waiting_mean, &x.queried_tokens,
-                          &x.preemptions_per_s, &x.tokens_per_s, &x.requests_per_s,
-                          &x.ttft_s.p50, &x.ttft_s.p99}) {
+    for (const auto* v :
+         {&x.running, &x.waiting, &x.waiting_mean, &x.queried_tokens, &x.preemptions_per_s,
+          &x.tokens_per_s, &x.requests_per_s, &x.ttft_s.p50, &x.ttft_s.p99}) {
       CheckNonNegative(*v, "replica figure finite and >= 0");
     }
   }

@@ -15,9 +15,9 @@ namespace kvroute::simulate {
 namespace {
 
 std::string Fixture() {
-  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) +
-                       "/tests/metrics/testdata/metrics-v0.10-engine-label.txt",
-                   std::ios::binary);
+  std::ifstream in(
+      std::string(KVROUTE_SOURCE_DIR) + "/tests/metrics/testdata/metrics-v0.10-engine-label.txt",
+      std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -40,7 +40,8 @@ std::string WithSizes(std::string text, double n) {
     std::string o = "# TYPE " + name + " histogram\n";
     for (double b : bounds) {
       const double c = b < split_at ? 0 : b < split_hi ? n * 0.75 : n;
-      o += name + "_bucket" + kSeries + ",le=\"" + std::to_string(b) + "\"} " + std::to_string(c) + "\n";
+      o += name + "_bucket" + kSeries + ",le=\"" + std::to_string(b) + "\"} " + std::to_string(c) +
+           "\n";
     }
     o += name + "_bucket" + kSeries + ",le=\"+Inf\"} " + std::to_string(n) + "\n";
     o += name + "_count" + kSeries + "} " + std::to_string(n) + "\n";
@@ -54,15 +55,17 @@ std::string WithSizes(std::string text, double n) {
 TEST(DoctorScenarioTest, ScenarioFromAFixtureHistoryLoadsAndRuns) {
   const std::string base = Fixture();
   // 30 s later: 300 more requests (10/s), 1.2M more prompt tokens queried, 30% hit.
-  std::string later = Replace(base, "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15012.0",
-                              "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15312.0");
+  std::string later =
+      Replace(base, "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15012.0",
+              "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15312.0");
   later = Replace(later, "vllm:prefix_cache_queries_total" + kSeries + "} 8.2634112e+07",
                   "vllm:prefix_cache_queries_total" + kSeries + "} 8.3834112e+07");
   later = Replace(later, "vllm:prefix_cache_hits_total" + kSeries + "} 5.784384e+06",
                   "vllm:prefix_cache_hits_total" + kSeries + "} 6.144384e+06");
   std::vector<doctor::ReplicaHistory> hs;
   for (const char* name : {"r0", "r1"}) {
-    hs.push_back({name, std::string(name) + ":8000",
+    hs.push_back({name,
+                  std::string(name) + ":8000",
                   {doctor::ParseScrape(WithSizes(base, 1000), 0),
                    doctor::ParseScrape(WithSizes(later, 1300), 30)}});
     ASSERT_TRUE(hs.back().scrapes[1].garbage.empty()) << hs.back().scrapes[1].garbage[0];
@@ -105,8 +108,9 @@ TEST(DoctorScenarioTest, WithoutHistogramsOrReuseItIsARandomWorkloadOfMeanLength
   // Old enough vLLM: no request-size histograms. 30 s: 60 requests, 120,000 prompt and
   // 6,000 generation tokens, no prefix hits (so no sharing is assumed).
   const std::string base = Fixture();
-  std::string later = Replace(base, "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15012.0",
-                              "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15072.0");
+  std::string later =
+      Replace(base, "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15012.0",
+              "vllm:request_success_total" + kSeries + ",finished_reason=\"stop\"} 15072.0");
   later = Replace(later, "vllm:prompt_tokens_total" + kSeries + "} 8.2634112e+07",
                   "vllm:prompt_tokens_total" + kSeries + "} 8.2754112e+07");
   later = Replace(later, "vllm:generation_tokens_total" + kSeries + "} 1.1730411e+07",

@@ -122,8 +122,7 @@ ReplicaFigures Figures(const ReplicaHistory& h, std::optional<Histogram>* ttft_w
       r.hit_rate_source = "counters";
     }
     r.preemptions_per_s = PerSecond(Delta(w.first->preemptions, w.last->preemptions), w.dt);
-    r.tokens_per_s =
-        PerSecond(Delta(w.first->generation_tokens, w.last->generation_tokens), w.dt);
+    r.tokens_per_s = PerSecond(Delta(w.first->generation_tokens, w.last->generation_tokens), w.dt);
     r.requests_per_s =
         PerSecond(Delta(w.first->requests_finished, w.last->requests_finished), w.dt);
   } else if (w.last->prefix_queries && w.last->prefix_hits && *w.last->prefix_queries > 0 &&
@@ -248,7 +247,8 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
   for (size_t i = 0; i < replicas.size(); ++i) {
     const ReplicaFigures& r = rep.replicas[i];
     if (r.reachable) ++f.reachable;
-    if (r.reachable && !replicas[i].scrapes.empty() && replicas[i].scrapes.back().any_engine_series) {
+    if (r.reachable && !replicas[i].scrapes.empty() &&
+        replicas[i].scrapes.back().any_engine_series) {
       live.push_back(&r);
     }
   }
@@ -330,9 +330,8 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
   }
 
   // --- Findings. Plumbing first (they explain unknown figures below), then routing.
-  auto add = [&](std::string rule, std::string severity, std::string summary,
-                 std::string condition, std::string remedy, std::vector<std::string> names,
-                 bool routing) {
+  auto add = [&](std::string rule, std::string severity, std::string summary, std::string condition,
+                 std::string remedy, std::vector<std::string> names, bool routing) {
     rep.findings.push_back(Finding{std::move(rule), std::move(severity), std::move(summary),
                                    std::move(condition), std::move(remedy), std::move(names),
                                    routing});
@@ -441,8 +440,8 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
       const bool hot_queue = hot->waiting_mean && *hot->waiting_mean >= o.queue_busy;
       const bool hot_preempt =
           hot->preemptions_per_s && *hot->preemptions_per_s > o.preemptions_per_s;
-      const bool cold_idle = cold->waiting_mean && *cold->waiting_mean <= o.queue_idle &&
-                             *cold->kv_mean <= o.kv_cold;
+      const bool cold_idle =
+          cold->waiting_mean && *cold->waiting_mean <= o.queue_idle && *cold->kv_mean <= o.kv_cold;
       if (spread >= o.kv_spread && (hot_kv || hot_queue || hot_preempt) && cold_idle) {
         std::string pressure;
         if (hot->waiting_mean) pressure = fmt::format(", {} waiting", Num(*hot->waiting_mean));
@@ -458,10 +457,10 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
                         "(KV >= {}, mean waiting >= {} or preemptions > {}/s) and the coldest "
                         "idle (KV <= {}, mean waiting <= {})",
                         o.kv_spread * 100, Pct(o.kv_hot), Threshold(o.queue_busy),
-                        Threshold(o.preemptions_per_s), Pct(o.kv_cold),
-                        Threshold(o.queue_idle)),
+                        Threshold(o.preemptions_per_s), Pct(o.kv_cold), Threshold(o.queue_idle)),
             "spread the load by KV and queue: raise the kv-cache-utilization-scorer and "
-            "queue-depth-scorer weights in the `schedulingProfile`, or use `scheduling: {policy: kvroute}`",
+            "queue-depth-scorer weights in the `schedulingProfile`, or use `scheduling: {policy: "
+            "kvroute}`",
             {hot->name, cold->name}, true);
       }
     }
@@ -486,7 +485,8 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
                       Num(*idlest->waiting_mean), busy.size(), idle.size()),
           fmt::format("some replica's mean waiting >= {} while another's <= {}",
                       Threshold(o.queue_busy), Threshold(o.queue_idle)),
-          "make picks follow the queues: weight the queue-depth-scorer in the `schedulingProfile`, or use "
+          "make picks follow the queues: weight the queue-depth-scorer in the `schedulingProfile`, "
+          "or use "
           "`scheduling: {policy: kvroute}`",
           names, true);
     }

@@ -29,8 +29,22 @@ constexpr size_t kMaxEngines = 256;
 constexpr size_t kMaxBuckets = 128;
 constexpr size_t kMaxGarbageLines = 16;
 
-enum class Field { kRunning, kWaiting, kKv, kKvOld, kQueries, kQueriesOld, kHits, kHitsOld,
-                   kHitGauge, kPreemptions, kPromptTokens, kGenTokens, kSuccess, kCount };
+enum class Field {
+  kRunning,
+  kWaiting,
+  kKv,
+  kKvOld,
+  kQueries,
+  kQueriesOld,
+  kHits,
+  kHitsOld,
+  kHitGauge,
+  kPreemptions,
+  kPromptTokens,
+  kGenTokens,
+  kSuccess,
+  kCount
+};
 
 struct FieldName {
   std::string_view name;
@@ -179,8 +193,8 @@ class Visitor : public metrics::SampleVisitor {
         if (!out_.block_size) out_.block_size = *bs;
       } else if (bs || *raw != "None") {
         bad_block_size_ = true;
-        Garbage(fmt::format("vllm:cache_config_info block_size=\"{}\" (line {})",
-                            Printable(*raw), s.line));
+        Garbage(fmt::format("vllm:cache_config_info block_size=\"{}\" (line {})", Printable(*raw),
+                            s.line));
       }
     }
     if (const auto raw = s.labels.Find("num_gpu_blocks")) {
@@ -307,8 +321,9 @@ Scrape ParseScrape(std::string_view body, double t_s) {
     junk.t_s = t_s;
     junk.reachable = true;
     const metrics::ParseError& e = report.errors.front();
-    junk.garbage.push_back(fmt::format("not a Prometheus text exposition ({} bad lines; line {}: {})",
-                                       report.errors.size(), e.line, e.message));
+    junk.garbage.push_back(
+        fmt::format("not a Prometheus text exposition ({} bad lines; line {}: {})",
+                    report.errors.size(), e.line, e.message));
     return junk;
   }
   v.Finish();

@@ -52,11 +52,21 @@ void AppendString(std::string& out, std::string_view s) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
@@ -147,10 +157,11 @@ std::string ReportJson(const Report& r) {
                      JNum(x.hit_rate), JStrOrNull(x.hit_rate_source), JNum(x.queried_tokens));
     o += fmt::format("\"preemptions_per_s\": {}, \"tokens_per_s\": {}, \"requests_per_s\": {}, ",
                      JNum(x.preemptions_per_s), JNum(x.tokens_per_s), JNum(x.requests_per_s));
-    o += fmt::format("\"ttft_s\": {}, \"prefix_caching\": {}, \"block_size\": {}, "
-                     "\"num_gpu_blocks\": {}, \"garbage\": {}}}",
-                     JQuantiles(x.ttft_s), JBool(x.prefix_caching), JInt(x.block_size),
-                     JInt(x.num_gpu_blocks), JList(x.garbage));
+    o += fmt::format(
+        "\"ttft_s\": {}, \"prefix_caching\": {}, \"block_size\": {}, "
+        "\"num_gpu_blocks\": {}, \"garbage\": {}}}",
+        JQuantiles(x.ttft_s), JBool(x.prefix_caching), JInt(x.block_size), JInt(x.num_gpu_blocks),
+        JList(x.garbage));
   }
   o += r.replicas.empty() ? "],\n" : "\n  ],\n";
   const FleetFigures& f = r.fleet;
@@ -169,10 +180,11 @@ std::string ReportJson(const Report& r) {
   for (size_t i = 0; i < r.findings.size(); ++i) {
     const Finding& x = r.findings[i];
     o += i ? ",\n    {" : "\n    {";
-    o += fmt::format("\"rule\": {}, \"severity\": {}, \"routing\": {}, \"summary\": {}, "
-                     "\"condition\": {}, \"remedy\": {}, \"replicas\": {}}}",
-                     JStr(x.rule), JStr(x.severity), x.routing ? "true" : "false",
-                     JStr(x.summary), JStr(x.condition), JStr(x.remedy), JList(x.replicas));
+    o += fmt::format(
+        "\"rule\": {}, \"severity\": {}, \"routing\": {}, \"summary\": {}, "
+        "\"condition\": {}, \"remedy\": {}, \"replicas\": {}}}",
+        JStr(x.rule), JStr(x.severity), x.routing ? "true" : "false", JStr(x.summary),
+        JStr(x.condition), JStr(x.remedy), JList(x.replicas));
   }
   o += r.findings.empty() ? "],\n" : "\n  ],\n";
   o += fmt::format("  \"readable\": {},\n  \"healthy\": {},\n  \"exit_code\": {}\n}}\n",
@@ -184,19 +196,22 @@ std::string ReportJson(const Report& r) {
 std::string ReportText(const Report& r) {
   std::string o;
   size_t name_w = 7;
-  for (const ReplicaFigures& x : r.replicas) name_w = std::max(name_w, std::min<size_t>(x.name.size(), 28));
-  o += fmt::format("kvroute doctor: {} replicas, {} reachable, window {:.1f} s (asked {:.0f} s)\n\n",
-                   r.fleet.replicas, r.fleet.reachable, r.window_s, r.intended_window_s);
-  o += fmt::format("{:<{}} {:>3} {:>7} {:>7} {:>5} {:>5} {:>5} {:>6} {:>9} {:>7} {:>7} {:>8} {:>6}\n",
-                   "replica", name_w, "up", "running", "waiting", "KV", "mean", "max", "hit",
-                   "preempt/s", "TTFTp50", "TTFTp99", "tok/s", "prefix");
+  for (const ReplicaFigures& x : r.replicas)
+    name_w = std::max(name_w, std::min<size_t>(x.name.size(), 28));
+  o +=
+      fmt::format("kvroute doctor: {} replicas, {} reachable, window {:.1f} s (asked {:.0f} s)\n\n",
+                  r.fleet.replicas, r.fleet.reachable, r.window_s, r.intended_window_s);
+  o += fmt::format(
+      "{:<{}} {:>3} {:>7} {:>7} {:>5} {:>5} {:>5} {:>6} {:>9} {:>7} {:>7} {:>8} {:>6}\n", "replica",
+      name_w, "up", "running", "waiting", "KV", "mean", "max", "hit", "preempt/s", "TTFTp50",
+      "TTFTp99", "tok/s", "prefix");
   for (const ReplicaFigures& x : r.replicas) {
     o += fmt::format(
         "{:<{}} {:>3} {:>7} {:>7} {:>5} {:>5} {:>5} {:>6} {:>9} {:>7} {:>7} {:>8} {:>6}\n",
         Fit(OneLine(x.name), name_w), name_w, x.reachable ? "yes" : "NO", TNum(x.running),
         TNum(x.waiting), TPct(x.kv_now), TPct(x.kv_mean), TPct(x.kv_max), TPct1(x.hit_rate),
-        TNum(x.preemptions_per_s, 2), TSec(x.ttft_s.p50), TSec(x.ttft_s.p99),
-        TNum(x.tokens_per_s), TOnOff(x.prefix_caching));
+        TNum(x.preemptions_per_s, 2), TSec(x.ttft_s.p50), TSec(x.ttft_s.p99), TNum(x.tokens_per_s),
+        TOnOff(x.prefix_caching));
   }
   for (const ReplicaFigures& x : r.replicas) {
     if (!x.reachable && !x.error.empty()) {
@@ -240,7 +255,8 @@ std::string WatchView(const Report& r, int width) {
   o += Fit(head, w) + "\n";
   // Columns after the bar: " 100%  wait 1234  run 1234  hit 100.0%  pre 12.34" (~50).
   size_t name_w = 4;
-  for (const ReplicaFigures& x : r.replicas) name_w = std::max(name_w, std::min<size_t>(x.name.size(), 20));
+  for (const ReplicaFigures& x : r.replicas)
+    name_w = std::max(name_w, std::min<size_t>(x.name.size(), 20));
   const size_t fixed = name_w + 1 + 2 + 45;
   const size_t bar_w = w > fixed + 4 ? std::min<size_t>(w - fixed, 30) : 4;
   for (const ReplicaFigures& x : r.replicas) {

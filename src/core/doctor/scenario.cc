@@ -68,7 +68,8 @@ std::vector<Component> FromBuckets(const Histogram& h) {
     if (!(n > 0)) continue;
     const double lower = i == 0 ? 0.0 : h.upper[i - 1];
     const double upper = std::isinf(h.upper[i]) ? 2 * std::max(lower, 1.0) : h.upper[i];
-    const int64_t lo = std::clamp<int64_t>(static_cast<int64_t>(std::floor(lower)) + 1, 1, kMaxLength);
+    const int64_t lo =
+        std::clamp<int64_t>(static_cast<int64_t>(std::floor(lower)) + 1, 1, kMaxLength);
     const int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(std::floor(upper)), lo, kMaxLength);
     out.push_back({n / total, lo, hi, (lo + hi) / 2.0, (hi - lo) / 4.0});
   }
@@ -97,7 +98,8 @@ std::vector<Component> Scaled(const std::vector<Component>& cs, double f) {
   for (const Component& c : cs) {
     const int64_t lo = std::max<int64_t>(1, std::llround(c.min * f));
     const int64_t hi = std::max<int64_t>(lo, std::llround(static_cast<double>(c.max) * f));
-    out.push_back({c.weight, lo, hi, std::clamp(c.mean * f, double(lo), double(hi)), c.std_dev * f});
+    out.push_back(
+        {c.weight, lo, hi, std::clamp(c.mean * f, double(lo), double(hi)), c.std_dev * f});
   }
   return out;
 }
@@ -105,8 +107,9 @@ std::vector<Component> Scaled(const std::vector<Component>& cs, double f) {
 std::string Yaml(const std::vector<Component>& cs) {
   std::string o = "\n    mixture:\n";
   for (const Component& c : cs) {
-    o += fmt::format("      - {{weight: {:.4f}, min: {}, max: {}, mean: {:.1f}, std_dev: {:.1f}}}\n",
-                     c.weight, c.min, c.max, c.mean, c.std_dev);
+    o +=
+        fmt::format("      - {{weight: {:.4f}, min: {}, max: {}, mean: {:.1f}, std_dev: {:.1f}}}\n",
+                    c.weight, c.min, c.max, c.mean, c.std_dev);
   }
   return o;
 }
@@ -150,9 +153,10 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
     rate_source = "requests finished per second, summed over the replicas that report it";
   }
   if (!(rate > 0) || !std::isfinite(rate)) {
-    return fail(fmt::format("no requests in the window ({:.1f} s over {} replicas): nothing to "
-                            "approximate; scrape for longer, under traffic",
-                            report.window_s, replicas.size()));
+    return fail(
+        fmt::format("no requests in the window ({:.1f} s over {} replicas): nothing to "
+                    "approximate; scrape for longer, under traffic",
+                    report.window_s, replicas.size()));
   }
 
   bool req_known = false, known = false;
@@ -161,24 +165,28 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
   std::string prompt_source, output_source;
   if (auto h = MergedWindow(replicas, &Scrape::prompt_len)) {
     prompt = FromBuckets(*h);
-    prompt_source = fmt::format("vllm:request_prompt_tokens buckets ({:.0f} requests)", h->cumulative.back());
+    prompt_source =
+        fmt::format("vllm:request_prompt_tokens buckets ({:.0f} requests)", h->cumulative.back());
   } else {
     const double tokens = CounterDelta(replicas, &Scrape::prompt_tokens, &known);
     if (!known || !req_known || !(requests > 0) || !(tokens > 0)) {
-      return fail("no prompt length: neither vllm:request_prompt_tokens nor "
-                  "vllm:prompt_tokens_total with vllm:request_success_total moved in the window");
+      return fail(
+          "no prompt length: neither vllm:request_prompt_tokens nor "
+          "vllm:prompt_tokens_total with vllm:request_success_total moved in the window");
     }
     prompt = FromMean(tokens / requests);
     prompt_source = "mean of vllm:prompt_tokens_total per finished request (no histogram)";
   }
   if (auto h = MergedWindow(replicas, &Scrape::output_len)) {
     output = FromBuckets(*h);
-    output_source = fmt::format("vllm:request_generation_tokens buckets ({:.0f} requests)", h->cumulative.back());
+    output_source = fmt::format("vllm:request_generation_tokens buckets ({:.0f} requests)",
+                                h->cumulative.back());
   } else {
     const double tokens = CounterDelta(replicas, &Scrape::generation_tokens, &known);
     if (!known || !req_known || !(requests > 0) || !(tokens > 0)) {
-      return fail("no output length: neither vllm:request_generation_tokens nor "
-                  "vllm:generation_tokens_total with vllm:request_success_total moved in the window");
+      return fail(
+          "no output length: neither vllm:request_generation_tokens nor "
+          "vllm:generation_tokens_total with vllm:request_success_total moved in the window");
     }
     output = FromMean(tokens / requests);
     output_source = "mean of vllm:generation_tokens_total per finished request (no histogram)";
@@ -207,7 +215,8 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
 
   std::string y;
   y += "# Written by `kvroute doctor --scenario-out`: the traffic it observed, approximated.\n";
-  y += fmt::format("# Window {:.1f} s over {} replicas. Measured:\n", report.window_s, replicas.size());
+  y += fmt::format("# Window {:.1f} s over {} replicas. Measured:\n", report.window_s,
+                   replicas.size());
   y += fmt::format("#   rate {:.3f} req/s: {}\n", rate, rate_source);
   y += fmt::format("#   prompt lengths: {}\n", prompt_source);
   y += fmt::format("#   output lengths: {}\n", output_source);
@@ -215,12 +224,15 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
   y += "#   (the +Inf bucket as [highest bound, 2x highest bound]), weighted by its count.\n";
   y += "# Assumed (not observable from /metrics; edit to match what you know):\n";
   if (share >= 0.05) {
-    y += fmt::format("#   a shared system prompt of {:.0f}% of the mean prompt: the best hit rate seen\n",
-                     share * 100);
-    y += fmt::format("#   ({}, {:.1f}%) is a lower bound of the shared share; the questions are the\n",
-                     best_name, best_hit * 100);
+    y += fmt::format(
+        "#   a shared system prompt of {:.0f}% of the mean prompt: the best hit rate seen\n",
+        share * 100);
+    y += fmt::format(
+        "#   ({}, {:.1f}%) is a lower bound of the shared share; the questions are the\n",
+        best_name, best_hit * 100);
     y += "#   prompt lengths scaled down by the rest;\n";
-    y += fmt::format("#   {} prefix groups (2 per replica) of 32 prompts each;\n", 2 * num_replicas);
+    y +=
+        fmt::format("#   {} prefix groups (2 per replica) of 32 prompts each;\n", 2 * num_replicas);
   } else {
     y += "#   no shared prefixes (no replica's hit rate reached 5%): workload random;\n";
   }

@@ -1,6 +1,8 @@
 // kvroute doctor's pure half on fixtures and synthetic scrapes, in virtual time: parsing
 // (both vLLM fixtures, engine sums, garbage), window figures, quantiles, every rule at its
 // threshold, exit codes, and the JSON, text and watch renderings.
+#include "core/doctor/doctor.h"
+
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
@@ -9,8 +11,6 @@
 #include <limits>
 #include <sstream>
 #include <string>
-
-#include "core/doctor/doctor.h"
 
 namespace kvroute::doctor {
 namespace {
@@ -42,33 +42,41 @@ std::string Hist(const std::string& name, const std::vector<double>& bounds,
   std::string o = "# TYPE " + name + " histogram\n";
   for (size_t i = 0; i < cum.size(); ++i) {
     const std::string le = i < bounds.size() ? std::to_string(bounds[i]) : "+Inf";
-    o += name + "_bucket{engine=\"" + engine + "\",le=\"" + le + "\"} " + std::to_string(cum[i]) + "\n";
+    o += name + "_bucket{engine=\"" + engine + "\",le=\"" + le + "\"} " + std::to_string(cum[i]) +
+         "\n";
   }
-  o += name + "_count{engine=\"" + engine + "\"} " + std::to_string(cum.empty() ? 0 : cum.back()) + "\n";
+  o += name + "_count{engine=\"" + engine + "\"} " + std::to_string(cum.empty() ? 0 : cum.back()) +
+       "\n";
   o += name + "_sum{engine=\"" + engine + "\"} 0\n";
   return o;
 }
 
 std::string Text(const Fake& f) {
   auto g = [](const std::string& n, double v) {
-    return "# TYPE " + n + " gauge\n" + n + "{engine=\"0\",model_name=\"m\"} " + std::to_string(v) + "\n";
+    return "# TYPE " + n + " gauge\n" + n + "{engine=\"0\",model_name=\"m\"} " + std::to_string(v) +
+           "\n";
   };
   auto c = [](const std::string& n, double v) {
-    return "# TYPE " + n + " counter\n" + n + "_total{engine=\"0\",model_name=\"m\"} " + std::to_string(v) + "\n";
+    return "# TYPE " + n + " counter\n" + n + "_total{engine=\"0\",model_name=\"m\"} " +
+           std::to_string(v) + "\n";
   };
-  std::string o = g("vllm:num_requests_running", f.running) + g("vllm:num_requests_waiting", f.waiting) +
-                  g("vllm:kv_cache_usage_perc", f.kv) + c("vllm:prefix_cache_queries", f.queries) +
-                  c("vllm:prefix_cache_hits", f.hits) + c("vllm:num_preemptions", f.preemptions) +
-                  c("vllm:prompt_tokens", f.prompt_tokens) + c("vllm:generation_tokens", f.gen_tokens);
+  std::string o =
+      g("vllm:num_requests_running", f.running) + g("vllm:num_requests_waiting", f.waiting) +
+      g("vllm:kv_cache_usage_perc", f.kv) + c("vllm:prefix_cache_queries", f.queries) +
+      c("vllm:prefix_cache_hits", f.hits) + c("vllm:num_preemptions", f.preemptions) +
+      c("vllm:prompt_tokens", f.prompt_tokens) + c("vllm:generation_tokens", f.gen_tokens);
   o += "# TYPE vllm:request_success counter\n";
-  o += "vllm:request_success_total{engine=\"0\",finished_reason=\"stop\"} " + std::to_string(f.success) + "\n";
+  o += "vllm:request_success_total{engine=\"0\",finished_reason=\"stop\"} " +
+       std::to_string(f.success) + "\n";
   o += "vllm:request_success_total{engine=\"0\",finished_reason=\"length\"} 0\n";
   o += Hist("vllm:time_to_first_token_seconds", {0.1, 0.5, 1}, f.ttft);
   if (!f.prompt_len.empty()) o += Hist("vllm:request_prompt_tokens", {10, 100, 1000}, f.prompt_len);
-  if (!f.output_len.empty()) o += Hist("vllm:request_generation_tokens", {10, 100, 1000}, f.output_len);
-  o += std::string("# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",") +
-       "enable_prefix_caching=\"" + (f.caching ? "True" : "False") + "\",engine=\"0\",num_gpu_blocks=\"" +
-       std::to_string(f.blocks) + "\"} 1.0\n";
+  if (!f.output_len.empty())
+    o += Hist("vllm:request_generation_tokens", {10, 100, 1000}, f.output_len);
+  o += std::string(
+           "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",") +
+       "enable_prefix_caching=\"" + (f.caching ? "True" : "False") +
+       "\",engine=\"0\",num_gpu_blocks=\"" + std::to_string(f.blocks) + "\"} 1.0\n";
   return o;
 }
 
@@ -158,7 +166,8 @@ TEST(ParseScrapeTest, V06FixtureReadsOldNamesAndTheHitRateGauge) {
 TEST(ParseScrapeTest, OldCounterNamesAreRead) {
   const Scrape s = ParseScrape(
       "vllm:gpu_prefix_cache_queries_total{model_name=\"m\"} 200\n"
-      "vllm:gpu_prefix_cache_hits_total{model_name=\"m\"} 50\n", 0);
+      "vllm:gpu_prefix_cache_hits_total{model_name=\"m\"} 50\n",
+      0);
   EXPECT_EQ(s.prefix_queries, 200);
   EXPECT_EQ(s.prefix_hits, 50);
 }
@@ -167,9 +176,12 @@ TEST(ParseScrapeTest, SumsOverEnginesAndAveragesKv) {
   std::string t =
       "vllm:num_requests_running{engine=\"0\"} 3\nvllm:num_requests_running{engine=\"1\"} 4\n"
       "vllm:kv_cache_usage_perc{engine=\"0\"} 0.25\nvllm:kv_cache_usage_perc{engine=\"1\"} 0.75\n"
-      "vllm:prefix_cache_queries_total{engine=\"0\"} 10\nvllm:prefix_cache_queries_total{engine=\"1\"} 30\n"
-      "vllm:cache_config_info{engine=\"0\",block_size=\"16\",num_gpu_blocks=\"100\",enable_prefix_caching=\"True\"} 1\n"
-      "vllm:cache_config_info{engine=\"1\",block_size=\"16\",num_gpu_blocks=\"50\",enable_prefix_caching=\"True\"} 1\n";
+      "vllm:prefix_cache_queries_total{engine=\"0\"} "
+      "10\nvllm:prefix_cache_queries_total{engine=\"1\"} 30\n"
+      "vllm:cache_config_info{engine=\"0\",block_size=\"16\",num_gpu_blocks=\"100\",enable_prefix_"
+      "caching=\"True\"} 1\n"
+      "vllm:cache_config_info{engine=\"1\",block_size=\"16\",num_gpu_blocks=\"50\",enable_prefix_"
+      "caching=\"True\"} 1\n";
   t += Hist("vllm:request_prompt_tokens", {10, 100}, {1, 2, 3}, "0");
   t += Hist("vllm:request_prompt_tokens", {10, 100}, {0, 5, 6}, "1");
   const Scrape s = ParseScrape(t, 0);
@@ -188,7 +200,8 @@ TEST(ParseScrapeTest, MismatchedBucketBoundsAreGarbage) {
   const Scrape s = ParseScrape(t, 0);
   EXPECT_TRUE(s.prompt_len.empty());
   ASSERT_EQ(s.garbage.size(), 1u);
-  EXPECT_EQ(s.garbage[0], "vllm:request_prompt_tokens: bucket bounds differ across engines (engine 1)");
+  EXPECT_EQ(s.garbage[0],
+            "vllm:request_prompt_tokens: bucket bounds differ across engines (engine 1)");
 }
 
 TEST(ParseScrapeTest, NanInfNegativeAndImplausibleValuesAreUnknownAndNamed) {
@@ -198,7 +211,8 @@ TEST(ParseScrapeTest, NanInfNegativeAndImplausibleValuesAreUnknownAndNamed) {
       "vllm:kv_cache_usage_perc{engine=\"0\"} 1.5\n"
       "vllm:num_preemptions_total{engine=\"0\"} -3\n"
       "vllm:prefix_cache_queries_total{engine=\"0\"} 2e9\n"
-      "vllm:prefix_cache_hits_total{engine=\"0\"} 5\n", 0);
+      "vllm:prefix_cache_hits_total{engine=\"0\"} 5\n",
+      0);
   EXPECT_TRUE(s.any_engine_series);
   EXPECT_FALSE(s.running);
   EXPECT_FALSE(s.waiting);
@@ -216,7 +230,8 @@ TEST(ParseScrapeTest, NanInfNegativeAndImplausibleValuesAreUnknownAndNamed) {
 
 TEST(ParseScrapeTest, HtmlPageAndBinaryAreNotAnExposition) {
   for (const std::string& body :
-       {std::string("<html><head><title>502 Bad Gateway</title></head>\n<body>nginx</body></html>\n"),
+       {std::string(
+            "<html><head><title>502 Bad Gateway</title></head>\n<body>nginx</body></html>\n"),
         std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR\xff\xfe", 20)}) {
     const Scrape s = ParseScrape(body, 0);
     EXPECT_TRUE(s.reachable);
@@ -240,7 +255,9 @@ TEST(ParseScrapeTest, TruncatedBodyKeepsWhatCameAndNamesTheCutLine) {
 
 TEST(ParseScrapeTest, PrefixCachingOffAndNoneBlocks) {
   const Scrape s = ParseScrape(
-      "vllm:cache_config_info{block_size=\"32\",enable_prefix_caching=\"False\",num_gpu_blocks=\"None\"} 1\n", 0);
+      "vllm:cache_config_info{block_size=\"32\",enable_prefix_caching=\"False\",num_gpu_blocks="
+      "\"None\"} 1\n",
+      0);
   EXPECT_EQ(s.prefix_caching, false);
   EXPECT_EQ(s.block_size, 32);
   EXPECT_FALSE(s.num_gpu_blocks);
@@ -259,24 +276,25 @@ TEST(ParseScrapeTest, NotVllmAndFailed) {
 }
 
 TEST(ParseScrapeTest, CapacityLabelsNoneIsUnknownAndNonsenseIsGarbage) {
-  Scrape s = ParseScrape("vllm:cache_config_info{block_size=\"None\",num_gpu_blocks=\"None\"} 1\n", 0);
+  Scrape s =
+      ParseScrape("vllm:cache_config_info{block_size=\"None\",num_gpu_blocks=\"None\"} 1\n", 0);
   EXPECT_FALSE(s.block_size);
   EXPECT_FALSE(s.num_gpu_blocks);
   EXPECT_TRUE(s.garbage.empty());
   s = ParseScrape("vllm:cache_config_info{block_size=\"-16\",num_gpu_blocks=\"lots\"} 1\n", 0);
   EXPECT_FALSE(s.block_size);
   EXPECT_FALSE(s.num_gpu_blocks);
-  EXPECT_EQ(s.garbage, (std::vector<std::string>{
-                           "vllm:cache_config_info block_size=\"-16\" (line 1)",
-                           "vllm:cache_config_info num_gpu_blocks=\"lots\" (line 1)"}));
+  EXPECT_EQ(s.garbage,
+            (std::vector<std::string>{"vllm:cache_config_info block_size=\"-16\" (line 1)",
+                                      "vllm:cache_config_info num_gpu_blocks=\"lots\" (line 1)"}));
 }
 
 TEST(DiagnoseTest, FleetHitRateUsesWindowsOnlyWhenSomeReplicaHasOne) {
   // b was scraped once (lifetime 7% of 82.6M tokens): mixing it with a's window would
   // let its history drown the window.
-  const Report r = Diagnose({Steady("a", 0.5, 0, 100000, 0.75),
-                             {"b", "b:1", {ParseScrape(Fixture(kV010), 10)}}},
-                            DoctorOptions{});
+  const Report r =
+      Diagnose({Steady("a", 0.5, 0, 100000, 0.75), {"b", "b:1", {ParseScrape(Fixture(kV010), 10)}}},
+               DoctorOptions{});
   EXPECT_EQ(r.replicas[1].hit_rate_source, "counters-lifetime");
   EXPECT_EQ(r.fleet.hit_rate_source, "counters");
   EXPECT_EQ(r.fleet.hit_rate, 0.75);
@@ -289,10 +307,10 @@ TEST(HistogramQuantileTest, PrometheusSemantics) {
   Histogram h;
   h.upper = {1, 2, 4, std::numeric_limits<double>::infinity()};
   h.cumulative = {10, 20, 30, 40};
-  EXPECT_DOUBLE_EQ(*HistogramQuantile(h, 0.1), 0.4);   // rank 4 in [0, 1]
-  EXPECT_DOUBLE_EQ(*HistogramQuantile(h, 0.5), 2.0);   // rank 20: top of [1, 2]
-  EXPECT_DOUBLE_EQ(*HistogramQuantile(h, 0.625), 3.0); // rank 25: middle of [2, 4]
-  EXPECT_DOUBLE_EQ(*HistogramQuantile(h, 0.99), 4.0);  // rank 39.6: in +Inf -> highest bound
+  EXPECT_DOUBLE_EQ(*HistogramQuantile(h, 0.1), 0.4);    // rank 4 in [0, 1]
+  EXPECT_DOUBLE_EQ(*HistogramQuantile(h, 0.5), 2.0);    // rank 20: top of [1, 2]
+  EXPECT_DOUBLE_EQ(*HistogramQuantile(h, 0.625), 3.0);  // rank 25: middle of [2, 4]
+  EXPECT_DOUBLE_EQ(*HistogramQuantile(h, 0.99), 4.0);   // rank 39.6: in +Inf -> highest bound
   Histogram none = h;
   none.cumulative = {0, 0, 0, 0};
   EXPECT_FALSE(HistogramQuantile(none, 0.5));
@@ -332,8 +350,8 @@ TEST(DiagnoseTest, WindowFiguresFromFirstAndLastScrapes) {
   b.success = 40;
   a.ttft = {0, 0, 0, 0};
   b.ttft = {20, 40, 40, 40};
-  ReplicaHistory h{"r0", "r0:1", {ParseScrape(Text(a), 0), ParseScrape(Text(mid), 5),
-                                  ParseScrape(Text(b), 10)}};
+  ReplicaHistory h{
+      "r0", "r0:1", {ParseScrape(Text(a), 0), ParseScrape(Text(mid), 5), ParseScrape(Text(b), 10)}};
   const Report r = Diagnose({h}, DoctorOptions{});
   ASSERT_EQ(r.replicas.size(), 1u);
   const ReplicaFigures& x = r.replicas[0];
@@ -397,7 +415,8 @@ TEST(DiagnoseTest, TheArticlesTellFromTheRealFixtures) {
   const Report r = Diagnose({{"hot", "10.0.0.1:8000", {ParseScrape(Fixture(kV010), 0)}},
                              {"cold", "10.0.0.2:8000", {ParseScrape(Fixture(kV06), 0)}}},
                             DoctorOptions{});
-  EXPECT_EQ(Rules(r), (std::vector<std::string>{"prefix-reuse-lost", "lopsided-kv", "queue-imbalance"}));
+  EXPECT_EQ(Rules(r),
+            (std::vector<std::string>{"prefix-reuse-lost", "lopsided-kv", "queue-imbalance"}));
   EXPECT_EQ(r.ExitCode(), 1);
   const Finding* lop = Get(r, "lopsided-kv");
   EXPECT_EQ(lop->replicas, (std::vector<std::string>{"hot", "cold"}));
@@ -447,8 +466,10 @@ TEST(DiagnoseTest, HealthyFleetExitsZero) {
 }
 
 TEST(DiagnoseTest, AllUnreachableExitsTwo) {
-  const Report r = Diagnose({{"a", "a:1", {FailedScrape("connect: Connection refused", 0),
-                                           FailedScrape("connect: Connection refused", 5)}},
+  const Report r = Diagnose({{"a",
+                              "a:1",
+                              {FailedScrape("connect: Connection refused", 0),
+                               FailedScrape("connect: Connection refused", 5)}},
                              {"b", "b:1", {FailedScrape("HTTP 503", 5)}}},
                             DoctorOptions{});
   EXPECT_FALSE(r.readable);
@@ -463,12 +484,14 @@ TEST(DiagnoseTest, AllUnreachableExitsTwo) {
 
 TEST(DiagnoseTest, UnreachableGarbageAndNotVllmAreFindings) {
   ReplicaHistory down{"down", "d:1", {ParseScrape(Text(Fake{}), 0), FailedScrape("timeout", 10)}};
-  ReplicaHistory html{"html", "h:1", {ParseScrape("<html><body>login</body></html>\n<p>x</p>\n", 10)}};
+  ReplicaHistory html{
+      "html", "h:1", {ParseScrape("<html><body>login</body></html>\n<p>x</p>\n", 10)}};
   ReplicaHistory other{"other", "o:1", {ParseScrape("up 1\n", 10)}};
   const Report r = Diagnose({Steady("ok", 0.5, 0), down, html, other}, DoctorOptions{});
   EXPECT_EQ(Rules(r), (std::vector<std::string>{"unreachable", "not-vllm", "garbage-metrics"}));
   EXPECT_EQ(Get(r, "unreachable")->replicas, (std::vector<std::string>{"down"}));
-  EXPECT_EQ(Get(r, "unreachable")->summary, "1 of 4 replicas unreachable at the last scrape (down: timeout)");
+  EXPECT_EQ(Get(r, "unreachable")->summary,
+            "1 of 4 replicas unreachable at the last scrape (down: timeout)");
   EXPECT_EQ(Get(r, "not-vllm")->replicas, (std::vector<std::string>{"html", "other"}));
   EXPECT_EQ(Get(r, "garbage-metrics")->replicas, (std::vector<std::string>{"html"}));
   EXPECT_EQ(r.ExitCode(), 1);
@@ -486,8 +509,11 @@ TEST(RuleTest, PrefixReuseLostAtItsThresholds) {
   const Report at = Diagnose({Steady("a", 0.5, 0, 10000, 0.25)}, o);
   const Finding* f = Get(at, "prefix-reuse-lost");
   ASSERT_NE(f, nullptr);
-  EXPECT_EQ(f->condition, "fleet hit rate < 50.0% with >= 10000 tokens queried and prefix caching on");
-  EXPECT_EQ(f->summary, "fleet prefix-cache hit rate 25.0% over 10.0k queried tokens in the window (counters source)");
+  EXPECT_EQ(f->condition,
+            "fleet hit rate < 50.0% with >= 10000 tokens queried and prefix caching on");
+  EXPECT_EQ(f->summary,
+            "fleet prefix-cache hit rate 25.0% over 10.0k queried tokens in the window (counters "
+            "source)");
   o.low_hit_rate = 0.2;
   EXPECT_FALSE(Has(Diagnose({Steady("a", 0.5, 0, 100000, 0.25)}, o), "prefix-reuse-lost"));
 }
@@ -522,8 +548,8 @@ TEST(RuleTest, LopsidedKvNeedsSpreadPressureAndAnIdleSibling) {
   // Hot by KV alone, at kv_hot.
   EXPECT_TRUE(Has(Diagnose({Steady("h", 0.9375, 0), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
   // Hot by preemptions (2 in 10 s > 0.1/s), KV and queue fine.
-  EXPECT_TRUE(Has(Diagnose({Steady("h", 0.75, 0, 100000, 0.8, 2), Steady("c", 0.5, 0)}, o),
-                  "lopsided-kv"));
+  EXPECT_TRUE(
+      Has(Diagnose({Steady("h", 0.75, 0, 100000, 0.8, 2), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
   // The cold one above kv_cold.
   o.kv_cold = 0.4;
   EXPECT_FALSE(Has(Diagnose({Steady("h", 0.9375, 0), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
@@ -532,11 +558,13 @@ TEST(RuleTest, LopsidedKvNeedsSpreadPressureAndAnIdleSibling) {
 TEST(RuleTest, QueueImbalanceAtItsThresholds) {
   DoctorOptions o;
   EXPECT_TRUE(Has(Diagnose({Steady("b", 0.5, 2), Steady("i", 0.5, 0.5)}, o), "queue-imbalance"));
-  EXPECT_FALSE(Has(Diagnose({Steady("b", 0.5, 1.75), Steady("i", 0.5, 0.5)}, o), "queue-imbalance"));
+  EXPECT_FALSE(
+      Has(Diagnose({Steady("b", 0.5, 1.75), Steady("i", 0.5, 0.5)}, o), "queue-imbalance"));
   EXPECT_FALSE(Has(Diagnose({Steady("b", 0.5, 2), Steady("i", 0.5, 0.75)}, o), "queue-imbalance"));
   const Report r = Diagnose({Steady("b", 0.5, 2), Steady("i", 0.5, 0.5)}, o);
   EXPECT_EQ(Get(r, "queue-imbalance")->replicas, (std::vector<std::string>{"b", "i"}));
-  EXPECT_EQ(Get(r, "queue-imbalance")->condition, "some replica's mean waiting >= 2 while another's <= 0.5");
+  EXPECT_EQ(Get(r, "queue-imbalance")->condition,
+            "some replica's mean waiting >= 2 while another's <= 0.5");
 }
 
 TEST(RuleTest, PreemptionsAboveTheRateNameTheReplicas) {
@@ -580,7 +608,8 @@ TEST(RuleTest, UnknownFiguresNeverFire) {
 TEST(RenderTest, JsonParsesWithTheSchemaAndNullsForUnknowns) {
   ReplicaHistory down{"down \"x\"\n", "d:1", {FailedScrape("connect: refused \xff\x01", 0)}};
   const Report r = Diagnose({{"hot", "h:1", {ParseScrape(Fixture(kV010), 0)}},
-                             {"cold", "c:1", {ParseScrape(Fixture(kV06), 0)}}, down},
+                             {"cold", "c:1", {ParseScrape(Fixture(kV06), 0)}},
+                             down},
                             DoctorOptions{});
   const std::string json = ReportJson(r);
   simdjson::dom::parser parser;
@@ -632,26 +661,77 @@ TEST(RenderTest, JsonParsesWithTheSchemaAndNullsForUnknowns) {
   EXPECT_EQ(simdjson::dom::array(doc["findings"]).size(), 0u);
 }
 
+// The schema's keys, exactly (docs/DOCTOR.md, "JSON"): a rename is a schema change.
+TEST(RenderTest, JsonHasExactlyTheDocumentedKeys) {
+  const Report r = Diagnose({Steady("a", 0.5, 3), Steady("b", 0.5, 0)}, DoctorOptions{});
+  const std::string json = ReportJson(r);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS) << json;
+  auto keys = [](simdjson::dom::object o) {
+    std::vector<std::string> out;
+    for (auto field : o) out.emplace_back(field.key);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(keys(doc), (V{"schema", "window", "replicas", "fleet", "findings", "readable",
+                          "healthy", "exit_code"}));
+  EXPECT_EQ(keys(doc["window"]), (V{"intended_s", "actual_s", "at_s"}));
+  EXPECT_EQ(keys(simdjson::dom::array(doc["replicas"]).at(0)),
+            (V{"name",           "address",
+               "reachable",      "error",
+               "scrapes",        "failures",
+               "running",        "waiting",
+               "waiting_mean",   "kv",
+               "hit_rate",       "hit_rate_source",
+               "queried_tokens", "preemptions_per_s",
+               "tokens_per_s",   "requests_per_s",
+               "ttft_s",         "prefix_caching",
+               "block_size",     "num_gpu_blocks",
+               "garbage"}));
+  EXPECT_EQ(keys(doc["replicas"].at(0)["kv"]), (V{"now", "mean", "max"}));
+  EXPECT_EQ(keys(doc["replicas"].at(0)["ttft_s"]), (V{"p50", "p99"}));
+  EXPECT_EQ(keys(doc["fleet"]), (V{"replicas", "reachable", "hit_rate", "hit_rate_source",
+                                   "queried_tokens", "kv", "waiting", "preemptions_per_s",
+                                   "preempting", "tokens_per_s", "requests_per_s", "ttft_s"}));
+  EXPECT_EQ(keys(doc["fleet"]["kv"]), (V{"min", "max", "spread"}));
+  EXPECT_EQ(keys(doc["fleet"]["waiting"]), (V{"total", "min_mean", "max_mean"}));
+  ASSERT_EQ(simdjson::dom::array(doc["findings"]).size(), 1u);  // queue-imbalance
+  EXPECT_EQ(keys(doc["findings"].at(0)),
+            (V{"rule", "severity", "routing", "summary", "condition", "remedy", "replicas"}));
+  EXPECT_EQ(double(doc["fleet"]["waiting"]["total"]), 3);
+}
+
 TEST(RenderTest, TextTableShowsDashesForUnknowns) {
   const Report r = Diagnose({{"hot", "h:1", {ParseScrape(Fixture(kV010), 0)}},
                              {"down", "d:1", {FailedScrape("HTTP 503", 0)}}},
                             DoctorOptions{});
   const std::string t = ReportText(r);
-  EXPECT_NE(t.find("replica  up running waiting    KV  mean   max    hit preempt/s TTFTp50 TTFTp99    tok/s prefix\n"),
-            std::string::npos) << t;
-  EXPECT_NE(t.find("hot     yes      41     132   98%   98%   98%   7.0%         -   1.61s  35.56s        -     on\n"),
-            std::string::npos) << t;
-  EXPECT_NE(t.find("down     NO       -       -     -     -     -      -         -       -       -        -      -\n"),
-            std::string::npos) << t;
+  EXPECT_NE(t.find("replica  up running waiting    KV  mean   max    hit preempt/s TTFTp50 TTFTp99 "
+                   "   tok/s prefix\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("hot     yes      41     132   98%   98%   98%   7.0%         -   1.61s  35.56s "
+                   "       -     on\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("down     NO       -       -     -     -     -      -         -       -       - "
+                   "       -      -\n"),
+            std::string::npos)
+      << t;
   EXPECT_NE(t.find("  down: HTTP 503\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("\nfleet: hit rate 7.0% (counters-lifetime), KV min 98% max 98%"), std::string::npos) << t;
+  EXPECT_NE(t.find("\nfleet: hit rate 7.0% (counters-lifetime), KV min 98% max 98%"),
+            std::string::npos)
+      << t;
   EXPECT_NE(t.find("FINDING unreachable (error): 1 of 2 replicas"), std::string::npos) << t;
 }
 
 TEST(RenderTest, WatchViewFitsTheWidthAndDrawsTheKvBar) {
-  const Report r = Diagnose({Steady("replica-0", 0.5, 3), Steady("replica-1", 0.25, 0),
-                             {"replica-2", "x:1", {FailedScrape("connect: Connection refused", 10)}}},
-                            DoctorOptions{});
+  const Report r =
+      Diagnose({Steady("replica-0", 0.5, 3),
+                Steady("replica-1", 0.25, 0),
+                {"replica-2", "x:1", {FailedScrape("connect: Connection refused", 10)}}},
+               DoctorOptions{});
   for (int width : {40, 80, 132}) {
     const std::string v = WatchView(r, width);
     size_t start = 0;
@@ -665,8 +745,10 @@ TEST(RenderTest, WatchViewFitsTheWidthAndDrawsTheKvBar) {
     EXPECT_GE(lines, 4);
   }
   const std::string v = WatchView(r, 100);
-  EXPECT_NE(v.find("replica-0 [###############...............]  50% wait    3 run    1 hit  80.0% pre  0.00"),
-            std::string::npos) << v;
+  EXPECT_NE(v.find("replica-0 [###############...............]  50% wait    3 run    1 hit  80.0% "
+                   "pre  0.00"),
+            std::string::npos)
+      << v;
   EXPECT_NE(v.find("replica-2 ["), std::string::npos);
   EXPECT_NE(v.find("DOWN connect: Connection refused"), std::string::npos) << v;
 }
@@ -697,9 +779,12 @@ TEST(ScenarioYamlTest, LengthsFromTheRequestSizeHistograms) {
   EXPECT_NE(y.find("  type: shared-prefix\n"), std::string::npos) << y;
   EXPECT_NE(y.find("  rate: 4.000\n  num_requests: 240\n"), std::string::npos) << y;
   EXPECT_NE(y.find("      - {weight: 0.7500, min: 8, max: 75, mean: 41.6, std_dev: 16.7}\n"),
-            std::string::npos) << y;
-  EXPECT_NE(y.find("  output_len:\n    mixture:\n      - {weight: 1.0000, min: 1, max: 10, mean: 5.5, std_dev: 2.2}\n"),
-            std::string::npos) << y;
+            std::string::npos)
+      << y;
+  EXPECT_NE(y.find("  output_len:\n    mixture:\n      - {weight: 1.0000, min: 1, max: 10, mean: "
+                   "5.5, std_dev: 2.2}\n"),
+            std::string::npos)
+      << y;
   EXPECT_NE(y.find("  kv_blocks: 1000"), std::string::npos) << y;
   EXPECT_NE(y.find("policies: [round-robin, kvroute]\n"), std::string::npos) << y;
 }
