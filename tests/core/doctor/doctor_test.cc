@@ -229,10 +229,11 @@ TEST(ParseScrapeTest, NanInfNegativeAndImplausibleValuesAreUnknownAndNamed) {
 }
 
 TEST(ParseScrapeTest, HtmlPageAndBinaryAreNotAnExposition) {
+  static constexpr char kPng[] = "\x89PNG\r\n\x1a\n\0\0\0\rIHDR\xff\xfe";
   for (const std::string& body :
        {std::string(
             "<html><head><title>502 Bad Gateway</title></head>\n<body>nginx</body></html>\n"),
-        std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR\xff\xfe", 20)}) {
+        std::string(kPng, sizeof kPng - 1)}) {
     const Scrape s = ParseScrape(body, 0);
     EXPECT_TRUE(s.reachable);
     EXPECT_FALSE(s.any_engine_series);
