@@ -82,7 +82,8 @@ and KV blocks from cache_config_info): `kvroute simulate --scenario FILE` then s
 each policy would do. It needs requests finished in the window; without any it is an error.
 
 Exit status: 0 healthy, 1 findings, 2 nothing readable (no replica gave a usable vLLM
-/metrics), a usage or configuration error, or --scenario-out could not be written.
+/metrics), a usage or configuration error, or --scenario-out / --json-out could not be
+written.
 Progress goes to stderr (a countdown line when it is a terminal); reports to stdout.
 )";
 
@@ -176,6 +177,13 @@ int Readable(const std::vector<ReplicaHistory>& h) {
   return n;
 }
 
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  return static_cast<bool>(f);
+}
+
 int Usage(const std::string& message) {
   std::fprintf(stderr, "kvroute doctor: %s\n(kvroute doctor --help for the flags)\n", message.c_str());
   return 2;
@@ -234,7 +242,7 @@ int DoctorMain(int argc, char** argv) {
       "each finding.",
       "kvroute doctor"};
   std::string endpoints, config_path, window_text = "30s", interval_text = "2s", timeout_text = "2s";
-  std::string scenario_out;
+  std::string scenario_out, json_out;
   bool json = false, watch = false, quiet = false;
   app.add_option("--endpoints,-e", endpoints, "Replicas to diagnose: HOST:PORT,HOST:PORT,...");
   app.add_option("--config,-c", config_path,
@@ -249,6 +257,8 @@ int DoctorMain(int argc, char** argv) {
                  "Per scrape: connect + complete response (a Kubernetes listing waits 5x this, at least 10s)")
       ->capture_default_str();
   app.add_flag("--json", json, "Print the report as JSON (schema kvroute-doctor/1, docs/DOCTOR.md)");
+  app.add_option("--json-out", json_out,
+                 "Also write the JSON report to FILE (stdout keeps the text; for scripts)");
   app.add_flag("--watch", watch,
                "Live view refreshed every --interval over the last --window, until Ctrl-C");
   app.add_option("--scenario-out", scenario_out,
@@ -276,7 +286,9 @@ int DoctorMain(int argc, char** argv) {
                                    : "--endpoints and --config: give one of them, not both");
   }
   if (watch && json) return Usage("--watch and --json: pick one (--json prints one report)");
-  if (watch && !scenario_out.empty()) return Usage("--watch and --scenario-out: pick one");
+  if (watch && (!scenario_out.empty() || !json_out.empty())) {
+    return Usage("--watch writes no files: drop --scenario-out / --json-out");
+  }
 
   CollectOptions co;
   if (!endpoints.empty()) {
@@ -352,6 +364,10 @@ int DoctorMain(int argc, char** argv) {
   if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);
   std::fflush(stdout);
 
+  if (!json_out.empty() && !WriteFile(json_out, ReportJson(report))) {
+    std::fprintf(stderr, "kvroute doctor: --json-out %s: cannot write the file\n", json_out.c_str());
+    return 2;
+  }
   if (!scenario_out.empty()) {
     std::string error;
     const std::string yaml = ScenarioYaml(report, histories, &error);
@@ -360,10 +376,7 @@ int DoctorMain(int argc, char** argv) {
                    error.empty() ? "nothing to write" : error.c_str());
       return 2;
     }
-    std::ofstream f(scenario_out, std::ios::binary | std::ios::trunc);
-    f << yaml;
-    f.close();
-    if (!f) {
+    if (!WriteFile(scenario_out, yaml)) {
       std::fprintf(stderr, "kvroute doctor: --scenario-out %s: cannot write the file\n", scenario_out.c_str());
       return 2;
     }

@@ -12,62 +12,18 @@
 #include <memory>
 #include <thread>
 
-#include "core/engine/engine.h"
-#include "http/io_pool.h"
-#include "http/server.h"
 #include "http/test_client.h"
-#include "sim/fleet.h"
+#include "loopback_util.h"
 
 namespace kvroute::doctor {
 namespace {
 
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
-
-constexpr const char* kModel = "test/model";
-
-sim::ReplicaConfig Replica(int kv_blocks = 512) {
-  sim::ReplicaConfig r;
-  r.name = "r";
-  r.engine = *engine::PresetConfig("llama3-8b-h100");
-  r.engine.model_name = kModel;
-  r.engine.num_gpu_blocks = kv_blocks;
-  r.engine.max_model_len = 8192;
-  r.time_scale = 0.0;
-  return r;
-}
-
-// A port nobody listens on.
-uint16_t ClosedPort() {
-  asio::io_context ctx;
-  asio::ip::tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
-  const uint16_t port = acc.local_endpoint().port();
-  acc.close();
-  return port;
-}
-
-// Answers every request with `body` (status 200, `content_type`).
-class StubServer {
- public:
-  StubServer(std::string body, std::string content_type)
-      : body_(std::move(body)), type_(std::move(content_type)), pool_(1) {
-    pool_.Start();
-    server_ = std::make_unique<http::Server>(
-        pool_.contexts(), http::ServerOptions{},
-        [this](std::shared_ptr<http::Exchange> ex) { ex->Respond(200, body_, type_); });
-    EXPECT_EQ(server_->Listen(), "");
-  }
-  ~StubServer() {
-    server_->StopAccepting();
-    pool_.Stop();
-  }
-  uint16_t port() const { return server_->port(); }
-
- private:
-  std::string body_, type_;
-  http::IoPool pool_;
-  std::unique_ptr<http::Server> server_;
-};
+using testing_util::ClosedPort;
+using testing_util::kModel;
+using testing_util::Replica;
+using testing_util::StubServer;
 
 class CollectTest : public ::testing::Test {
  protected:

@@ -1,0 +1,348 @@
+// `kvroute doctor` as a process (the built binary) against in-process replicas on port 0:
+// exit codes, the JSON report, --config sources, --scenario-out through `kvroute
+// simulate`, --watch without a terminal, and every usage error. Windows are short and
+// assertions are on what was read, never on how fast.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "http/test_client.h"
+#include "loopback_util.h"
+
+namespace kvroute::doctor {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::ClosedPort;
+using testing_util::kModel;
+using testing_util::Replica;
+using testing_util::StubServer;
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Outcome {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string Binary() {
+  const char* bin = std::getenv("KVROUTE_BINARY");
+  return bin != nullptr && *bin != '\0' ? bin : KVROUTE_BINARY;
+}
+
+class DoctorCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(Binary())) GTEST_SKIP() << "kvroute binary not built: " << Binary();
+    dir_ = fs::temp_directory_path() /
+           ("kvroute-doctor-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    fleet_.reset();
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  void StartFleet(int n) {
+    std::vector<sim::ReplicaConfig> rs(n, Replica());
+    fleet_ = std::make_unique<sim::Fleet>(std::move(rs), 1);
+    ASSERT_TRUE(fleet_->Start().ok());
+  }
+  std::string Sim(int i) const { return "127.0.0.1:" + std::to_string(fleet_->port(i)); }
+
+  // Runs `kvroute <args>` (a shell command line), at most 60 s.
+  Outcome Kvroute(const std::string& args, const std::string& prefix = "timeout 60") {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd =
+        prefix + " " + Binary() + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int status = std::system(cmd.c_str());
+    Outcome r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadFile(out);
+    r.err = ReadFile(err);
+    return r;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<sim::Fleet> fleet_;
+};
+
+std::string Why(const Outcome& r) { return "stdout:\n" + r.out + "\nstderr:\n" + r.err; }
+
+TEST_F(DoctorCliTest, NothingReachableExitsTwo) {
+  const std::string a = "127.0.0.1:" + std::to_string(ClosedPort());
+  const std::string b = "127.0.0.1:" + std::to_string(ClosedPort());
+  const Outcome r = Kvroute("doctor --endpoints " + a + "," + b + " --window 0 -q");
+  EXPECT_EQ(r.rc, 2) << Why(r);
+  EXPECT_NE(r.out.find("unreachable"), std::string::npos) << Why(r);
+  EXPECT_NE(r.out.find(a), std::string::npos) << Why(r);
+}
+
+TEST_F(DoctorCliTest, HealthyIdleFleetExitsZero) {
+  StartFleet(2);
+  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) + " --window 0.4s --interval 0.2s");
+  EXPECT_EQ(r.rc, 0) << Why(r);
+  EXPECT_NE(r.out.find("healthy"), std::string::npos) << Why(r);
+  EXPECT_NE(r.err.find("scraping 2 replicas"), std::string::npos) << Why(r);  // progress, not a TTY
+}
+
+// An HTML page and a vLLM exposition with NaN values next to a good replica: findings
+// (exit 1), no crash, and the good replica still diagnosed.
+TEST_F(DoctorCliTest, GarbageEndpointsAreFindings) {
+  StartFleet(1);
+  StubServer html("<!doctype html><html><head><title>502 Bad Gateway</title></head></html>\n",
+                  "text/html");
+  StubServer nan(
+      "# TYPE vllm:num_requests_running gauge\n"
+      "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\n"
+      "# TYPE vllm:num_requests_waiting gauge\n"
+      "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 0\n"
+      "# TYPE vllm:kv_cache_usage_perc gauge\n"
+      "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} NaN\n",
+      "text/plain; version=0.0.4");
+  const std::string h = "127.0.0.1:" + std::to_string(html.port());
+  const std::string n = "127.0.0.1:" + std::to_string(nan.port());
+  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + h + "," + n +
+                        " --window 0.4s --interval 0.2s --json -q");
+  EXPECT_EQ(r.rc, 1) << Why(r);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << Why(r);
+  std::map<std::string, std::vector<std::string>> rules;
+  for (simdjson::dom::element f : doc["findings"].get_array()) {
+    std::string_view rule = f["rule"].get_string();
+    for (simdjson::dom::element name : f["replicas"].get_array()) {
+      rules[std::string(rule)].emplace_back(std::string_view(name.get_string()));
+    }
+  }
+  EXPECT_EQ(rules["not-vllm"], std::vector<std::string>{h}) << r.out;
+  // The HTML page is a garbage line too (not an exposition); the good replica is neither.
+  const std::vector<std::string>& garbage = rules["garbage-metrics"];
+  EXPECT_NE(std::find(garbage.begin(), garbage.end(), n), garbage.end()) << r.out;
+  EXPECT_EQ(std::find(garbage.begin(), garbage.end(), Sim(0)), garbage.end()) << r.out;
+  EXPECT_EQ(rules.count("unreachable"), 0u) << r.out;
+}
+
+TEST_F(DoctorCliTest, JsonReportHasTheSchemaFields) {
+  StartFleet(2);
+  const std::string closed = "127.0.0.1:" + std::to_string(ClosedPort());
+  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) + "," + closed +
+                        " --window 0.6s --interval 0.2s --json -q");
+  EXPECT_EQ(r.rc, 1) << Why(r);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << Why(r);
+  EXPECT_EQ(std::string_view(doc["schema"].get_string()), "kvroute-doctor/1");
+  EXPECT_EQ(int64_t(doc["exit_code"].get_int64()), 1);
+  EXPECT_TRUE(bool(doc["readable"].get_bool()));
+  EXPECT_FALSE(bool(doc["healthy"].get_bool()));
+  double actual = doc["window"]["actual_s"].get_double();
+  EXPECT_GE(actual, 0.55);
+  EXPECT_EQ(double(doc["window"]["intended_s"].get_double()), 0.6);
+  simdjson::dom::array replicas = doc["replicas"].get_array();
+  ASSERT_EQ(replicas.size(), 3u);
+  int i = 0;
+  for (simdjson::dom::element rep : replicas) {
+    const std::string name(std::string_view(rep["name"].get_string()));
+    EXPECT_EQ(std::string_view(rep["address"].get_string()), name);
+    const bool up = rep["reachable"].get_bool();
+    EXPECT_EQ(up, i < 2) << name;
+    EXPECT_EQ(int64_t(rep["scrapes"].get_int64()), 4) << name;  // 0, 0.2, 0.4, 0.6
+    if (up) {
+      EXPECT_EQ(name, Sim(i));
+      EXPECT_EQ(double(rep["kv"]["mean"].get_double()), 0.0);
+      EXPECT_EQ(int64_t(rep["num_gpu_blocks"].get_int64()), 512);
+      EXPECT_TRUE(bool(rep["prefix_caching"].get_bool()));
+    } else {
+      EXPECT_EQ(name, closed);
+      EXPECT_NE(std::string_view(rep["error"].get_string()).find("refused"), std::string_view::npos);
+    }
+    ++i;
+  }
+  simdjson::dom::object fleet = doc["fleet"].get_object();
+  EXPECT_EQ(int64_t(fleet["replicas"].get_int64()), 3);
+  EXPECT_EQ(int64_t(fleet["reachable"].get_int64()), 2);
+  EXPECT_EQ(double(fleet["kv"]["spread"].get_double()), 0.0);
+  simdjson::dom::array findings = doc["findings"].get_array();
+  ASSERT_EQ(findings.size(), 1u) << r.out;
+  simdjson::dom::element f = findings.at(0);
+  EXPECT_EQ(std::string_view(f["rule"].get_string()), "unreachable");
+  EXPECT_FALSE(bool(f["routing"].get_bool()));
+  for (const char* key : {"severity", "summary", "condition", "remedy"}) {
+    EXPECT_FALSE(std::string_view(f[key].get_string()).empty()) << key;
+  }
+}
+
+TEST_F(DoctorCliTest, ConfigPoolEndpoints) {
+  StartFleet(2);
+  const fs::path cfg = dir_ / "serve.yaml";
+  std::ofstream(cfg) << "listen: 127.0.0.1:8080\npool:\n  endpoints:\n    - address: " << Sim(0)
+                     << "\n      name: first\n    - " << Sim(1) << "\nscheduling: {policy: round-robin}\n";
+  const Outcome r = Kvroute("doctor --config " + cfg.string() + " --window 0 --json -q");
+  EXPECT_EQ(r.rc, 0) << Why(r);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << Why(r);
+  simdjson::dom::array replicas = doc["replicas"].get_array();
+  ASSERT_EQ(replicas.size(), 2u);
+  EXPECT_EQ(std::string_view(replicas.at(0)["name"].get_string()), "first");
+  EXPECT_EQ(std::string_view(replicas.at(0)["address"].get_string()), Sim(0));
+  EXPECT_EQ(std::string_view(replicas.at(1)["name"].get_string()), Sim(1));
+}
+
+TEST_F(DoctorCliTest, ConfigPoolEndpointsFile) {
+  StartFleet(2);
+  fs::create_directories(dir_ / "conf");
+  std::ofstream(dir_ / "conf" / "eps.yaml") << "- {address: " << Sim(0) << ", name: a}\n- address: "
+                                            << Sim(1) << "\n  name: b\n";
+  // Relative to the config file's directory, as serve reads it.
+  std::ofstream(dir_ / "conf" / "serve.yaml") << "pool:\n  endpoints_file: eps.yaml\n";
+  const Outcome r = Kvroute("doctor --config " + (dir_ / "conf" / "serve.yaml").string() + " --window 0 -q");
+  EXPECT_EQ(r.rc, 0) << Why(r);
+  EXPECT_NE(r.out.find("a "), std::string::npos) << Why(r);
+  EXPECT_NE(r.out.find("b "), std::string::npos) << Why(r);
+  EXPECT_NE(r.out.find("2 replicas, 2 reachable"), std::string::npos) << Why(r);
+}
+
+TEST_F(DoctorCliTest, ConfigErrorsNameFileLineAndField) {
+  const fs::path cfg = dir_ / "bad.yaml";
+  std::ofstream(cfg) << "pool:\n  endpoints:\n    - 127.0.0.1:18001\n    - address: nope\n";
+  Outcome r = Kvroute("doctor --config " + cfg.string());
+  EXPECT_EQ(r.rc, 2) << Why(r);
+  EXPECT_NE(r.err.find(cfg.string() + ":4"), std::string::npos) << Why(r);
+  EXPECT_NE(r.err.find("pool.endpoints[1].address"), std::string::npos) << Why(r);
+
+  std::ofstream(dir_ / "typo.yaml") << "pool:\n  endpoint: [127.0.0.1:18001]\n";
+  r = Kvroute("doctor --config " + (dir_ / "typo.yaml").string());
+  EXPECT_EQ(r.rc, 2) << Why(r);
+  EXPECT_NE(r.err.find("typo.yaml:2"), std::string::npos) << Why(r);
+  EXPECT_NE(r.err.find("did you mean"), std::string::npos) << Why(r);
+
+  std::ofstream(dir_ / "eps-missing.yaml") << "pool:\n  endpoints_file: nowhere.yaml\n";
+  r = Kvroute("doctor --config " + (dir_ / "eps-missing.yaml").string());
+  EXPECT_EQ(r.rc, 2) << Why(r);
+  EXPECT_NE(r.err.find("nowhere.yaml"), std::string::npos) << Why(r);
+
+  r = Kvroute("doctor --config " + (dir_ / "absent.yaml").string());
+  EXPECT_EQ(r.rc, 2) << Why(r);
+  EXPECT_NE(r.err.find("absent.yaml"), std::string::npos) << Why(r);
+}
+
+TEST_F(DoctorCliTest, UsageErrorsExitTwoWithAMessage) {
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"doctor", "--endpoints HOST:PORT"},
+      {"doctor --endpoints 127.0.0.1:1 --config x.yaml", "not both"},
+      {"doctor --endpoints 127.0.0.1:1 --window soon", "--window 'soon'"},
+      {"doctor --endpoints 127.0.0.1:1 --window -3s", "--window '-3s'"},
+      {"doctor --endpoints 127.0.0.1:1 --interval 0", "--interval '0': must be > 0"},
+      {"doctor --endpoints 127.0.0.1:1 --timeout 0s", "--timeout '0s': must be > 0"},
+      {"doctor --endpoints 127.0.0.1:1,localhost", "entry 2 'localhost'"},
+      {"doctor --endpoints 127.0.0.1:99999", "entry 1"},
+      {"doctor --endpoints ,", "no HOST:PORT"},
+      {"doctor --endpoints 127.0.0.1:1 --watch --json", "--watch and --json"},
+      {"doctor --endpoints 127.0.0.1:1 --watch --scenario-out x.yaml", "--watch writes no files"},
+      {"doctor --endpoints 127.0.0.1:1 --frobnicate", "frobnicate"},
+  };
+  for (const Case& c : cases) {
+    const Outcome r = Kvroute(c.args);
+    EXPECT_EQ(r.rc, 2) << c.args << "\n" << Why(r);
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << Why(r);
+    EXPECT_TRUE(r.out.empty()) << c.args << "\n" << Why(r);
+  }
+}
+
+TEST_F(DoctorCliTest, HelpDocumentsEveryFlagAndTheExitCodes) {
+  const Outcome r = Kvroute("doctor --help");
+  EXPECT_EQ(r.rc, 0) << Why(r);
+  for (const char* s : {"--endpoints", "--config", "--window", "--interval", "--timeout", "--json",
+                        "--watch", "--scenario-out", "--json-out", "endpoints_file", "kubernetes",
+                        "prefix-reuse-lost", "lopsided-kv", "queue-imbalance", "not-vllm",
+                        "Exit status: 0 healthy, 1 findings, 2 nothing readable"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  }
+  // The kvroute command list names doctor.
+  const Outcome top = Kvroute("--help");
+  EXPECT_NE(top.out.find("doctor"), std::string::npos) << Why(top);
+}
+
+// Traffic during the window: the scenario it writes loads and runs in `kvroute simulate`.
+TEST_F(DoctorCliTest, ScenarioOutRunsInSimulate) {
+  StartFleet(2);
+  std::atomic<bool> done{false};
+  std::atomic<int> sent{0};
+  // Requests to both replicas until the doctor has finished (not a fixed count: however
+  // slowly the machine runs, requests land inside the window).
+  std::thread traffic([&] {
+    for (int k = 0; !done.load(); ++k) {
+      const std::string body = std::string("{\"model\":\"") + kModel +
+                               "\",\"prompt\":\"You are a careful assistant. Question " +
+                               std::to_string(k % 5) + "\",\"max_tokens\":" + std::to_string(4 + k % 8) +
+                               "}";
+      auto r = http::Fetch("127.0.0.1", fleet_->port(k % 2), "POST", "/v1/completions", body);
+      if (r && r->status == 200) ++sent;
+    }
+  });
+  const fs::path scenario = dir_ / "observed.yaml";
+  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) +
+                        " --window 1s --interval 0.25s -q --scenario-out " + scenario.string());
+  done.store(true);
+  traffic.join();
+  EXPECT_GT(sent.load(), 0);
+  ASSERT_TRUE(r.rc == 0 || r.rc == 1) << Why(r);
+  ASSERT_TRUE(fs::exists(scenario)) << Why(r);
+  const std::string yaml = ReadFile(scenario);
+  EXPECT_NE(yaml.find("replicas: 2"), std::string::npos) << yaml;
+  const Outcome sim = Kvroute("simulate --scenario " + scenario.string() + " --requests 60 --policies round-robin,kvroute --quiet --out " +
+                          (dir_ / "sim-out").string());
+  EXPECT_EQ(sim.rc, 0) << yaml << "\n" << Why(sim);
+  EXPECT_TRUE(fs::exists(dir_ / "sim-out" / "report.json")) << Why(sim);
+}
+
+TEST_F(DoctorCliTest, ScenarioOutWithoutTrafficIsAnError) {
+  StartFleet(1);
+  const fs::path scenario = dir_ / "none.yaml";
+  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + " --window 0.2s --interval 0.1s -q --scenario-out " +
+                        scenario.string());
+  EXPECT_EQ(r.rc, 2) << Why(r);
+  EXPECT_NE(r.err.find("--scenario-out"), std::string::npos) << Why(r);
+  EXPECT_FALSE(fs::exists(scenario));
+  EXPECT_NE(r.out.find("healthy"), std::string::npos) << Why(r);  // the report still printed
+}
+
+// Not a terminal: one plain frame per refresh, no ANSI codes; Ctrl-C ends it with the
+// last frame's status.
+TEST_F(DoctorCliTest, WatchPrintsFramesUntilInterrupted) {
+  StartFleet(1);
+  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + " --watch --window 1s --interval 0.1s",
+                        "timeout --preserve-status -s INT 3");
+  EXPECT_EQ(r.rc, 0) << Why(r);
+  size_t frames = 0;
+  for (size_t p = 0; (p = r.out.find("kvroute doctor --watch", p)) != std::string::npos; ++p) ++frames;
+  EXPECT_GE(frames, 2u) << Why(r);
+  EXPECT_EQ(r.out.find('\033'), std::string::npos) << Why(r);
+  EXPECT_NE(r.out.find(Sim(0)), std::string::npos) << Why(r);
+}
+
+}  // namespace
+}  // namespace kvroute::doctor
