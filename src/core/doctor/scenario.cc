@@ -163,7 +163,10 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
   const double requests = CounterDelta(replicas, &Scrape::requests_finished, &req_known);
   std::vector<Component> prompt, output;
   std::string prompt_source, output_source;
-  if (auto h = MergedWindow(replicas, &Scrape::prompt_len)) {
+  const std::optional<Histogram> prompt_hist = MergedWindow(replicas, &Scrape::prompt_len);
+  const std::optional<Histogram> output_hist = MergedWindow(replicas, &Scrape::output_len);
+  const bool from_buckets = prompt_hist || output_hist;
+  if (const auto& h = prompt_hist) {
     prompt = FromBuckets(*h);
     prompt_source =
         fmt::format("vllm:request_prompt_tokens buckets ({:.0f} requests)", h->cumulative.back());
@@ -177,7 +180,7 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
     prompt = FromMean(tokens / requests);
     prompt_source = "mean of vllm:prompt_tokens_total per finished request (no histogram)";
   }
-  if (auto h = MergedWindow(replicas, &Scrape::output_len)) {
+  if (const auto& h = output_hist) {
     output = FromBuckets(*h);
     output_source = fmt::format("vllm:request_generation_tokens buckets ({:.0f} requests)",
                                 h->cumulative.back());
@@ -220,8 +223,13 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
   y += fmt::format("#   rate {:.3f} req/s: {}\n", rate, rate_source);
   y += fmt::format("#   prompt lengths: {}\n", prompt_source);
   y += fmt::format("#   output lengths: {}\n", output_source);
-  y += "#   each histogram bucket is one mixture component spread over the bucket's range\n";
-  y += "#   (the +Inf bucket as [highest bound, 2x highest bound]), weighted by its count.\n";
+  if (from_buckets) {
+    y += "#   each histogram bucket is one mixture component spread over the bucket's range\n";
+    y += "#   (the +Inf bucket as [highest bound, 2x highest bound]), weighted by its count.\n";
+  }
+  if (!prompt_hist || !output_hist) {
+    y += "#   a length known only by its mean is one component over [mean/2, 2x mean].\n";
+  }
   y += "# Assumed (not observable from /metrics; edit to match what you know):\n";
   if (share >= 0.05) {
     y += fmt::format(
