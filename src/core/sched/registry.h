@@ -13,6 +13,9 @@
 //   soft-load-scorer             (minSpread 4, relativeSpread 0) 1 - (x - min) /
 //                                (max - min + minSpread + relativeSpread * mean), x =
 //                                max(in-flight, waiting + running)
+//   recent-load-scorer           (halfLifeSeconds 10, minSpread 2) 1 - (c - min) /
+//                                (max - min + minSpread), c = requests dispatched there,
+//                                each counting 2^(-age / halfLife)
 //   load-aware-scorer            (queueThreshold 128) 0.5 * (1 - waiting/threshold)
 //   saturation-filter            (kvThreshold 0.8, queueThreshold 5, staleAfterSeconds 0.2)
 //   locality-filter              the router's region first; spill to a remote region when

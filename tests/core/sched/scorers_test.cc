@@ -131,6 +131,30 @@ TEST(SoftLoadScorer, OneRequestOfDifferenceCostsLittle) {
   EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
 }
 
+TEST(RecentLoadScorer, DecayedDispatchCountsOverGapPlusSpread) {
+  // Half-life 10 s, minSpread 2: at t = 10 every dispatch at t = 0 counts 1/2.
+  auto s = MustBuild(SpecOf({Plugin("recent-load-scorer",
+                                    {{"halfLifeSeconds", 10.0}, {"minSpread", 2.0}})}));
+  auto eps = MakeEndpoints(3);
+  for (uint32_t target : {0u, 0u, 1u}) {
+    PickResult r = s->Pick(Req("x"), eps, 0.0);
+    s->OnDispatched(r.handle, target, 0.0);
+    s->OnFinished(r.handle, 0.0);  // finished: only the decayed count remembers it
+  }
+  PickResult r = s->Pick(Req("x"), eps, 10.0);
+  // Counts 1, 0.5, 0: denominator 1 + 2 = 3.
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0 - 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0 - 0.5 / 3.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 2), 1.0);
+  EXPECT_EQ(r.ranked[0], 2u);
+  // A dispatch adds 1 to the decayed count: endpoint 2 at 1, endpoint 0 at 1 too.
+  s->OnDispatched(r.handle, 2, 10.0);
+  r = s->Pick(Req("x"), eps, 10.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0 - 0.5 / 2.5);
+  EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+  EXPECT_DOUBLE_EQ(r.Score(0, 2), 1.0 - 0.5 / 2.5);
+}
+
 TEST(PrefixCacheScorer, LongestMatchedPrefixOverTotalBlocks) {
   auto s = MustBuild(SpecOf({Plugin("prefix-cache-scorer", {{"blockSize", 4.0}})}));
   auto eps = MakeEndpoints(2);
