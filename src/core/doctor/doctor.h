@@ -52,6 +52,9 @@ struct Scrape {
   std::string model;                   // model_name label, "" when none
   // Engine series present but unusable, one line each: "vllm:kv_cache_usage_perc = NaN
   // (line 12)". Text that is not an exposition at all (an HTML page) is one entry.
+  // Also: a histogram that cannot be summed ("vllm:request_prompt_tokens: bucket bounds
+  // differ across engines (engine 1)"), a capacity label that is not a count, and a few
+  // bad lines among good ones ("line 24: ...", a truncated body). At most 16 entries.
   std::vector<std::string> garbage;
   bool any_engine_series = false;  // some vllm: series was read (else: not a vLLM /metrics)
 };
