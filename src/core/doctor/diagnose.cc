@@ -427,42 +427,77 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
         names, true);
   }
   {
-    const ReplicaFigures* hot = nullptr;
-    const ReplicaFigures* cold = nullptr;
-    for (const ReplicaFigures* r : live) {
-      if (!r->kv_mean) continue;
-      if (!hot || *r->kv_mean > *hot->kv_mean) hot = r;
-      if (!cold || *r->kv_mean < *cold->kv_mean) cold = r;
-    }
-    if (hot && cold && hot != cold) {
-      const double spread = *hot->kv_mean - *cold->kv_mean;
-      const bool hot_kv = *hot->kv_mean >= o.kv_hot;
-      const bool hot_queue = hot->waiting_mean && *hot->waiting_mean >= o.queue_busy;
-      const bool hot_preempt =
-          hot->preemptions_per_s && *hot->preemptions_per_s > o.preemptions_per_s;
-      const bool cold_idle =
-          cold->waiting_mean && *cold->waiting_mean <= o.queue_idle && *cold->kv_mean <= o.kv_cold;
-      if (spread >= o.kv_spread && (hot_kv || hot_queue || hot_preempt) && cold_idle) {
-        std::string pressure;
-        if (hot->waiting_mean) pressure = fmt::format(", {} waiting", Num(*hot->waiting_mean));
-        if (hot->preemptions_per_s) {
-          pressure += fmt::format(", {:.2f} preemptions/s", *hot->preemptions_per_s);
+    // Round by round: the i-th scrape of every replica. The worst round (widest gap
+    // between a pressured replica and an idle one) is the one the finding quotes.
+    struct Worst {
+      double gap = -1, t_s = 0;
+      size_t hot = 0, cold = 0;
+      double hot_kv = 0, hot_waiting = 0, cold_kv = 0, cold_waiting = 0;
+      bool hot_preempted = false;
+    } worst;
+    size_t rounds = 0;
+    for (const ReplicaHistory& h : replicas) rounds = std::max(rounds, h.scrapes.size());
+    for (size_t k = 0; k < rounds; ++k) {
+      int known = 0;
+      // Per round: the highest-KV pressured replica and the lowest-KV idle one.
+      std::optional<size_t> hot, cold;
+      bool hot_preempted = false;
+      for (size_t i = 0; i < replicas.size(); ++i) {
+        const std::vector<Scrape>& sc = replicas[i].scrapes;
+        if (k >= sc.size() || !Usable(sc[k]) || !sc[k].kv_usage || !sc[k].waiting) continue;
+        ++known;
+        const Scrape& s = sc[k];
+        bool preempted = false;
+        if (k > 0 && Usable(sc[k - 1])) {
+          const Opt d = Delta(sc[k - 1].preemptions, s.preemptions);
+          preempted = d && *d > 0;
         }
-        add("lopsided-kv", "warning",
-            fmt::format("KV-cache usage {} on {}{} while {} sits at {} with {} waiting "
-                        "(spread {:.1f} points)",
-                        Pct(*hot->kv_mean), hot->name, pressure, cold->name, Pct(*cold->kv_mean),
-                        Num(*cold->waiting_mean), spread * 100),
-            fmt::format("window-mean KV max - min >= {:.0f} points, the hottest under pressure "
-                        "(KV >= {}, mean waiting >= {} or preemptions > {}/s) and the coldest "
-                        "idle (KV <= {}, mean waiting <= {})",
-                        o.kv_spread * 100, Pct(o.kv_hot), Threshold(o.queue_busy),
-                        Threshold(o.preemptions_per_s), Pct(o.kv_cold), Threshold(o.queue_idle)),
-            "spread the load by KV and queue: raise the kv-cache-utilization-scorer and "
-            "queue-depth-scorer weights in the `schedulingProfile`, or use `scheduling: {policy: "
-            "kvroute}`",
-            {hot->name, cold->name}, true);
+        // A queue, a preemption since the last look, or a full cache with a queue forming.
+        const bool pressured = *s.waiting >= o.queue_busy || preempted ||
+                               (*s.kv_usage >= o.kv_hot && *s.waiting > o.queue_idle);
+        const bool idle = *s.waiting <= o.queue_idle && *s.kv_usage <= o.kv_cold;
+        if (pressured && (!hot || *s.kv_usage > *replicas[*hot].scrapes[k].kv_usage)) {
+          hot = i;
+          hot_preempted = preempted;
+        }
+        if (idle && (!cold || *s.kv_usage < *replicas[*cold].scrapes[k].kv_usage)) cold = i;
       }
+      if (known < 2) continue;
+      ++f.rounds;
+      if (!hot || !cold) continue;
+      const Scrape& hs = replicas[*hot].scrapes[k];
+      const Scrape& cs = replicas[*cold].scrapes[k];
+      const double gap = *hs.kv_usage - *cs.kv_usage;
+      if (gap < o.kv_spread) continue;
+      ++f.lopsided_rounds;
+      if (gap > worst.gap) {
+        worst = {gap,       hs.t_s,        *hot,          *cold, *hs.kv_usage, *hs.waiting,
+                 *cs.kv_usage, *cs.waiting, hot_preempted};
+      }
+    }
+    if (f.rounds > 0 && f.lopsided_rounds > 0 &&
+        f.lopsided_rounds >= o.lopsided_share * f.rounds) {
+      const std::string& hot_name = rep.replicas[worst.hot].name;
+      const std::string& cold_name = rep.replicas[worst.cold].name;
+      add("lopsided-kv", "warning",
+          fmt::format("in {} of {} scrape rounds ({}) a replica was under pressure while a "
+                      "sibling idled; worst at t={:.1f}s: {} at {} KV with {} waiting{}, {} at "
+                      "{} with {} waiting ({:.1f} points apart)",
+                      f.lopsided_rounds, f.rounds,
+                      Pct(static_cast<double>(f.lopsided_rounds) / f.rounds), worst.t_s,
+                      hot_name, Pct(worst.hot_kv), Num(worst.hot_waiting),
+                      worst.hot_preempted ? " and preempting" : "", cold_name,
+                      Pct(worst.cold_kv), Num(worst.cold_waiting), worst.gap * 100),
+          fmt::format("in >= {} of scrape rounds: a replica with waiting >= {}, a preemption "
+                      "since its previous scrape, or KV >= {} with waiting > {}, while another "
+                      "has waiting <= {} and KV <= {}, at least {:.0f} points lower",
+                      Pct(o.lopsided_share), Threshold(o.queue_busy), Pct(o.kv_hot),
+                      Threshold(o.queue_idle), Threshold(o.queue_idle), Pct(o.kv_cold),
+                      o.kv_spread * 100),
+          "pick by KV and queue, not by turn or connection count: raise the "
+          "kv-cache-utilization-scorer and queue-depth-scorer weights in the "
+          "`schedulingProfile`, or use `scheduling: {policy: kvroute}`",
+          {hot_name, cold_name}, true);
     }
   }
   {

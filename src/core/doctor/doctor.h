@@ -76,13 +76,19 @@ struct DoctorOptions {
   double window_s = 30;               // what the caller intended; reported
   double low_hit_rate = 0.5;          // fleet hit rate below this: prefix-reuse-lost
   double min_queried_tokens = 10000;  // fewer queried tokens in the window: no hit-rate rule
-  double kv_hot = 0.9;                // lopsided-kv: some replica's mean KV at/above this
-  double kv_cold = 0.6;               // ... while the coldest's is at/below this
-  // lopsided-kv: the replicas' window-mean KV differ by at least this (max - min). Spread
-  // alone never fires: the hottest must be under pressure (KV >= kv_hot, waiting >=
-  // queue_busy or preempting) and the coldest idle (waiting <= queue_idle, KV <= kv_cold),
-  // since a prefix-affine router legitimately leaves KV uneven with no queue anywhere.
+  // lopsided-kv reads each scrape round (the i-th scrape of every replica, as Collect takes
+  // them), since that is where the article's symptom lives: at one instant a replica
+  // under pressure (waiting >= queue_busy, a preemption since its previous scrape, or KV >=
+  // kv_hot with waiting > queue_idle) while a sibling idles (waiting <= queue_idle, KV <=
+  // kv_cold) at least kv_spread below it. Over a window a round-robin fleet's means are
+  // even (every replica gets the same mix), so window means hide it. Spread alone never
+  // counts: a prefix-affine router legitimately leaves KV uneven with no queue anywhere.
+  // The rule fires when at least lopsided_share of the rounds with two or more known
+  // replicas are lopsided.
+  double kv_hot = 0.9;
+  double kv_cold = 0.6;
   double kv_spread = 0.3;
+  double lopsided_share = 0.2;
   double queue_busy = 2.0;            // queue-imbalance: mean waiting at/above this
   double queue_idle = 0.5;            // ... while another's is at/below this
   double preemptions_per_s = 0.1;     // preemptions finding (which replicas)
@@ -129,6 +135,9 @@ struct FleetFigures {
   std::optional<double> tokens_per_s, requests_per_s;
   Quantiles ttft_s;                       // merged bucket deltas
   std::vector<std::string> preempting;    // replicas above options.preemptions_per_s
+  // Scrape rounds with at least two replicas' KV and waiting known, and of those the
+  // rounds where some replica was under pressure while a sibling idled (lopsided-kv).
+  int rounds = 0, lopsided_rounds = 0;
 };
 
 struct Finding {

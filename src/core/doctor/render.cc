@@ -170,6 +170,7 @@ std::string ReportJson(const Report& r) {
                    JNum(f.hit_rate), JStrOrNull(f.hit_rate_source), JNum(f.queried_tokens));
   o += fmt::format("\"kv\": {{\"min\": {}, \"max\": {}, \"spread\": {}}}, ", JNum(f.kv_min),
                    JNum(f.kv_max), JNum(f.kv_spread));
+  o += fmt::format("\"rounds\": {}, \"lopsided_rounds\": {}, ", f.rounds, f.lopsided_rounds);
   o += fmt::format("\"waiting\": {{\"total\": {}, \"min_mean\": {}, \"max_mean\": {}}}, ",
                    JNum(f.waiting_total), JNum(f.waiting_min), JNum(f.waiting_max));
   o += fmt::format("\"preemptions_per_s\": {}, \"preempting\": {}, ", JNum(f.preemptions_per_s),

@@ -422,8 +422,9 @@ TEST(DiagnoseTest, TheArticlesTellFromTheRealFixtures) {
   const Finding* lop = Get(r, "lopsided-kv");
   EXPECT_EQ(lop->replicas, (std::vector<std::string>{"hot", "cold"}));
   EXPECT_EQ(lop->summary,
-            "KV-cache usage 98.1% on hot, 132.0 waiting while cold sits at 40.1% with 0.0 waiting "
-            "(spread 58.0 points)");
+            "in 1 of 1 scrape rounds (100.0%) a replica was under pressure while a sibling "
+            "idled; worst at t=0.0s: hot at 98.1% KV with 132.0 waiting, cold at 40.1% with 0.0 "
+            "waiting (58.0 points apart)");
   EXPECT_TRUE(lop->routing);
   const Finding* lost = Get(r, "prefix-reuse-lost");
   EXPECT_EQ(lost->summary,
@@ -433,9 +434,11 @@ TEST(DiagnoseTest, TheArticlesTellFromTheRealFixtures) {
   EXPECT_NE(lost->remedy.find("if the traffic shares prefixes"), std::string::npos);
   EXPECT_EQ(lost->replicas, (std::vector<std::string>{"hot", "cold"}));
   const std::string text = ReportText(r);
-  EXPECT_NE(text.find("FINDING lopsided-kv: KV-cache usage 98.1%"), std::string::npos) << text;
-  EXPECT_NE(text.find("  rule: window-mean KV max - min >= 30 points"), std::string::npos) << text;
-  EXPECT_NE(text.find("  fix: spread the load"), std::string::npos) << text;
+  EXPECT_NE(text.find("FINDING lopsided-kv: in 1 of 1 scrape rounds"), std::string::npos) << text;
+  EXPECT_NE(text.find("  rule: in >= 20.0% of scrape rounds: a replica with waiting >= 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  fix: pick by KV and queue"), std::string::npos) << text;
 }
 
 TEST(DiagnoseTest, TheArticlesTellOverAWindow) {
@@ -546,14 +549,80 @@ TEST(RuleTest, LopsidedKvNeedsSpreadPressureAndAnIdleSibling) {
   EXPECT_TRUE(Diagnose({Steady("h", 0.85, 0), Steady("c", 0.25, 0)}, o).findings.empty());
   // The cold one queues too: not lopsided, the fleet is busy.
   EXPECT_FALSE(Has(Diagnose({Steady("h", 0.75, 2), Steady("c", 0.5, 0.75)}, o), "lopsided-kv"));
-  // Hot by KV alone, at kv_hot.
-  EXPECT_TRUE(Has(Diagnose({Steady("h", 0.9375, 0), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
-  // Hot by preemptions (2 in 10 s > 0.1/s), KV and queue fine.
-  EXPECT_TRUE(
-      Has(Diagnose({Steady("h", 0.75, 0, 100000, 0.8, 2), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
+  // A full cache with no queue is not pressure (vLLM keeps its batch there by design)...
+  EXPECT_FALSE(Has(Diagnose({Steady("h", 0.9375, 0), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
+  // ... at kv_hot with a queue forming (waiting above queue_idle) it is.
+  EXPECT_TRUE(Has(Diagnose({Steady("h", 0.9375, 1), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
+  // Hot by a preemption since its previous scrape, KV and queue fine: the second of the
+  // two rounds is lopsided, 1 of 2 >= 20%.
+  const Report pre =
+      Diagnose({Steady("h", 0.75, 0, 100000, 0.8, 2), Steady("c", 0.5, 0)}, o);
+  EXPECT_TRUE(Has(pre, "lopsided-kv"));
+  EXPECT_EQ(pre.fleet.rounds, 2);
+  EXPECT_EQ(pre.fleet.lopsided_rounds, 1);
   // The cold one above kv_cold.
   o.kv_cold = 0.4;
-  EXPECT_FALSE(Has(Diagnose({Steady("h", 0.9375, 0), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
+  EXPECT_FALSE(Has(Diagnose({Steady("h", 0.9375, 1), Steady("c", 0.5, 0)}, o), "lopsided-kv"));
+}
+
+// Replicas scraped once per round, 1 s apart: kv[i][k] and waiting[i][k] in round k.
+std::vector<ReplicaHistory> Rounds(const std::vector<std::vector<double>>& kv,
+                                   const std::vector<std::vector<double>>& waiting) {
+  std::vector<ReplicaHistory> out;
+  for (size_t i = 0; i < kv.size(); ++i) {
+    ReplicaHistory h{"r" + std::to_string(i), "r" + std::to_string(i) + ":8000", {}};
+    for (size_t k = 0; k < kv[i].size(); ++k) {
+      Fake f;
+      f.kv = kv[i][k];
+      f.waiting = waiting[i][k];
+      f.queries = 100000.0 * k;
+      f.hits = 80000.0 * k;
+      h.scrapes.push_back(ParseScrape(Text(f), static_cast<double>(k)));
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+TEST(RuleTest, LopsidedKvSeesRoundRobinsMomentsThatWindowMeansHide) {
+  // Round-robin's pattern: every replica gets the same mix, so over the window each one's
+  // mean KV and queue are the same; at each moment, one holds the long answers and queues
+  // while the others idle. Round k: replica k % 3 at 90% KV with 4 waiting.
+  std::vector<std::vector<double>> kv(3), waiting(3);
+  for (int k = 0; k < 6; ++k) {
+    for (int i = 0; i < 3; ++i) {
+      kv[i].push_back(k % 3 == i ? 0.9 : 0.3);
+      waiting[i].push_back(k % 3 == i ? 4 : 0);
+    }
+  }
+  const Report r = Diagnose(Rounds(kv, waiting), DoctorOptions{});
+  EXPECT_NEAR(*r.fleet.kv_spread, 0.0, 1e-12);  // the window means are even
+  EXPECT_FALSE(Has(r, "queue-imbalance"));    // and so are the mean queues
+  ASSERT_TRUE(Has(r, "lopsided-kv")) << ReportText(r);
+  EXPECT_EQ(r.fleet.rounds, 6);
+  EXPECT_EQ(r.fleet.lopsided_rounds, 6);
+  // The first worst round (all tie at 60 points): round 0, r0 hot, r1 the coldest first seen.
+  EXPECT_EQ(Get(r, "lopsided-kv")->replicas, (std::vector<std::string>{"r0", "r1"}));
+}
+
+TEST(RuleTest, LopsidedKvNeedsItsShareOfRounds) {
+  // Two replicas, 10 rounds; r0 is pressured in the first `n` rounds only.
+  auto run = [](int n) {
+    std::vector<std::vector<double>> kv(2), waiting(2);
+    for (int k = 0; k < 10; ++k) {
+      kv[0].push_back(k < n ? 0.9 : 0.3);
+      waiting[0].push_back(k < n ? 3 : 0);
+      kv[1].push_back(0.3);
+      waiting[1].push_back(0);
+    }
+    return Diagnose(Rounds(kv, waiting), DoctorOptions{});
+  };
+  EXPECT_FALSE(Has(run(0), "lopsided-kv"));
+  EXPECT_FALSE(Has(run(1), "lopsided-kv"));  // 10% < 20%
+  const Report two = run(2);                  // 20%
+  EXPECT_TRUE(Has(two, "lopsided-kv"));
+  EXPECT_EQ(two.fleet.lopsided_rounds, 2);
+  EXPECT_EQ(two.fleet.rounds, 10);
 }
 
 TEST(RuleTest, QueueImbalanceAtItsThresholds) {
@@ -693,7 +762,8 @@ TEST(RenderTest, JsonHasExactlyTheDocumentedKeys) {
   EXPECT_EQ(keys(doc["replicas"].at(0)["kv"]), (V{"now", "mean", "max"}));
   EXPECT_EQ(keys(doc["replicas"].at(0)["ttft_s"]), (V{"p50", "p99"}));
   EXPECT_EQ(keys(doc["fleet"]), (V{"replicas", "reachable", "hit_rate", "hit_rate_source",
-                                   "queried_tokens", "kv", "waiting", "preemptions_per_s",
+                                   "queried_tokens", "kv", "rounds", "lopsided_rounds",
+                                   "waiting", "preemptions_per_s",
                                    "preempting", "tokens_per_s", "requests_per_s", "ttft_s"}));
   EXPECT_EQ(keys(doc["fleet"]["kv"]), (V{"min", "max", "spread"}));
   EXPECT_EQ(keys(doc["fleet"]["waiting"]), (V{"total", "min_mean", "max_mean"}));
