@@ -20,10 +20,14 @@ struct ScalingOptions {
   // backing up is what made someone add replicas. 5 req/s per replica is above what
   // round-robin serves on seed-8x (about 1.5 per replica under a 2 s TTFT p99) and above
   // kvroute's (about 3.4): every run is at its capacity, so its output tokens/s measure
-  // what the fleet can do, not what was asked of it.
+  // what the fleet can do, not what was asked of it. (TTFT then measures the queue that
+  // builds while arrivals outpace the fleet: tens of seconds at the p99 for both.)
   double rate_per_replica = 5.0;
-  // Requests per replica: the same virtual duration (about 50 s) at every fleet size.
-  int64_t requests_per_replica = 250;
+  // Requests per replica: the same virtual duration (about 100 s of arrivals) at every
+  // fleet size. Long enough that the steady window (after a warm-up quarter) is past the
+  // first long answers; at 250 the 2-replica runs still ramped up inside it and their
+  // throughput read 10-20% low.
+  int64_t requests_per_replica = 500;
 };
 
 // Runs `scenario` (a flat fleet) once per (policy, fleet size), policy-major, fleet sizes
