@@ -114,8 +114,8 @@ done
 echo "kvroute at $head ($KV), $(nproc) cores, load $load_before at the start, $load_after at the end, $(( $(date +%s) - start )) s"
 echo "traffic: seed-8x shape, outputs x0.3, $RATE req/s Poisson, seed $SEED; 8 replicas, $KV_BLOCKS KV blocks each; doctor window ${WINDOW}s from ${WARMUP}s in"
 echo
-echo "| policy | doctor exit | findings | routing finding | fleet hit rate | KV mean min / max | waiting mean min / max | preemptions/s | replicas' hit rates |"
-echo "|---|--:|---|---|--:|--:|--:|--:|--:|"
+echo "| policy | doctor exit | findings | routing finding | fleet hit rate | replicas' hit rates | KV mean min / max | waiting mean min / max | lopsided rounds | preemptions/s |"
+echo "|---|--:|---|---|--:|--:|--:|--:|--:|--:|"
 for p in round-robin kvroute; do
   hit=$(fleet_field "$p" '"hit_rate": \([^,]*\),')
   kvmin=$(fleet_field "$p" '"kv": {"min": \([^,]*\),')
@@ -123,12 +123,14 @@ for p in round-robin kvroute; do
   wmin=$(fleet_field "$p" '"min_mean": \([^,]*\),')
   wmax=$(fleet_field "$p" '"max_mean": \([^,}]*\)[,}]')
   pre=$(fleet_field "$p" '"preemptions_per_s": \([^,]*\),')
-  printf "| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s |\n" "$p" "$(cat "$out/$p-doctor.rc")" \
-    "$(rules "$p")" "$(routing "$p")" "$(pct "$hit")" "$(pct "$kvmin")" "$(pct "$kvmax")" \
+  rounds=$(fleet_field "$p" '"rounds": \([0-9]*\),')
+  lop=$(fleet_field "$p" '"lopsided_rounds": \([0-9]*\),')
+  printf "| %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s of %s | %s |\n" "$p" "$(cat "$out/$p-doctor.rc")" \
+    "$(rules "$p")" "$(routing "$p")" "$(pct "$hit")" "$(replica_range "$p" '"hit_rate": \([^,]*\),')" \
+    "$(pct "$kvmin")" "$(pct "$kvmax")" \
     "$(awk -v v="$wmin" 'BEGIN { printf (v == "null" ? "-" : "%.1f"), v }')" \
     "$(awk -v v="$wmax" 'BEGIN { printf (v == "null" ? "-" : "%.1f"), v }')" \
-    "$(awk -v v="$pre" 'BEGIN { printf (v == "null" ? "-" : "%.2f"), v }')" \
-    "$(replica_range "$p" '"hit_rate": \([^,]*\),')"
+    "$lop" "$rounds" "$(awk -v v="$pre" 'BEGIN { printf (v == "null" ? "-" : "%.2f"), v }')"
 done
 
 rr=$(cat "$out/round-robin-doctor.rc")
