@@ -9,9 +9,13 @@
 # token system prompts, short questions, 70% ~50-token and 30% ~2,000-token answers),
 # scaled down as `kvroute demo` scales it to run in real time on two cores: outputs x 0.3,
 # 1,024 KV blocks per replica (16 system prompts need ~4,000 blocks: round-robin sends all
-# 16 to every replica, kvroute 2-4). The doctor starts WARMUP seconds into the traffic
-# (cold caches fill first) and reads WINDOW seconds, inside the traffic. Prints both
-# diagnoses and a table. About 2 minutes.
+# 16 to every replica, kvroute 2-4). At 14 req/s (the default) round-robin is near
+# capacity: the replicas that drew the long answers fill their KV and queue while a sibling
+# sits half empty with none waiting, the article's symptom (measured: see docs/DOCTOR.md,
+# "Command line"); at 20 req/s every replica queues and KV is even again. The doctor starts
+# WARMUP seconds into the traffic (cold caches fill first) and reads WINDOW seconds at 1 s
+# rounds, inside the traffic. Prints both diagnoses and a table; exits 0 when both
+# expectations hold. About 70 seconds.
 #
 #   KVROUTE=build/kvroute scripts/live-doctor.sh
 #
@@ -19,7 +23,7 @@
 # directory to keep every log and report in).
 set -euo pipefail
 KV=${KVROUTE:-build/kvroute}
-RATE=${RATE:-12}
+RATE=${RATE:-14}
 KV_BLOCKS=${KV_BLOCKS:-1024}
 WARMUP=${WARMUP:-10}
 WINDOW=${WINDOW:-20}

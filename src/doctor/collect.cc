@@ -132,7 +132,9 @@ class Collector {
     const std::size_t n = options_.targets.size();
     std::vector<std::shared_ptr<Pending>> pending(n);
     std::size_t open = n;
-    const double deadline = Now() + options_.timeout_s;
+    const double started = Now();
+    const double deadline = started + options_.timeout_s;
+    round_starts_.push_back(started);
     for (std::size_t i = 0; i < n; ++i) {
       auto p = std::make_shared<Pending>();
       pending[i] = p;
@@ -197,13 +199,18 @@ class Collector {
     if (options_.keep_s > 0) Trim();
   }
 
+  // Drops whole rounds, the same ones from every history, so the i-th scrape of each
+  // replica stays the same round (the lopsided-kv rule compares replicas round by round).
   void Trim() {
+    if (round_starts_.empty()) return;
+    const double oldest = round_starts_.back() - options_.keep_s;
+    std::size_t drop = 0;
+    while (drop < round_starts_.size() && round_starts_[drop] < oldest - 1e-9) ++drop;
+    if (drop == 0) return;
+    round_starts_.erase(round_starts_.begin(), round_starts_.begin() + static_cast<std::ptrdiff_t>(drop));
     for (ReplicaHistory& h : histories_) {
-      if (h.scrapes.empty()) continue;
-      const double oldest = h.scrapes.back().t_s - options_.keep_s;
-      auto keep = std::find_if(h.scrapes.begin(), h.scrapes.end(),
-                               [oldest](const Scrape& s) { return s.t_s >= oldest; });
-      h.scrapes.erase(h.scrapes.begin(), keep);
+      const std::size_t n = std::min(drop, h.scrapes.size());
+      h.scrapes.erase(h.scrapes.begin(), h.scrapes.begin() + static_cast<std::ptrdiff_t>(n));
     }
   }
 
@@ -233,6 +240,7 @@ class Collector {
   http::UpstreamClient client_;
   const Clock::time_point start_;
   std::vector<ReplicaHistory> histories_;
+  std::vector<double> round_starts_;  // kept in step with the histories (keep_s)
 };
 
 }  // namespace

@@ -28,8 +28,9 @@ struct CollectOptions {
   const std::atomic<bool>* stop = nullptr;  // polled; ends the window early
   // A /metrics body larger than this is a failed scrape (vLLM's is ~100 KB per engine).
   std::size_t max_body_bytes = 16u << 20;
-  // When > 0, each history keeps only the scrapes taken at most keep_s before the newest
-  // one (a --watch that runs for hours holds one window, not the whole session).
+  // When > 0, only the rounds that began at most keep_s before the newest round are kept,
+  // the same rounds in every history (a --watch that runs for hours holds one window, not
+  // the whole session).
   double keep_s = 0;
   // Called after every scrape round with the histories so far (on the caller's thread).
   std::function<void(const std::vector<ReplicaHistory>&)> on_round;
@@ -46,7 +47,8 @@ struct CollectOptions {
 // naming the address), timeouts, a non-200 status ("HTTP 503"), a body over
 // max_body_bytes; each is FailedScrape with that text. A 200 is ParseScrape'd whatever it
 // holds (garbage is the diagnosis' business). Histories are in target order, named
-// Target::name (or host:port when empty), address host:port. When `stop` is raised the
+// Target::name (or host:port when empty), address host:port. Every round adds one scrape
+// to every history, so the i-th scrapes of all replicas are one round. When `stop` is raised the
 // round in flight is abandoned (its unfinished scrapes are not recorded) and Collect
 // returns what it has. A window_s of +inf runs until `stop` (with keep_s, for --watch).
 std::vector<ReplicaHistory> Collect(const CollectOptions& options);

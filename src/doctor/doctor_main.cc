@@ -32,28 +32,32 @@ void OnSignal(int) { g_stop.store(true); }
 // drift from what Diagnose applies.
 std::string RulesText() {
   const DoctorOptions d;
-  char buf[2048];
+  char buf[3072];
   std::snprintf(
       buf, sizeof buf,
       "Rules (defaults; docs/DOCTOR.md explains each and its remedy):\n"
       "  prefix-reuse-lost   fleet prefix-cache hit rate over the window < %.0f%%, with at\n"
       "                      least %.0f prompt tokens looked up in the cache (routing)\n"
-      "  lopsided-kv         a replica's mean KV-cache usage >= %.0f%% while another's is\n"
-      "                      <= %.0f%% (routing)\n"
-      "  queue-imbalance     a replica's mean waiting >= %.1f while another's is <= %.1f\n"
+      "  lopsided-kv         in >= %.0f%% of the scrape rounds, a replica under pressure\n"
+      "                      (waiting >= %g, a preemption since its previous scrape, or KV\n"
+      "                      >= %.0f%% with waiting > %g) while a sibling idles (waiting <= %g,\n"
+      "                      KV <= %.0f%%) at least %.0f points lower (routing)\n"
+      "  queue-imbalance     a replica's mean waiting >= %g while another's is <= %g\n"
       "                      (routing)\n"
-      "  preemptions         a replica preempting more than %.2f requests/s\n"
+      "  preemptions         a replica preempting more than %g requests/s\n"
       "  prefix-caching-off  a replica's cache_config_info says enable_prefix_caching=False\n"
       "  unreachable         a replica whose last scrape failed (connect error, timeout,\n"
       "                      non-200 status, body over 16 MiB)\n"
-      "  garbage-metrics     NaN, infinite, negative or implausible engine series\n"
+      "  garbage-metrics     NaN, infinite, negative or implausible engine series, or a body\n"
+      "                      that is not a Prometheus exposition\n"
       "  not-vllm            a 200 /metrics without any vllm: series (an HTML page, another\n"
-      "                      exporter)\n"
+      "                      exporter, a router's own /metrics)\n"
       "Counters and histograms are read as rates over the window (hit rate from the\n"
       "prefix-cache query/hit counters, new and old names, else the old hit-rate gauge;\n"
       "TTFT p50/p99 from the histogram buckets); a counter that goes down inside the window\n"
       "(a restart) makes that rate unknown, and a rule never fires on unknown figures.\n",
-      100 * d.low_hit_rate, d.min_queried_tokens, 100 * d.kv_hot, 100 * d.kv_cold, d.queue_busy,
+      100 * d.low_hit_rate, d.min_queried_tokens, 100 * d.lopsided_share, d.queue_busy,
+      100 * d.kv_hot, d.queue_idle, d.queue_idle, 100 * d.kv_cold, 100 * d.kv_spread, d.queue_busy,
       d.queue_idle, d.preemptions_per_s);
   return buf;
 }
