@@ -137,13 +137,16 @@ std::string KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double
 
   boost::asio::io_context ctx;
   std::optional<std::vector<routing::EndpointSpec>> got;
+  const pool::KubernetesDiscovery* self = nullptr;
   pool::KubernetesDiscovery::Callbacks cb;
   cb.on_endpoints = [&](std::vector<routing::EndpointSpec> eps) {
-    const bool done = !eps.empty();
+    // Pods found, or the pool itself is missing (a status says so): nothing to wait for.
+    const bool done = !eps.empty() || (self != nullptr && !self->status().empty());
     got = std::move(eps);
     if (done) ctx.stop();
   };
   pool::KubernetesDiscovery discovery(ctx, std::move(*access.value), o, std::move(cb));
+  self = &discovery;
   boost::asio::steady_timer deadline(ctx);
   deadline.expires_after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
   deadline.async_wait([&](boost::system::error_code ec) {
