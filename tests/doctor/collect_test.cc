@@ -76,8 +76,8 @@ TEST_F(CollectTest, ScrapesEveryReplicaEachRoundWithIncreasingTimes) {
       }
     }
   }
-  // The window is covered: the last round is at its end.
-  EXPECT_GE(got[0].scrapes.back().t_s - got[0].scrapes.front().t_s, 0.6 - 0.05);
+  // The window is covered: the last round begins at its end (the read comes after).
+  EXPECT_GE(got[0].scrapes.back().t_s, 0.6);
 }
 
 TEST_F(CollectTest, CountersMoveWithTrafficBetweenRounds) {
@@ -246,7 +246,7 @@ TEST_F(CollectTest, KeepHoldsOnlyTheLastWindowInStep) {
     const std::vector<Scrape>& s = h[0].scrapes;
     ASSERT_FALSE(s.empty());
     // Rounds at most keep_s apart; a read lands after its round began (margin for that).
-    EXPECT_LE(s.back().t_s - s.front().t_s, 0.1 + 0.5);
+    EXPECT_LE(s.back().t_s - s.front().t_s, 0.1 + 1.0);
     if (++rounds == 12) stop.store(true);
   };
   const std::vector<ReplicaHistory> got = Collect(o);
