@@ -66,9 +66,7 @@ struct Pending {
 class Collector {
  public:
   explicit Collector(const CollectOptions& options)
-      : options_(options),
-        client_(ctx_, ClientOptionsFor(options)),
-        start_(Clock::now()) {
+      : options_(options), client_(ctx_, ClientOptionsFor(options)), start_(Clock::now()) {
     histories_.resize(options.targets.size());
     for (std::size_t i = 0; i < options.targets.size(); ++i) {
       const Target& t = options.targets[i];
@@ -207,7 +205,8 @@ class Collector {
     std::size_t drop = 0;
     while (drop < round_starts_.size() && round_starts_[drop] < oldest - 1e-9) ++drop;
     if (drop == 0) return;
-    round_starts_.erase(round_starts_.begin(), round_starts_.begin() + static_cast<std::ptrdiff_t>(drop));
+    round_starts_.erase(round_starts_.begin(),
+                        round_starts_.begin() + static_cast<std::ptrdiff_t>(drop));
     for (ReplicaHistory& h : histories_) {
       const std::size_t n = std::min(drop, h.scrapes.size());
       h.scrapes.erase(h.scrapes.begin(), h.scrapes.begin() + static_cast<std::ptrdiff_t>(n));
@@ -219,13 +218,14 @@ class Collector {
     ReplicaHistory& h = histories_[i];
     if (p.too_large) {
       const std::size_t max = options_.max_body_bytes;
-      h.scrapes.push_back(FailedScrape(
-          "/metrics body larger than " +
-              (max >= (1u << 20) && max % (1u << 20) == 0 ? std::to_string(max >> 20) + " MiB"
-                                                          : std::to_string(max) + " bytes"),
-          t));
+      h.scrapes.push_back(
+          FailedScrape("/metrics body larger than " + (max >= (1u << 20) && max % (1u << 20) == 0
+                                                           ? std::to_string(max >> 20) + " MiB"
+                                                           : std::to_string(max) + " bytes"),
+                       t));
     } else if (p.by_deadline) {
-      h.scrapes.push_back(FailedScrape("no complete response within " + DurationText(options_.timeout_s), t));
+      h.scrapes.push_back(
+          FailedScrape("no complete response within " + DurationText(options_.timeout_s), t));
     } else if (!r.ok()) {
       h.scrapes.push_back(FailedScrape(ErrorText(r, options_.timeout_s), t));
     } else if (p.status != 200) {

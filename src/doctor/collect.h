@@ -15,16 +15,16 @@
 namespace kvroute::doctor {
 
 struct Target {
-  std::string name;     // shown in reports
+  std::string name;  // shown in reports
   std::string host;
   uint16_t port = 0;
 };
 
 struct CollectOptions {
   std::vector<Target> targets;
-  double window_s = 30;     // scrape for this long (0: one scrape of each replica)
-  double interval_s = 2;    // between scrape rounds
-  double timeout_s = 2;     // per scrape (connect + response)
+  double window_s = 30;                     // scrape for this long (0: one scrape of each replica)
+  double interval_s = 2;                    // between scrape rounds
+  double timeout_s = 2;                     // per scrape (connect + response)
   const std::atomic<bool>* stop = nullptr;  // polled; ends the window early
   // A /metrics body larger than this is a failed scrape (vLLM's is ~100 KB per engine).
   std::size_t max_body_bytes = 16u << 20;

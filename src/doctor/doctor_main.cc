@@ -101,7 +101,8 @@ std::string Trim(std::string_view s) {
 std::string FlagDuration(const char* flag, const std::string& text, bool zero_ok, double& out) {
   std::optional<double> d = config::ParseDuration(text);
   if (!d || !std::isfinite(*d)) {
-    return std::string(flag) + " '" + text + "': expected a duration (\"30s\", \"500ms\", \"2m\", or seconds)";
+    return std::string(flag) + " '" + text +
+           "': expected a duration (\"30s\", \"500ms\", \"2m\", or seconds)";
   }
   if (!zero_ok && *d <= 0) return std::string(flag) + " '" + text + "': must be > 0";
   out = *d;
@@ -122,10 +123,12 @@ std::vector<Target> TargetsOf(const std::vector<config::EndpointConfig>& eps) {
 std::string KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double timeout_s,
                               std::vector<Target>& out) {
   config::ConfigOr<k8s::ClusterAccess> access =
-      k.kubeconfig_path.empty() ? k8s::LoadInCluster() : k8s::LoadKubeconfig(k.kubeconfig_path, k.context);
+      k.kubeconfig_path.empty() ? k8s::LoadInCluster()
+                                : k8s::LoadKubeconfig(k.kubeconfig_path, k.context);
   if (!access.ok()) {
     std::string why = access.error.ToString();
-    return k.kubeconfig_path.empty() ? "pool.discovery.kubernetes without a kubeconfig: " + why : why;
+    return k.kubeconfig_path.empty() ? "pool.discovery.kubernetes without a kubeconfig: " + why
+                                     : why;
   }
   pool::KubernetesDiscoveryOptions o;
   o.pool_name = k.inference_pool;
@@ -158,8 +161,9 @@ std::string KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double
   discovery.Stop();
   if (!got || got->empty()) {
     if (!status.empty()) return "kubernetes: " + status;
-    return "kubernetes: " + where + (got ? " selects no ready pods" : ": not listed within " +
-                                                                          std::to_string(std::lround(timeout_s)) + "s");
+    return "kubernetes: " + where +
+           (got ? " selects no ready pods"
+                : ": not listed within " + std::to_string(std::lround(timeout_s)) + "s");
   }
   for (const routing::EndpointSpec& e : *got) out.push_back(Target{e.name, e.host, e.port});
   return "";
@@ -167,7 +171,8 @@ std::string KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double
 
 int TerminalWidth() {
   winsize ws{};
-  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
   if (const char* c = std::getenv("COLUMNS")) {
     int n = std::atoi(c);
     if (n > 20) return n;
@@ -192,7 +197,8 @@ bool WriteFile(const std::string& path, const std::string& text) {
 }
 
 int Usage(const std::string& message) {
-  std::fprintf(stderr, "kvroute doctor: %s\n(kvroute doctor --help for the flags)\n", message.c_str());
+  std::fprintf(stderr, "kvroute doctor: %s\n(kvroute doctor --help for the flags)\n",
+               message.c_str());
   return 2;
 }
 
@@ -224,7 +230,8 @@ std::string TargetsFromConfig(const std::string& path, double discovery_timeout_
   config::ConfigResult loaded = config::LoadRouterConfig(path);
   if (!loaded.ok()) return loaded.error.ToString();
   const config::PoolConfig& pool = loaded.config->pool;
-  if (pool.kubernetes.enabled()) return KubernetesTargets(pool.kubernetes, discovery_timeout_s, out);
+  if (pool.kubernetes.enabled())
+    return KubernetesTargets(pool.kubernetes, discovery_timeout_s, out);
   if (!pool.endpoints_file_path.empty()) {
     config::ConfigOr<std::string> text = config::ReadConfigFile(pool.endpoints_file_path);
     if (!text.ok()) return text.error.ToString();
@@ -248,7 +255,8 @@ int DoctorMain(int argc, char** argv) {
       "routing (not hardware) caps throughput, naming the kvroute configuration that fixes\n"
       "each finding.",
       "kvroute doctor"};
-  std::string endpoints, config_path, window_text = "30s", interval_text = "2s", timeout_text = "2s";
+  std::string endpoints, config_path, window_text = "30s", interval_text = "2s",
+                                      timeout_text = "2s";
   std::string scenario_out, json_out;
   bool json = false, watch = false, quiet = false;
   app.add_option("--endpoints,-e", endpoints, "Replicas to diagnose: HOST:PORT,HOST:PORT,...");
@@ -261,9 +269,11 @@ int DoctorMain(int argc, char** argv) {
   app.add_option("--interval,-i", interval_text, "Between scrape rounds (and --watch refreshes)")
       ->capture_default_str();
   app.add_option("--timeout", timeout_text,
-                 "Per scrape: connect + complete response (a Kubernetes listing waits 5x this, at least 10s)")
+                 "Per scrape: connect + complete response (a Kubernetes listing waits 5x this, at "
+                 "least 10s)")
       ->capture_default_str();
-  app.add_flag("--json", json, "Print the report as JSON (schema kvroute-doctor/1, docs/DOCTOR.md)");
+  app.add_flag("--json", json,
+               "Print the report as JSON (schema kvroute-doctor/1, docs/DOCTOR.md)");
   app.add_option("--json-out", json_out,
                  "Also write the JSON report to FILE (stdout keeps the text; for scripts)");
   app.add_flag("--watch", watch,
@@ -300,7 +310,8 @@ int DoctorMain(int argc, char** argv) {
   CollectOptions co;
   if (!endpoints.empty()) {
     if (std::string e = ParseEndpointList(endpoints, co.targets); !e.empty()) return Usage(e);
-  } else if (std::string e = TargetsFromConfig(config_path, std::max(10.0, 5 * timeout_s), co.targets);
+  } else if (std::string e =
+                 TargetsFromConfig(config_path, std::max(10.0, 5 * timeout_s), co.targets);
              !e.empty()) {
     std::fprintf(stderr, "kvroute doctor: %s\n", e.c_str());
     return 2;
@@ -327,9 +338,10 @@ int DoctorMain(int argc, char** argv) {
       const int width = TerminalWidth();
       std::string frame = out_tty ? "\033[H\033[2J" : "";
       char head[256];
-      std::snprintf(head, sizeof head,
-                    "kvroute doctor --watch: %zu replicas, window %.0fs (have %.0fs), every %gs%s\n\n",
-                    h.size(), window_s, r.window_s, interval_s, out_tty ? "   Ctrl-C to stop" : "");
+      std::snprintf(
+          head, sizeof head,
+          "kvroute doctor --watch: %zu replicas, window %.0fs (have %.0fs), every %gs%s\n\n",
+          h.size(), window_s, r.window_s, interval_s, out_tty ? "   Ctrl-C to stop" : "");
       frame += head;
       frame += WatchView(r, width);
       if (!out_tty) frame += "\n";
@@ -350,20 +362,22 @@ int DoctorMain(int argc, char** argv) {
         for (const ReplicaHistory& r : h) {
           if (!r.scrapes.empty()) t = std::max(t, r.scrapes.back().t_s);
         }
-        std::fprintf(stderr, "\r\033[Kkvroute doctor: %zu replicas, %d readable, round %d, %.0fs left",
+        std::fprintf(stderr,
+                     "\r\033[Kkvroute doctor: %zu replicas, %d readable, round %d, %.0fs left",
                      h.size(), Readable(h), rounds, std::max(0.0, window_s - t));
         std::fflush(stderr);
       };
     } else {
-      std::fprintf(stderr, "kvroute doctor: scraping %zu replicas for %gs every %gs\n", co.targets.size(),
-                   window_s, interval_s);
+      std::fprintf(stderr, "kvroute doctor: scraping %zu replicas for %gs every %gs\n",
+                   co.targets.size(), window_s, interval_s);
     }
   }
   std::vector<ReplicaHistory> histories = Collect(co);
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (!quiet && err_tty) std::fprintf(stderr, "\r\033[K");
-  if (g_stop.load() && !quiet) std::fprintf(stderr, "kvroute doctor: interrupted; diagnosing what was collected\n");
+  if (g_stop.load() && !quiet)
+    std::fprintf(stderr, "kvroute doctor: interrupted; diagnosing what was collected\n");
 
   Report report = Diagnose(histories, dopt);
   const std::string text = json ? ReportJson(report) : ReportText(report);
@@ -372,7 +386,8 @@ int DoctorMain(int argc, char** argv) {
   std::fflush(stdout);
 
   if (!json_out.empty() && !WriteFile(json_out, ReportJson(report))) {
-    std::fprintf(stderr, "kvroute doctor: --json-out %s: cannot write the file\n", json_out.c_str());
+    std::fprintf(stderr, "kvroute doctor: --json-out %s: cannot write the file\n",
+                 json_out.c_str());
     return 2;
   }
   if (!scenario_out.empty()) {
@@ -384,12 +399,13 @@ int DoctorMain(int argc, char** argv) {
       return 2;
     }
     if (!WriteFile(scenario_out, yaml)) {
-      std::fprintf(stderr, "kvroute doctor: --scenario-out %s: cannot write the file\n", scenario_out.c_str());
+      std::fprintf(stderr, "kvroute doctor: --scenario-out %s: cannot write the file\n",
+                   scenario_out.c_str());
       return 2;
     }
     if (!quiet) {
-      std::fprintf(stderr, "kvroute doctor: wrote %s (kvroute simulate --scenario %s)\n", scenario_out.c_str(),
-                   scenario_out.c_str());
+      std::fprintf(stderr, "kvroute doctor: wrote %s (kvroute simulate --scenario %s)\n",
+                   scenario_out.c_str(), scenario_out.c_str());
     }
   }
   return report.ExitCode();

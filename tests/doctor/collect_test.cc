@@ -90,10 +90,11 @@ TEST_F(CollectTest, CountersMoveWithTrafficBetweenRounds) {
   o.on_round = [&](const std::vector<ReplicaHistory>& h) {
     if (h[0].scrapes.size() != 1) return;
     for (int i = 0; i < 3; ++i) {
-      auto r = http::Fetch("127.0.0.1", fleet_->port(0), "POST", "/v1/completions",
-                           std::string("{\"model\":\"") + kModel +
-                               "\",\"prompt\":\"the same long shared prefix, said again and again\","
-                               "\"max_tokens\":4}");
+      auto r =
+          http::Fetch("127.0.0.1", fleet_->port(0), "POST", "/v1/completions",
+                      std::string("{\"model\":\"") + kModel +
+                          "\",\"prompt\":\"the same long shared prefix, said again and again\","
+                          "\"max_tokens\":4}");
       ASSERT_TRUE(r.has_value());
       EXPECT_EQ(r->status, 200) << r->body;
     }
@@ -167,7 +168,8 @@ TEST_F(CollectTest, SilentReplicasTimeOutTogether) {
   silent.listen(64);  // the kernel completes handshakes into the backlog; nobody reads
   const uint16_t port = silent.local_endpoint().port();
   CollectOptions o;
-  for (int i = 0; i < 20; ++i) o.targets.push_back(Target{"silent-" + std::to_string(i), "127.0.0.1", port});
+  for (int i = 0; i < 20; ++i)
+    o.targets.push_back(Target{"silent-" + std::to_string(i), "127.0.0.1", port});
   o.window_s = 0;
   o.timeout_s = 0.3;
   const auto t0 = std::chrono::steady_clock::now();
@@ -184,7 +186,8 @@ TEST_F(CollectTest, SilentReplicasTimeOutTogether) {
 }
 
 TEST_F(CollectTest, HtmlPageIsReadButIsNotVllm) {
-  StubServer html("<!doctype html><html><body><h1>Welcome to nginx!</h1></body></html>\n", "text/html");
+  StubServer html("<!doctype html><html><body><h1>Welcome to nginx!</h1></body></html>\n",
+                  "text/html");
   CollectOptions o;
   o.targets = {Target{"web", "127.0.0.1", html.port()}};
   o.window_s = 0;

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 
 #include "../k8s/fake_api_server.h"
 #include "doctor/doctor_main.h"

@@ -9,10 +9,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -98,7 +98,8 @@ TEST_F(DoctorCliTest, NothingReachableExitsTwo) {
 
 TEST_F(DoctorCliTest, HealthyIdleFleetExitsZero) {
   StartFleet(2);
-  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) + " --window 0.4s --interval 0.2s");
+  const Outcome r =
+      Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) + " --window 0.4s --interval 0.2s");
   EXPECT_EQ(r.rc, 0) << Why(r);
   EXPECT_NE(r.out.find("healthy"), std::string::npos) << Why(r);
   EXPECT_NE(r.err.find("scraping 2 replicas"), std::string::npos) << Why(r);  // progress, not a TTY
@@ -121,7 +122,7 @@ TEST_F(DoctorCliTest, GarbageEndpointsAreFindings) {
   const std::string h = "127.0.0.1:" + std::to_string(html.port());
   const std::string n = "127.0.0.1:" + std::to_string(nan.port());
   const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + h + "," + n +
-                        " --window 0.4s --interval 0.2s --json -q");
+                            " --window 0.4s --interval 0.2s --json -q");
   EXPECT_EQ(r.rc, 1) << Why(r);
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
@@ -145,7 +146,7 @@ TEST_F(DoctorCliTest, JsonReportHasTheSchemaFields) {
   StartFleet(2);
   const std::string closed = "127.0.0.1:" + std::to_string(ClosedPort());
   const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) + "," + closed +
-                        " --window 0.6s --interval 0.2s --json -q");
+                            " --window 0.6s --interval 0.2s --json -q");
   EXPECT_EQ(r.rc, 1) << Why(r);
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
@@ -174,7 +175,8 @@ TEST_F(DoctorCliTest, JsonReportHasTheSchemaFields) {
       EXPECT_TRUE(bool(rep["prefix_caching"].get_bool()));
     } else {
       EXPECT_EQ(name, closed);
-      EXPECT_NE(std::string_view(rep["error"].get_string()).find("refused"), std::string_view::npos);
+      EXPECT_NE(std::string_view(rep["error"].get_string()).find("refused"),
+                std::string_view::npos);
     }
     ++i;
   }
@@ -196,7 +198,8 @@ TEST_F(DoctorCliTest, ConfigPoolEndpoints) {
   StartFleet(2);
   const fs::path cfg = dir_ / "serve.yaml";
   std::ofstream(cfg) << "listen: 127.0.0.1:8080\npool:\n  endpoints:\n    - address: " << Sim(0)
-                     << "\n      name: first\n    - " << Sim(1) << "\nscheduling: {policy: round-robin}\n";
+                     << "\n      name: first\n    - " << Sim(1)
+                     << "\nscheduling: {policy: round-robin}\n";
   const Outcome r = Kvroute("doctor --config " + cfg.string() + " --window 0 --json -q");
   EXPECT_EQ(r.rc, 0) << Why(r);
   simdjson::dom::parser parser;
@@ -212,11 +215,12 @@ TEST_F(DoctorCliTest, ConfigPoolEndpoints) {
 TEST_F(DoctorCliTest, ConfigPoolEndpointsFile) {
   StartFleet(2);
   fs::create_directories(dir_ / "conf");
-  std::ofstream(dir_ / "conf" / "eps.yaml") << "- {address: " << Sim(0) << ", name: a}\n- address: "
-                                            << Sim(1) << "\n  name: b\n";
+  std::ofstream(dir_ / "conf" / "eps.yaml")
+      << "- {address: " << Sim(0) << ", name: a}\n- address: " << Sim(1) << "\n  name: b\n";
   // Relative to the config file's directory, as serve reads it.
   std::ofstream(dir_ / "conf" / "serve.yaml") << "pool:\n  endpoints_file: eps.yaml\n";
-  const Outcome r = Kvroute("doctor --config " + (dir_ / "conf" / "serve.yaml").string() + " --window 0 -q");
+  const Outcome r =
+      Kvroute("doctor --config " + (dir_ / "conf" / "serve.yaml").string() + " --window 0 -q");
   EXPECT_EQ(r.rc, 0) << Why(r);
   EXPECT_NE(r.out.find("a "), std::string::npos) << Why(r);
   EXPECT_NE(r.out.find("b "), std::string::npos) << Why(r);
@@ -298,15 +302,15 @@ TEST_F(DoctorCliTest, ScenarioOutRunsInSimulate) {
     for (int k = 0; !done.load(); ++k) {
       const std::string body = std::string("{\"model\":\"") + kModel +
                                "\",\"prompt\":\"You are a careful assistant. Question " +
-                               std::to_string(k % 5) + "\",\"max_tokens\":" + std::to_string(4 + k % 8) +
-                               "}";
+                               std::to_string(k % 5) +
+                               "\",\"max_tokens\":" + std::to_string(4 + k % 8) + "}";
       auto r = http::Fetch("127.0.0.1", fleet_->port(k % 2), "POST", "/v1/completions", body);
       if (r && r->status == 200) ++sent;
     }
   });
   const fs::path scenario = dir_ / "observed.yaml";
   const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) +
-                        " --window 1s --interval 0.25s -q --scenario-out " + scenario.string());
+                            " --window 1s --interval 0.25s -q --scenario-out " + scenario.string());
   done.store(true);
   traffic.join();
   EXPECT_GT(sent.load(), 0);
@@ -314,8 +318,9 @@ TEST_F(DoctorCliTest, ScenarioOutRunsInSimulate) {
   ASSERT_TRUE(fs::exists(scenario)) << Why(r);
   const std::string yaml = ReadFile(scenario);
   EXPECT_NE(yaml.find("replicas: 2"), std::string::npos) << yaml;
-  const Outcome sim = Kvroute("simulate --scenario " + scenario.string() + " --requests 60 --policies round-robin,kvroute --quiet --out " +
-                          (dir_ / "sim-out").string());
+  const Outcome sim = Kvroute("simulate --scenario " + scenario.string() +
+                              " --requests 60 --policies round-robin,kvroute --quiet --out " +
+                              (dir_ / "sim-out").string());
   EXPECT_EQ(sim.rc, 0) << yaml << "\n" << Why(sim);
   EXPECT_TRUE(fs::exists(dir_ / "sim-out" / "report.json")) << Why(sim);
 }
@@ -323,8 +328,9 @@ TEST_F(DoctorCliTest, ScenarioOutRunsInSimulate) {
 TEST_F(DoctorCliTest, ScenarioOutWithoutTrafficIsAnError) {
   StartFleet(1);
   const fs::path scenario = dir_ / "none.yaml";
-  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + " --window 0.2s --interval 0.1s -q --scenario-out " +
-                        scenario.string());
+  const Outcome r =
+      Kvroute("doctor --endpoints " + Sim(0) + " --window 0.2s --interval 0.1s -q --scenario-out " +
+              scenario.string());
   EXPECT_EQ(r.rc, 2) << Why(r);
   EXPECT_NE(r.err.find("--scenario-out"), std::string::npos) << Why(r);
   EXPECT_FALSE(fs::exists(scenario));
@@ -336,10 +342,11 @@ TEST_F(DoctorCliTest, ScenarioOutWithoutTrafficIsAnError) {
 TEST_F(DoctorCliTest, WatchPrintsFramesUntilInterrupted) {
   StartFleet(1);
   const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + " --watch --window 1s --interval 0.1s",
-                        "timeout --preserve-status -s INT 5");
+                            "timeout --preserve-status -s INT 5");
   EXPECT_EQ(r.rc, 0) << Why(r);
   size_t frames = 0;
-  for (size_t p = 0; (p = r.out.find("kvroute doctor --watch", p)) != std::string::npos; ++p) ++frames;
+  for (size_t p = 0; (p = r.out.find("kvroute doctor --watch", p)) != std::string::npos; ++p)
+    ++frames;
   EXPECT_GE(frames, 2u) << Why(r);
   EXPECT_EQ(r.out.find('\033'), std::string::npos) << Why(r);
   EXPECT_NE(r.out.find(Sim(0)), std::string::npos) << Why(r);
