@@ -61,7 +61,7 @@ run_policy() {
 listen: $SERVE
 pool:
   scrape_interval: 50ms
-  endpoints: [$(echo "$ENDPOINTS" | sed 's/,/, /g')]
+  endpoints: [${ENDPOINTS//,/, }]
 scheduling: {policy: $p}
 EOF
   "$KV" sim --replicas 8 --port "$SIM_PORT" --kv-blocks "$KV_BLOCKS" >"$out/$p-sim.log" 2>&1 &

@@ -99,8 +99,9 @@ class Collector {
     c.connect_timeout = Ms(o.timeout_s);
     c.first_byte_timeout = Ms(o.timeout_s);
     c.idle_timeout = Ms(o.timeout_s);
-    // Rounds are `interval` apart: keep the connection across them when it is short
-    // enough, so a scrape does not pay a handshake each time.
+    // Keep each connection from one round to the next so a scrape does not pay a
+    // handshake each time (a peer that closed it meanwhile: the client resends the request
+    // on a fresh one).
     c.pool_idle_timeout = Ms(std::max(4.0, o.interval_s * 2 + 1));
     return c;
   }
