@@ -71,7 +71,8 @@ Targets (exactly one of):
                               through the kubeconfig or the in-cluster service account)
 
 Durations: "30s", "500ms", "2m", "1h", or a number of seconds. --window 0 scrapes each
-replica once (rates, hit rates over the window and TTFT quantiles are then unknown).
+replica once: rates are then unknown, and the hit rate and TTFT quantiles come from the
+counters and buckets since each replica started (reported as counters-lifetime).
 Every round scrapes all replicas at once, so a round takes at most --timeout however many
 are down. Ctrl-C during the window diagnoses what was collected so far.
 
