@@ -159,41 +159,42 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
                     report.window_s, replicas.size()));
   }
 
-  bool req_known = false, known = false;
+  bool req_known = false;
   const double requests = CounterDelta(replicas, &Scrape::requests_finished, &req_known);
+  // One length distribution: the window's request-size buckets, else the token counter's
+  // mean per finished request. Empty `error_out` on success.
+  auto lengths = [&](Histogram Scrape::*hist_field, std::optional<double> Scrape::*tokens_field,
+                     std::string_view what, std::string_view hist_name,
+                     std::string_view counter_name, std::vector<Component>& out,
+                     std::string& source, std::string& error_out) {
+    if (const std::optional<Histogram> h = MergedWindow(replicas, hist_field)) {
+      out = FromBuckets(*h);
+      source = fmt::format("{} buckets ({:.0f} requests)", hist_name, h->cumulative.back());
+      return true;
+    }
+    bool known = false;
+    const double tokens = CounterDelta(replicas, tokens_field, &known);
+    if (!known || !req_known || !(requests > 0) || !(tokens > 0)) {
+      error_out = fmt::format(
+          "no {} length: neither {} nor {} with vllm:request_success_total moved in the window",
+          what, hist_name, counter_name);
+      return false;
+    }
+    out = FromMean(tokens / requests);
+    source = fmt::format("mean of {} per finished request (no histogram)", counter_name);
+    return false;
+  };
   std::vector<Component> prompt, output;
-  std::string prompt_source, output_source;
-  const std::optional<Histogram> prompt_hist = MergedWindow(replicas, &Scrape::prompt_len);
-  const std::optional<Histogram> output_hist = MergedWindow(replicas, &Scrape::output_len);
-  const bool from_buckets = prompt_hist || output_hist;
-  if (const auto& h = prompt_hist) {
-    prompt = FromBuckets(*h);
-    prompt_source =
-        fmt::format("vllm:request_prompt_tokens buckets ({:.0f} requests)", h->cumulative.back());
-  } else {
-    const double tokens = CounterDelta(replicas, &Scrape::prompt_tokens, &known);
-    if (!known || !req_known || !(requests > 0) || !(tokens > 0)) {
-      return fail(
-          "no prompt length: neither vllm:request_prompt_tokens nor "
-          "vllm:prompt_tokens_total with vllm:request_success_total moved in the window");
-    }
-    prompt = FromMean(tokens / requests);
-    prompt_source = "mean of vllm:prompt_tokens_total per finished request (no histogram)";
-  }
-  if (const auto& h = output_hist) {
-    output = FromBuckets(*h);
-    output_source = fmt::format("vllm:request_generation_tokens buckets ({:.0f} requests)",
-                                h->cumulative.back());
-  } else {
-    const double tokens = CounterDelta(replicas, &Scrape::generation_tokens, &known);
-    if (!known || !req_known || !(requests > 0) || !(tokens > 0)) {
-      return fail(
-          "no output length: neither vllm:request_generation_tokens nor "
-          "vllm:generation_tokens_total with vllm:request_success_total moved in the window");
-    }
-    output = FromMean(tokens / requests);
-    output_source = "mean of vllm:generation_tokens_total per finished request (no histogram)";
-  }
+  std::string prompt_source, output_source, why;
+  const bool prompt_buckets =
+      lengths(&Scrape::prompt_len, &Scrape::prompt_tokens, "prompt", "vllm:request_prompt_tokens",
+              "vllm:prompt_tokens_total", prompt, prompt_source, why);
+  if (!why.empty()) return fail(why);
+  const bool output_buckets = lengths(&Scrape::output_len, &Scrape::generation_tokens, "output",
+                                      "vllm:request_generation_tokens",
+                                      "vllm:generation_tokens_total", output, output_source, why);
+  if (!why.empty()) return fail(why);
+  const bool from_buckets = prompt_buckets || output_buckets;
 
   double best_hit = 0;
   std::string best_name;
@@ -227,7 +228,7 @@ std::string ScenarioYaml(const Report& report, const std::vector<ReplicaHistory>
     y += "#   each histogram bucket is one mixture component spread over the bucket's range\n";
     y += "#   (the +Inf bucket as [highest bound, 2x highest bound]), weighted by its count.\n";
   }
-  if (!prompt_hist || !output_hist) {
+  if (!prompt_buckets || !output_buckets) {
     y += "#   a length known only by its mean is one component over [mean/2, 2x mean].\n";
   }
   y += "# Assumed (not observable from /metrics; edit to match what you know):\n";

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/api/openai.h"
+#include "core/report/html.h"
 
 namespace kvroute::report {
 namespace {
@@ -86,29 +87,6 @@ void WriteStats(JsonWriter& w, std::string_view name, const Stats& s) {
 const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 constexpr size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
-
-std::string XmlEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
 
 std::string Ms(double s) {
   if (s < 0) return "-";
@@ -356,7 +334,7 @@ std::string TtftCdfSvg(std::span<const PolicyReport> policies) {
     s += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
         "stroke-width=\"3\"/><text x=\"{4}\" y=\"{5:.1f}\">{6}</text>\n",
-        left + pw + 12, ly, left + pw + 32, color, left + pw + 38, ly + 4, XmlEscape(p.policy));
+        left + pw + 12, ly, left + pw + 32, color, left + pw + 38, ly + 4, HtmlEscape(p.policy));
   }
   s += "</svg>\n";
   return s;
@@ -385,7 +363,7 @@ std::string KvUsageSvg(std::span<const PolicyReport> policies) {
         "<text x=\"{6}\" y=\"{7:.1f}\" text-anchor=\"end\">100%</text>"
         "<text x=\"{6}\" y=\"{8:.1f}\" text-anchor=\"end\">0%</text>"
         "<text x=\"{9}\" y=\"{10:.1f}\" text-anchor=\"end\">{11:.0f} s</text>\n",
-        left, y0 - 4, XmlEscape(p.policy), y0, pw, panel_h, left - 6, y0 + 10, y0 + panel_h,
+        left, y0 - 4, HtmlEscape(p.policy), y0, pw, panel_h, left - 6, y0 + 10, y0 + panel_h,
         left + pw, y0 + panel_h + 14, t_end);
     for (size_t r = 0; r < p.kv_series.size(); ++r) {
       std::string pts;
