@@ -14,11 +14,11 @@ namespace {
 
 using namespace kvroute::metrics;
 
-// The fixture sits next to the tests; find it from this file's path.
+// The fixture sits next to the tests, under the configured source root (not found from
+// __FILE__: with the compiler cache's relative paths that names no fixed place).
 std::string Fixture() {
-  std::string dir = __FILE__;
-  dir.resize(dir.rfind('/'));
-  std::ifstream in(dir + "/../tests/metrics/testdata/metrics-v0.10-engine-label.txt");
+  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) +
+                   "/tests/metrics/testdata/metrics-v0.10-engine-label.txt");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

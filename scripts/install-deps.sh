@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
+  ccache                    # compiler cache: fresh clones reuse earlier builds' objects (CMakeLists.txt)
   libboost1.81-dev          # Asio + Beast: HTTP/1.1 server and client
   libsimdjson-dev           # request-body parsing on the hot path
   libyaml-cpp-dev           # configuration files (with line numbers for errors)

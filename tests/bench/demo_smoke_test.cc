@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "support/test_paths.h"
+
 namespace {
 
 std::string ReadFile(const std::filesystem::path& p) {
@@ -30,14 +32,14 @@ std::string ScalingRow(const std::string& policy, int replicas) {
 }
 
 TEST(DemoSmokeTest, RunsScalingAndTwoPoliciesWithTheDoctorAndWritesTheReport) {
-  const std::string bin = KVROUTE_BINARY;
+  const std::string bin = kvroute::test_support::KvrouteBinary();
   if (!std::filesystem::exists(bin)) GTEST_SKIP() << "kvroute binary not built: " << bin;
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("kvroute-demo-smoke-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   // A few seconds in all: small scaling runs (virtual time), 1 s of live traffic per policy
   // with the doctor scraping from its start.
-  const std::string cmd = "cd " KVROUTE_SOURCE_DIR " && timeout 60 " + bin +
+  const std::string cmd = "cd " + kvroute::test_support::SourceDir() + " && timeout 60 " + bin +
                           " demo --duration 1 --drain 3 --rate 6 --output-scale 0.02 -q"
                           " --policies round-robin,kvroute --scaling-requests 20"
                           " --doctor-warmup 0 --doctor-window 1"

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "config/router_config.h"
+#include "support/test_paths.h"
 
 namespace kvroute::config {
 namespace {
@@ -81,7 +82,7 @@ TEST(EndpointsFile, NotAListIsAnError) {
 }
 
 TEST(EndpointsFile, ExampleFileParses) {
-  const std::string path = std::string(KVROUTE_SOURCE_DIR) + "/examples/endpoints.yaml";
+  const std::string path = kvroute::test_support::SourceDir() + "/examples/endpoints.yaml";
   ConfigOr<std::string> text = ReadConfigFile(path);
   ASSERT_TRUE(text.ok()) << text.error.ToString();
   ConfigOr<std::vector<EndpointConfig>> r = ParseEndpointsFile(*text.value, path);
@@ -110,7 +111,7 @@ TEST(RouterConfigEndpointsFile, RelativePathIsAgainstTheConfigDirectory) {
 }
 
 TEST(RouterConfigEndpointsFile, ExampleConfigPointsAtTheExampleFile) {
-  const std::string dir = std::string(KVROUTE_SOURCE_DIR) + "/examples";
+  const std::string dir = kvroute::test_support::SourceDir() + "/examples";
   ConfigResult r = LoadRouterConfig(dir + "/router-endpoints-file.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
   EXPECT_EQ(r.config->pool.endpoints_file_path, dir + "/endpoints.yaml");

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/test_paths.h"
+
 namespace kvroute::config {
 namespace {
 
@@ -19,7 +21,7 @@ std::string ErrorOf(std::string_view text) {
 
 TEST(FleetConfigTest, ExampleFileParsesAndResolves) {
   ConfigOr<FleetFile> file =
-      LoadFleetFile(std::string(KVROUTE_SOURCE_DIR) + "/examples/fleet.yaml");
+      LoadFleetFile(kvroute::test_support::SourceDir() + "/examples/fleet.yaml");
   ASSERT_TRUE(file.ok()) << file.error.ToString();
   ASSERT_EQ(file.value->replicas.size(), 4u);
   EXPECT_EQ(file.value->base_port, 18001);
@@ -151,7 +153,7 @@ TEST(FleetConfigTest, FaultSchedules) {
 
 TEST(FleetConfigTest, FaultsExampleParses) {
   ConfigOr<FleetFile> file =
-      LoadFleetFile(std::string(KVROUTE_SOURCE_DIR) + "/examples/fleet-faults.yaml");
+      LoadFleetFile(kvroute::test_support::SourceDir() + "/examples/fleet-faults.yaml");
   ASSERT_TRUE(file.ok()) << file.error.ToString();
   std::vector<ReplicaConfig> out;
   ASSERT_TRUE(ResolveFleet(*file.value, {}, 0, 0, &out).ok());

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "core/sched/registry.h"
+#include "support/test_paths.h"
 
 namespace kvroute::config {
 namespace {
@@ -24,7 +25,7 @@ std::string ParseErr(std::string_view text) {
 }
 
 TEST(RouterConfig, SeedYamlLoadsExactly) {
-  const std::string path = std::string(KVROUTE_SOURCE_DIR) + "/examples/seed.yaml";
+  const std::string path = kvroute::test_support::SourceDir() + "/examples/seed.yaml";
   ConfigResult r = LoadRouterConfig(path);
   ASSERT_TRUE(r.ok()) << r.error.ToString();
   const RouterConfig& c = *r.config;

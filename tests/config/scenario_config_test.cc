@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "support/test_paths.h"
+
 namespace kvroute::config {
 namespace {
 
@@ -153,7 +155,7 @@ TEST(ScenarioTest, ErrorsNameFileLineAndField) {
 
 TEST(ScenarioTest, ExampleScenariosLoad) {
   const std::filesystem::path dir =
-      std::filesystem::path(KVROUTE_SOURCE_DIR) / "examples" / "scenarios";
+      std::filesystem::path(kvroute::test_support::SourceDir()) / "examples" / "scenarios";
   int n = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".yaml") continue;

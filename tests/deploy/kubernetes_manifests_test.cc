@@ -26,6 +26,8 @@
 #include <tuple>
 #include <vector>
 
+#include "support/test_paths.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -38,14 +40,12 @@ constexpr char kSimFile[] = "sim-deployment.yaml";
 
 fs::path ManifestDir() {
   if (const char* dir = std::getenv("KVROUTE_K8S_DIR"); dir != nullptr && *dir != '\0') return dir;
-  const char* src = std::getenv("KVROUTE_SOURCE_DIR");
-  return fs::path(src != nullptr && *src != '\0' ? src : KVROUTE_SOURCE_DIR) / "deploy" /
+  return fs::path(kvroute::test_support::SourceDir()) / "deploy" /
          "kubernetes";
 }
 
 std::string Binary() {
-  const char* bin = std::getenv("KVROUTE_BINARY");
-  return bin != nullptr && *bin != '\0' ? bin : KVROUTE_BINARY;
+  return kvroute::test_support::KvrouteBinary();
 }
 
 // node[k1][k2]...: an undefined node as soon as a key is missing or a level is no map.

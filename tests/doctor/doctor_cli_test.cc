@@ -19,6 +19,7 @@
 
 #include "http/test_client.h"
 #include "loopback_util.h"
+#include "support/test_paths.h"
 
 namespace kvroute::doctor {
 namespace {
@@ -42,8 +43,7 @@ struct Outcome {
 };
 
 std::string Binary() {
-  const char* bin = std::getenv("KVROUTE_BINARY");
-  return bin != nullptr && *bin != '\0' ? bin : KVROUTE_BINARY;
+  return kvroute::test_support::KvrouteBinary();
 }
 
 class DoctorCliTest : public ::testing::Test {

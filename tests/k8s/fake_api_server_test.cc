@@ -23,6 +23,7 @@
 
 #include "k8s/api_client.h"
 #include "k8s/kubeconfig.h"
+#include "support/test_paths.h"
 
 extern char** environ;
 
@@ -439,12 +440,13 @@ class FakeApiServerBinaryTest : public FakeApiServerTest {
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_addclose(&fa, in[1]);
     posix_spawn_file_actions_addclose(&fa, out[0]);
-    std::vector<std::string> args = {FAKE_KUBE_APISERVER, "--kubeconfig-out", kubeconfig_};
+    const std::string server = kvroute::test_support::FakeKubeApiserver();
+    std::vector<std::string> args = {server, "--kubeconfig-out", kubeconfig_};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ASSERT_EQ(posix_spawn(&pid_, FAKE_KUBE_APISERVER, &fa, nullptr, argv.data(), environ), 0);
+    ASSERT_EQ(posix_spawn(&pid_, server.c_str(), &fa, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&fa);
     close(in[0]);
     close(out[1]);

@@ -6,10 +6,12 @@
 #include <string>
 #include <tuple>
 
+#include "support/test_paths.h"
+
 namespace kvroute::metrics::testing {
 
 inline std::string ReadTestdata(const std::string& name) {
-  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) + "/tests/metrics/testdata/" + name,
+  std::ifstream in(kvroute::test_support::SourceDir() + "/tests/metrics/testdata/" + name,
                    std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();

@@ -10,13 +10,14 @@
 #include "config/scenario_config.h"
 #include "core/doctor/doctor.h"
 #include "simulate/simulator.h"
+#include "support/test_paths.h"
 
 namespace kvroute::simulate {
 namespace {
 
 std::string Fixture() {
   std::ifstream in(
-      std::string(KVROUTE_SOURCE_DIR) + "/tests/metrics/testdata/metrics-v0.10-engine-label.txt",
+      kvroute::test_support::SourceDir() + "/tests/metrics/testdata/metrics-v0.10-engine-label.txt",
       std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();

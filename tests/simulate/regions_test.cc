@@ -9,6 +9,7 @@
 #include "core/sched/dynamo_cost.h"
 #include "simulate/simulator.h"
 #include "testdata.h"
+#include "support/test_paths.h"
 
 namespace kvroute::simulate {
 namespace {
@@ -197,7 +198,7 @@ TEST(RegionsTest, LocalOnlyRemovesTheRemoteGroups) {
 TEST(RegionsTest, ShippedScenariosRun) {
   for (const char* name : {"regions-2-local", "regions-2-spike", "regions-3"}) {
     config::ConfigOr<Scenario> load = config::LoadScenarioFile(
-        std::string(KVROUTE_SOURCE_DIR) + "/examples/scenarios/" + name + ".yaml");
+        kvroute::test_support::SourceDir() + "/examples/scenarios/" + name + ".yaml");
     ASSERT_TRUE(load.ok()) << load.error.ToString();
     Scenario s = *load.value;
     EXPECT_FALSE(s.router_region.empty()) << name;

@@ -6,6 +6,7 @@
 #include "core/sched/dynamo_cost.h"
 #include "simulate/simulator.h"
 #include "testdata.h"
+#include "support/test_paths.h"
 
 namespace kvroute::simulate {
 namespace {
@@ -191,7 +192,7 @@ namespace {
 // have varying lengths (short rows share a shorter prefix of the same text).
 TEST(SimulateTest, OracleBoundsTheAchievedHitRateOnTheExampleTrace) {
   config::ConfigOr<Scenario> load = config::LoadScenarioFile(
-      std::string(KVROUTE_SOURCE_DIR) + "/examples/scenarios/azure-trace.yaml");
+      kvroute::test_support::SourceDir() + "/examples/scenarios/azure-trace.yaml");
   ASSERT_TRUE(load.ok()) << load.error.ToString();
   const double oracle = ComputeOracleHitRate(*load.value);
   EXPECT_GT(oracle, 0.2);

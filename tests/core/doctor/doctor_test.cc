@@ -12,11 +12,13 @@
 #include <sstream>
 #include <string>
 
+#include "support/test_paths.h"
+
 namespace kvroute::doctor {
 namespace {
 
 std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) + "/tests/metrics/testdata/" + name,
+  std::ifstream in(kvroute::test_support::SourceDir() + "/tests/metrics/testdata/" + name,
                    std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();

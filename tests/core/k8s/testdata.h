@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "support/test_paths.h"
+
 namespace kvroute::k8s::testing {
 
 // The whole of testdata/`name` (a failed expectation when it cannot be read).
 inline std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(KVROUTE_SOURCE_DIR) + "/tests/core/k8s/testdata/" + name);
+  std::ifstream in(kvroute::test_support::SourceDir() + "/tests/core/k8s/testdata/" + name);
   EXPECT_TRUE(in.good()) << name;
   std::stringstream ss;
   ss << in.rdbuf();

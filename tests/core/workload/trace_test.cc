@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/workload/workload.h"
+#include "support/test_paths.h"
 
 namespace kvroute::workload {
 namespace {
@@ -67,7 +68,7 @@ TEST(TraceTest, ReplayBuildsSharedPrefixesAndScalesTime) {
 }
 
 TEST(TraceTest, ExampleTraceParses) {
-  std::ifstream f(std::string(KVROUTE_SOURCE_DIR) + "/examples/traces/azure-sample.csv");
+  std::ifstream f(kvroute::test_support::SourceDir() + "/examples/traces/azure-sample.csv");
   ASSERT_TRUE(f.good());
   std::stringstream ss;
   ss << f.rdbuf();
