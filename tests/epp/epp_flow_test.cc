@@ -22,6 +22,7 @@
 #include "http/test_client.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
+#include "support/wait.h"
 
 namespace kvroute::epp {
 namespace {
@@ -47,15 +48,7 @@ std::string Body(std::string_view prompt, int max_tokens, bool stream) {
   return body + "}";
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 // A FULL_DUPLEX_STREAMED request: headers (with `objective` when set), then the body.
 std::vector<pb::ProcessingRequest> Request(const std::string& body, const std::string& objective = "") {

@@ -24,6 +24,7 @@
 #include "sim/fleet.h"
 
 #include "../k8s/fake_api_server.h"
+#include "support/wait.h"
 
 namespace kvroute::epp {
 namespace {
@@ -56,15 +57,7 @@ uint16_t ClosedPort() {
   return port;
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 std::string Completion(std::string_view prompt) {
   std::string body = std::string("{\"model\":\"") + kModel + "\",\"prompt\":";

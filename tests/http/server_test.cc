@@ -22,6 +22,7 @@
 
 #include "http/io_pool.h"
 #include "http/test_client.h"
+#include "support/wait.h"
 
 namespace kvroute::http {
 namespace {
@@ -436,16 +437,7 @@ TEST(ServerTest, ConnectionsSpreadAcrossWorkers) {
 
 // ---- hard limits ----
 
-// Polls `pred` every 5 ms for at most `limit`.
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 3000ms) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 // A raw loopback socket, for clients whose timing or descriptor use must be exact.
 int RawConnect(uint16_t port) {
@@ -520,7 +512,7 @@ TEST(ServerTest, ConnectionsOverTheLimitGet503AndTheFirstNAreStillServed) {
   }
   // One leaves: the next newcomer is served.
   held.pop_back();
-  ASSERT_TRUE(WaitFor([&] { return s.stats().open_connections.load() == 2; }));
+  ASSERT_TRUE(WaitFor([&] { return s.stats().open_connections.load() == 2; }, 3000ms));
   TestClient next("127.0.0.1", s.port());
   auto ok = next.Roundtrip("GET", "/c");
   ASSERT_TRUE(ok.has_value()) << next.error();
@@ -648,7 +640,7 @@ TEST(ServerTest, LimitResponsesAreOpenAiShapedAndCloseTheConnection) {
     EXPECT_EQ(s.stats().rejected(c.reason), 1u) << c.message;
   }
   ExpectServerStillServes(s.port());
-  EXPECT_TRUE(WaitFor([&] { return s.stats().open_connections.load() == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return s.stats().open_connections.load() == 0; }, 3000ms));
 }
 
 TEST(ServerTest, AcceptBacksOffWhileOutOfDescriptorsAndRecovers) {

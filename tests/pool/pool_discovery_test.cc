@@ -18,6 +18,7 @@
 #include "config/router_config.h"
 #include "metrics/prom_parser.h"
 #include "pool/pool.h"
+#include "support/wait.h"
 
 namespace kvroute::pool {
 namespace {
@@ -25,15 +26,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 class PoolDiscoveryTest : public ::testing::Test {
  protected:

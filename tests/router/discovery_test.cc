@@ -19,6 +19,7 @@
 #include "sim/fleet.h"
 #include "../k8s/fake_api_server.h"
 #include "../metrics/metric_sum.h"
+#include "support/wait.h"
 
 namespace kvroute::router {
 namespace {
@@ -52,15 +53,7 @@ std::string CompletionBody(std::string_view prompt, int max_tokens, bool stream 
 
 using metrics::testing::MetricSum;
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 // A streamed completion held open by the test.
 struct Stream {

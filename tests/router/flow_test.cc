@@ -18,6 +18,7 @@
 #include "router/router.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
+#include "support/wait.h"
 
 namespace kvroute::router {
 namespace {
@@ -45,15 +46,7 @@ std::string Body(std::string_view prompt, int max_tokens, bool stream, int prior
   return body + "}";
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 class FlowTest : public ::testing::Test {
  protected:

@@ -16,6 +16,7 @@
 #include "router/router.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
+#include "support/wait.h"
 
 namespace kvroute::router {
 namespace {
@@ -43,15 +44,7 @@ std::string Body(int i) {
   return body + ",\"max_tokens\":3}";
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 class LocalityTest : public ::testing::Test {
  protected:

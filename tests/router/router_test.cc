@@ -25,6 +25,7 @@
 #include "sim/fleet.h"
 #include "../metrics/testdata_util.h"
 #include "../metrics/metric_sum.h"
+#include "support/wait.h"
 
 namespace kvroute::router {
 namespace {
@@ -68,16 +69,7 @@ uint16_t ClosedPort() {
 // Sum of the router metric `name` over samples whose labels include `want`.
 using metrics::testing::MetricSum;
 
-// Polls `pred` every 10 ms for at most `limit`.
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 // A scriptable upstream: serves a healthy vLLM-looking /metrics and answers generation
 // requests according to `mode`.

@@ -13,6 +13,7 @@
 #include "http/test_client.h"
 #include "config/fleet_config.h"
 #include "sim/fleet.h"
+#include "support/wait.h"
 
 namespace kvroute::sim {
 namespace {
@@ -568,16 +569,7 @@ std::optional<ClientResponse> Admin(uint16_t port, std::string_view method,
   return Fetch("127.0.0.1", port, method, target, body);
 }
 
-// Polls `pred` every 5 ms until it holds or `limit_s` passes.
-template <typename Pred>
-bool WaitFor(Pred pred, double limit_s = 3.0) {
-  const auto t0 = Clock::now();
-  while (!pred()) {
-    if (Since(t0) > limit_s) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
+using kvroute::test_support::WaitFor;
 
 // latency_ms is one-way and symmetric (issue 10): a request reaches the engine latency_ms
 // after it arrived, and its answer leaves latency_ms after the engine produced it. With
@@ -597,7 +589,7 @@ TEST_F(FleetTest, LatencyAppliesOnTheRequestAndTheResponsePath) {
     ASSERT_TRUE(WaitFor([&] {
       return Sample(Metrics(), "vllm:request_success_total",
                     kLabels + ",finished_reason=\"length\"") == 1.0;
-    }));
+    }, 3000ms));
     const double done_s = Since(t0);
     EXPECT_GE(done_s, kLatencyS) << "stream " << stream;
     // The response path: nothing of the answer before another latency_ms.
@@ -749,7 +741,7 @@ TEST_P(FaultKindTest, ActiveThenRecovers) {
   auto warm = Post("/v1/completions", CompletionBody("warm up the counters", 2));
   ASSERT_TRUE(warm.has_value());
   if (from_yaml()) {
-    ASSERT_TRUE(WaitFor([&] { return Active(); })) << kind << " never started";
+    ASSERT_TRUE(WaitFor([&] { return Active(); }, 3000ms)) << kind << " never started";
   } else {
     const std::string body = std::string(R"({"kind":")") + kind + R"(","duration":)" +
                              std::to_string(kFaultS) + fc().fields + "}";
@@ -760,11 +752,11 @@ TEST_P(FaultKindTest, ActiveThenRecovers) {
   }
   Probe();
   // It ends by itself; then the replica serves normally again.
-  ASSERT_TRUE(WaitFor([&] { return !Active(); })) << kind << " never ended";
+  ASSERT_TRUE(WaitFor([&] { return !Active(); }, 3000ms)) << kind << " never ended";
   ASSERT_TRUE(WaitFor([&] {
     auto h = Fetch("127.0.0.1", port(), "GET", "/health", {}, {}, 1000ms);
     return h && h->status == 200;
-  }));
+  }, 3000ms));
   auto ok = Post("/v1/completions", CompletionBody("after the fault", 2));
   ASSERT_TRUE(ok.has_value());
   EXPECT_EQ(ok->status, 200);
@@ -899,7 +891,7 @@ TEST_F(FleetTest, CrashCutsStreamsAndKeepsThePort) {
   ASSERT_TRUE(WaitFor([&] {
     auto h = Fetch("127.0.0.1", port(), "GET", "/health", {}, {}, 500ms);
     return h && h->status == 200;
-  }));
+  }, 3000ms));
   EXPECT_EQ(port(), before);
 }
 

@@ -21,6 +21,7 @@
 #include "../testdata_util.h"
 #include "http/io_pool.h"
 #include "http/server.h"
+#include "support/wait.h"
 
 namespace kvroute::metrics {
 namespace {
@@ -32,15 +33,7 @@ using testing::ReadTestdata;
 constexpr const char* kLoad =
     "vllm:num_requests_running 1.0\nvllm:num_requests_waiting 2.0\nvllm:kv_cache_usage_perc 0.5\n";
 
-template <class Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using kvroute::test_support::WaitFor;
 
 // A port nobody listens on.
 uint16_t ClosedPort() {
