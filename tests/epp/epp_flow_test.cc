@@ -22,6 +22,7 @@
 #include "http/test_client.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
+#include "support/openai_body.h"
 #include "support/wait.h"
 
 namespace kvroute::epp {
@@ -41,11 +42,7 @@ constexpr int kBlocks = 128;  // of 16 tokens: 2,048 tokens of KV cache
 std::string BigPrompt(char c) { return std::string(6800, c); }
 
 std::string Body(std::string_view prompt, int max_tokens, bool stream) {
-  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
-  api::AppendJsonString(body, prompt);
-  body += ",\"max_tokens\":" + std::to_string(max_tokens);
-  if (stream) body += ",\"stream\":true";
-  return body + "}";
+  return kvroute::test_support::CompletionBody(prompt, max_tokens, stream);
 }
 
 using kvroute::test_support::WaitFor;

@@ -24,6 +24,7 @@
 #include "sim/fleet.h"
 
 #include "../k8s/fake_api_server.h"
+#include "support/openai_body.h"
 #include "support/wait.h"
 
 namespace kvroute::epp {
@@ -60,10 +61,7 @@ uint16_t ClosedPort() {
 using kvroute::test_support::WaitFor;
 
 std::string Completion(std::string_view prompt) {
-  std::string body = std::string("{\"model\":\"") + kModel + "\",\"prompt\":";
-  api::AppendJsonString(body, prompt);
-  body += ",\"max_tokens\":4}";
-  return body;
+  return kvroute::test_support::CompletionBody(prompt, 4);
 }
 
 std::string LongPrompt(std::size_t n, int salt) {

@@ -34,6 +34,7 @@
 #include "router/router.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
+#include "support/openai_body.h"
 
 namespace kvroute {
 namespace {
@@ -112,11 +113,7 @@ Outcome Classify(bool stream, const std::optional<http::ClientResponse>& r, std:
 std::string Body(int i, bool stream) {
   std::string prompt = "Request " + std::to_string(i) + " of the fault matrix: ";
   while (prompt.size() < 400) prompt += static_cast<char>('a' + (i * 7 + prompt.size()) % 26);
-  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
-  api::AppendJsonString(body, prompt);
-  body += ",\"max_tokens\":" + std::string(stream ? "24" : "6");
-  if (stream) body += ",\"stream\":true";
-  return body + "}";
+  return kvroute::test_support::CompletionBody(prompt, stream ? 24 : 6, stream);
 }
 
 // Whether requests may end in the documented error: never, possibly (only requests caught

@@ -19,6 +19,7 @@
 #include "sim/fleet.h"
 #include "../k8s/fake_api_server.h"
 #include "../metrics/metric_sum.h"
+#include "support/openai_body.h"
 #include "support/wait.h"
 
 namespace kvroute::router {
@@ -43,13 +44,7 @@ sim::ReplicaConfig Replica(int i) {
   return r;
 }
 
-std::string CompletionBody(std::string_view prompt, int max_tokens, bool stream = false) {
-  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
-  api::AppendJsonString(body, prompt);
-  body += ",\"max_tokens\":" + std::to_string(max_tokens);
-  if (stream) body += ",\"stream\":true";
-  return body + "}";
-}
+using kvroute::test_support::CompletionBody;
 
 using metrics::testing::MetricSum;
 

@@ -16,6 +16,7 @@
 #include "router/router.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
+#include "support/openai_body.h"
 #include "support/wait.h"
 
 namespace kvroute::router {
@@ -39,9 +40,8 @@ sim::ReplicaConfig Replica(const std::string& name) {
 }
 
 std::string Body(int i) {
-  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
-  api::AppendJsonString(body, "conversation " + std::to_string(i) + " " + std::string(200, 'x'));
-  return body + ",\"max_tokens\":3}";
+  return kvroute::test_support::CompletionBody(
+      "conversation " + std::to_string(i) + " " + std::string(200, 'x'), 3);
 }
 
 using kvroute::test_support::WaitFor;

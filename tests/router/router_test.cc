@@ -25,6 +25,7 @@
 #include "sim/fleet.h"
 #include "../metrics/testdata_util.h"
 #include "../metrics/metric_sum.h"
+#include "support/openai_body.h"
 #include "support/wait.h"
 
 namespace kvroute::router {
@@ -48,14 +49,7 @@ sim::ReplicaConfig Replica(double time_scale = 0.0, int kv_blocks = 512) {
   return r;
 }
 
-std::string CompletionBody(std::string_view prompt, int max_tokens, bool stream = false) {
-  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
-  api::AppendJsonString(body, prompt);
-  body += ",\"max_tokens\":" + std::to_string(max_tokens);
-  if (stream) body += ",\"stream\":true";
-  body += "}";
-  return body;
-}
+using kvroute::test_support::CompletionBody;
 
 // A port nobody listens on.
 uint16_t ClosedPort() {

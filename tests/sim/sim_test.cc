@@ -13,6 +13,7 @@
 #include "http/test_client.h"
 #include "config/fleet_config.h"
 #include "sim/fleet.h"
+#include "support/openai_body.h"
 #include "support/wait.h"
 
 namespace kvroute::sim {
@@ -102,16 +103,7 @@ std::string ExpectedText(uint64_t id, int tokens) {
   return s;
 }
 
-std::string CompletionBody(std::string_view prompt, int max_tokens, bool stream = false,
-                           bool include_usage = false) {
-  std::string body = "{\"model\":\"" + std::string(kModel) + "\",\"prompt\":";
-  api::AppendJsonString(body, prompt);
-  body += ",\"max_tokens\":" + std::to_string(max_tokens);
-  if (stream) body += ",\"stream\":true";
-  if (include_usage) body += ",\"stream_options\":{\"include_usage\":true}";
-  body += "}";
-  return body;
-}
+using kvroute::test_support::CompletionBody;
 
 TEST_F(FleetTest, CompletionReturnsTextAndUsage) {
   StartFleet({SmallReplica()});

@@ -10,6 +10,7 @@
 
 #include "core/api/openai.h"
 #include "metrics/prom_parser.h"
+#include "support/openai_body.h"
 
 namespace kvroute::extproc {
 namespace {
@@ -34,10 +35,7 @@ routing::ScrapeResult Idle(double at, double waiting = 0, double kv = 0.1) {
 }
 
 std::string Completion(std::string_view prompt) {
-  std::string body = std::string("{\"model\":\"") + kModel + "\",\"prompt\":";
-  api::AppendJsonString(body, prompt);
-  body += ",\"max_tokens\":8}";
-  return body;
+  return kvroute::test_support::CompletionBody(prompt, 8);
 }
 
 std::string LongPrompt(std::size_t n, char salt) {
