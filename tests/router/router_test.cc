@@ -596,6 +596,13 @@ TEST_F(RouterTest, RouterMetricsAgreeWithReplicaCounts) {
     ASSERT_EQ(r->status, 200);
     prompts_by_endpoint[r->Header("x-kvroute-endpoint")].insert(i % 3);
   }
+  // The router counts a request once its side of the response is finished, which can come
+  // just after the client has read the last byte of a stream: wait for all seven.
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string now = RouterMetrics();
+    return MetricSum(now, "kvroute_requests_total") == 7 &&
+           MetricSum(now, "kvroute_endpoint_inflight") == 0;
+  }));
   std::string m = RouterMetrics();
   ASSERT_FALSE(m.empty());
   metrics::ParseReport report;
