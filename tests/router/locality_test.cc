@@ -105,6 +105,10 @@ TEST_F(LocalityTest, RequestsStayLocalAndMetricsShowDecisionsAndRoundTrips) {
   StartFleet();
   StartRouter(Yaml("locality:\n  region: us-east\n  rtt: {eu-west: 70ms}\n"));
   for (int i = 0; i < 12; ++i) EXPECT_EQ(Post(i), "east") << i;
+  // Requests are counted by region when answered, which can come just after the client read
+  // the last byte: wait for all twelve.
+  ASSERT_TRUE(WaitFor([&] { return MetricSum(Metrics(), "kvroute_locality_requests_total") == 12; }))
+      << Metrics();
   std::string m = Metrics();
   EXPECT_EQ(MetricSum(m, "kvroute_locality_picks_total", {{"decision", "local"}}), 12) << m;
   EXPECT_EQ(MetricSum(m, "kvroute_locality_picks_total", {{"decision", "spill_saturated"}}), 0);
@@ -131,6 +135,9 @@ TEST_F(LocalityTest, RegionFlagOverridesTheFile) {
   StartRouter(Yaml("locality: {region: us-east, measure_rtt: false}\n"), "");
   std::set<std::string> used;
   for (int i = 0; i < 16; ++i) used.insert(Post(i));
+  // Counted when answered (see above): wait for all sixteen.
+  ASSERT_TRUE(WaitFor([&] { return MetricSum(Metrics(), "kvroute_locality_requests_total") == 16; }))
+      << Metrics();
   const std::string m = Metrics();
   EXPECT_EQ(MetricSum(m, "kvroute_locality_picks_total", {{"decision", "off"}}), 16) << m;
   EXPECT_EQ(MetricSum(m, "kvroute_locality_requests_total"), 16);

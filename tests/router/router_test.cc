@@ -265,8 +265,10 @@ TEST_F(RouterTest, StreamsChunkByChunkAndCancelsOnDisconnect) {
   // Client leaves: the router cancels the upstream request, so the replica aborts it.
   c.Close();
   EXPECT_TRUE(WaitFor([&] { return fleet_->LiveRequests(0) == 0; }, 3000ms));
-  std::string m = RouterMetrics();
-  EXPECT_EQ(MetricSum(m, "kvroute_requests_total", {{"endpoint", "r0"}, {"code", "499"}}), 1);
+  // Counted once the router has finished with the request (it may trail the replica).
+  EXPECT_TRUE(WaitFor([&] {
+    return MetricSum(RouterMetrics(), "kvroute_requests_total", {{"endpoint", "r0"}, {"code", "499"}}) == 1;
+  })) << RouterMetrics();
 }
 
 TEST_F(RouterTest, StreamEndsWithDoneThroughTheRouter) {
@@ -367,6 +369,10 @@ TEST_F(RouterTest, RetriesOnARefusedEndpoint) {
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(r->Header("x-kvroute-endpoint"), "r0");
   }
+  // A request is counted when the router has finished answering it, which can come just
+  // after the client read the last byte: wait for both.
+  ASSERT_TRUE(WaitFor([&] { return MetricSum(RouterMetrics(), "kvroute_requests_total") == 2; }))
+      << RouterMetrics();
   std::string m = RouterMetrics();
   EXPECT_EQ(MetricSum(m, "kvroute_retries_total"), 1);
   EXPECT_EQ(MetricSum(m, "kvroute_upstream_errors_total", {{"endpoint", "dead"}, {"kind", "connect_refused"}}), 1);
@@ -445,6 +451,9 @@ TEST_F(RouterTest, FastFailingReplicaIsRetriedAroundThenEjected) {
     if (r->Header("x-kvroute-attempts") == "2") ++retried;
   }
   EXPECT_EQ(retried, 5);
+  // Counted when answered (may trail the client's last byte): wait for all forty.
+  ASSERT_TRUE(WaitFor([&] { return MetricSum(RouterMetrics(), "kvroute_requests_total") == 40; }))
+      << RouterMetrics();
   std::string m = RouterMetrics();
   // Round-robin sends every other request to sick until its fifth 503 ejects it.
   EXPECT_EQ(MetricSum(m, "kvroute_upstream_errors_total", {{"endpoint", "sick"}, {"kind", "http_503"}}), 5);
