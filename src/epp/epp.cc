@@ -8,11 +8,12 @@
 #include <cstdio>
 
 #include "core/api/openai.h"
+#include "core/flow/flow_gate.h"
+#include "core/flow/flow_metrics.h"
 #include "core/common/published.h"
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "metrics/prom_writer.h"
-#include "pool/flow_metrics.h"
 #include "pool/pool.h"
 #include "rpc/ext_proc_server.h"
 
@@ -206,8 +207,13 @@ struct Epp::Impl {
     go.health_port = options.health_port;
     go.stream_timeout_s = timeout_s;
     go.max_message_bytes = static_cast<std::size_t>(max_body) + (1u << 20);
-    go.flow_enabled = flow_on;
-    go.flow = flow_options;
+    if (flow_on) {
+      // Flow admission is this front end's call into the gate, as in serve; the transport
+      // holds streams in it.
+      flow_gate = std::make_unique<flow::FlowGate>(flow_options, pool->core(),
+                                                   [p = pool.get()] { return p->Now(); });
+      go.flow_gate = flow_gate.get();
+    }
     if (Status st = grpc->Start(go); !st.ok()) return st;
     if (flow_on) flow_server.store(grpc.get(), std::memory_order_release);
 
@@ -281,7 +287,7 @@ struct Epp::Impl {
     }
     stats.AppendMetrics(out, name, pool->core().Load(now));
     if (grpc) AppendServerMetrics(out, grpc->stats());
-    if (grpc && grpc->flow_enabled()) pool::AppendFlowMetrics(out, grpc->flow_stats());
+    if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
     return out;
   }
 
@@ -319,6 +325,9 @@ struct Epp::Impl {
   // Declared first among the owners of sockets and timers: destroyed last.
   std::unique_ptr<http::IoPool> io;
   std::unique_ptr<pool::Pool> pool;
+  // Flow control (flow.enabled at start): over pool's core; outlives grpc, which holds
+  // streams in it.
+  std::unique_ptr<flow::FlowGate> flow_gate;
   std::unique_ptr<rpc::ExtProcServer> grpc;
   bool flow_on = false;  // flow.enabled at start (a reload cannot change it)
   // grpc once started with flow control: what the scrape listener pumps (io thread).

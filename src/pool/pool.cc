@@ -2,31 +2,13 @@
 
 #include <set>
 
+#include "config/core_options.h"
 #include "metrics/prom_writer.h"
 #include "pool/endpoints_watch.h"
 #include "pool/poll_timer.h"
 #include "k8s/kubeconfig.h"
 
 namespace kvroute::pool {
-
-routing::CoreOptions CoreOptionsFrom(const config::RouterConfig& config) {
-  routing::CoreOptions o;
-  o.scheduling = config.scheduling;
-  o.health.staleness_s = config.pool.staleness_s;
-  o.health.stale_policy = config.pool.stale_policy == config::StalePolicy::kSaturated
-                              ? health::StalePolicy::kSaturated
-                              : health::StalePolicy::kExclude;
-  o.outlier.consecutive_failures = config.outlier.consecutive_failures;
-  o.outlier.base_ejection_s = config.outlier.base_ejection_s;
-  o.outlier.max_ejection_s = config.outlier.max_ejection_s;
-  o.outlier.max_ejection_percent = config.outlier.max_ejection_percent;
-  o.retry_budget.ratio = config.retries.budget_ratio;
-  o.retry_budget.min_retries = config.retries.budget_min_retries;
-  o.retry_budget.window_s = config.retries.budget_window_s;
-  o.region = config.locality.region;
-  o.region_rtt_s = config.locality.rtt_s;
-  return o;
-}
 
 std::vector<routing::EndpointSpec> StaticEndpoints(const config::PoolConfig& pool) {
   return EndpointSpecs(pool.endpoints);
@@ -128,7 +110,7 @@ Status Pool::Apply(const config::RouterConfig& config) {
       endpoints = StaticEndpoints(config.pool);
     }
     const std::size_t n = endpoints.size();
-    routing::CoreOptions options = CoreOptionsFrom(config);
+    routing::CoreOptions options = config::CoreOptionsFrom(config);
     Status st = core_.Configure(options, std::move(endpoints), Now());
     if (!st.ok()) return st;
 

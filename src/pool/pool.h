@@ -49,8 +49,6 @@
 
 namespace kvroute::pool {
 
-// The core's options from a router configuration (scheduling, staleness, stale policy).
-routing::CoreOptions CoreOptionsFrom(const config::RouterConfig& config);
 // The endpoint set of a static pool.endpoints list.
 std::vector<routing::EndpointSpec> StaticEndpoints(const config::PoolConfig& pool);
 // The endpoint set of parsed entries (pool.endpoints or an endpoints file).

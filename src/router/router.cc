@@ -14,14 +14,14 @@
 #include <unordered_map>
 
 #include "core/api/openai.h"
+#include "core/flow/flow_gate.h"
+#include "core/flow/flow_metrics.h"
 #include "core/flow/flow_queue.h"
-#include "pool/flow_gate.h"
 #include "core/routing/routing_core.h"
 #include "http/client.h"
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "metrics/prom_writer.h"
-#include "pool/flow_metrics.h"
 #include "pool/pool.h"
 
 namespace kvroute::router {
@@ -183,7 +183,7 @@ struct Router::Impl {
     }
     core_pool = std::make_unique<pool::Pool>(io->context(0), [this](std::string_view l) { Log(l); });
     if (cfg.flow.enabled) {
-      flow_gate = std::make_unique<pool::FlowGate>(cfg.flow.options, core(), [this] { return Now(); });
+      flow_gate = std::make_unique<flow::FlowGate>(cfg.flow.options, core(), [this] { return Now(); });
       flow_timer = std::make_unique<asio::steady_timer>(io->context(0));
       // A fresh scrape may show capacity the estimates did not: waiting requests go then.
       core_pool->set_scrape_listener([this] { PumpFlow(); });
@@ -267,7 +267,7 @@ struct Router::Impl {
   bool AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const FrontSettings& fs,
                  api::ParsedRequest& parsed, std::string_view hint);
   // Capacity may have freed (a request finished on `freed`, a scrape arrived, the timer
-  // fired): the gate expires what is due and dispatches what fits (pool/flow_gate.h), then
+  // fired): the gate expires what is due and dispatches what fits (core/flow/flow_gate.h), then
   // the timer is armed for the next expiry. Thread: any.
   void PumpFlow(uint32_t freed = routing::RoutingCore::kNoEndpoint);
   // Arms the one timer for `at` (Now() seconds) unless it is armed for earlier.
@@ -285,7 +285,7 @@ struct Router::Impl {
     if (core_pool) core().AppendMetrics(out, Now());
     if (core_pool) core_pool->AppendMetrics(out);
     if (server) AppendServerMetrics(out, server->stats());
-    if (flow_gate) pool::AppendFlowMetrics(out, flow_gate->stats());
+    if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
     return out;
   }
   bool Ready() { return core_pool && core().Ready(Now()); }
@@ -303,7 +303,7 @@ struct Router::Impl {
   // Flow control; the gate holds the queue and the waiting requests (requests arrive on
   // every worker). Nothing does I/O or calls the core under it. Declared after io:
   // destroyed first (the waiting requests pin their connections' sockets).
-  std::unique_ptr<pool::FlowGate> flow_gate;          // null: flow control off
+  std::unique_ptr<flow::FlowGate> flow_gate;          // null: flow control off
   std::unique_ptr<asio::steady_timer> flow_timer;     // on worker 0
   std::mutex flow_timer_mu;
   double flow_timer_at = std::numeric_limits<double>::infinity();  // flow_timer_mu; inf: not armed
@@ -702,7 +702,7 @@ std::pair<int64_t, uint64_t> Router::Impl::FlowKeys(const http::Request& req, co
 
 // A request waiting in the gate. Dispatch picks on the gate's thread (so the gate's next
 // verdict counts it) and forwards on the connection's; Expire answers there.
-struct Router::Impl::Waiting final : pool::FlowWaiter, std::enable_shared_from_this<Waiting> {
+struct Router::Impl::Waiting final : flow::FlowWaiter, std::enable_shared_from_this<Waiting> {
   Impl* router = nullptr;
   std::shared_ptr<http::Exchange> ex;
   api::ParsedRequest parsed;  // the SchedRequest built at dispatch time views its strings

@@ -343,7 +343,7 @@ void ExtProcServer::Unregister(Stream* s) {
 
 Status ExtProcServer::Start(const ExtProcServerOptions& options) {
   timeout_s_.store(options.stream_timeout_s, std::memory_order_relaxed);
-  if (options.flow_enabled) flow_ = std::make_unique<pool::FlowGate>(options.flow, core_, clock_);
+  flow_ = options.flow_gate;
   service_ = std::make_unique<Service>(this);
 
   // The ext_proc port serves only ExternalProcessor: no health service there.
@@ -433,7 +433,7 @@ void ExtProcServer::PollLoop() {
 namespace {
 
 // A held stream in the gate: dispatch resumes its pick, expiry refuses it.
-class StreamWaiter final : public pool::FlowWaiter {
+class StreamWaiter final : public flow::FlowWaiter {
  public:
   explicit StreamWaiter(std::weak_ptr<ExtProcServer::Stream> s) : s_(std::move(s)) {}
   void Dispatch(double, double) override {
@@ -458,10 +458,6 @@ flow::AdmitResult ExtProcServer::AdmitFlow(flow::FlowRequest& request, const std
 
 void ExtProcServer::PumpFlow(uint32_t freed) {
   if (flow_) flow_->Pump(freed);
-}
-
-flow::FlowStats ExtProcServer::flow_stats() const {
-  return flow_ ? flow_->stats() : flow::FlowStats{};
 }
 
 void ExtProcServer::Stop() {

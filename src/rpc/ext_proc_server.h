@@ -14,8 +14,8 @@
 // closed, so its request is finished in the core exactly once.
 //
 // Flow control (ExtProcServerOptions::flow_enabled, with ExchangeSettings::defer_pick):
-// a stream whose exchange reaches its pick is admitted into one pool::FlowGate (the rules
-// `kvroute serve` uses too: pool/flow_gate.h), priority and flow from the exchange.
+// a stream whose exchange reaches its pick is admitted into one flow::FlowGate (the rules
+// `kvroute serve` uses too: core/flow/flow_gate.h), priority and flow from the exchange.
 // Dispatched at once: picked and answered as without flow control. Rejected (sheddable,
 // a band over its bounds): ImmediateResponse 429 with retry-after at once. Queued: its
 // answer is held back while the stream keeps reading; PumpFlow (called here whenever a
@@ -53,9 +53,9 @@
 #include "core/common/status.h"
 #include "core/extproc/epp_stats.h"
 #include "core/extproc/exchange.h"
+#include "core/flow/flow_gate.h"
 #include "core/flow/flow_queue.h"
 #include "core/routing/routing_core.h"
-#include "pool/flow_gate.h"
 
 namespace grpc {
 class Server;
@@ -72,11 +72,11 @@ struct ExtProcServerOptions {
   // Largest gRPC message accepted (a BUFFERED body arrives in one): keep it above
   // limits.max_body_bytes so that an oversized body gets the exchange's 413.
   std::size_t max_message_bytes = (16u << 20) + (1u << 20);
-  // Flow control (flow.enabled): streams wait in a queue with `flow` at their pick while
-  // the pool is saturated. Needs streams whose settings have defer_pick (without it the
-  // exchange picks on its own); a held exchange without flow control is resumed at once.
-  bool flow_enabled = false;
-  flow::FlowOptions flow;
+  // Flow control (flow.enabled): the front end's gate, over the same routing core; it
+  // must outlive the server. Streams wait in it at their pick while the pool is
+  // saturated. Needs streams whose settings have defer_pick (without it the exchange
+  // picks on its own); a held exchange without a gate is resumed at once. Null: off.
+  flow::FlowGate* flow_gate = nullptr;
 };
 
 // Counters of the adapter itself, any thread may read them.
@@ -119,8 +119,6 @@ class ExtProcServer {
   // running on another thread runs once more instead).
   void PumpFlow(uint32_t freed = routing::RoutingCore::kNoEndpoint);
   bool flow_enabled() const { return flow_ != nullptr; }
-  // A copy of the queue's counters (empty when flow control is off). Thread: any.
-  flow::FlowStats flow_stats() const;
 
   class Stream;  // one Process call (public for the .cc's service class)
   class Service;
@@ -158,7 +156,7 @@ class ExtProcServer {
   bool started_ = false;
 
   // Flow control; null when off.
-  std::unique_ptr<pool::FlowGate> flow_;
+  flow::FlowGate* flow_ = nullptr;
 };
 
 }  // namespace kvroute::rpc

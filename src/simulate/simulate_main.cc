@@ -122,8 +122,8 @@ int SimulateMain(int argc, char** argv) {
     }
     config::Scenario local;
     if (IsLocalOnly(p)) {
-      if (const std::string err = LocalOnlyScenario(sc, &local); !err.empty()) {
-        std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", p.c_str(), err.c_str());
+      if (const Status st = LocalOnlyScenario(sc, &local); !st.ok()) {
+        std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", p.c_str(), st.message().c_str());
         return 2;
       }
     }

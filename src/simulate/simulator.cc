@@ -1,6 +1,7 @@
 #include "simulate/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <deque>
@@ -12,12 +13,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "config/core_options.h"
+#include "config/router_config.h"
 #include "core/engine/engine.h"
 #include "core/engine/tokenizer.h"
+#include "core/flow/flow_gate.h"
 #include "core/flow/flow_queue.h"
 #include "core/report/summary.h"
-#include "core/sched/registry.h"
-#include "core/sched/scheduler.h"
+#include "core/routing/routing_core.h"
 #include "core/workload/oracle.h"
 #include "core/workload/workload.h"
 
@@ -49,8 +52,7 @@ enum class Ev : uint8_t {
 // Where a live request is; a crash or restart acts on those at or heading to the replica.
 enum class Stage : uint8_t { kWaiting, kNetwork, kEngine, kDone };
 
-// Attempts per request, the first included, before the router gives up (upstream error).
-constexpr int kMaxAttempts = 3;
+constexpr uint32_t kNoEndpoint = routing::RoutingCore::kNoEndpoint;
 
 struct Event {
   double t;
@@ -76,13 +78,16 @@ struct Live {
   double max_gap_s = 0.0;
   sched::RequestHandle handle = sched::kNoHandle;
   int32_t replica = -1;
+  // The core's ranking for this request: attempt k goes to ranked[k].
+  std::array<uint32_t, routing::kMaxRanked> ranked{};
+  uint32_t n_ranked = 0;
+  bool refused = false;  // the failed attempt could not connect (a free retry)
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
   int64_t cached_tokens = 0;
   int32_t retries = 0;
   int32_t tenant = 0;      // index into the scenario's tenants (0 without tenants)
-  bool flow_queued = false;  // waiting in the flow queue now
-  std::vector<uint64_t> prefix_key;  // its prefix chain while it waits (the late-binding probe)
+  bool flow_queued = false;  // waiting in the flow gate now
   Stage stage = Stage::kWaiting;
   report::ErrorKind error = report::ErrorKind::kNone;
 };
@@ -102,46 +107,40 @@ struct Replica {
   int down = 0;  // crash and restart downtime may overlap
   double slow = 1.0;
   int64_t past_queries = 0, past_hits = 0, past_preemptions = 0;
-  int64_t last_scraped_queries = 0;  // a drop means the replica restarted
 };
 
 class Simulation {
  public:
-  Simulation(const config::Scenario& s, sched::Scheduler* scheduler, const ProgressFn& progress,
-             bool flow)
+  // `options`: the core's (SimulationCoreOptions or a caller's). `error` is set when the
+  // core refuses them (an invalid scheduling spec); the simulation must not run then.
+  Simulation(const config::Scenario& s, const routing::CoreOptions& options,
+             const ProgressFn& progress, bool flow, const CoreTap& tap, Status* error)
       : sc_(s),
-        sched_(scheduler),
         progress_(progress),
+        tap_(tap),
         gen_(s.workload, s.arrivals, s.seed),
         fleet_(s.fleet.replicas) {
     const engine::EngineConfig config = s.fleet.EngineConfigFor();
     model_ = config.model_name;
     replicas_.reserve(static_cast<size_t>(s.fleet.replicas));
-    endpoints_.resize(static_cast<size_t>(s.fleet.replicas));
     const std::vector<config::FleetGroup> groups = s.fleet.Groups();
     for (size_t g = 0; g < groups.size(); ++g) {
       const engine::EngineConfig group_config = groups[g].EngineConfigFor();
-      for (int k = 0; k < groups[g].replicas; ++k) {
-        const auto i = static_cast<uint32_t>(replicas_.size());
+      for (int k = 0; k < groups[g].replicas; ++k)
         replicas_.emplace_back(group_config, groups[g].network_delay_s, static_cast<int>(g));
-        sched::EndpointState& e = endpoints_[i];
-        e.id = i;
-        e.name = "replica-" + std::to_string(i);
-        e.num_gpu_blocks = group_config.num_gpu_blocks;
-        e.block_size = group_config.block_size;
-        // As `labels: {region: R}` on a configured endpoint of `kvroute serve`.
-        sched::Labels labels;
-        if (!groups[g].region.empty()) labels.emplace_back("region", groups[g].region);
-        if (!groups[g].zone.empty()) labels.emplace_back("zone", groups[g].zone);
-        e.SetLabels(std::move(labels));
-      }
     }
-    assert(replicas_.size() == endpoints_.size());
+    std::vector<routing::EndpointSpec> endpoints = SimulationEndpoints(s);
+    assert(endpoints.size() == replicas_.size());
     kv_.resize(replicas_.size());
     waiting_.resize(replicas_.size());
-    engine_config_ = config;
-    if (flow) flow_ = std::make_unique<flow::FlowQueue>(s.flow.options);
-    flow_options_ = s.flow.options;
+    *error = core_.Configure(options, std::move(endpoints), 0.0);
+    if (!error->ok()) return;
+    // Fresh endpoints take ids 0..n-1 in order: replica i is endpoint i.
+    assert(core_.table()->by_id.size() == replicas_.size());
+    max_attempts_ = static_cast<uint32_t>(std::max(1, config::RouterConfig{}.retries.max_attempts));
+    if (flow) {
+      gate_ = std::make_unique<flow::FlowGate>(s.flow.options, core_, [this] { return now_; });
+    }
     double total = 0;
     for (const config::ScenarioTenant& t : s.tenants) total += t.share;
     for (const config::ScenarioTenant& t : s.tenants) {
@@ -176,22 +175,18 @@ class Simulation {
           StepDone(ev.a, ev.t);
           break;
         case Ev::kFirstToken:
-          sched_->OnFirstToken(slots_[ev.a].handle, ev.t);
+          FirstToken(ev.a, ev.t);
           break;
         case Ev::kFinished: {
           // The replica it ran on has a free slot: it binds the first release late.
-          uint32_t freed = kNoReplica;
-          if (slots_[ev.a].handle != sched::kNoHandle) {
-            sched_->OnFinished(slots_[ev.a].handle, ev.t);
-            if (slots_[ev.a].replica >= 0) freed = static_cast<uint32_t>(slots_[ev.a].replica);
-          }
+          const uint32_t freed = Finish(ev.a, ev.t);
           Complete(ev.a, ev.t);
-          Pump(ev.t, freed);
+          Pump(freed);
           break;
         }
         case Ev::kFlowExpiry:
           if (ev.t >= flow_timer_at_) flow_timer_at_ = kInf;
-          Pump(ev.t);
+          Pump();
           break;
         case Ev::kFail:
           Retry(ev.a, ev.t);
@@ -231,8 +226,15 @@ class Simulation {
   std::vector<double>& router_waits() { return router_waits_; }
   int64_t flow_queued() const { return flow_queued_; }
   int64_t flow_shed() const { return flow_shed_; }
-  int64_t flow_affinity() const { return flow_affinity_; }
   int64_t flow_expired() const { return flow_expired_; }
+  // Released by the late-binding probe (the gate's dispatches of cause kAffinity).
+  int64_t flow_affinity() const {
+    if (!gate_) return 0;
+    int64_t n = 0;
+    for (const flow::BandStats& b : gate_->stats().bands)
+      n += static_cast<int64_t>(b.dispatched_by_affinity);
+    return n;
+  }
 
  private:
   void Push(double t, Ev type, uint32_t a) { queue_.push({t, seq_++, a, type}); }
@@ -261,6 +263,9 @@ class Simulation {
     l.max_gap_s = 0.0;
     l.handle = sched::kNoHandle;
     l.replica = -1;
+    l.n_ranked = 0;
+    l.refused = false;
+    l.flow_queued = false;
     l.output_tokens = l.cached_tokens = 0;
     l.retries = 0;
     l.stage = Stage::kWaiting;
@@ -306,35 +311,32 @@ class Simulation {
     ++sent_;
     l.send_s = t;
     l.tenant = TenantOf(l.spec.id);
-    if (!flow_) {
+    if (!gate_) {
       Dispatch(s, t);
       return;
     }
+    // Admission is the front end's call into the gate, as in serve: dispatch now, wait,
+    // or refuse.
     flow::FlowRequest fr;
-    fr.id = s;  // a slot is unique among waiting requests
     fr.priority = sc_.tenants.empty() ? 0 : sc_.tenants[static_cast<size_t>(l.tenant)].priority;
     fr.flow_id = static_cast<uint64_t>(l.tenant);
     fr.bytes = static_cast<uint64_t>(l.spec.prompt_tokens) * engine::kBytesPerToken;
-    int64_t max_room = 0;
-    const flow::PoolState pool = PoolView(nullptr, nullptr, &max_room);
+    Render(l.spec);
+    sched::SchedRequest req;
+    req.model = model_;
+    req.prompt = text_;
     const flow::AdmitResult admitted =
-        flow_->Admit(fr, t, flow::AdmissionState(flow_options_, fr.priority, pool, max_room));
+        gate_->Admit(fr, std::make_shared<Waiter>(this, s), req);
     switch (admitted.outcome) {
       case flow::AdmitOutcome::kDispatchNow:
         router_waits_.push_back(0.0);
         Dispatch(s, t);
         break;
-      case flow::AdmitOutcome::kQueued: {
+      case flow::AdmitOutcome::kQueued:
         ++flow_queued_;
         l.flow_queued = true;
-        Render(l.spec);
-        sched::SchedRequest req;
-        req.model = model_;
-        req.prompt = text_;
-        sched_->PrefixKey(req, l.prefix_key);
         ArmFlowTimer();
         break;
-      }
       case flow::AdmitOutcome::kRejected:
         ++flow_shed_;
         l.error = report::ErrorKind::kShed;  // 429 in serve
@@ -343,6 +345,30 @@ class Simulation {
         break;
     }
   }
+
+  // A request waiting in the gate: released (picked now) or expired.
+  class Waiter final : public flow::FlowWaiter {
+   public:
+    Waiter(Simulation* sim, uint32_t slot) : sim_(sim), slot_(slot) {}
+    void Dispatch(double now_s, double waited_s) override {
+      sim_->slots_[slot_].flow_queued = false;
+      sim_->router_waits_.push_back(waited_s);
+      sim_->Dispatch(slot_, now_s);
+    }
+    void Expire(flow::ExpireReason reason) override {
+      Live& l = sim_->slots_[slot_];
+      l.flow_queued = false;
+      ++sim_->flow_expired_;
+      l.error = reason == flow::ExpireReason::kNoEndpointTtl ? report::ErrorKind::kNoEndpoint
+                                                             : report::ErrorKind::kShed;
+      l.stage = Stage::kDone;
+      sim_->Push(sim_->now_, Ev::kFinished, slot_);
+    }
+
+   private:
+    Simulation* sim_;
+    uint32_t slot_;
+  };
 
   // Which tenant sends request `id`: a draw seeded by the scenario seed and the id, so
   // the split is the same under every policy.
@@ -359,122 +385,86 @@ class Simulation {
     return static_cast<int32_t>(tenant_cdf_.size() - 1);
   }
 
-  // The saturation detector over the router's view, as the live routing core computes it
-  // (RoutingCore::Load): per healthy replica the last scrape adjusted by the scheduler's
-  // in-flight accounting; saturated at waiting >= 5 or KV usage >= 0.8.
-  // `headroom`, when given, gets the detector's room: over unsaturated replicas, the
-  // requests each can take before its waiting reaches 5.
-  // `roomiest`, when given, gets the unsaturated replica with the most room (lowest id
-  // on ties; kNoReplica when none).
-  flow::PoolState PoolView(int64_t* headroom = nullptr, uint32_t* roomiest = nullptr,
-                           int64_t* max_room = nullptr) const {
-    size_t ready = 0, saturated = 0;
-    int64_t room = 0, most = 0;
-    if (roomiest) *roomiest = kNoReplica;
-    for (const sched::EndpointState& e : endpoints_) {
-      if (!e.healthy) continue;
-      ++ready;
-      const sched::EndpointLoad load = sched_->inflight().Load(
-          e, static_cast<double>(engine_config_.num_gpu_blocks), /*adjust=*/true);
-      if (load.waiting >= 5.0 || load.kv_usage >= 0.8) {
-        ++saturated;
-      } else {
-        const int64_t r = static_cast<int64_t>(std::ceil(5.0 - load.waiting));
-        room += r;
-        if (r > most) {
-          most = r;
-          if (roomiest) *roomiest = e.id;
-        }
-      }
-    }
-    if (headroom) *headroom = room;
-    if (max_room) *max_room = most;
-    if (ready == 0) return flow::PoolState::kEmpty;
-    return saturated == ready ? flow::PoolState::kSaturated : flow::PoolState::kAvailable;
-  }
-
-  // Capacity may have freed (a completion, a scrape) or a TTL ran out: expire first, then
-  // release waiting requests one at a time while the view has room, each picked now.
-  void Pump(double t, uint32_t freed = kNoReplica) {
-    if (!flow_ || flow_->Empty()) return;
-    expired_.clear();
-    flow_->Expire(t, expired_);
-    for (const flow::Expired& e : expired_) {
-      Live& l = slots_[e.id];
-      l.flow_queued = false;
-      ++flow_expired_;
-      l.error = e.reason == flow::ExpireReason::kNoEndpointTtl ? report::ErrorKind::kNoEndpoint
-                                                               : report::ErrorKind::kShed;
-      l.stage = Stage::kDone;
-      Push(t, Ev::kFinished, static_cast<uint32_t>(e.id));
-    }
-    // At most the detector's room per release: the pick may prefer a saturated replica
-    // that holds the prefix, which leaves the pool "available" however many go there, so
-    // without a bound one release would empty the queue into that replica's engine.
-    // Every release binds late (as pool::FlowGate does live): after a completion the
-    // first is probed against the replica that freed, every other one against the
-    // replica with the most room, so that replica takes the waiting request it holds the
-    // most of.
-    int64_t room = 0;
-    PoolView(&room);
-    for (; room > 0 && !flow_->Empty(); --room) {
-      uint32_t roomiest = kNoReplica;
-      if (PoolView(nullptr, &roomiest) != flow::PoolState::kAvailable) break;
-      const uint32_t target = freed != kNoReplica ? freed : roomiest;
-      freed = kNoReplica;
-      std::optional<flow::Dispatch> d;
-      if (target != kNoReplica) {
-        auto probe = [&](const flow::WaitingView& w) -> uint32_t {
-          return static_cast<uint32_t>(sched_->HeldBlocks(slots_[w.id].prefix_key, target));
-        };
-        d = flow_->NextToDispatch(t, probe);
-      } else {
-        d = flow_->NextToDispatch(t);
-      }
-      if (!d) break;
-      if (d->cause == flow::DispatchCause::kAffinity) ++flow_affinity_;
-      slots_[d->id].flow_queued = false;
-      slots_[d->id].prefix_key.clear();
-      router_waits_.push_back(d->waited_s);
-      Dispatch(static_cast<uint32_t>(d->id), t);
-    }
+  // Capacity may have freed (a completion on `freed`, a scrape) or a TTL ran out: the
+  // gate expires what is due and releases what fits (flow::FlowGate::Pump).
+  void Pump(uint32_t freed = kNoEndpoint) {
+    if (!gate_ || !gate_->waiting()) return;
+    gate_->Pump(freed);
     ArmFlowTimer();
   }
 
   void ArmFlowTimer() {
-    const double at = flow_->NextExpiry();
+    const double at = gate_->next_expiry();
     if (at < flow_timer_at_) {
       flow_timer_at_ = at;
       Push(at, Ev::kFlowExpiry, 0);
     }
   }
 
-  // Picks a replica for the request in slot `s` and sends it there (first attempt or a
-  // retry); fails it with no_endpoint when every replica is unhealthy.
+  // The core picks for the request in slot `s` and it is sent to the best endpoint; fails
+  // it with no_endpoint (503 in serve) when the core has nowhere to send it.
   void Dispatch(uint32_t s, double t) {
     Live& l = slots_[s];
     Render(l.spec);
     l.prompt_tokens = static_cast<int64_t>(engine::CountTokens(text_));
-    sched::SchedRequest req;
-    req.model = model_;
-    req.prompt = text_;
-    req.max_tokens = l.spec.max_tokens;
-    req.prompt_tokens = l.prompt_tokens;
-    const sched::PickResult pick = sched_->Pick(req, endpoints_, t);
-    if (!pick.ok() || pick.ranked.empty()) {
+    routing::PickRequest pr;
+    pr.request.model = model_;
+    pr.request.prompt = text_;
+    pr.request.max_tokens = l.spec.max_tokens;
+    pr.request.prompt_tokens = l.prompt_tokens;
+    pr.dispatch_first = true;
+    const routing::PickResult pick = core_.Pick(pr, t);
+    if (tap_) {
+      CoreCall c = Call(CoreCall::Kind::kPick, t);
+      c.model = model_;
+      c.prompt = text_;
+      c.max_tokens = pr.request.max_tokens;
+      c.prompt_tokens = pr.request.prompt_tokens;
+      c.handle = pick.handle;
+      c.ranked.assign(pick.ranked.begin(), pick.ranked.begin() + pick.n_ranked);
+      if (!pick.ok()) c.ranked.clear();
+      tap_(c);
+    }
+    if (!pick.ok() || pick.n_ranked == 0) {
       l.error = report::ErrorKind::kNoEndpoint;
-      l.handle = sched::kNoHandle;
+      l.handle = pick.handle;  // kNoHandle unless the core gave one
+      l.replica = -1;
       l.stage = Stage::kDone;
       Push(t, Ev::kFinished, s);
       return;
     }
-    l.stage = Stage::kNetwork;
     l.handle = pick.handle;
-    l.replica = static_cast<int32_t>(pick.ranked[0]);
-    sched_->OnDispatched(l.handle, pick.ranked[0], t);
+    l.n_ranked = static_cast<uint32_t>(pick.n_ranked);
+    std::copy(pick.ranked.begin(), pick.ranked.begin() + pick.n_ranked, l.ranked.begin());
+    SendAttempt(s, 0, t);
+  }
+
+  // Attempt `attempt` of slot `s` goes to ranked[attempt] (the first was recorded with
+  // the pick; a fallback is recorded now, as serve does).
+  void SendAttempt(uint32_t s, uint32_t attempt, double t) {
+    Live& l = slots_[s];
+    const uint32_t ep = l.ranked[attempt];
+    l.replica = static_cast<int32_t>(ep);
+    if (attempt > 0) {
+      core_.OnDispatched(l.handle, ep, t);
+      if (tap_) {
+        CoreCall c = Call(CoreCall::Kind::kDispatched, t);
+        c.handle = l.handle;
+        c.endpoint = ep;
+        tap_(c);
+      }
+    }
+    l.stage = Stage::kNetwork;
     l.tokens.clear();
     engine::TokenizeInto(text_, &l.tokens);
-    Push(t + replicas_[pick.ranked[0]].delay_s, Ev::kReach, s);
+    Push(t + replicas_[ep].delay_s, Ev::kReach, s);
+  }
+
+  CoreCall Call(CoreCall::Kind kind, double t) const {
+    CoreCall c;
+    c.kind = kind;
+    c.t = t;
+    return c;
   }
 
   // RenderPrompt, with long segments' text kept between requests: shared system
@@ -515,6 +505,7 @@ class Simulation {
     if (r.down) {
       // Connection refused: the router hears it a network delay later.
       l.stage = Stage::kWaiting;
+      l.refused = true;
       Push(t + r.delay_s, Ev::kFail, s);
       return;
     }
@@ -577,8 +568,15 @@ class Simulation {
       l.cached_tokens = o.cached_tokens;
       // The router sees the tokens on the stream network_delay_s from now; telling the
       // scheduler here (stamped with that time) saves one event per token and step.
-      if (o.new_tokens > 0 && l.handle != sched::kNoHandle)
-        sched_->OnTokens(l.handle, o.completion_tokens, visible);
+      if (o.new_tokens > 0 && l.handle != sched::kNoHandle) {
+        core_.OnTokens(l.handle, o.completion_tokens, visible);
+        if (tap_) {
+          CoreCall c = Call(CoreCall::Kind::kTokens, visible);
+          c.handle = l.handle;
+          c.value = o.completion_tokens;
+          tap_(c);
+        }
+      }
       if (o.finished) {
         if (o.reason == engine::FinishReason::kAbort) l.error = report::ErrorKind::kAborted;
         l.stage = Stage::kDone;
@@ -629,25 +627,104 @@ class Simulation {
     }
   }
 
-  // An attempt failed before or after its first byte. Before: the router marks the
-  // replica down and sends the request elsewhere (generation has no side effects), up to
-  // kMaxAttempts; after: the client already has part of a stream, which ends with an
-  // error (upstream), as with the live router's SSE error frame.
+  // The first token reached the router: the attempt succeeded (a response head below
+  // 500 in serve), and the request is no longer queued there.
+  void FirstToken(uint32_t s, double t) {
+    Live& l = slots_[s];
+    if (l.replica >= 0) {
+      core_.OnAttemptSucceeded(static_cast<uint32_t>(l.replica));
+      if (tap_) {
+        CoreCall c = Call(CoreCall::Kind::kAttemptSucceeded, t);
+        c.endpoint = static_cast<uint32_t>(l.replica);
+        tap_(c);
+      }
+    }
+    core_.OnFirstToken(l.handle, t);
+    if (tap_ && l.handle != sched::kNoHandle) {
+      CoreCall c = Call(CoreCall::Kind::kFirstToken, t);
+      c.handle = l.handle;
+      tap_(c);
+    }
+  }
+
+  // The request's answer reached the client: the core releases its handle and counts it
+  // under the endpoint and the HTTP status serve would answer. Returns the endpoint that
+  // freed a slot (kNoEndpoint when none did).
+  uint32_t Finish(uint32_t s, double t) {
+    Live& l = slots_[s];
+    const uint32_t ep = l.replica >= 0 ? static_cast<uint32_t>(l.replica) : kNoEndpoint;
+    int code = 200;
+    switch (l.error) {
+      case report::ErrorKind::kNone: code = 200; break;
+      case report::ErrorKind::kRejected: code = 400; break;
+      case report::ErrorKind::kNoEndpoint: code = 503; break;
+      case report::ErrorKind::kShed: code = 429; break;
+      case report::ErrorKind::kUpstream: code = l.first_token_s >= 0 ? 200 : 502; break;
+      case report::ErrorKind::kTimeout: code = 504; break;
+      case report::ErrorKind::kAborted: code = 499; break;
+    }
+    if (l.error == report::ErrorKind::kRejected && ep != kNoEndpoint) {
+      core_.OnAttemptSucceeded(ep);  // a 4xx is the client's doing
+      if (tap_) {
+        CoreCall c = Call(CoreCall::Kind::kAttemptSucceeded, t);
+        c.endpoint = ep;
+        tap_(c);
+      }
+    }
+    core_.OnFinished(l.handle, ep, code, t);
+    if (tap_) {
+      CoreCall c = Call(CoreCall::Kind::kFinished, t);
+      c.handle = l.handle;
+      c.endpoint = ep;
+      c.value = code;
+      tap_(c);
+    }
+    const bool freed = l.handle != sched::kNoHandle && ep != kNoEndpoint;
+    l.handle = sched::kNoHandle;
+    return freed ? ep : kNoEndpoint;
+  }
+
+  // An attempt failed before or after its first token: an upstream failure for the core
+  // (a refused connection marks the endpoint down until its next good scrape; every
+  // failure counts toward outlier ejection). Before the first token the request goes to
+  // the pick's next-ranked endpoint when serve's attempt limit and the core's retry
+  // budget allow (a refused connection never reached an engine: a free retry); else, or
+  // after the first token (the client already has part of a stream, as with serve's SSE
+  // error frame), it ends with an upstream error.
   void Retry(uint32_t s, double t) {
     Live& l = slots_[s];
-    if (l.replica >= 0) endpoints_[static_cast<size_t>(l.replica)].healthy = false;
-    if (l.handle != sched::kNoHandle) {
-      sched_->OnFinished(l.handle, t);
-      l.handle = sched::kNoHandle;
+    const auto ep = static_cast<uint32_t>(l.replica);
+    const bool refused = l.refused;
+    l.refused = false;
+    const routing::UpstreamFailure failure{refused ? "connect_refused" : "reset", refused};
+    core_.OnUpstreamFailure(ep, failure, t);
+    if (tap_) {
+      CoreCall c = Call(CoreCall::Kind::kUpstreamFailure, t);
+      c.endpoint = ep;
+      c.failure_kind = std::string(failure.kind);
+      c.flag = refused;
+      tap_(c);
     }
-    if (l.first_token_s >= 0 || l.retries + 1 >= kMaxAttempts) {
+    const uint32_t attempt = static_cast<uint32_t>(l.retries);
+    bool retry = false;
+    if (l.first_token_s < 0 && attempt + 1 < std::min(l.n_ranked, max_attempts_)) {
+      retry = core_.AllowRetry(t, refused);
+      if (tap_) {
+        CoreCall c = Call(CoreCall::Kind::kAllowRetry, t);
+        c.flag = refused;
+        c.allowed = retry;
+        tap_(c);
+      }
+    }
+    if (!retry) {
       l.error = report::ErrorKind::kUpstream;
       l.stage = Stage::kDone;
       Push(t, Ev::kFinished, s);
       return;
     }
     ++l.retries;
-    Dispatch(s, t);
+    Render(l.spec);
+    SendAttempt(s, attempt + 1, t);
   }
 
   // Every request at or heading to replica `ri` fails now (the router hears of it a
@@ -700,47 +777,57 @@ class Simulation {
     }
   }
 
+  // The router scrapes every replica: what its engine reports reaches the core as a
+  // scrape result, as vLLM's /metrics would carry it; a replica that is down refuses it.
   void Scrape(double t) {
     for (size_t i = 0; i < replicas_.size(); ++i) {
-      sched::EndpointState& e = endpoints_[i];
-      if (replicas_[i].down) {
-        // The scrape is refused: the router marks the replica down until one succeeds.
-        e.scrape_ok = false;
-        e.healthy = false;
-        continue;
-      }
-      e.healthy = true;
+      routing::ScrapeResult r;
+      r.sent_at_s = t;
       const engine::EngineStats st = replicas_[i].engine.Stats();
-      if (st.prefix_queries_tokens < replicas_[i].last_scraped_queries) {
-        // Counters went down: the replica restarted with an empty cache, so what the
-        // router learned about its prefixes is gone too.
-        sched_->OnEndpointRemoved(static_cast<uint32_t>(i));
+      if (replicas_[i].down) {
+        r.ok = false;
+        r.connect_failed = true;
+      } else {
+        using F = metrics::EngineMetrics;
+        r.ok = true;
+        F& m = r.metrics;
+        m.running = static_cast<double>(st.running);
+        m.waiting = static_cast<double>(st.waiting);
+        m.kv_usage = st.kv_cache_usage;
+        m.prefix_queries = static_cast<double>(st.prefix_queries_tokens);
+        m.prefix_hits = static_cast<double>(st.prefix_hits_tokens);
+        m.preemptions = static_cast<double>(st.preemptions);
+        m.block_size = replicas_[i].config.block_size;
+        m.num_gpu_blocks = replicas_[i].config.num_gpu_blocks;
+        m.engines = 1;
+        m.present = F::kRunning | F::kWaiting | F::kKvUsage | F::kPrefixQueries |
+                    F::kPrefixHits | F::kPreemptions | F::kBlockSize | F::kNumGpuBlocks;
       }
-      replicas_[i].last_scraped_queries = st.prefix_queries_tokens;
-      e.kv_usage = st.kv_cache_usage;
-      e.waiting = st.waiting;
-      e.running = st.running;
-      e.scraped_at_s = t;
-      e.scrape_ok = true;
+      core_.OnScrape(static_cast<uint32_t>(i), r, t);
+      if (tap_) {
+        CoreCall c = Call(CoreCall::Kind::kScrape, t);
+        c.endpoint = static_cast<uint32_t>(i);
+        c.scrape = r;
+        tap_(c);
+      }
       kv_[i] = st.kv_cache_usage;
       waiting_[i] = st.waiting;
-      sched_->OnMetricsUpdated(static_cast<uint32_t>(i), t);
     }
     fleet_.AddSample(t, kv_, waiting_);
     if (!Done()) Push(t + sc_.fleet.scrape_interval_s, Ev::kScrape, 0);
-    Pump(t);
+    Pump();
   }
 
   const config::Scenario& sc_;
-  sched::Scheduler* sched_;
   const ProgressFn& progress_;
+  const CoreTap& tap_;
+  routing::RoutingCore core_;
+  uint32_t max_attempts_ = 1;  // serve's retries.max_attempts (first attempt included)
   workload::RequestGenerator gen_;
   workload::RequestSpec next_;
   bool generator_done_ = false;
   std::string model_;
-  engine::EngineConfig engine_config_;
   std::vector<Replica> replicas_;
-  std::vector<sched::EndpointState> endpoints_;
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
   uint64_t seq_ = 0;
   double now_ = 0.0;
@@ -766,16 +853,12 @@ class Simulation {
   report::GapHistogram gaps_;
   report::FleetRecorder fleet_;
   static constexpr double kInf = std::numeric_limits<double>::infinity();
-  static constexpr uint32_t kNoReplica = ~0u;
-  std::unique_ptr<flow::FlowQueue> flow_;  // null: flow control off
-  std::vector<flow::Expired> expired_;
+  std::unique_ptr<flow::FlowGate> gate_;  // null: flow control off
   double flow_timer_at_ = kInf;  // the earliest kFlowExpiry pending
   std::vector<double> tenant_cdf_;
   std::vector<int32_t> record_tenants_;
   std::vector<double> router_waits_;
   int64_t flow_queued_ = 0, flow_shed_ = 0, flow_expired_ = 0;
-  int64_t flow_affinity_ = 0;  // released by the late-binding probe (DispatchCause::kAffinity)
-  flow::FlowOptions flow_options_;
 };
 
 constexpr std::string_view kFlowSuffix = "+flow";
@@ -844,9 +927,10 @@ bool IsLocalOnly(const std::string& policy) {
          (base.size() > kLocalOnlySuffix.size() && base.ends_with(kLocalOnlySuffix));
 }
 
-std::string LocalOnlyScenario(const config::Scenario& scenario, config::Scenario* out) {
+Status LocalOnlyScenario(const config::Scenario& scenario, config::Scenario* out) {
   if (scenario.router_region.empty()) {
-    return "local-only needs the router's region (router: {region: R} in the scenario)";
+    return Status::InvalidArgument(
+        "local-only needs the router's region (router: {region: R} in the scenario)");
   }
   *out = scenario;
   out->fleet.groups.clear();
@@ -858,17 +942,20 @@ std::string LocalOnlyScenario(const config::Scenario& scenario, config::Scenario
     for (int k = 0; k < g.replicas; ++k) new_id.push_back(local ? kept++ : -1);
     if (local) out->fleet.groups.push_back(g);
   }
-  if (kept == 0) return "local-only: no replica in region '" + scenario.router_region + "'";
+  if (kept == 0) {
+    return Status::InvalidArgument("local-only: no replica in region '" + scenario.router_region +
+                                   "'");
+  }
   out->fleet.replicas = kept;
   for (config::ScenarioFault f : scenario.faults) {
     if (new_id[static_cast<size_t>(f.replica)] < 0) continue;
     f.replica = new_id[static_cast<size_t>(f.replica)];
     out->faults.push_back(f);
   }
-  return {};
+  return Status::Ok();
 }
 
-void ApplyRouterRegion(const config::Scenario& scenario, sched::SchedulerOptions* opts) {
+void ApplyRouterRegion(const config::Scenario& scenario, routing::CoreOptions* opts) {
   opts->region = scenario.router_region;
   opts->region_rtt_s.clear();
   if (scenario.router_region.empty()) return;
@@ -886,30 +973,54 @@ void ApplyRouterRegion(const config::Scenario& scenario, sched::SchedulerOptions
   }
 }
 
-sched::SchedulerOptions SimulationSchedulerOptions(const config::Scenario& scenario) {
-  const engine::EngineConfig config = scenario.fleet.EngineConfigFor();
-  sched::SchedulerOptions opts;
+std::vector<routing::EndpointSpec> SimulationEndpoints(const config::Scenario& scenario) {
+  std::vector<routing::EndpointSpec> endpoints;
+  for (const config::FleetGroup& g : scenario.fleet.Groups()) {
+    for (int k = 0; k < g.replicas; ++k) {
+      routing::EndpointSpec e;
+      e.address = "replica-" + std::to_string(endpoints.size());
+      e.name = e.address;
+      e.host = e.address;
+      // As `labels: {region: R}` on a configured endpoint of `kvroute serve`.
+      if (!g.region.empty()) e.labels.emplace_back("region", g.region);
+      if (!g.zone.empty()) e.labels.emplace_back("zone", g.zone);
+      endpoints.push_back(std::move(e));
+    }
+  }
+  return endpoints;
+}
+
+routing::CoreOptions SimulationCoreOptions(const config::Scenario& scenario,
+                                           const std::string& policy) {
+  routing::CoreOptions opts = config::CoreOptionsFrom(config::RouterConfig{});
+  opts.scheduling = sched::SchedulingSpec{};
+  opts.scheduling.policy = policy;
   opts.seed = scenario.seed;
-  opts.max_ranked = 1;
-  opts.default_block_size = config.block_size;
-  opts.default_num_gpu_blocks = config.num_gpu_blocks;
   ApplyRouterRegion(scenario, &opts);
   return opts;
 }
 
 SimulationResult RunSimulationWith(const config::Scenario& requested,
-                                   sched::Scheduler& scheduler, const std::string& label,
-                                   double oracle_hit_rate, const ProgressFn& progress) {
+                                   const routing::CoreOptions& options, const std::string& label,
+                                   double oracle_hit_rate, const ProgressFn& progress,
+                                   const CoreTap& tap) {
   SimulationResult result;
   // `+local-only`: the same run on the router's region's groups alone.
   config::Scenario local;
   if (IsLocalOnly(label)) {
-    result.error = LocalOnlyScenario(requested, &local);
-    if (!result.error.empty()) return result;
+    if (Status st = LocalOnlyScenario(requested, &local); !st.ok()) {
+      result.error = st.message();
+      return result;
+    }
   }
   const config::Scenario& scenario = IsLocalOnly(label) ? local : requested;
   const bool flow = scenario.flow.enabled || HasFlowSuffix(label);
-  Simulation sim(scenario, &scheduler, progress, flow);
+  Status configured;
+  Simulation sim(scenario, options, progress, flow, tap, &configured);
+  if (!configured.ok()) {
+    result.error = configured.message();
+    return result;
+  }
   sim.Run();
   report::FleetTotals totals = sim.Totals();
   totals.oracle_hit_rate = oracle_hit_rate;
@@ -961,15 +1072,8 @@ SimulationResult RunSimulation(const config::Scenario& scenario, const std::stri
                                double oracle_hit_rate, const ProgressFn& progress) {
   // `<policy>+flow`: the policy with flow control on, `+local-only` on the local groups
   // (RunSimulationWith reads the label).
-  const std::string base = BasePolicy(policy);
-  sched::BuildResult built = sched::BuildPolicy(base, SimulationSchedulerOptions(scenario));
-  if (!built.ok()) {
-    SimulationResult result;
-    result.error =
-        built.error ? built.error->field + ": " + built.error->message : "cannot build policy";
-    return result;
-  }
-  return RunSimulationWith(scenario, *built.scheduler, policy, oracle_hit_rate, progress);
+  return RunSimulationWith(scenario, SimulationCoreOptions(scenario, BasePolicy(policy)), policy,
+                           oracle_hit_rate, progress);
 }
 
 double ComputeOracleHitRate(const config::Scenario& scenario) {

@@ -1,30 +1,47 @@
-// The discrete-event simulator behind `kvroute simulate`: N engine::Engine replicas and
-// one sched::Scheduler driven in virtual time, with the same code the live router and
-// simulator run (no sockets, no sleeps, no threads).
+// The discrete-event simulator behind `kvroute simulate`: N engine::Engine replicas in
+// front of one routing::RoutingCore, the core `kvroute serve` and `kvroute epp` ship,
+// driven in virtual time (no sockets, no sleeps, no threads). simulate is the core's third
+// front end: it translates its events into the core's calls exactly as serve translates
+// HTTP, and keeps no routing rule of its own.
 //
 // What happens, in virtual time:
 //   - a client sends each request at its arrival time (later if it is a follow-up turn
 //     waiting for its previous turn plus think time, or if max_concurrency is reached);
-//   - the scheduler picks a replica at once (Pick, then OnDispatched); the request
+//   - with flow control on, the request is admitted by a flow::FlowGate over the core (the
+//     gate serve and epp use), and may wait there;
+//   - the core picks (RoutingCore::Pick, dispatch recorded with the pick); the request
 //     reaches the replica its group's network_delay_s later and is queued in its engine;
-//   - each replica runs engine steps back to back while it has work; a step's tokens
-//     reach the client (and the router: OnFirstToken, OnTokens, OnFinished) the same
-//     network_delay_s after the step ends (symmetric: a replica d away adds 2d to TTFT
-//     and to E2E beyond what its engine took);
-//   - every scrape_interval_s the router scrapes every replica: EndpointState kv_usage,
-//     waiting and running change only then (the scheduler sees stale figures between
-//     scrapes, as in life), followed by OnMetricsUpdated.
-// Deterministic: same scenario, policy and seed give the same report.
+//   - each replica runs engine steps back to back while it has work; a step's tokens reach
+//     the client and the core (OnFirstToken, OnTokens, OnFinished) the same
+//     network_delay_s after the step ends (symmetric: a replica d away adds 2d to TTFT and
+//     to E2E beyond what its engine took);
+//   - every scrape_interval_s the router scrapes every replica: its engine's state reaches
+//     the core as a scrape result (RoutingCore::OnScrape: KV usage, queue, running,
+//     prefix and preemption counters, block size and blocks, as vLLM's /metrics carries
+//     them); a replica that is down refuses the scrape (a connect failure). The core sees
+//     stale figures between scrapes, as in life, and applies its own health, staleness,
+//     restart detection, outlier ejection and panic rule;
+//   - a refused connection or a request dropped by a crash or restart is an upstream
+//     failure (RoutingCore::OnUpstreamFailure); before the first token it is retried on
+//     the pick's next-ranked endpoint under serve's default retries.max_attempts and the
+//     core's retry budget (RoutingCore::AllowRetry: a refused connection retries free),
+//     after it the stream ends with an error, as serve's SSE error frame.
+// The core runs with a default RouterConfig's options (config::CoreOptionsFrom), the
+// scenario's policy, seed and router region. Deterministic: same scenario, policy and
+// seed give the same report.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "core/report/summary.h"
-#include "core/sched/scheduler.h"
 #include "config/scenario_config.h"
+#include "core/common/status.h"
+#include "core/report/summary.h"
+#include "core/routing/routing_core.h"
+#include "core/sched/scheduler.h"
 
 namespace kvroute::simulate {
 
@@ -48,15 +65,13 @@ using ProgressFn = std::function<void(double now_s, int64_t sent, int64_t finish
 // `oracle_hit_rate` is copied into the report (pass ComputeOracleHitRate's value, or -1).
 //
 // Flow control (scenario.flow.enabled, or the "+flow" suffix on the policy or label): an
-// arriving request is admitted by a flow::FlowQueue against the saturation detector over
-// the router's view (endpoints as last scraped, adjusted by the scheduler's in-flight
-// accounting as RoutingCore::Load does: a healthy replica with waiting >= 5 or KV usage
-// >= 0.8 is saturated; all saturated is kSaturated, none healthy kEmpty). Queued requests
-// are released after every completion, every scrape and at their expiry (Expire, then
-// NextToDispatch while the view has room), each picked at that moment. Sheddable
-// rejections and TTL expiries end as errors of kind shed (no_endpoint for the
+// arriving request is admitted by a flow::FlowGate over the core with the scenario's
+// flow options, as serve admits it: the gate reads the core's saturation detector
+// (RoutingCore::Load), releases waiting requests after every completion (bound late to
+// the replica that freed), every scrape and at their expiry, each picked at that moment.
+// Sheddable rejections and TTL expiries end as errors of kind shed (no_endpoint for the
 // no-endpoint TTL); the report's flow_* and router_wait_* fields and, with tenants, its
-// per-tenant rows count them. No prefix probe yet: release order is the queue's own.
+// per-tenant rows count them.
 SimulationResult RunSimulation(const config::Scenario& scenario, const std::string& policy,
                                double oracle_hit_rate, const ProgressFn& progress = {});
 
@@ -72,27 +87,65 @@ bool IsLocalOnly(const std::string& policy);
 
 // `scenario` with only its local fleet groups (region empty or scenario.router_region):
 // the remote groups, and the faults on their replicas, removed; the remaining faults'
-// replica ids renumbered; fleet.replicas the local total. Into `*out`; returns "" on
-// success, else why not (no router region, no local replica) and `*out` is unspecified.
-std::string LocalOnlyScenario(const config::Scenario& scenario, config::Scenario* out);
+// replica ids renumbered; fleet.replicas the local total. Into `*out`; InvalidArgument
+// saying why not (no router region, no local replica), and `*out` is then unspecified.
+Status LocalOnlyScenario(const config::Scenario& scenario, config::Scenario* out);
 
 // The router's side of locality (issue 10) into `opts`: region = scenario.router_region;
 // region_rtt_s = each remote region's round trip, twice its groups' network_delay_s (the
 // largest when its groups differ); both empty without a router region.
-void ApplyRouterRegion(const config::Scenario& scenario, sched::SchedulerOptions* opts);
+void ApplyRouterRegion(const config::Scenario& scenario, routing::CoreOptions* opts);
 
-// The scheduler options RunSimulation builds policies with for `scenario`: the scenario's
-// seed, one ranked endpoint (the simulator never retries), the fleet's block size and KV
-// blocks as defaults, the router's region and round trips (ApplyRouterRegion).
-sched::SchedulerOptions SimulationSchedulerOptions(const config::Scenario& scenario);
+// The core's endpoints for `scenario`'s replicas, replica i as endpoint i: address and
+// name "replica-<i>", and its group's region and zone as labels (as `labels: {region: R,
+// zone: Z}` on a configured endpoint of `kvroute serve`).
+std::vector<routing::EndpointSpec> SimulationEndpoints(const config::Scenario& scenario);
 
-// Runs `scenario` with a scheduler the caller built (a custom plugin profile, say, from
-// sched::BuildScheduler with SimulationSchedulerOptions); `label` names it in the report.
-// `scheduler` must be fresh (no requests yet) and is only used during the call. A label
-// with "+flow" or "+local-only" applies them as RunSimulation does.
-SimulationResult RunSimulationWith(const config::Scenario& scenario, sched::Scheduler& scheduler,
-                                   const std::string& label, double oracle_hit_rate,
-                                   const ProgressFn& progress = {});
+// The routing core's options RunSimulation runs `policy` with on `scenario`: a default
+// RouterConfig's (config::CoreOptionsFrom: staleness, outlier ejection, retry budget,
+// serve's ranking depth), the policy as the scheduling spec, the scenario's seed, and the
+// router's region and round trips (ApplyRouterRegion).
+routing::CoreOptions SimulationCoreOptions(const config::Scenario& scenario,
+                                           const std::string& policy);
+
+// One call the simulator made into the routing core, in order, for tests that replay a
+// run against a RoutingCore directly (RunSimulationWith's `tap`).
+struct CoreCall {
+  enum class Kind : uint8_t {
+    kScrape,            // OnScrape(endpoint, scrape, t)
+    kPick,              // Pick({request, dispatch_first}, t) -> ranked (empty: failed)
+    kDispatched,        // OnDispatched(handle, endpoint, t)
+    kFirstToken,        // OnFirstToken(handle, t)
+    kTokens,            // OnTokens(handle, value, t)
+    kFinished,          // OnFinished(handle, endpoint, value = code, t)
+    kUpstreamFailure,   // OnUpstreamFailure(endpoint, {kind, flag = connect failed}, t)
+    kAttemptSucceeded,  // OnAttemptSucceeded(endpoint)
+    kAllowRetry,        // AllowRetry(t, flag = free) -> allowed
+  };
+  Kind kind = Kind::kPick;
+  double t = 0.0;
+  uint32_t endpoint = routing::RoutingCore::kNoEndpoint;
+  sched::RequestHandle handle = sched::kNoHandle;
+  int64_t value = 0;
+  bool flag = false;
+  bool allowed = false;
+  std::string failure_kind;
+  routing::ScrapeResult scrape;
+  // kPick: the request as the core saw it, and what it answered.
+  std::string model, prompt;
+  int64_t max_tokens = -1, prompt_tokens = -1;
+  std::vector<uint32_t> ranked;
+};
+using CoreTap = std::function<void(const CoreCall&)>;
+
+// Runs `scenario` on a core configured with `options` (SimulationCoreOptions, perhaps with
+// a custom scheduling spec or CoreOptions::scheduler_factory); `label` names it in the
+// report. A label with "+flow" or "+local-only" applies them as RunSimulation does.
+// `tap`, when set, sees every call into the core (CoreCall).
+SimulationResult RunSimulationWith(const config::Scenario& scenario,
+                                   const routing::CoreOptions& options, const std::string& label,
+                                   double oracle_hit_rate, const ProgressFn& progress = {},
+                                   const CoreTap& tap = {});
 
 // The workload's oracle prefix hit rate (workload/oracle.h): requests in generation
 // order, each prompt queried then recorded together with its output (a later turn may

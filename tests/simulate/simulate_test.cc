@@ -94,43 +94,56 @@ TEST(SimulateTest, KvrouteBeatsRoundRobinOnSharedPrefixes) {
   EXPECT_LT(kv.report.ttft_s.p50, rr.report.ttft_s.p50);
 }
 
-// The simulator tells the scheduler each request's output as it grows: one OnTokens per
-// generated token (one per engine step), cumulative, before the request finishes.
+// The simulator tells the scheduler, through the routing core (RoutingCore::OnTokens),
+// each request's output as it grows: one OnTokens per generated token (one per engine
+// step), cumulative, before the request finishes.
+struct TokenCounts {
+  std::map<sched::RequestHandle, int64_t> last;
+  int64_t calls = 0;
+  int64_t finished_tokens = 0;
+  std::vector<int64_t> active_blocks_at_end;  // per endpoint, when the core drops the scheduler
+};
 struct TokenCounter : sched::DynamoCostScheduler {
-  using DynamoCostScheduler::DynamoCostScheduler;
+  TokenCounter(const Config& c, const sched::SchedulerOptions& o, TokenCounts* counts)
+      : DynamoCostScheduler(c, o), counts(counts) {}
+  ~TokenCounter() override {
+    for (uint32_t id = 0; id < 4; ++id) counts->active_blocks_at_end.push_back(ActiveBlocks(id));
+  }
   void OnTokens(sched::RequestHandle h, int64_t generated, double now_s) override {
-    int64_t& last = last_[h];
+    int64_t& last = counts->last[h];
     EXPECT_EQ(generated, last + 1) << "handle " << h;
     last = generated;
-    ++calls;
+    ++counts->calls;
     DynamoCostScheduler::OnTokens(h, generated, now_s);
   }
   void OnFinished(sched::RequestHandle h, double now_s) override {
-    auto it = last_.find(h);
-    if (it != last_.end()) {
-      finished_tokens += it->second;
-      last_.erase(it);
+    auto it = counts->last.find(h);
+    if (it != counts->last.end()) {
+      counts->finished_tokens += it->second;
+      counts->last.erase(it);
     }
     DynamoCostScheduler::OnFinished(h, now_s);
   }
-  std::map<sched::RequestHandle, int64_t> last_;
-  int64_t calls = 0;
-  int64_t finished_tokens = 0;
+  TokenCounts* counts;
 };
 
 TEST(SimulateTest, ReportsGeneratedTokensToTheScheduler) {
   Scenario s = MustParse(kSharedPrefix);
   sched::DynamoCostScheduler::Config config;
   config.track_output_blocks = true;
-  TokenCounter counter(config, SimulationSchedulerOptions(s));
-  SimulationResult r = RunSimulationWith(s, counter, "dynamo-cost-output-blocks", -1);
+  TokenCounts counter;
+  routing::CoreOptions options = SimulationCoreOptions(s, "dynamo-cost-output-blocks");
+  options.scheduler_factory = [&](const sched::SchedulerOptions& o) {
+    return std::make_unique<TokenCounter>(config, o, &counter);
+  };
+  SimulationResult r = RunSimulationWith(s, options, "dynamo-cost-output-blocks", -1);
   ASSERT_EQ(r.report.succeeded, 300);
   int64_t out = 0;
   for (const auto& rec : r.records) out += rec.output_tokens;
   EXPECT_EQ(counter.calls, out);
   EXPECT_EQ(counter.finished_tokens, out);
-  EXPECT_TRUE(counter.last_.empty());
-  for (uint32_t id = 0; id < 4; ++id) EXPECT_EQ(counter.ActiveBlocks(id), 0);
+  EXPECT_TRUE(counter.last.empty());
+  EXPECT_EQ(counter.active_blocks_at_end, (std::vector<int64_t>{0, 0, 0, 0}));
 }
 
 TEST(SimulateTest, FollowUpTurnsWaitForThePreviousTurnAndThinkTime) {

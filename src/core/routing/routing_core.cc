@@ -171,12 +171,21 @@ struct RoutingCore::Counters {
 // Scratch buffers for concurrent picks, leased without a lock: a pick takes the first
 // free entry (single-threaded callers always get entry 0, so their tie-breaks are
 // reproducible); with more concurrent picks than entries it falls back to a private one.
+// Entry i draws its tie-breaks from Rng(seed + i): entry 0, the one a single-threaded
+// caller always gets, draws what the scheduler's own Pick would with CoreOptions::seed.
 struct RoutingCore::ScratchPool {
   static constexpr std::size_t kSize = 16;
   std::array<std::atomic<bool>, kSize> busy{};
   std::array<std::unique_ptr<sched::PickScratch>, kSize> entries;
+  uint64_t seed = 1;
   ScratchPool() {
-    for (std::size_t i = 0; i < kSize; ++i) entries[i] = std::make_unique<sched::PickScratch>(i + 1);
+    for (std::size_t i = 0; i < kSize; ++i) entries[i] = std::make_unique<sched::PickScratch>(seed + i);
+  }
+  // Under the scheduler's lock held exclusively: a leased entry is used only under its
+  // shared side, so no pick draws from an entry while it is reseeded.
+  void Reseed(uint64_t s) {
+    seed = s;
+    for (std::size_t i = 0; i < kSize; ++i) entries[i]->rng = sched::Rng(s + i);
   }
 };
 
@@ -253,7 +262,12 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
   so.max_ranked = std::clamp<std::size_t>(options.max_ranked, 1, kMaxRanked);
   so.region = options.region;
   so.region_rtt_s = options.region_rtt_s;
-  sched::BuildResult built = sched::BuildScheduler(options.scheduling, so);
+  sched::BuildResult built;
+  if (options.scheduler_factory) {
+    built.scheduler = options.scheduler_factory(so);
+  } else {
+    built = sched::BuildScheduler(options.scheduling, so);
+  }
   if (!built.ok()) {
     return Status::InvalidArgument(built.error ? built.error->field + ": " + built.error->message
                                                : "scheduling: cannot build the scheduler");
@@ -348,6 +362,9 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     }
     old_scheduler = std::move(s.scheduler);
     s.scheduler = std::move(built.scheduler);
+    // The concurrent picks' tie-breaks follow the configured seed (a reload with the same
+    // seed keeps their streams going).
+    if (scratch_->seed != options.seed) scratch_->Reseed(options.seed);
     // AdoptStateFrom keeps no round trip set by SetRegionRtt: measured values again,
     // except for regions the configuration names (configured wins).
     for (const auto& [region, seconds] : *measured_rtt_.load()) {
@@ -808,6 +825,12 @@ void RoutingCore::OnFirstToken(sched::RequestHandle handle, double now_s) {
   if (handle == sched::kNoHandle) return;
   std::unique_lock<RwSpinLock> lock(sched_mu_);
   sched_->scheduler->OnFirstToken(handle, now_s);
+}
+
+void RoutingCore::OnTokens(sched::RequestHandle handle, int64_t generated_tokens, double now_s) {
+  if (handle == sched::kNoHandle) return;
+  std::unique_lock<RwSpinLock> lock(sched_mu_);
+  sched_->scheduler->OnTokens(handle, generated_tokens, now_s);
 }
 
 void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code,

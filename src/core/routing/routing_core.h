@@ -1,7 +1,9 @@
 // The routing core: one pool of endpoints and everything that decides where a request
 // goes, shared by every front end (the HTTP proxy of `kvroute serve`, the ext_proc
-// endpoint picker, the simulator). It knows nothing of HTTP, gRPC, sockets or clocks:
-// front ends translate their protocol into these calls and pass the time in.
+// endpoint picker of `kvroute epp`, and `kvroute simulate`, which drives it in virtual
+// time with its simulated engines' state as scrape results). It knows nothing of HTTP,
+// gRPC, sockets or clocks: front ends translate their protocol into these calls and pass
+// the time in.
 //
 //   Configure(options, endpoints, now)   the endpoint set from a discovery source and the
 //                                        scheduling/health settings; again on every reload
@@ -9,6 +11,7 @@
 //   Pick(request, now) -> PickResult     ranked endpoints and a handle
 //   OnDispatched(handle, endpoint, now)  sent there (again for a retry elsewhere)
 //   OnFirstToken(handle, now)            first response byte
+//   OnTokens(handle, generated, now)     output so far (optional; per chunk or step)
 //   OnFinished(handle, endpoint, code, now)  done, whatever the outcome; exactly once
 //   AppendMetrics(out, now)              the router's own Prometheus exposition
 //
@@ -81,6 +84,11 @@ struct CoreOptions {
   // region_rtt_s. A configured round trip wins over a measured one (SetRegionRtt).
   std::string region;
   std::vector<std::pair<std::string, double>> region_rtt_s;
+  // When set, Configure builds the scheduler with this instead of
+  // sched::BuildScheduler(scheduling, ...): an embedder's own Scheduler (a test that
+  // observes the calls the core makes, a plugin under development). It gets the options
+  // the core would build with and must return a fresh scheduler (never null).
+  std::function<std::unique_ptr<sched::Scheduler>(const sched::SchedulerOptions&)> scheduler_factory;
 };
 
 // The outcome of one scrape attempt, as the scraper adapter reports it.
@@ -178,6 +186,10 @@ class RoutingCore {
 
   void OnDispatched(sched::RequestHandle handle, uint32_t endpoint_id, double now_s);
   void OnFirstToken(sched::RequestHandle handle, double now_s);
+  // The request has produced `generated_tokens` output tokens so far (cumulative, as the
+  // stream shows them): Scheduler::OnTokens, for policies that follow generation. One
+  // short exclusive section; front ends call it per streamed chunk or engine step.
+  void OnTokens(sched::RequestHandle handle, int64_t generated_tokens, double now_s);
   // Releases the handle (kNoHandle: only counts) and counts the request under
   // `endpoint_id` (kNoEndpoint: answered without an endpoint) and `code` (HTTP status;
   // 499 for a client that left).

@@ -157,7 +157,7 @@ class Scheduler {
   // Returns false (and takes nothing) when `previous` is not a built-in scheduler.
   virtual bool AdoptStateFrom(Scheduler& previous) = 0;
 
-  // ---- prefix probe (flow control's late binding: core/flow, pool/flow_gate.h) ----
+  // ---- prefix probe (flow control's late binding: core/flow, core/flow/flow_gate.h) ----
 
   // The request's prefix chain as this policy cuts its prompt (block hashes, into `out`,
   // cleared first), computed once when a request starts waiting; empty when the policy

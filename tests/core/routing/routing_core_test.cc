@@ -464,6 +464,51 @@ TEST(RoutingCore, PickTimerFeedsTheSchedulingHistogram) {
 // fifth reloads with alternating weights: every request is counted once, every handle is
 // released (nothing left in flight), and no pick fails. make test-asan and make test-tsan
 // run it under AddressSanitizer and ThreadSanitizer.
+// CoreOptions::seed reaches the tie-breaks of concurrent picks (the random policy ranks
+// under the shared lock, in the core's own scratch): the same seed gives the same picks,
+// each seed its own, and a single-threaded core draws what the scheduler's own Pick
+// draws with that seed.
+std::vector<uint32_t> RandomPicks(uint64_t seed, bool through_core) {
+  std::vector<uint32_t> out;
+  const std::vector<EndpointSpec> eps = Eps({"a", "b", "c", "d", "e", "f", "g", "h"});
+  if (!through_core) {
+    sched::SchedulerOptions so;
+    so.seed = seed;
+    so.max_ranked = kMaxRanked;  // as the core ranks
+    auto s = sched::BuildPolicy("random", so).scheduler;
+    std::vector<sched::EndpointState> states(eps.size());
+    for (uint32_t i = 0; i < states.size(); ++i) states[i].id = i;
+    for (int i = 0; i < 40; ++i) {
+      sched::SchedRequest req;
+      req.prompt = "p";
+      sched::PickResult r = s->Pick(req, states, 1.0);
+      out.push_back(r.ranked[0]);
+      s->OnFinished(r.handle, 1.0);
+    }
+    return out;
+  }
+  RoutingCore core;
+  CoreOptions o = Options(health::StalePolicy::kExclude, "random");
+  o.seed = seed;
+  EXPECT_TRUE(core.Configure(o, eps, 0.0).ok());
+  for (uint32_t id = 0; id < eps.size(); ++id) core.OnScrape(id, Scraped(V010("0", "0", "0.1"), 0.0), 0.0);
+  for (int i = 0; i < 40; ++i) {
+    PickRequest pr;
+    pr.request.prompt = "p";
+    PickResult r = core.Pick(pr, 1.0);
+    out.push_back(r.ranked[0]);
+    core.OnFinished(r.handle, r.ranked[0], 200, 1.0);
+  }
+  return out;
+}
+
+TEST(RoutingCore, SeedReachesConcurrentPicks) {
+  EXPECT_EQ(RandomPicks(7, true), RandomPicks(7, true));
+  EXPECT_NE(RandomPicks(7, true), RandomPicks(8, true));
+  EXPECT_EQ(RandomPicks(7, true), RandomPicks(7, false));
+  EXPECT_EQ(RandomPicks(8, true), RandomPicks(8, false));
+}
+
 TEST(RoutingCore, ConcurrentPicksScrapesRenderingAndReloads) {
   RoutingCore core;
   CoreOptions o = Options();

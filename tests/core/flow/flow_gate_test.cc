@@ -1,8 +1,8 @@
-// pool::FlowGate over a real routing core, in virtual time (no sockets, no sleeps): the
+// flow::FlowGate over a real routing core, in virtual time (no sockets, no sleeps): the
 // late binding both front ends share (a request bound at dispatch time goes to the
 // replica that freed, when that replica holds its prefix), the detector's room as the
 // bound of one release, expiry, cancellation, and a pump started from a dispatch.
-#include "pool/flow_gate.h"
+#include "core/flow/flow_gate.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "../metrics/testdata_util.h"
+#include "../../metrics/testdata_util.h"
 
-namespace kvroute::pool {
+namespace kvroute::flow {
 namespace {
 
 constexpr const char* kModel = "meta-llama/Llama-3.1-8B-Instruct";
@@ -279,4 +279,4 @@ TEST_F(FlowGateTest, APumpFromInsideADispatchRunsAsAnotherRound) {
 }
 
 }  // namespace
-}  // namespace kvroute::pool
+}  // namespace kvroute::flow

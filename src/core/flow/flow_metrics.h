@@ -12,10 +12,10 @@
 
 #include "core/flow/flow_queue.h"
 
-namespace kvroute::pool {
+namespace kvroute::flow {
 
 // Appends the families above, in Prometheus text format, to `out`. Thread: any (it reads
 // only `stats`).
 void AppendFlowMetrics(std::string& out, const flow::FlowStats& stats);
 
-}  // namespace kvroute::pool
+}  // namespace kvroute::flow

@@ -40,7 +40,7 @@
 #include "core/routing/routing_core.h"
 #include "core/sched/types.h"
 
-namespace kvroute::pool {
+namespace kvroute::flow {
 
 // A front end's handle on one waiting request. Both calls run outside the gate's lock,
 // each at most once, and never both.
@@ -106,4 +106,4 @@ class FlowGate {
 // The saturation detector's verdict as the queue's pool state.
 flow::PoolState PoolStateOf(const routing::RoutingCore::PoolLoad& load);
 
-}  // namespace kvroute::pool
+}  // namespace kvroute::flow

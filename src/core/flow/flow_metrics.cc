@@ -1,4 +1,4 @@
-#include "pool/flow_metrics.h"
+#include "core/flow/flow_metrics.h"
 
 #include <array>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "metrics/prom_writer.h"
 
-namespace kvroute::pool {
+namespace kvroute::flow {
 
 void AppendFlowMetrics(std::string& out, const flow::FlowStats& st) {
   using metrics::AppendHeader;
@@ -75,4 +75,4 @@ void AppendFlowMetrics(std::string& out, const flow::FlowStats& st) {
                          static_cast<double>(cancelled));
 }
 
-}  // namespace kvroute::pool
+}  // namespace kvroute::flow

@@ -1,9 +1,9 @@
-#include "pool/flow_gate.h"
+#include "core/flow/flow_gate.h"
 
 #include <optional>
 #include <utility>
 
-namespace kvroute::pool {
+namespace kvroute::flow {
 
 flow::PoolState PoolStateOf(const routing::RoutingCore::PoolLoad& load) {
   if (load.ready == 0) return flow::PoolState::kEmpty;
@@ -138,4 +138,4 @@ void FlowGate::PublishLocked() {
   next_expiry_.store(queue_.NextExpiry(), std::memory_order_relaxed);
 }
 
-}  // namespace kvroute::pool
+}  // namespace kvroute::flow

@@ -1,0 +1,24 @@
+#include "config/core_options.h"
+
+namespace kvroute::config {
+
+routing::CoreOptions CoreOptionsFrom(const RouterConfig& config) {
+  routing::CoreOptions o;
+  o.scheduling = config.scheduling;
+  o.health.staleness_s = config.pool.staleness_s;
+  o.health.stale_policy = config.pool.stale_policy == StalePolicy::kSaturated
+                              ? health::StalePolicy::kSaturated
+                              : health::StalePolicy::kExclude;
+  o.outlier.consecutive_failures = config.outlier.consecutive_failures;
+  o.outlier.base_ejection_s = config.outlier.base_ejection_s;
+  o.outlier.max_ejection_s = config.outlier.max_ejection_s;
+  o.outlier.max_ejection_percent = config.outlier.max_ejection_percent;
+  o.retry_budget.ratio = config.retries.budget_ratio;
+  o.retry_budget.min_retries = config.retries.budget_min_retries;
+  o.retry_budget.window_s = config.retries.budget_window_s;
+  o.region = config.locality.region;
+  o.region_rtt_s = config.locality.rtt_s;
+  return o;
+}
+
+}  // namespace kvroute::config
