@@ -6,9 +6,9 @@
 #include <sstream>
 #include <string>
 
-#include "metrics/engine_metrics.h"
-#include "metrics/prom_parser.h"
-#include "metrics/prom_writer.h"
+#include "core/metrics/engine_metrics.h"
+#include "core/metrics/prom_parser.h"
+#include "core/metrics/prom_writer.h"
 
 namespace {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <string_view>
 
-#include "metrics/engine_metrics.h"
-#include "metrics/prom_parser.h"
+#include "core/metrics/engine_metrics.h"
+#include "core/metrics/prom_parser.h"
 
 namespace {
 

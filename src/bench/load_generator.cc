@@ -16,7 +16,7 @@
 #include "core/engine/engine.h"
 #include "core/workload/oracle.h"
 #include "http/client.h"
-#include "metrics/scrape/scraper.h"
+#include "scrape/scraper.h"
 
 namespace kvroute::bench {
 namespace {

@@ -23,7 +23,7 @@
 #include "core/report/summary.h"
 #include "core/workload/arrivals.h"
 #include "core/workload/workload.h"
-#include "metrics/engine_metrics.h"
+#include "core/metrics/engine_metrics.h"
 
 namespace kvroute::bench {
 

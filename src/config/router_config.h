@@ -129,7 +129,7 @@
 #include "config/yaml_reader.h"
 #include "core/flow/flow_queue.h"
 #include "core/sched/profile_spec.h"
-#include "metrics/engine_metrics.h"
+#include "core/metrics/engine_metrics.h"
 
 namespace kvroute::config {
 

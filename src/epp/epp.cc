@@ -13,7 +13,7 @@
 #include "core/common/published.h"
 #include "http/io_pool.h"
 #include "http/server.h"
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 #include "pool/pool.h"
 #include "rpc/ext_proc_server.h"
 

@@ -13,7 +13,7 @@
 #include "core/k8s/objects.h"
 #include "core/k8s/pool_watch_state.h"
 #include "k8s/list_watch.h"
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 
 namespace kvroute::pool {
 

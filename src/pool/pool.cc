@@ -3,7 +3,7 @@
 #include <set>
 
 #include "config/core_options.h"
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 #include "pool/endpoints_watch.h"
 #include "pool/poll_timer.h"
 #include "k8s/kubeconfig.h"

@@ -44,7 +44,7 @@
 #include "core/routing/region_rtt.h"
 #include "core/routing/routing_core.h"
 #include "core/common/published.h"
-#include "metrics/scrape/scraper.h"
+#include "scrape/scraper.h"
 #include "pool/kubernetes_discovery.h"
 
 namespace kvroute::pool {

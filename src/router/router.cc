@@ -21,7 +21,7 @@
 #include "http/client.h"
 #include "http/io_pool.h"
 #include "http/server.h"
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 #include "pool/pool.h"
 
 namespace kvroute::router {

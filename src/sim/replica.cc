@@ -8,7 +8,7 @@
 
 #include "core/api/openai.h"
 #include "core/engine/tokenizer.h"
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 
 namespace kvroute::sim {
 

@@ -20,7 +20,7 @@
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "http/test_client.h"
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 #include "sim/fleet.h"
 
 #include "../k8s/fake_api_server.h"

@@ -30,7 +30,7 @@
 #include "core/api/openai.h"
 #include "core/engine/engine.h"
 #include "http/test_client.h"
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 #include "router/router.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"

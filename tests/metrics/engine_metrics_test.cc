@@ -1,4 +1,4 @@
-#include "metrics/engine_metrics.h"
+#include "core/metrics/engine_metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 
 namespace kvroute::metrics::testing {
 

@@ -1,4 +1,4 @@
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 
 namespace kvroute::metrics {
 namespace {

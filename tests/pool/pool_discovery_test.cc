@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "config/router_config.h"
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 #include "pool/pool.h"
 #include "support/wait.h"
 

@@ -14,7 +14,7 @@
 #include "config/router_config.h"
 #include "core/api/openai.h"
 #include "http/test_client.h"
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 #include "router/router.h"
 #include "sim/fleet.h"
 #include "../k8s/fake_api_server.h"

@@ -21,7 +21,7 @@
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "http/test_client.h"
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 #include "sim/fleet.h"
 #include "../metrics/testdata_util.h"
 #include "../metrics/metric_sum.h"

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "core/doctor/doctor.h"
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 
 namespace kvroute::doctor {
 namespace {

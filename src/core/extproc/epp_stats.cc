@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 
 namespace kvroute::extproc {
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 
 namespace kvroute::flow {
 

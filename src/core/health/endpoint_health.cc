@@ -47,6 +47,7 @@ void EndpointHealth::OnScrape(const metrics::EngineMetrics& m, double sent_at_s)
   scraped_at_s_ = sent_at_s;
   last_ok_ = true;
   down_ = false;
+  last_ = m;
 }
 
 void EndpointHealth::OnScrapeFailed(double attempted_at_s, bool connect_failed) {

@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "metrics/engine_metrics.h"
+#include "core/metrics/engine_metrics.h"
 
 namespace kvroute::health {
 
@@ -82,6 +82,9 @@ class EndpointHealth {
   double waiting() const { return waiting_; }
   double running() const { return running_; }
   int64_t num_gpu_blocks() const { return num_gpu_blocks_; }
+  // Every signal of the last good scrape, as the parser (or the simulated engine) gave
+  // it, with its present/invalid bits: what reaches the scheduler's EndpointState::engine.
+  const metrics::EngineMetrics& last() const { return last_; }
   int64_t block_size() const { return block_size_; }
   double scraped_at_s() const { return scraped_at_s_; }  // < 0: never
   bool last_attempt_ok() const { return last_ok_; }
@@ -92,6 +95,7 @@ class EndpointHealth {
   int64_t num_gpu_blocks_ = 0, block_size_ = 0;
   bool known_[kNumSignals] = {false, false, false};
   double scraped_at_s_ = -1.0;
+  metrics::EngineMetrics last_;
   bool last_ok_ = false;
   bool down_ = false;
 };

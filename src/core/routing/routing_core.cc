@@ -9,7 +9,7 @@
 
 #include "core/sched/plugin.h"
 #include "core/sched/registry.h"
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 
 namespace kvroute::routing {
 
@@ -114,8 +114,7 @@ struct RoutingCore::Slot {
   // Guards health and last: the scraper writes, the next pick's sync and AppendMetrics
   // copy. Per endpoint, held for a copy: never a global lock.
   mutable std::mutex mu;
-  health::EndpointHealth health;
-  metrics::EngineMetrics last;  // the last good scrape, raw (for /metrics)
+  health::EndpointHealth health;  // its last() is the last good scrape, raw
   health::Ejection ejection;    // guarded by mu
   std::atomic<bool> dirty{false};
   // Attempts failed in a row since the last success or ejection (outlier detection).
@@ -437,7 +436,7 @@ void RoutingCore::OnScrape(uint32_t id, const ScrapeResult& result, double now_s
       // A counter going down means the process restarted (a restarted vLLM starts its
       // counters at zero): whatever the router assumed cached there is gone.
       using F = metrics::EngineMetrics;
-      const F& was = slot.last;
+      const F& was = slot.health.last();
       const F& now = result.metrics;
       auto fell = [&](F::Field f, double a, double b) { return was.Has(f) && now.Has(f) && b < a; };
       if (fell(F::kPrefixQueries, was.prefix_queries, now.prefix_queries) ||
@@ -446,13 +445,20 @@ void RoutingCore::OnScrape(uint32_t id, const ScrapeResult& result, double now_s
         slot.restarted.store(true, std::memory_order_release);
       }
       slot.health.OnScrape(result.metrics, result.sent_at_s);
-      slot.last = result.metrics;
     } else {
       slot.health.OnScrapeFailed(result.sent_at_s, result.connect_failed);
     }
   }
   Bump(result.ok ? slot.stats->scrapes_ok : slot.stats->scrapes_failed);
   MarkDirty(id, slot);
+}
+
+void RoutingCore::OnCacheUpdate(uint32_t id, const sched::CacheUpdate& update, double now_s) {
+  std::unique_lock<RwSpinLock> lock(sched_mu_);
+  SchedState& s = *sched_;
+  if (!s.scheduler || id >= s.states.size() || s.vacant[id]) return;
+  s.scheduler->OnCacheUpdate(id, update, now_s);
+  UpdateStatsLocked(id);
 }
 
 void RoutingCore::MarkDirty(uint32_t id, Slot& slot) {
@@ -500,6 +506,7 @@ void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
       st.running = h.running();
       st.num_gpu_blocks = h.num_gpu_blocks();
       st.block_size = h.block_size();
+      st.engine = h.last();
       st.scrape_ok = h.last_attempt_ok();
       scraped_at = h.scraped_at_s();
     }
@@ -1242,7 +1249,7 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
     {
       std::lock_guard<std::mutex> lock(slot.mu);
       r.v = AssessSlot(slot, now_s, options->health);
-      r.m = slot.last;
+      r.m = slot.health.last();
       if (slot.health.scraped_at_s() >= 0) r.age = now_s - slot.health.scraped_at_s();
     }
     rows.push_back(r);

@@ -8,6 +8,7 @@
 //   Configure(options, endpoints, now)   the endpoint set from a discovery source and the
 //                                        scheduling/health settings; again on every reload
 //   OnScrape(id, result, now)            a scraper's result for one endpoint
+//   OnCacheUpdate(id, update, now)       an endpoint's reported cache change (prefix model)
 //   Pick(request, now) -> PickResult     ranked endpoints and a handle
 //   OnDispatched(handle, endpoint, now)  sent there (again for a retry elsewhere)
 //   OnFirstToken(handle, now)            first response byte
@@ -56,7 +57,7 @@
 #include "core/routing/retry_budget.h"
 #include "core/sched/profile_spec.h"
 #include "core/sched/scheduler.h"
-#include "metrics/engine_metrics.h"
+#include "core/metrics/engine_metrics.h"
 
 namespace kvroute::routing {
 
@@ -179,6 +180,12 @@ class RoutingCore {
   // A scrape of endpoint `id` (ids from table()). Ignored for ids not in the table.
   // Never takes the scheduler's lock.
   void OnScrape(uint32_t id, const ScrapeResult& result, double now_s);
+
+  // Endpoint `id` reported a change to its cache (the engines' KV-cache events, through
+  // their adapter): applied to the policy's prefix model (sched::PrefixModel) under the
+  // scheduler's lock, keys in the policy's hashing (PrefixKey). No front end is involved.
+  // Ignored for ids not in the table and policies without a prefix model.
+  void OnCacheUpdate(uint32_t id, const sched::CacheUpdate& update, double now_s);
 
   // Ranks the endpoints for one request at `now_s`. On success the handle must get
   // OnFinished exactly once (also when the front end gives up before dispatching).

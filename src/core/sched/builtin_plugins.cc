@@ -22,7 +22,7 @@ void PrefixCacheScorer::Score(const PickContext& ctx, std::span<const uint32_t> 
   for (uint32_t pos : candidates) max_id = std::max(max_id, ctx.endpoints[pos].id);
   std::vector<uint32_t>& match = ctx.scratch->u32_a;
   if (match.size() <= max_id) match.resize(max_id + 1);
-  index_.Match(hashes, match);
+  model_->Match(hashes, match);
   const double total = static_cast<double>(hashes.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
     out[i] = match[ctx.endpoints[candidates[i]].id] / total;
@@ -33,8 +33,8 @@ void PrefixCacheScorer::AdoptStateFrom(Plugin& previous) {
   // Same type() as this one (the scheduler matched them), so the same class.
   auto& prev = static_cast<PrefixCacheScorer&>(previous);
   if (prev.p_.block_chars != p_.block_chars || prev.p_.max_blocks != p_.max_blocks) return;
-  index_ = std::move(prev.index_);
-  prev.index_ = ApproxPrefixIndex();
+  model_ = std::move(prev.model_);
+  prev.model_ = MakeApproxPrefixModel();
 }
 
 size_t PrefixCacheScorer::CapacityFor(const EndpointState& e) const {
@@ -53,7 +53,7 @@ int64_t PrefixCacheScorer::OnDispatched(const PendingRequest& req, const Endpoin
                                         double now_s) {
   const std::vector<uint64_t>& hashes = req.hashes[index()];
   if (hashes.empty()) return 0;
-  const size_t held = index_.Record(hashes, endpoint.id, CapacityFor(endpoint), now_s);
+  const size_t held = model_->OnRouted(hashes, endpoint.id, CapacityFor(endpoint), now_s);
   return static_cast<int64_t>(held * p_.block_chars);
 }
 

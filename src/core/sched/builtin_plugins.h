@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/sched/plugin.h"
-#include "core/sched/prefix_index.h"
+#include "core/sched/prefix_model.h"
 
 namespace kvroute::sched {
 
@@ -21,7 +21,7 @@ class PrefixCacheScorer : public Scorer {
     size_t lru_capacity = 0;  // 0: auto from the endpoint's KV size, else kDefaultCapacity
   };
   static constexpr size_t kDefaultCapacity = 31250;
-  explicit PrefixCacheScorer(const Params& p) : p_(p) {}
+  explicit PrefixCacheScorer(const Params& p) : p_(p), model_(MakeApproxPrefixModel()) {}
 
   void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
              std::span<double> out) override;
@@ -29,19 +29,23 @@ class PrefixCacheScorer : public Scorer {
   // that were already recorded there.
   int64_t OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
                        double now_s) override;
-  void OnEndpointRemoved(uint32_t endpoint_id) override { index_.RemoveEndpoint(endpoint_id); }
+  void OnEndpointRemoved(uint32_t endpoint_id) override { model_->RemoveEndpoint(endpoint_id); }
+  // An endpoint's reported cache change, keyed by this scorer's chains.
+  void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) override {
+    model_->Apply(endpoint_id, update, now_s);
+  }
   // Takes the previous scorer's index when it hashed the same way (block_chars and
   // max_blocks equal); a new LRU capacity applies from the next dispatch.
   void AdoptStateFrom(Plugin& previous) override;
 
   // LRU capacity (in blocks of block_chars) used for `e`.
   size_t CapacityFor(const EndpointState& e) const;
-  const ApproxPrefixIndex& prefix_index() const { return index_; }
+  const PrefixModel& prefix_model() const { return *model_; }
   const Params& params() const { return p_; }
 
  private:
   Params p_;
-  ApproxPrefixIndex index_;
+  std::unique_ptr<PrefixModel> model_;
 };
 
 // 1 - kv usage.

@@ -110,7 +110,7 @@ void DynamoCostScheduler::AdoptPolicyState(SchedulerBase& previous) {
     return;
   }
   index_ = std::move(prev->index_);
-  prev->index_ = ApproxPrefixIndex();
+  prev->index_ = MakeApproxPrefixModel();
   // Request slots carry over with the handles (SchedulerBase moved the table), so the
   // sequences stay valid under the same indexes.
   workers_ = std::move(prev->workers_);
@@ -152,7 +152,7 @@ PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
   PendingRequest& pending = NewRequest(req);
   const size_t n = candidates_.size();
 
-  index_.ExpireBefore(now_s - config_.ttl_s);
+  index_->ExpireBefore(now_s - config_.ttl_s);
   std::vector<uint64_t>& hashes = pending.hashes[0];
   const size_t block_chars = static_cast<size_t>(config_.block_size) * 4;
   HashPromptBlocks(req.model, req.cache_salt, req.prompt, block_chars, config_.max_blocks,
@@ -160,7 +160,7 @@ PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
   uint32_t max_id = 0;
   for (uint32_t pos : candidates_) max_id = std::max(max_id, endpoints[pos].id);
   if (match_.size() <= max_id) match_.resize(max_id + 1);
-  index_.Match(hashes, match_);
+  index_->Match(hashes, match_);
 
   const int64_t bs = config_.block_size;
   const double prompt_blocks = static_cast<double>(hashes.size());
@@ -230,7 +230,7 @@ void DynamoCostScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_i
   // Record returns the blocks the index held there before this request: Dynamo's overlap
   // for add_request.
   const int64_t overlap =
-      static_cast<int64_t>(index_.Record(p->hashes[0], endpoint_id, capacity, now_s));
+      static_cast<int64_t>(index_->OnRouted(p->hashes[0], endpoint_id, capacity, now_s));
   const int64_t bs = config_.block_size;
 
   Worker& w = WorkerOf(endpoint_id);
@@ -319,7 +319,7 @@ void DynamoCostScheduler::OnFinished(RequestHandle handle, double now_s) {
 }
 
 void DynamoCostScheduler::OnEndpointRemoved(uint32_t endpoint_id) {
-  index_.RemoveEndpoint(endpoint_id);
+  index_->RemoveEndpoint(endpoint_id);
   tracker_.ResetEndpoint(endpoint_id);
   if (endpoint_id < workers_.size()) {
     // Its requests keep their handles; detach them so that finishing them later touches

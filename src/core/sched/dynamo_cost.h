@@ -10,9 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "core/sched/prefix_index.h"
+#include "core/sched/prefix_model.h"
 #include "core/sched/scheduler_base.h"
 
 namespace kvroute::sched {
@@ -83,10 +84,14 @@ class DynamoCostScheduler : public SchedulerBase {
   // Frees the request's blocks: a block another in-flight request holds stays.
   void OnFinished(RequestHandle handle, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
+  // Applied to its predicted block index (the one prefix model, with Dynamo's TTL).
+  void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) override {
+    index_->Apply(endpoint_id, update, now_s);
+  }
 
-  const ApproxPrefixIndex& index() const { return index_; }
+  const PrefixModel& index() const { return *index_; }
   int64_t PrefixEntries(uint32_t endpoint_id) const override {
-    return static_cast<int64_t>(index_.Size(endpoint_id));
+    return static_cast<int64_t>(index_->Size(endpoint_id));
   }
   // Its prefix index's chain (block_size * 4 characters a block) and holdings; blocks
   // past the TTL still count until the next pick expires them.
@@ -95,7 +100,7 @@ class DynamoCostScheduler : public SchedulerBase {
                      static_cast<size_t>(config_.block_size) * 4, config_.max_blocks, out);
   }
   size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override {
-    return index_.MatchOne(key, endpoint_id);
+    return index_->MatchOne(key, endpoint_id);
   }
 
   // Dynamo's active_blocks(): the sum of the weights of the worker's unique active blocks
@@ -138,7 +143,7 @@ class DynamoCostScheduler : public SchedulerBase {
   void Decay(Sequence& s, double fraction);
 
   Config config_;
-  ApproxPrefixIndex index_;
+  std::unique_ptr<PrefixModel> index_ = MakeApproxPrefixModel();
   std::vector<Worker> workers_;      // by endpoint id
   std::vector<Sequence> sequences_;  // by request slot
   std::vector<uint32_t> match_;

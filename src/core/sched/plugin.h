@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/sched/inflight_tracker.h"
+#include "core/sched/prefix_model.h"
 #include "core/sched/types.h"
 
 namespace kvroute::sched {
@@ -90,6 +91,9 @@ class Plugin {
     return -1;
   }
   virtual void OnEndpointRemoved(uint32_t endpoint_id) {}
+  // An endpoint reported a change to its cache (Scheduler::OnCacheUpdate). Default: not a
+  // prefix model's holder, nothing to do.
+  virtual void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) {}
   // Reload: takes the learned state of `previous`, a plugin of the same type() from the
   // scheduler being replaced, when its parameters make that state valid here. Default:
   // nothing to take.

@@ -226,6 +226,13 @@ size_t ApproxPrefixIndex::Size(uint32_t endpoint_id) const {
 
 size_t ApproxPrefixIndex::TotalEntries() const { return entries_.size() - free_.size(); }
 
+bool ApproxPrefixIndex::Erase(uint64_t hash, uint32_t endpoint_id) {
+  const uint32_t e = FindEntry(hash, endpoint_id);
+  if (e == kNil) return false;
+  EraseEntry(e);
+  return true;
+}
+
 bool ApproxPrefixIndex::Contains(uint64_t hash, uint32_t endpoint_id) const {
   return FindEntry(hash, endpoint_id) != kNil;
 }

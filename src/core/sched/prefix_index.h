@@ -53,6 +53,8 @@ class ApproxPrefixIndex {
 
   // Drops every entry of the endpoint.
   void RemoveEndpoint(uint32_t endpoint_id);
+  // Drops one entry; false when the endpoint did not hold `hash`.
+  bool Erase(uint64_t hash, uint32_t endpoint_id);
 
   size_t Size(uint32_t endpoint_id) const;  // entries held by the endpoint
   size_t TotalEntries() const;

@@ -39,6 +39,8 @@ class ProfileScheduler : public SchedulerBase {
                   double now_s, PickScratch& scratch) override;
   void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
+  // To every plugin (the prefix-cache scorers apply it to their models).
+  void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) override;
   // The first prefix-cache scorer's index size for the endpoint; -1 without one.
   int64_t PrefixEntries(uint32_t endpoint_id) const override;
   // The first prefix-cache scorer's chain and index (nothing without one).

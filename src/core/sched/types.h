@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/common/rng.h"
+#include "core/metrics/engine_metrics.h"
 
 #include <array>
 #include <cstddef>
@@ -52,6 +53,14 @@ struct EndpointState {
   double running = 0.0;
   int64_t num_gpu_blocks = 0;  // 0 when unknown
   int64_t block_size = 0;      // tokens per KV block, 0 when unknown
+  // Every engine signal of the last good scrape, as the parser (metrics::
+  // ExtractEngineMetrics) or the simulated engine produced it, with which fields are
+  // present (usable) and which invalid. The load fields above are the health-judged view
+  // of three of them (an unknown or stale load counts as full there); a signal a policy
+  // reads only from here is added as one field of EngineMetrics with its producer, and
+  // reaches every scheduler through health and the routing core with no other edit. A
+  // field that is not present is unknown, never zero.
+  metrics::EngineMetrics engine;
   // When the last successful scrape was taken (the time the scrape request was sent, on the
   // caller's clock); negative when the endpoint was never scraped.
   double scraped_at_s = -1.0;
@@ -72,6 +81,7 @@ struct EndpointState {
     running = o.running;
     num_gpu_blocks = o.num_gpu_blocks;
     block_size = o.block_size;
+    engine = o.engine;
     scraped_at_s = o.scraped_at_s;
     scrape_ok = o.scrape_ok;
   }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/api/openai.h"
-#include "metrics/prom_parser.h"
+#include "core/metrics/prom_parser.h"
 #include "support/openai_body.h"
 
 namespace kvroute::extproc {

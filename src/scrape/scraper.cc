@@ -1,4 +1,4 @@
-#include "metrics/scrape/scraper.h"
+#include "scrape/scraper.h"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>

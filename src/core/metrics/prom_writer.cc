@@ -1,4 +1,4 @@
-#include "metrics/prom_writer.h"
+#include "core/metrics/prom_writer.h"
 
 #include <charconv>
 #include <cmath>

@@ -1,7 +1,7 @@
 // Loopback tests of the Prometheus scraper: real HTTP to a real server on port 0 that
 // serves what each test scripts (a vLLM fixture, an error, garbage, a slow answer).
 // Every wait is bounded.
-#include "metrics/scrape/scraper.h"
+#include "scrape/scraper.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "../testdata_util.h"
+#include "../metrics/testdata_util.h"
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "support/wait.h"

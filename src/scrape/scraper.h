@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "http/client.h"
-#include "metrics/engine_metrics.h"
+#include "core/metrics/engine_metrics.h"
 
 namespace kvroute::metrics {
 
