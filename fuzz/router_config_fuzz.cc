@@ -32,12 +32,12 @@ void CheckHostPort(const config::HostPort& hp) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   constexpr std::string_view kFile = "router.yaml";
-  const config::ConfigResult r = config::ParseRouterConfig(text, kFile);
+  const config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(text, kFile);
   if (!r.ok()) {
     fuzz::CheckConfigError(r.error, kFile);
     return 0;
   }
-  const config::RouterConfig& c = *r.config;
+  const config::RouterConfig& c = *r.value;
   CheckHostPort(c.listen_addr);
   Check(c.threads >= 0, "negative thread count");
   Check(c.pool.scrape_interval_s > 0, "scrape_interval <= 0");

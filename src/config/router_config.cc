@@ -626,22 +626,14 @@ class Loader {
 
 }  // namespace
 
-ConfigResult ParseRouterConfig(std::string_view text, std::string_view filename) {
-  ConfigOr<RouterConfig> r = ParseYaml<RouterConfig>(
+ConfigOr<RouterConfig> ParseRouterConfig(std::string_view text, std::string_view filename) {
+  return ParseYaml<RouterConfig>(
       text, filename, [&](const ConfigNode& root) { return Loader(filename).Load(root); });
-  ConfigResult result;
-  result.config = std::move(r.value);
-  result.error = std::move(r.error);
-  return result;
 }
 
-ConfigResult LoadRouterConfig(const std::string& path) {
+ConfigOr<RouterConfig> LoadRouterConfig(const std::string& path) {
   ConfigOr<std::string> text = ReadConfigFile(path);
-  if (!text.ok()) {
-    ConfigResult r;
-    r.error = std::move(text.error);
-    return r;
-  }
+  if (!text.ok()) return {std::nullopt, std::move(text.error)};
   return ParseRouterConfig(*text.value, path);
 }
 

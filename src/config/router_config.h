@@ -268,17 +268,14 @@ struct RouterConfig {
   LocalityConfig locality;
 };
 
-// Either a config or an error (ConfigError: config/yaml_reader.h). Never throws.
-struct ConfigResult {
-  std::optional<RouterConfig> config;
-  ConfigError error;
-  bool ok() const { return config.has_value(); }
-};
-
+// Both return the config, or the error naming file, line and field (ConfigOr and
+// ConfigError: config/yaml_reader.h). Never throw.
+//
 // Parses `text`; `filename` is used in error messages only.
-ConfigResult ParseRouterConfig(std::string_view text, std::string_view filename = "<config>");
+ConfigOr<RouterConfig> ParseRouterConfig(std::string_view text,
+                                         std::string_view filename = "<config>");
 
 // Reads and parses the file at `path` (named as given in errors).
-ConfigResult LoadRouterConfig(const std::string& path);
+ConfigOr<RouterConfig> LoadRouterConfig(const std::string& path);
 
 }  // namespace kvroute::config

@@ -45,6 +45,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/status.h"
+
 namespace YAML {
 class Node;
 }
@@ -61,12 +63,22 @@ struct ConfigError {
   std::string ToString() const;
 };
 
-// A loaded T, or the error that stopped the load; exactly one of the two.
+// A loaded T, or the error that stopped the load; exactly one of the two. The one result
+// of every config load (router config, endpoints file, fleet, scenario, kubeconfig):
+//
+//   ConfigOr<RouterConfig> r = LoadRouterConfig(path);
+//   if (!r.ok()) return Fail(r.error.ToString());  // file, line, field and message
+//   Use(*r.value);
+//
+// A failed load returns {std::nullopt, error}.
 template <typename T>
 struct ConfigOr {
   std::optional<T> value;
   ConfigError error;  // meaningful only when !ok()
   bool ok() const { return value.has_value(); }
+  // The outcome in the tree's vocabulary (core/common/status.h): ok, or InvalidArgument
+  // whose message is error.ToString().
+  Status status() const { return ok() ? Status() : Status::InvalidArgument(error.ToString()); }
 };
 
 // "50ms", "2s", "1.5s", "250us", "1m", "1h", or a bare number of seconds. Returns seconds,

@@ -228,9 +228,9 @@ std::string ParseEndpointList(std::string_view list, std::vector<Target>& out) {
 std::string TargetsFromConfig(const std::string& path, double discovery_timeout_s,
                               std::vector<Target>& out) {
   out.clear();
-  config::ConfigResult loaded = config::LoadRouterConfig(path);
+  config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(path);
   if (!loaded.ok()) return loaded.error.ToString();
-  const config::PoolConfig& pool = loaded.config->pool;
+  const config::PoolConfig& pool = loaded.value->pool;
   if (pool.kubernetes.enabled())
     return KubernetesTargets(pool.kubernetes, discovery_timeout_s, out);
   if (!pool.endpoints_file_path.empty()) {

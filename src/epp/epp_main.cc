@@ -155,9 +155,9 @@ int EppMain(int argc, char** argv) {
     }
     options.region = region;
   }
-  config::ConfigResult loaded;
+  config::ConfigOr<config::RouterConfig> loaded;
   if (config_path.empty()) {
-    loaded.config = config::RouterConfig{};
+    loaded.value = config::RouterConfig{};
   } else {
     loaded = config::LoadRouterConfig(config_path);
     if (!loaded.ok()) {
@@ -165,12 +165,12 @@ int EppMain(int argc, char** argv) {
       return 2;
     }
   }
-  if (std::string e = ApplyKubernetesFlags(k8s, *loaded.config); !e.empty()) {
+  if (std::string e = ApplyKubernetesFlags(k8s, *loaded.value); !e.empty()) {
     std::fprintf(stderr, "kvroute epp: %s\n", e.c_str());
     return 2;
   }
   if (check) {
-    const config::PoolConfig& p = loaded.config->pool;
+    const config::PoolConfig& p = loaded.value->pool;
     if (p.kubernetes.enabled()) {
       std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n",
                   config_path.empty() ? "flags" : config_path.c_str(),
@@ -192,7 +192,7 @@ int EppMain(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 128 << 20);
 
-  Epp epp(std::move(*loaded.config), options);
+  Epp epp(std::move(*loaded.value), options);
   if (Status st = epp.Start(); !st.ok()) {
     std::fprintf(stderr, "kvroute epp: %s\n", st.message().c_str());
     epp.Stop();

@@ -157,9 +157,8 @@ struct Router::Impl {
     if (options.config_path.empty()) {
       return Status::FailedPrecondition("no configuration file to reload");
     }
-    config::ConfigResult loaded = config::LoadRouterConfig(options.config_path);
-    Status st = loaded.ok() ? Apply(std::move(*loaded.config))
-                            : Status::InvalidArgument(loaded.error.ToString());
+    config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(options.config_path);
+    Status st = loaded.ok() ? Apply(std::move(*loaded.value)) : loaded.status();
     if (st.ok()) {
       Log("configuration reloaded from " + options.config_path);
     } else {

@@ -144,7 +144,7 @@ int ServeMain(int argc, char** argv) {
   app.footer(kFileFormat);
   CLI11_PARSE(app, argc, argv);
 
-  config::ConfigResult loaded = config::LoadRouterConfig(config_path);
+  config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(config_path);
   if (!loaded.ok()) {
     std::fprintf(stderr, "kvroute serve: %s\n", loaded.error.ToString().c_str());
     return 2;
@@ -170,8 +170,8 @@ int ServeMain(int argc, char** argv) {
     options.region = region;
   }
   if (check) {
-    std::size_t endpoints = loaded.config->pool.endpoints.size();
-    if (const std::string& file = loaded.config->pool.endpoints_file_path; !file.empty()) {
+    std::size_t endpoints = loaded.value->pool.endpoints.size();
+    if (const std::string& file = loaded.value->pool.endpoints_file_path; !file.empty()) {
       config::ConfigOr<std::string> text = config::ReadConfigFile(file);
       config::ConfigOr<std::vector<config::EndpointConfig>> eps;
       if (text.ok()) eps = config::ParseEndpointsFile(*text.value, file);
@@ -182,7 +182,7 @@ int ServeMain(int argc, char** argv) {
       }
       endpoints = eps.value->size();
     }
-    if (const auto& k = loaded.config->pool.kubernetes; k.enabled()) {
+    if (const auto& k = loaded.value->pool.kubernetes; k.enabled()) {
       std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n", config_path.c_str(),
                   k.namespace_name.c_str(), k.namespace_name.empty() ? "" : "/", k.inference_pool.c_str(),
                   k.group.c_str());
@@ -199,7 +199,7 @@ int ServeMain(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 128 << 20);
 
-  Router router(std::move(*loaded.config), options);
+  Router router(std::move(*loaded.value), options);
   if (Status st = router.Start(); !st.ok()) {
     std::fprintf(stderr, "kvroute serve: %s\n", st.message().c_str());
     return 1;

@@ -91,34 +91,34 @@ TEST(EndpointsFile, ExampleFileParses) {
 }
 
 TEST(RouterConfigEndpointsFile, RelativePathIsAgainstTheConfigDirectory) {
-  ConfigResult r = ParseRouterConfig(
+  ConfigOr<RouterConfig> r = ParseRouterConfig(
       "pool:\n  endpoints_file: fleet/eps.yaml\n  endpoints_file_poll: 250ms\n",
       "/etc/kvroute/router.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  EXPECT_EQ(r.config->pool.endpoints_file, "fleet/eps.yaml");
-  EXPECT_EQ(r.config->pool.endpoints_file_path, "/etc/kvroute/fleet/eps.yaml");
-  EXPECT_DOUBLE_EQ(r.config->pool.endpoints_file_poll_s, 0.25);
-  EXPECT_TRUE(r.config->pool.endpoints.empty());
+  EXPECT_EQ(r.value->pool.endpoints_file, "fleet/eps.yaml");
+  EXPECT_EQ(r.value->pool.endpoints_file_path, "/etc/kvroute/fleet/eps.yaml");
+  EXPECT_DOUBLE_EQ(r.value->pool.endpoints_file_poll_s, 0.25);
+  EXPECT_TRUE(r.value->pool.endpoints.empty());
 
   r = ParseRouterConfig("pool:\n  endpoints_file: /srv/eps.yaml\n", "conf/router.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  EXPECT_EQ(r.config->pool.endpoints_file_path, "/srv/eps.yaml");
-  EXPECT_DOUBLE_EQ(r.config->pool.endpoints_file_poll_s, 1.0);
+  EXPECT_EQ(r.value->pool.endpoints_file_path, "/srv/eps.yaml");
+  EXPECT_DOUBLE_EQ(r.value->pool.endpoints_file_poll_s, 1.0);
 
   r = ParseRouterConfig("pool:\n  endpoints_file: eps.yaml\n", "router.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  EXPECT_EQ(r.config->pool.endpoints_file_path, "eps.yaml");
+  EXPECT_EQ(r.value->pool.endpoints_file_path, "eps.yaml");
 }
 
 TEST(RouterConfigEndpointsFile, ExampleConfigPointsAtTheExampleFile) {
   const std::string dir = kvroute::test_support::SourceDir() + "/examples";
-  ConfigResult r = LoadRouterConfig(dir + "/router-endpoints-file.yaml");
+  ConfigOr<RouterConfig> r = LoadRouterConfig(dir + "/router-endpoints-file.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  EXPECT_EQ(r.config->pool.endpoints_file_path, dir + "/endpoints.yaml");
+  EXPECT_EQ(r.value->pool.endpoints_file_path, dir + "/endpoints.yaml");
 }
 
 TEST(RouterConfigEndpointsFile, ExclusiveWithEndpointsAndChecked) {
-  ConfigResult r = ParseRouterConfig(
+  ConfigOr<RouterConfig> r = ParseRouterConfig(
       "pool:\n  endpoints: [127.0.0.1:1]\n  endpoints_file: eps.yaml\n", "t.yaml");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error.ToString(),

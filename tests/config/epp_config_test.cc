@@ -7,33 +7,33 @@ namespace kvroute::config {
 namespace {
 
 TEST(EppConfigTest, DefaultsWhenAbsent) {
-  ConfigResult r = ParseRouterConfig("pool: {endpoints: [127.0.0.1:1]}\n", "t.yaml");
+  ConfigOr<RouterConfig> r = ParseRouterConfig("pool: {endpoints: [127.0.0.1:1]}\n", "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  EXPECT_EQ(r.config->epp.body_mode, EppBodyMode::kFullDuplexStreamed);
-  EXPECT_EQ(r.config->epp.fallbacks, 2);
-  EXPECT_EQ(r.config->epp.stream_timeout_s, 60.0);
-  EXPECT_TRUE(r.config->epp.objectives.empty());
+  EXPECT_EQ(r.value->epp.body_mode, EppBodyMode::kFullDuplexStreamed);
+  EXPECT_EQ(r.value->epp.fallbacks, 2);
+  EXPECT_EQ(r.value->epp.stream_timeout_s, 60.0);
+  EXPECT_TRUE(r.value->epp.objectives.empty());
 }
 
 TEST(EppConfigTest, ReadsEveryKey) {
-  ConfigResult r = ParseRouterConfig(
+  ConfigOr<RouterConfig> r = ParseRouterConfig(
       "epp:\n  body_mode: buffered\n  fallbacks: 0\n  stream_timeout: 500ms\n"
       "  objectives: {batch: -1, chat: 10}\n",
       "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  EXPECT_EQ(r.config->epp.body_mode, EppBodyMode::kBuffered);
-  EXPECT_EQ(r.config->epp.fallbacks, 0);
-  EXPECT_DOUBLE_EQ(r.config->epp.stream_timeout_s, 0.5);
-  EXPECT_EQ(r.config->epp.objectives.at("batch"), -1);
-  EXPECT_EQ(r.config->epp.objectives.at("chat"), 10);
+  EXPECT_EQ(r.value->epp.body_mode, EppBodyMode::kBuffered);
+  EXPECT_EQ(r.value->epp.fallbacks, 0);
+  EXPECT_DOUBLE_EQ(r.value->epp.stream_timeout_s, 0.5);
+  EXPECT_EQ(r.value->epp.objectives.at("batch"), -1);
+  EXPECT_EQ(r.value->epp.objectives.at("chat"), 10);
   r = ParseRouterConfig("epp: {body_mode: streamed}\n", "t.yaml");
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r.config->epp.body_mode, EppBodyMode::kStreamed);
+  EXPECT_EQ(r.value->epp.body_mode, EppBodyMode::kStreamed);
 }
 
 TEST(EppConfigTest, ErrorsNameFileLineAndField) {
   auto error = [](const char* text) {
-    ConfigResult r = ParseRouterConfig(text, "t.yaml");
+    ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
     EXPECT_FALSE(r.ok());
     return r.error.ToString();
   };

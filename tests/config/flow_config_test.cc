@@ -9,15 +9,15 @@ namespace kvroute::config {
 namespace {
 
 std::string ParseErr(std::string_view text) {
-  ConfigResult r = ParseRouterConfig(text, "t.yaml");
+  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
   EXPECT_FALSE(r.ok()) << text;
   return r.error.ToString();
 }
 
 TEST(FlowConfigTest, OffWithTheQueueDefaultsWhenAbsent) {
-  ConfigResult r = ParseRouterConfig("pool: {endpoints: [127.0.0.1:1]}\n", "t.yaml");
+  ConfigOr<RouterConfig> r = ParseRouterConfig("pool: {endpoints: [127.0.0.1:1]}\n", "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  const FlowConfig& f = r.config->flow;
+  const FlowConfig& f = r.value->flow;
   EXPECT_FALSE(f.enabled);
   EXPECT_TRUE(f.flow_header.empty());
   const flow::FlowOptions d;
@@ -33,14 +33,14 @@ TEST(FlowConfigTest, OffWithTheQueueDefaultsWhenAbsent) {
 }
 
 TEST(FlowConfigTest, ReadsEveryKey) {
-  ConfigResult r = ParseRouterConfig(
+  ConfigOr<RouterConfig> r = ParseRouterConfig(
       "flow:\n  enabled: true\n  max_requests: 100\n  max_bytes: 2MiB\n  ttl: 1500ms\n"
       "  no_endpoint_ttl: 250ms\n  fairness: global\n  ordering: earliest_deadline\n"
       "  flow_header: x-tenant-id\n  affinity_window: 4\n  max_affinity_skips: 0\n"
       "  sheddable_reserve: 3\n",
       "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  const FlowConfig& f = r.config->flow;
+  const FlowConfig& f = r.value->flow;
   EXPECT_TRUE(f.enabled);
   EXPECT_EQ(f.options.max_requests, 100u);
   EXPECT_EQ(f.options.max_bytes, 2u << 20);

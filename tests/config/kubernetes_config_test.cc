@@ -8,10 +8,12 @@
 namespace kvroute::config {
 namespace {
 
-ConfigResult Parse(std::string_view text) { return ParseRouterConfig(text, "/etc/kvroute/router.yaml"); }
+ConfigOr<RouterConfig> Parse(std::string_view text) {
+  return ParseRouterConfig(text, "/etc/kvroute/router.yaml");
+}
 
 TEST(KubernetesDiscoveryConfig, AllKeys) {
-  ConfigResult r = Parse(
+  ConfigOr<RouterConfig> r = Parse(
       "pool:\n"
       "  discovery:\n"
       "    kubernetes:\n"
@@ -22,7 +24,7 @@ TEST(KubernetesDiscoveryConfig, AllKeys) {
       "      context: staging\n"
       "      objectives: false\n");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  const KubernetesDiscoveryConfig& k = r.config->pool.kubernetes;
+  const KubernetesDiscoveryConfig& k = r.value->pool.kubernetes;
   EXPECT_TRUE(k.enabled());
   EXPECT_EQ(k.inference_pool, "vllm-llama");
   EXPECT_EQ(k.namespace_name, "inference");
@@ -31,19 +33,19 @@ TEST(KubernetesDiscoveryConfig, AllKeys) {
   EXPECT_EQ(k.kubeconfig_path, "/etc/kvroute/kube/config");
   EXPECT_EQ(k.context, "staging");
   EXPECT_FALSE(k.objectives);
-  EXPECT_TRUE(r.config->pool.endpoints.empty());
+  EXPECT_TRUE(r.value->pool.endpoints.empty());
 }
 
 TEST(KubernetesDiscoveryConfig, Defaults) {
-  ConfigResult r = Parse("pool:\n  discovery:\n    kubernetes: {inference_pool: p}\n");
+  ConfigOr<RouterConfig> r = Parse("pool:\n  discovery:\n    kubernetes: {inference_pool: p}\n");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  const KubernetesDiscoveryConfig& k = r.config->pool.kubernetes;
+  const KubernetesDiscoveryConfig& k = r.value->pool.kubernetes;
   EXPECT_EQ(k.inference_pool, "p");
   EXPECT_EQ(k.namespace_name, "");
   EXPECT_EQ(k.group, "inference.networking.k8s.io");
   EXPECT_EQ(k.kubeconfig_path, "");  // in cluster
   EXPECT_TRUE(k.objectives);
-  EXPECT_FALSE(Parse("pool: {}\n").config->pool.kubernetes.enabled());
+  EXPECT_FALSE(Parse("pool: {}\n").value->pool.kubernetes.enabled());
 }
 
 TEST(KubernetesDiscoveryConfig, ErrorsNameFileLineAndField) {

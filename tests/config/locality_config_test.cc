@@ -9,21 +9,21 @@ namespace kvroute::config {
 namespace {
 
 std::string ParseErr(std::string_view text) {
-  ConfigResult r = ParseRouterConfig(text, "t.yaml");
+  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
   EXPECT_FALSE(r.ok()) << text;
   return r.error.ToString();
 }
 
 TEST(LocalityConfigTest, OffAndMeasuringWhenAbsent) {
-  ConfigResult r = ParseRouterConfig("pool: {endpoints: [127.0.0.1:1]}\n", "t.yaml");
+  ConfigOr<RouterConfig> r = ParseRouterConfig("pool: {endpoints: [127.0.0.1:1]}\n", "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  EXPECT_TRUE(r.config->locality.region.empty());
-  EXPECT_TRUE(r.config->locality.rtt_s.empty());
-  EXPECT_TRUE(r.config->locality.measure_rtt);
+  EXPECT_TRUE(r.value->locality.region.empty());
+  EXPECT_TRUE(r.value->locality.rtt_s.empty());
+  EXPECT_TRUE(r.value->locality.measure_rtt);
 }
 
 TEST(LocalityConfigTest, ReadsEveryKeyAndEndpointRegions) {
-  ConfigResult r = ParseRouterConfig(
+  ConfigOr<RouterConfig> r = ParseRouterConfig(
       "pool:\n"
       "  endpoints:\n"
       "    - {address: 127.0.0.1:1, labels: {region: us-east}}\n"
@@ -34,7 +34,7 @@ TEST(LocalityConfigTest, ReadsEveryKeyAndEndpointRegions) {
       "  measure_rtt: false\n",
       "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  const LocalityConfig& l = r.config->locality;
+  const LocalityConfig& l = r.value->locality;
   EXPECT_EQ(l.region, "us-east");
   ASSERT_EQ(l.rtt_s.size(), 3u);
   EXPECT_EQ(l.rtt_s[0].first, "eu-west");
@@ -43,7 +43,7 @@ TEST(LocalityConfigTest, ReadsEveryKeyAndEndpointRegions) {
   EXPECT_DOUBLE_EQ(l.rtt_s[1].second, 0.15);
   EXPECT_DOUBLE_EQ(l.rtt_s[2].second, 0.0);
   EXPECT_FALSE(l.measure_rtt);
-  EXPECT_EQ(r.config->pool.endpoints[1].labels.at("topology.kubernetes.io/region"), "eu-west");
+  EXPECT_EQ(r.value->pool.endpoints[1].labels.at("topology.kubernetes.io/region"), "eu-west");
 }
 
 TEST(LocalityConfigTest, ErrorsNameFileLineAndField) {

@@ -13,22 +13,22 @@ namespace kvroute::config {
 namespace {
 
 RouterConfig ParseOk(std::string_view text) {
-  ConfigResult r = ParseRouterConfig(text, "t.yaml");
+  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
   EXPECT_TRUE(r.ok()) << r.error.ToString();
-  return r.ok() ? *r.config : RouterConfig{};
+  return r.ok() ? *r.value : RouterConfig{};
 }
 
 std::string ParseErr(std::string_view text) {
-  ConfigResult r = ParseRouterConfig(text, "t.yaml");
+  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
   EXPECT_FALSE(r.ok()) << text;
   return r.error.ToString();
 }
 
 TEST(RouterConfig, SeedYamlLoadsExactly) {
   const std::string path = kvroute::test_support::SourceDir() + "/examples/seed.yaml";
-  ConfigResult r = LoadRouterConfig(path);
+  ConfigOr<RouterConfig> r = LoadRouterConfig(path);
   ASSERT_TRUE(r.ok()) << r.error.ToString();
-  const RouterConfig& c = *r.config;
+  const RouterConfig& c = *r.value;
   EXPECT_EQ(c.listen, "0.0.0.0:8080");
   EXPECT_EQ(c.listen_addr.host, "0.0.0.0");
   EXPECT_EQ(c.listen_addr.port, 8080);
@@ -400,7 +400,7 @@ TEST(RouterConfigErrors, YamlSyntax) {
 }
 
 TEST(RouterConfigErrors, MissingFile) {
-  ConfigResult r = LoadRouterConfig("/nonexistent/kvroute.yaml");
+  ConfigOr<RouterConfig> r = LoadRouterConfig("/nonexistent/kvroute.yaml");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error.ToString(), "/nonexistent/kvroute.yaml: cannot read file: No such file or directory");
 }

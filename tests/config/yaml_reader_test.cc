@@ -179,6 +179,17 @@ TEST(YamlReader, ParseYamlReturnsTheValueOrTheError) {
   EXPECT_EQ(bad.error.ToString(), "n.yaml:1: n: required");
 }
 
+TEST(YamlReader, ConfigOrStatusCarriesTheErrorText) {
+  auto load = [](std::string_view text) {
+    return ParseYaml<int>(
+        text, "n.yaml", [](const ConfigNode& r) { return static_cast<int>(r.Require("n").Int()); });
+  };
+  EXPECT_TRUE(load("n: 4\n").status().ok());
+  Status st = load("m: 4\n").status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "n.yaml:1: n: required");
+}
+
 TEST(YamlReader, MissingFile) {
   ConfigOr<std::string> r = ReadConfigFile("/nonexistent/x.yaml");
   ASSERT_FALSE(r.ok());

@@ -129,7 +129,7 @@ class EppFlowTest : public ::testing::Test {
                              ", name: r0}\nscheduling:\n  policy: round-robin\nflow:\n  enabled: " +
                              (enabled ? "true" : "false") + "\n" +
                              flow + extra;
-    config::ConfigResult c = config::ParseRouterConfig(yaml, "epp.yaml");
+    config::ConfigOr<config::RouterConfig> c = config::ParseRouterConfig(yaml, "epp.yaml");
     ASSERT_TRUE(c.ok()) << c.error.ToString() << "\n" << yaml;
     EppOptions o;
     o.host = "127.0.0.1";
@@ -137,7 +137,7 @@ class EppFlowTest : public ::testing::Test {
     o.health_port = 0;
     o.metrics_port = 0;
     o.log = false;
-    epp_ = std::make_unique<Epp>(std::move(*c.config), o);
+    epp_ = std::make_unique<Epp>(std::move(*c.value), o);
     Status st = epp_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
     stub_ = pb::ExternalProcessor::NewStub(grpc::CreateChannel(

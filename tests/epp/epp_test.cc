@@ -145,7 +145,7 @@ class EppTest : public ::testing::Test {
 
   // The picker on loopback port 0 with the configuration `yaml`, and a stub to it.
   void StartEppWith(const std::string& yaml) {
-    config::ConfigResult r = config::ParseRouterConfig(yaml, "epp.yaml");
+    config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(yaml, "epp.yaml");
     ASSERT_TRUE(r.ok()) << r.error.ToString();
     EppOptions o;
     o.host = "127.0.0.1";
@@ -153,7 +153,7 @@ class EppTest : public ::testing::Test {
     o.health_port = 0;
     o.metrics_port = 0;
     o.log = false;
-    epp_ = std::make_unique<Epp>(std::move(*r.config), o);
+    epp_ = std::make_unique<Epp>(std::move(*r.value), o);
     ASSERT_TRUE(epp_->Start().ok());
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(epp_->grpc_port()),
                                    grpc::InsecureChannelCredentials());
@@ -495,9 +495,9 @@ TEST_F(EppTest, ReloadAppliesNewSettingsToNewStreams) {
   std::string yaml = "pool:\n  scrape_interval: 50ms\n  endpoints:\n";
   for (int i = 0; i < 3; ++i) yaml += "    - 127.0.0.1:" + std::to_string(fleet_->port(i)) + "\n";
   yaml += "epp: {fallbacks: 0}\n";
-  config::ConfigResult r = config::ParseRouterConfig(yaml, "epp.yaml");
+  config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(yaml, "epp.yaml");
   ASSERT_TRUE(r.ok());
-  ASSERT_TRUE(epp_->Apply(std::move(*r.config)).ok());
+  ASSERT_TRUE(epp_->Apply(std::move(*r.value)).ok());
   dest = Pick(Run(Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("b"))));
   EXPECT_EQ(dest.find(','), std::string::npos) << dest;
 }
@@ -619,38 +619,39 @@ TEST_F(EppKubernetesTest, InferenceObjectivesSetPriorities) {
 }
 
 TEST(EppKubernetesFlags, FlagsWinOverTheFileAndAreChecked) {
-  config::ConfigResult r = config::ParseRouterConfig(
+  config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(
       "pool:\n  discovery:\n    kubernetes: {inference_pool: a, namespace: x, group: inference.networking.x-k8s.io}\n",
       "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
   config::KubernetesDiscoveryConfig flags;
   flags.group.clear();  // as epp_main: only a given flag overrides
   flags.inference_pool = "b";
-  config::RouterConfig c = *r.config;
+  config::RouterConfig c = *r.value;
   EXPECT_EQ(ApplyKubernetesFlags(flags, c), "");
   EXPECT_EQ(c.pool.kubernetes.inference_pool, "b");
   EXPECT_EQ(c.pool.kubernetes.namespace_name, "");  // another pool: not the file's namespace
   EXPECT_EQ(c.pool.kubernetes.group, "inference.networking.x-k8s.io");
   flags.namespace_name = "ns";
   flags.kubeconfig = flags.kubeconfig_path = "/k";
-  c = *r.config;
+  c = *r.value;
   EXPECT_EQ(ApplyKubernetesFlags(flags, c), "");
   EXPECT_EQ(c.pool.kubernetes.namespace_name, "ns");
   EXPECT_EQ(c.pool.kubernetes.kubeconfig_path, "/k");
 
   flags.inference_pool = "Bad_Name";
-  c = *r.config;
+  c = *r.value;
   EXPECT_EQ(ApplyKubernetesFlags(flags, c),
             "--pool-name: 'Bad_Name' is not a Kubernetes object name (lower-case letters, digits, '-' and '.')");
   flags.inference_pool = "p";
   flags.namespace_name = "a.b";
-  c = *r.config;
+  c = *r.value;
   EXPECT_EQ(ApplyKubernetesFlags(flags, c), "--pool-namespace: 'a.b' is not a Kubernetes namespace name");
 
-  config::ConfigResult with_endpoints = config::ParseRouterConfig("pool:\n  endpoints: [127.0.0.1:1]\n", "t.yaml");
+  config::ConfigOr<config::RouterConfig> with_endpoints =
+      config::ParseRouterConfig("pool:\n  endpoints: [127.0.0.1:1]\n", "t.yaml");
   ASSERT_TRUE(with_endpoints.ok());
   flags.namespace_name = "ns";
-  EXPECT_EQ(ApplyKubernetesFlags(flags, *with_endpoints.config),
+  EXPECT_EQ(ApplyKubernetesFlags(flags, *with_endpoints.value),
             "--pool-name replaces the configuration's pool.endpoints; remove them (or the flag)");
 }
 
@@ -708,10 +709,10 @@ TEST_F(EppKubernetesTest, PodTopologyLabelIsTheEndpointsRegion) {
 }
 
 TEST(EppConfigNotes, ProxyOnlyKeysAreNamed) {
-  config::ConfigResult r = config::ParseRouterConfig(
+  config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(
       "listen: 0.0.0.0:1\ntimeouts: {idle: 5s, connect: 1s}\nretries: {max_attempts: 3}\n", "t.yaml");
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(IgnoredProxyKeys(*r.config), "listen, timeouts.idle, retries.max_attempts");
+  EXPECT_EQ(IgnoredProxyKeys(*r.value), "listen, timeouts.idle, retries.max_attempts");
   EXPECT_EQ(IgnoredProxyKeys(config::RouterConfig{}), "");
 }
 

@@ -160,12 +160,12 @@ class FaultMatrix : public ::testing::TestWithParam<Case> {
         "timeouts: {connect: 200ms, first_byte: 1500ms, idle: 1s}\n"
         "retries: {max_attempts: 3}\n"
         "outlier_detection: {consecutive_failures: 3, base_ejection: 1s, max_ejection: 10s}\n";
-    config::ConfigResult cfg = config::ParseRouterConfig(yaml, "matrix.yaml");
+    config::ConfigOr<config::RouterConfig> cfg = config::ParseRouterConfig(yaml, "matrix.yaml");
     ASSERT_TRUE(cfg.ok()) << cfg.error.ToString();
     router::RouterOptions o;
     o.listen = config::HostPort{"127.0.0.1", 0};
     o.log = std::getenv("KVROUTE_FAULT_LOG") != nullptr;
-    router_ = std::make_unique<router::Router>(std::move(*cfg.config), o);
+    router_ = std::make_unique<router::Router>(std::move(*cfg.value), o);
     ASSERT_TRUE(router_->Start().ok());
     auto deadline = Clock::now() + 5s;
     while (Clock::now() < deadline &&

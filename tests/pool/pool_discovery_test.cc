@@ -56,12 +56,12 @@ class PoolDiscoveryTest : public ::testing::Test {
     fs::rename(tmp, fs::path(dir_) / name);
   }
   config::RouterConfig Config(const std::string& file = "eps.yaml") {
-    config::ConfigResult r = config::ParseRouterConfig(
+    config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(
         "pool:\n  endpoints_file: " + file + "\n  endpoints_file_poll: 10ms\n"
         "  scrape_interval: 1s\n  staleness: 2s\n",
         dir_ + "/router.yaml");
     EXPECT_TRUE(r.ok()) << r.error.ToString();
-    return *r.config;
+    return *r.value;
   }
   // Address -> id of the core's current table.
   std::map<std::string, uint32_t> Table() {
@@ -187,10 +187,10 @@ TEST_F(PoolDiscoveryTest, ApplyRereadsTheFileAndStaticEndpointsEndTheWatch) {
       << st.message();
   EXPECT_EQ(Table().size(), 1u);
 
-  config::ConfigResult r = config::ParseRouterConfig(
+  config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(
       "pool:\n  endpoints: [127.0.0.1:1, 127.0.0.1:9]\n", dir_ + "/router.yaml");
   ASSERT_TRUE(r.ok());
-  ASSERT_TRUE(pool_->Apply(*r.config).ok());
+  ASSERT_TRUE(pool_->Apply(*r.value).ok());
   EXPECT_EQ(Table().size(), 2u);
   EXPECT_EQ(Metrics(), "");
   WriteAtomically("eps.yaml", "- 127.0.0.1:5\n");

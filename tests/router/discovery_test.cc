@@ -94,13 +94,13 @@ class DiscoveryTest : public ::testing::Test {
                            "  endpoints_file_poll: " + poll + "\n"
                            "  scrape_interval: 20ms\n  staleness: 1s\n"
                            "scheduling:\n  policy: round-robin\n";
-    config::ConfigResult r = config::LoadRouterConfig(path);
+    config::ConfigOr<config::RouterConfig> r = config::LoadRouterConfig(path);
     ASSERT_TRUE(r.ok()) << r.error.ToString();
     RouterOptions o;
     o.listen = config::HostPort{"127.0.0.1", 0};
     o.log = false;
     o.config_path = path;
-    router_ = std::make_unique<Router>(std::move(*r.config), o);
+    router_ = std::make_unique<Router>(std::move(*r.value), o);
     Status st = router_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
@@ -243,13 +243,13 @@ TEST_F(DiscoveryTest, KubernetesPodDeletedStopsPicksAndItsOpenStreamFinishes) {
                          "      inference_pool: pool\n      kubeconfig: kubeconfig\n"
                          "  scrape_interval: 20ms\n  staleness: 1s\n"
                          "scheduling:\n  policy: round-robin\n";
-  config::ConfigResult r = config::LoadRouterConfig(path);
+  config::ConfigOr<config::RouterConfig> r = config::LoadRouterConfig(path);
   ASSERT_TRUE(r.ok()) << r.error.ToString();
   RouterOptions o;
   o.listen = config::HostPort{"127.0.0.1", 0};
   o.log = false;
   o.config_path = path;
-  router_ = std::make_unique<Router>(std::move(*r.config), o);
+  router_ = std::make_unique<Router>(std::move(*r.value), o);
   ASSERT_TRUE(router_->Start().ok());
   WaitFresh(3);
   EXPECT_EQ(Metric("kvroute_k8s_endpoints"), 3);

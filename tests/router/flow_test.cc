@@ -74,12 +74,12 @@ class FlowTest : public ::testing::Test {
     const std::string yaml = "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
                              "  endpoints:\n" + eps + "scheduling:\n  policy: round-robin\n"
                              "flow:\n  enabled: " + (enabled ? "true" : "false") + "\n" + flow + extra;
-    config::ConfigResult r = config::ParseRouterConfig(yaml, "test.yaml");
+    config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(yaml, "test.yaml");
     ASSERT_TRUE(r.ok()) << r.error.ToString() << "\n" << yaml;
     RouterOptions o;
     o.listen = config::HostPort{"127.0.0.1", 0};
     o.log = false;
-    router_ = std::make_unique<Router>(std::move(*r.config), o);
+    router_ = std::make_unique<Router>(std::move(*r.value), o);
     Status st = router_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
   }

@@ -70,13 +70,13 @@ class LocalityTest : public ::testing::Test {
   }
 
   void StartRouter(const std::string& yaml, std::optional<std::string> region = std::nullopt) {
-    config::ConfigResult r = config::ParseRouterConfig(yaml, "test.yaml");
+    config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(yaml, "test.yaml");
     ASSERT_TRUE(r.ok()) << r.error.ToString() << "\n" << yaml;
     RouterOptions o;
     o.listen = config::HostPort{"127.0.0.1", 0};
     o.log = false;
     o.region = std::move(region);
-    router_ = std::make_unique<Router>(std::move(*r.config), o);
+    router_ = std::make_unique<Router>(std::move(*r.value), o);
     Status st = router_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
     ASSERT_TRUE(WaitFor([&] { return MetricSum(Metrics(), "kvroute_endpoint_metrics_fresh") == 2; }));

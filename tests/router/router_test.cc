@@ -177,14 +177,14 @@ class RouterTest : public ::testing::Test {
   }
 
   void StartRouter(const std::string& yaml, const std::string& path = "") {
-    config::ConfigResult r = config::ParseRouterConfig(yaml, "test.yaml");
+    config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(yaml, "test.yaml");
     ASSERT_TRUE(r.ok()) << r.error.ToString() << "\n" << yaml;
     RouterOptions o;
     o.listen = config::HostPort{"127.0.0.1", 0};
     o.log = false;
     o.config_path = path;
     o.handle_signals = !path.empty();
-    router_ = std::make_unique<Router>(std::move(*r.config), o);
+    router_ = std::make_unique<Router>(std::move(*r.value), o);
     Status st = router_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
@@ -561,7 +561,7 @@ TEST_F(RouterTest, SighupReloadsGoodConfigAndKeepsOldOnBadOne) {
   };
   const std::string only_r0 = "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(0)) + ", name: r0}\n";
   write(Yaml(only_r0));
-  config::ConfigResult first = config::LoadRouterConfig(path);
+  config::ConfigOr<config::RouterConfig> first = config::LoadRouterConfig(path);
   ASSERT_TRUE(first.ok());
   StartRouter(Yaml(only_r0), path);
   WaitReady();
