@@ -151,9 +151,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   o.read_timeout = std::chrono::milliseconds(2000);
   o.write_timeout = std::chrono::milliseconds(2000);
   g_server = new http::Server(g_pool->contexts(), o, Handle);
-  const std::string err = g_server->Listen();
-  if (!err.empty()) {
-    std::fprintf(stderr, "listen: %s\n", err.c_str());
+  const Status st = g_server->Listen();
+  if (!st.ok()) {
+    std::fprintf(stderr, "listen: %s\n", st.message().c_str());
     std::abort();
   }
   g_port = g_server->port();

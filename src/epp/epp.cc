@@ -223,8 +223,8 @@ struct Epp::Impl {
     so.log = [this](std::string_view l) { Log(l); };
     metrics_server = std::make_unique<http::Server>(
         io->contexts(), so, [this](std::shared_ptr<http::Exchange> ex) { HandleHttp(std::move(ex)); });
-    if (std::string error = metrics_server->Listen(); !error.empty()) {
-      return Status::Unavailable("metrics: " + error);
+    if (Status st = metrics_server->Listen(); !st.ok()) {
+      return Status::Unavailable("metrics: " + st.message());
     }
     if (options.handle_signals) {
       signals = std::make_unique<asio::signal_set>(io->context(0), SIGHUP, SIGINT, SIGTERM);

@@ -806,7 +806,7 @@ Server::~Server() { StopAccepting(); }
 
 const ServerStats& Server::stats() const { return impl_->shared->stats; }
 
-std::string Server::Listen() {
+Status Server::Listen() {
   const ServerOptions& o = impl_->shared->options;
   error_code ec;
   tcp::endpoint endpoint;
@@ -816,24 +816,27 @@ std::string Server::Listen() {
   } else {
     tcp::resolver resolver(*impl_->contexts[0]);
     auto results = resolver.resolve(o.host, std::to_string(o.port), ec);
-    if (ec || results.empty()) return "cannot resolve host '" + o.host + "': " + ec.message();
+    if (ec || results.empty()) {
+      return Status::Unavailable("cannot resolve host '" + o.host + "': " + ec.message());
+    }
     endpoint = results.begin()->endpoint();
   }
   tcp::acceptor& acc = impl_->acceptor;
   acc.open(endpoint.protocol(), ec);
-  if (ec) return "open: " + ec.message();
+  if (ec) return Status::Unavailable("open: " + ec.message());
   acc.set_option(asio::socket_base::reuse_address(true), ec);
   acc.bind(endpoint, ec);
   if (ec) {
     error_code ignored;
     acc.close(ignored);
-    return "bind " + o.host + ":" + std::to_string(o.port) + ": " + ec.message();
+    return Status::Unavailable("bind " + o.host + ":" + std::to_string(o.port) + ": " +
+                               ec.message());
   }
   acc.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return "listen: " + ec.message();
+  if (ec) return Status::Unavailable("listen: " + ec.message());
   port_ = acc.local_endpoint(ec).port();
   asio::post(*impl_->contexts[0], [impl = impl_] { impl->Accept(); });
-  return {};
+  return Status::Ok();
 }
 
 void Server::StopAccepting() {

@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/status.h"
+
 namespace kvroute::http {
 
 // Spare bytes a request body is guaranteed to have allocated after its end (readable,
@@ -267,9 +269,10 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds and listens, then starts accepting on contexts[0]. Returns an empty string
-  // on success, otherwise a description of the failure. Thread: any, once.
-  std::string Listen();
+  // Binds and listens, then starts accepting on contexts[0]. Returns ok, or Unavailable
+  // with a description of the failure ("bind 0.0.0.0:8080: Address already in use").
+  // Thread: any, once.
+  Status Listen();
   // The bound port (valid after a successful Listen()).
   uint16_t port() const { return port_; }
   // Live counters; valid as long as the server. Thread: any.

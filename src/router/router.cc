@@ -206,7 +206,7 @@ struct Router::Impl {
     config::HostPort listen = cfg.listen_addr;
     if (Status st = Apply(std::move(cfg)); !st.ok()) return st;
     started_listen = listen;
-    if (std::string error = server->Listen(); !error.empty()) return Status::Unavailable(error);
+    if (Status st = server->Listen(); !st.ok()) return st;
     if (options.handle_signals) {
       signals = std::make_unique<asio::signal_set>(io->context(0), SIGHUP, SIGINT, SIGTERM);
       WaitSignal();

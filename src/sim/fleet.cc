@@ -62,9 +62,9 @@ bool Fleet::SetListening(int i, bool listen) {
   }
   if (server) return true;
   auto fresh = MakeServer(i, ports_[i]);
-  if (std::string err = fresh->Listen(); !err.empty()) {
+  if (Status st = fresh->Listen(); !st.ok()) {
     std::fprintf(stderr, "kvroute sim: %s: reopening the port after downtime: %s\n",
-                 configs_[i].name.c_str(), err.c_str());
+                 configs_[i].name.c_str(), st.message().c_str());
     return false;
   }
   server = std::move(fresh);
@@ -85,8 +85,8 @@ Fleet::~Fleet() { Stop(); }
 
 Status Fleet::Start() {
   for (std::size_t i = 0; i < servers_.size(); ++i) {
-    if (std::string err = servers_[i]->Listen(); !err.empty()) {
-      return Status::Unavailable(configs_[i].name + ": " + err);
+    if (Status st = servers_[i]->Listen(); !st.ok()) {
+      return Status::Unavailable(configs_[i].name + ": " + st.message());
     }
     ports_[i] = servers_[i]->port();
   }

@@ -49,7 +49,7 @@ class StubServer {
     server_ = std::make_unique<http::Server>(
         pool_.contexts(), http::ServerOptions{},
         [this](std::shared_ptr<http::Exchange> ex) { ex->Respond(200, body_, type_); });
-    EXPECT_EQ(server_->Listen(), "");
+    EXPECT_EQ(server_->Listen().ToString(), "OK");
   }
   ~StubServer() {
     server_->StopAccepting();

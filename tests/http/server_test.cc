@@ -35,7 +35,7 @@ class TestServer {
  public:
   TestServer(Handler handler, ServerOptions options = {}, int threads = 1) : pool_(threads) {
     server_ = std::make_unique<Server>(pool_.contexts(), std::move(options), std::move(handler));
-    error_ = server_->Listen();
+    listen_ = server_->Listen();
     pool_.Start();
   }
   ~TestServer() {
@@ -45,13 +45,13 @@ class TestServer {
   }
   uint16_t port() const { return server_->port(); }
   const ServerStats& stats() const { return server_->stats(); }
-  const std::string& error() const { return error_; }
+  const Status& listen_status() const { return listen_; }
   IoPool& pool() { return pool_; }
 
  private:
   IoPool pool_;
   std::unique_ptr<Server> server_;
-  std::string error_;
+  Status listen_;
 };
 
 // Answers 200 with "<method> <target> <body>".
@@ -63,7 +63,7 @@ void Echo(std::shared_ptr<Exchange> ex) {
 
 TEST(ServerTest, BindsPortZeroAndAnswers) {
   TestServer s(Echo);
-  ASSERT_EQ(s.error(), "");
+  ASSERT_EQ(s.listen_status().ToString(), "OK");
   ASSERT_NE(s.port(), 0);
   auto r = Fetch("127.0.0.1", s.port(), "POST", "/x", "hello");
   ASSERT_TRUE(r.has_value());

@@ -34,7 +34,7 @@ class ClientTest : public ::testing::Test {
     client_pool_.Start();
     server_ = std::make_unique<Server>(server_pool_.contexts(), ServerOptions{},
                                        [this](std::shared_ptr<Exchange> ex) { Handle(ex); });
-    ASSERT_EQ(server_->Listen(), "");
+    ASSERT_EQ(server_->Listen().ToString(), "OK");
     client_ = std::make_unique<UpstreamClient>(client_pool_.context(0));
   }
   void TearDown() override {
@@ -211,7 +211,7 @@ TEST_F(ClientTest, PooledConnectionClosedByPeerIsNotReused) {
   ServerOptions o;
   o.keepalive_idle = 100ms;  // closes idle keep-alive connections quickly
   Server quick(server_pool_.contexts(), o, [this](std::shared_ptr<Exchange> ex) { Handle(ex); });
-  ASSERT_EQ(quick.Listen(), "");
+  ASSERT_EQ(quick.Listen().ToString(), "OK");
   ASSERT_TRUE(Run(quick.port(), "/full").result.ok());
   std::this_thread::sleep_for(400ms);  // the server closes the pooled connection meanwhile
   Outcome b = Run(quick.port(), "/full");

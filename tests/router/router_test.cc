@@ -83,7 +83,7 @@ class StubUpstream {
     pool_.Start();
     server_ = std::make_unique<http::Server>(pool_.contexts(), http::ServerOptions{},
                                              [this](std::shared_ptr<http::Exchange> ex) { Handle(ex); });
-    EXPECT_EQ(server_->Listen(), "");
+    EXPECT_EQ(server_->Listen().ToString(), "OK");
   }
   ~StubUpstream() {
     server_->StopAccepting();

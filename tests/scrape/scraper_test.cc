@@ -51,7 +51,7 @@ class MetricsServer {
     pool_.Start();
     server_ = std::make_unique<http::Server>(pool_.contexts(), http::ServerOptions{},
                                              [this](std::shared_ptr<http::Exchange> ex) { Handle(ex); });
-    EXPECT_EQ(server_->Listen(), "");
+    EXPECT_EQ(server_->Listen().ToString(), "OK");
   }
   ~MetricsServer() {
     server_->StopAccepting();
