@@ -94,13 +94,15 @@ std::string IgnoredProxyKeys(const config::RouterConfig& c) {
   return out;
 }
 
-std::string ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags, config::RouterConfig& c) {
-  if (!flags.enabled()) return "";
+Status ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags, config::RouterConfig& c) {
+  if (!flags.enabled()) return Status::Ok();
   if (!c.pool.endpoints.empty()) {
-    return "--pool-name replaces the configuration's pool.endpoints; remove them (or the flag)";
+    return Status::InvalidArgument(
+        "--pool-name replaces the configuration's pool.endpoints; remove them (or the flag)");
   }
   if (!c.pool.endpoints_file.empty()) {
-    return "--pool-name replaces the configuration's pool.endpoints_file; remove it (or the flag)";
+    return Status::InvalidArgument(
+        "--pool-name replaces the configuration's pool.endpoints_file; remove it (or the flag)");
   }
   config::KubernetesDiscoveryConfig& k = c.pool.kubernetes;
   const bool same_pool = k.inference_pool == flags.inference_pool;
@@ -114,11 +116,14 @@ std::string ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags,
   }
   if (!flags.context.empty()) k.context = flags.context;
   std::string e = config::CheckKubernetesDiscovery(k);
+  if (e.empty()) return Status::Ok();
   for (auto [field, flag] : {std::pair{"inference_pool: ", "--pool-name: "}, std::pair{"namespace: ", "--pool-namespace: "},
                              std::pair{"group: ", "--pool-group: "}}) {
-    if (e.rfind(field, 0) == 0) return flag + e.substr(std::string_view(field).size());
+    if (e.rfind(field, 0) == 0) {
+      return Status::InvalidArgument(flag + e.substr(std::string_view(field).size()));
+    }
   }
-  return e;
+  return Status::InvalidArgument(e);
 }
 
 struct Epp::Impl {
@@ -129,9 +134,7 @@ struct Epp::Impl {
   }
 
   Status Apply(config::RouterConfig cfg) {
-    if (std::string e = ApplyKubernetesFlags(options.kubernetes, cfg); !e.empty()) {
-      return Status::InvalidArgument(e);
-    }
+    if (Status st = ApplyKubernetesFlags(options.kubernetes, cfg); !st.ok()) return st;
     if (options.region) cfg.locality.region = *options.region;
     Status st = pool->Apply(cfg);
     if (!st.ok()) return st;

@@ -54,8 +54,8 @@ struct EppOptions {
 
 // `config` with the command line's Kubernetes discovery applied (when flags.enabled()):
 // the flags' fields win over pool.discovery.kubernetes; static or file endpoints in the
-// file are an error naming the key. Returns "" or the error.
-std::string ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags, config::RouterConfig& config);
+// file are an error naming the key. Returns ok, or InvalidArgument with that error.
+Status ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags, config::RouterConfig& config);
 
 class Epp {
  public:

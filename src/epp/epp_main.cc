@@ -165,8 +165,8 @@ int EppMain(int argc, char** argv) {
       return 2;
     }
   }
-  if (std::string e = ApplyKubernetesFlags(k8s, *loaded.value); !e.empty()) {
-    std::fprintf(stderr, "kvroute epp: %s\n", e.c_str());
+  if (Status st = ApplyKubernetesFlags(k8s, *loaded.value); !st.ok()) {
+    std::fprintf(stderr, "kvroute epp: %s\n", st.message().c_str());
     return 2;
   }
   if (check) {

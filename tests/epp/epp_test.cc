@@ -627,31 +627,32 @@ TEST(EppKubernetesFlags, FlagsWinOverTheFileAndAreChecked) {
   flags.group.clear();  // as epp_main: only a given flag overrides
   flags.inference_pool = "b";
   config::RouterConfig c = *r.value;
-  EXPECT_EQ(ApplyKubernetesFlags(flags, c), "");
+  EXPECT_EQ(ApplyKubernetesFlags(flags, c).ToString(), "OK");
   EXPECT_EQ(c.pool.kubernetes.inference_pool, "b");
   EXPECT_EQ(c.pool.kubernetes.namespace_name, "");  // another pool: not the file's namespace
   EXPECT_EQ(c.pool.kubernetes.group, "inference.networking.x-k8s.io");
   flags.namespace_name = "ns";
   flags.kubeconfig = flags.kubeconfig_path = "/k";
   c = *r.value;
-  EXPECT_EQ(ApplyKubernetesFlags(flags, c), "");
+  EXPECT_EQ(ApplyKubernetesFlags(flags, c).ToString(), "OK");
   EXPECT_EQ(c.pool.kubernetes.namespace_name, "ns");
   EXPECT_EQ(c.pool.kubernetes.kubeconfig_path, "/k");
 
   flags.inference_pool = "Bad_Name";
   c = *r.value;
-  EXPECT_EQ(ApplyKubernetesFlags(flags, c),
+  EXPECT_EQ(ApplyKubernetesFlags(flags, c).message(),
             "--pool-name: 'Bad_Name' is not a Kubernetes object name (lower-case letters, digits, '-' and '.')");
   flags.inference_pool = "p";
   flags.namespace_name = "a.b";
   c = *r.value;
-  EXPECT_EQ(ApplyKubernetesFlags(flags, c), "--pool-namespace: 'a.b' is not a Kubernetes namespace name");
+  EXPECT_EQ(ApplyKubernetesFlags(flags, c).message(),
+            "--pool-namespace: 'a.b' is not a Kubernetes namespace name");
 
   config::ConfigOr<config::RouterConfig> with_endpoints =
       config::ParseRouterConfig("pool:\n  endpoints: [127.0.0.1:1]\n", "t.yaml");
   ASSERT_TRUE(with_endpoints.ok());
   flags.namespace_name = "ns";
-  EXPECT_EQ(ApplyKubernetesFlags(flags, *with_endpoints.value),
+  EXPECT_EQ(ApplyKubernetesFlags(flags, *with_endpoints.value).message(),
             "--pool-name replaces the configuration's pool.endpoints; remove them (or the flag)");
 }
 
