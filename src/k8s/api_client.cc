@@ -38,6 +38,21 @@ std::string_view ApiErrorName(ApiError e) {
   return "unknown";
 }
 
+StatusCode ApiErrorCode(ApiError e) {
+  switch (e) {
+    case ApiError::kNone: return StatusCode::kOk;
+    case ApiError::kTimeout: return StatusCode::kDeadlineExceeded;
+    case ApiError::kUnauthorized:
+    case ApiError::kGone: return StatusCode::kFailedPrecondition;
+    case ApiError::kConnect:
+    case ApiError::kTls:
+    case ApiError::kHttpStatus:
+    case ApiError::kProtocol:
+    case ApiError::kCancelled: return StatusCode::kUnavailable;
+  }
+  return StatusCode::kUnavailable;
+}
+
 struct ApiClient::Impl {
   Impl(net::io_context& c, ClusterAccess a, ApiClientOptions o)
       : ctx(c), access(std::move(a)), options(o), tls(ssl::context::tls_client) {
@@ -299,9 +314,9 @@ struct ApiRequest::Session : std::enable_shared_from_this<ApiRequest::Session> {
     beast::get_lowest_layer(stream).socket().close(ignored);
     ApiResult r;
     r.error = error;
-    r.status = status;
+    r.http_status = status;
     r.body = std::move(body);
-    if (error != ApiError::kNone) r.message = Where() + ": " + why;
+    if (error != ApiError::kNone) r.status = Status(ApiErrorCode(error), Where() + ": " + why);
     auto cb = watch ? std::move(wcb.on_done) : std::move(on_done);
     wcb = {};
     if (cb) cb(std::move(r));

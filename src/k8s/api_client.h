@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/common/status.h"
 #include "k8s/backoff.h"
 #include "k8s/kubeconfig.h"
 
@@ -49,6 +50,11 @@ inline constexpr size_t kApiErrorKinds = 9;
 // "cancelled" (metric labels).
 std::string_view ApiErrorName(ApiError e);
 
+// The StatusCode a failure of kind `e` is reported with: kOk for kNone, kDeadlineExceeded
+// for kTimeout, kFailedPrecondition for kUnauthorized and kGone (the credentials or the
+// resourceVersion must change first), kUnavailable for the others.
+StatusCode ApiErrorCode(ApiError e);
+
 struct ApiClientOptions {
   std::chrono::milliseconds connect_timeout{5000};  // resolve + TCP connect, then TLS handshake
   std::chrono::milliseconds request_timeout{30000};  // a GET, from sending to the last byte
@@ -61,9 +67,11 @@ struct ApiClientOptions {
 
 struct ApiResult {
   ApiError error = ApiError::kNone;
-  int status = 0;       // the HTTP status, 0 when no response head arrived
-  std::string body;     // a GET's body; for a non-2xx response, its (Status) body
-  std::string message;  // "" on success; else e.g. "GET /api/v1/...: HTTP 401: Unauthorized"
+  int http_status = 0;  // 0 when no response head arrived
+  std::string body;     // a GET's body; for a non-2xx response, its (Kubernetes Status) body
+  // Ok on success; else ApiErrorCode(error) and a message naming what failed and where,
+  // e.g. "GET /api/v1/...: HTTP 401: Unauthorized".
+  Status status;
   bool ok() const { return error == ApiError::kNone; }
 };
 

@@ -76,8 +76,8 @@ struct ListWatch::State : std::enable_shared_from_this<ListWatch::State> {
       // a relist repairs the state).
       ApiResult bad;
       bad.error = ApiError::kProtocol;
-      bad.status = 200;
-      bad.message = st.message();
+      bad.http_status = 200;
+      bad.status = st;
       if (self->callbacks.on_failure) {
         self->callbacks.on_failure(ListWatchPhase::kWatch, bad, std::chrono::milliseconds(0));
       }
@@ -102,12 +102,12 @@ struct ListWatch::State : std::enable_shared_from_this<ListWatch::State> {
       }
       ApiResult bad;
       bad.error = ApiError::kProtocol;
-      bad.status = 200;
-      bad.message = st.message();
+      bad.http_status = 200;
+      bad.status = st;
       Fail(ListWatchPhase::kList, bad, backoff.OnFailure(std::chrono::steady_clock::now()));
       return;
     }
-    if (r.status == 404 && callbacks.on_missing && callbacks.on_missing(r)) {
+    if (r.http_status == 404 && callbacks.on_missing && callbacks.on_missing(r)) {
       backoff.Reset();
       Fail(ListWatchPhase::kList, r, options.missing_retry);
       return;

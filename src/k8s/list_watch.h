@@ -58,7 +58,8 @@ class ListWatch {
     // The watch is established (response head 200).
     std::function<void()> on_watch_open;
     // A failed attempt (not a clean end of a watch, not Stop), with the delay before the
-    // next one: for the log line and the failure metric.
+    // next one: for the log line and the failure metric. An error of on_list or on_line
+    // arrives as kProtocol with http_status 200 and that error as its status.
     std::function<void(ListWatchPhase phase, const ApiResult& result,
                        std::chrono::milliseconds next_delay)>
         on_failure;

@@ -361,11 +361,12 @@ struct KubernetesDiscovery::Impl : std::enable_shared_from_this<KubernetesDiscov
     if (res.error == k8s::ApiError::kGone) {
       force_relist[r] = true;
       // An ERROR event line was counted by OnLine; a 410 response head is counted here.
-      if (res.status == 410) Gone(r, phase);
+      if (res.http_status == 410) Gone(r, phase);
       return;
     }
-    std::string line = what + (res.message.empty() ? std::string(k8s::ApiErrorName(res.error)) : res.message);
-    if (res.status == 404 && r != kPodsRes) {
+    const std::string& message = res.status.message();
+    std::string line = what + (message.empty() ? std::string(k8s::ApiErrorName(res.error)) : message);
+    if (res.http_status == 404 && r != kPodsRes) {
       // Handled by OnMissing: said once per episode, not per retry.
       if (!missing_logged[r]) Log(line + " (the resource is not installed); checking again every " + FormatDelay(delay));
       missing_logged[r] = true;

@@ -74,8 +74,9 @@ TEST_F(ApiClientTest, ListsPodsOverVerifiedTls) {
   ApiClient client(ctx_, Access(server));
   ASSERT_EQ(client.init_error(), "");
   auto r = GetOnce(client, kPods);
-  ASSERT_TRUE(r && r->ok()) << (r ? r->message : "no result");
-  EXPECT_EQ(r->status, 200);
+  ASSERT_TRUE(r && r->ok()) << (r ? r->status.message() : "no result");
+  EXPECT_EQ(r->http_status, 200);
+  EXPECT_TRUE(r->status.ok());
   EXPECT_NE(r->body.find("\"kind\":\"PodList\""), std::string::npos);
   EXPECT_NE(r->body.find("\"metadata\":{\"resourceVersion\":\"4\"}"), std::string::npos);
   EXPECT_NE(r->body.find("vllm-1"), std::string::npos);
@@ -109,7 +110,7 @@ TEST_F(ApiClientTest, WatchDeliversLinesAsTheyArrive) {
   EXPECT_NE(lines[2].find("\"resourceVersion\":\"3\""), std::string::npos);
   server.DropWatches();  // the server's watch timeout: a clean end
   ASSERT_TRUE(RunUntil([&] { return done.has_value(); }));
-  EXPECT_TRUE(done->ok()) << done->message;
+  EXPECT_TRUE(done->ok()) << done->status.message();
   EXPECT_EQ(client.stats().watch_lines, 3u);
 }
 
@@ -139,7 +140,7 @@ TEST_F(ApiClientTest, GoneEventEndsTheWatchAsGone) {
   client.Watch(WatchTarget(1), {nullptr, [&](std::string_view l) { lines.emplace_back(l); },
                                 [&](ApiResult&& r) { done = std::move(r); }});
   ASSERT_TRUE(RunUntil([&] { return done.has_value(); }));
-  EXPECT_EQ(done->error, ApiError::kGone) << done->message;
+  EXPECT_EQ(done->error, ApiError::kGone) << done->status.message();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("\"code\":410"), std::string::npos);  // the owner relists
   EXPECT_EQ(client.stats().failures_of(ApiError::kGone), 1u);
@@ -154,7 +155,8 @@ TEST_F(ApiClientTest, WrongCaFailsVerification) {
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->error, ApiError::kTls);
-  EXPECT_NE(r->message.find("certificate verify failed"), std::string::npos) << r->message;
+  EXPECT_NE(r->status.message().find("certificate verify failed"), std::string::npos)
+      << r->status.message();
   EXPECT_EQ(client.stats().failures_of(ApiError::kTls), 1u);
   EXPECT_TRUE(server.targets().empty());  // no request was sent
 }
@@ -166,7 +168,7 @@ TEST_F(ApiClientTest, NameMismatchFailsVerification) {
   ApiClient client(ctx_, a);
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->error, ApiError::kTls) << r->message;
+  EXPECT_EQ(r->error, ApiError::kTls) << r->status.message();
 }
 
 TEST_F(ApiClientTest, WrongTokenIs401WithAClearMessage) {
@@ -175,9 +177,10 @@ TEST_F(ApiClientTest, WrongTokenIs401WithAClearMessage) {
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->error, ApiError::kUnauthorized);
-  EXPECT_EQ(r->status, 401);
-  EXPECT_EQ(r->message, "GET 127.0.0.1:" + std::to_string(server.port()) + kPods +
-                            ": HTTP 401: Unauthorized");
+  EXPECT_EQ(r->http_status, 401);
+  EXPECT_EQ(r->status.message(), "GET 127.0.0.1:" + std::to_string(server.port()) + kPods +
+                                     ": HTTP 401: Unauthorized");
+  EXPECT_EQ(r->status.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(client.stats().failures_of(ApiError::kUnauthorized), 1u);
 }
 
@@ -195,7 +198,7 @@ TEST_F(ApiClientTest, RotatedTokenFileIsUsedOnTheNextRequest) {
   std::ofstream(path, std::ios::trunc) << "test-token\n";
   auto r2 = GetOnce(client, kPods);
   ASSERT_TRUE(r2);
-  EXPECT_TRUE(r2->ok()) << r2->message;
+  EXPECT_TRUE(r2->ok()) << r2->status.message();
   std::filesystem::remove(path);
 }
 
@@ -217,7 +220,7 @@ TEST_F(ApiClientTest, ClientCertificateIsPresented) {
   ASSERT_EQ(client.init_error(), "");
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r);
-  EXPECT_TRUE(r->ok()) << r->message;
+  EXPECT_TRUE(r->ok()) << r->status.message();
 }
 
 TEST_F(ApiClientTest, NothingListeningIsAConnectError) {
@@ -231,7 +234,8 @@ TEST_F(ApiClientTest, NothingListeningIsAConnectError) {
   ApiClient client(ctx_, a);
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->error, ApiError::kConnect) << r->message;
+  EXPECT_EQ(r->error, ApiError::kConnect) << r->status.message();
+  EXPECT_EQ(r->status.code(), StatusCode::kUnavailable);
   EXPECT_EQ(client.stats().failures_of(ApiError::kConnect), 1u);
 }
 

@@ -162,7 +162,7 @@ TEST_F(FakeApiServerTest, ListFiltersByLabelAndFieldSelectors) {
   Client(server);
   auto names = [&](const std::string& query) {
     ApiResult r = Get(std::string(kPods) + query);
-    EXPECT_TRUE(r.ok()) << r.message;
+    EXPECT_TRUE(r.ok()) << r.status.message();
     return Parse(r.body).names;
   };
   using V = std::vector<std::string>;
@@ -182,9 +182,9 @@ TEST_F(FakeApiServerTest, ListFiltersByLabelAndFieldSelectors) {
   EXPECT_EQ(list.list_rv, std::to_string(rv));  // one counter for every collection
 
   ApiResult bad = Get(std::string(kPods) + "?labelSelector=app%20in%20vllm");
-  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.http_status, 400);
   EXPECT_EQ(Parse(bad.body).reason, "BadRequest");
-  EXPECT_EQ(Get(std::string(kPods) + "?fieldSelector=spec.nodeName%3Dn").status, 400);
+  EXPECT_EQ(Get(std::string(kPods) + "?fieldSelector=spec.nodeName%3Dn").http_status, 400);
 }
 
 TEST_F(FakeApiServerTest, PutStoresTheServersResourceVersionAndNamespace) {
@@ -195,7 +195,7 @@ TEST_F(FakeApiServerTest, PutStoresTheServersResourceVersionAndNamespace) {
   EXPECT_EQ(rv, 2);
   Client(server);
   ApiResult r = Get(std::string(kPods) + "/a");
-  ASSERT_TRUE(r.ok()) << r.message;
+  ASSERT_TRUE(r.ok()) << r.status.message();
   EXPECT_EQ(r.body,
             "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"a\","
             "\"namespace\":\"ns\",\"resourceVersion\":\"2\"},\"status\":{\"podIP\":\"10.0.0.7\"}}");
@@ -214,7 +214,7 @@ TEST_F(FakeApiServerTest, GetOfAMissingObjectIs404NotFound) {
   Client(server);
   EXPECT_TRUE(Get(std::string(kPods) + "/a").ok());
   ApiResult r = Get(std::string(kPods) + "/b");
-  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.http_status, 404);
   Parsed p = Parse(r.body);
   EXPECT_EQ(p.kind, "Status");
   EXPECT_EQ(p.reason, "NotFound");
@@ -230,7 +230,7 @@ TEST_F(FakeApiServerTest, CustomResourcesAre404UntilTheCrdIsInstalled) {
   for (std::string target : {std::string(kPoolsV1), std::string(kPoolsV1) + "/p",
                              std::string(kPoolsV1) + "?watch=1&resourceVersion=1"}) {
     ApiResult r = Get(target);
-    EXPECT_EQ(r.status, 404) << target;
+    EXPECT_EQ(r.http_status, 404) << target;
     EXPECT_EQ(Parse(r.body).kind, "Status");
     EXPECT_EQ(Parse(r.body).reason, "NotFound");
   }
@@ -242,7 +242,7 @@ TEST_F(FakeApiServerTest, CustomResourcesAre404UntilTheCrdIsInstalled) {
   server.Put(kObjectives, FakeApiServer::ObjectiveJson("llm-d.ai/v1alpha2", "chat", "p", 5));
 
   ApiResult list = Get(kPoolsV1);
-  ASSERT_TRUE(list.ok()) << list.message;
+  ASSERT_TRUE(list.ok()) << list.status.message();
   Parsed p = Parse(list.body);
   EXPECT_EQ(p.kind, "InferencePoolList");
   EXPECT_EQ(p.api_version, "inference.networking.k8s.io/v1");
@@ -256,7 +256,7 @@ TEST_F(FakeApiServerTest, CustomResourcesAre404UntilTheCrdIsInstalled) {
   ApiResult one = Get(std::string(kPoolsV1) + "/p");
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(Parse(one.body).kind, "InferencePool");
-  EXPECT_EQ(Get(std::string(kPoolsV1) + "/missing").status, 404);
+  EXPECT_EQ(Get(std::string(kPoolsV1) + "/missing").http_status, 404);
 }
 
 TEST_F(FakeApiServerTest, WatchSendsTheCollectionsEventsThatPassTheSelectors) {
@@ -329,7 +329,7 @@ TEST_F(FakeApiServerTest, CompactAndDropEndWatchesAsTheRealServerDoes) {
   auto w = Watch(server, std::string(kPods) + "?watch=1&resourceVersion=2", lines, &done);
   server.DropWatches();
   ASSERT_TRUE(RunUntil([&] { return done.has_value(); }));
-  EXPECT_TRUE(done->ok()) << done->message;
+  EXPECT_TRUE(done->ok()) << done->status.message();
   done.reset();
   auto w2 = Watch(server, std::string(kPods) + "?watch=1&resourceVersion=2", lines, &done);
   server.Compact();
@@ -349,7 +349,7 @@ TEST_F(FakeApiServerTest, CompactAndDropEndWatchesAsTheRealServerDoes) {
   client_->Watch(std::string(kPods) + "?watch=1&timeoutSeconds=1",
                  {nullptr, nullptr, [&](ApiResult&& r) { done = std::move(r); }});
   ASSERT_TRUE(RunUntil([&] { return done.has_value(); }, 3000ms));
-  EXPECT_TRUE(done->ok()) << done->message;
+  EXPECT_TRUE(done->ok()) << done->status.message();
 }
 
 TEST_F(FakeApiServerTest, FailNextAnswersTheStatusThenRecovers) {
@@ -357,17 +357,17 @@ TEST_F(FakeApiServerTest, FailNextAnswersTheStatusThenRecovers) {
   Client(server);
   server.FailNext(503, 2);
   ApiResult r1 = Get(kPods);
-  EXPECT_EQ(r1.status, 503);
+  EXPECT_EQ(r1.http_status, 503);
   EXPECT_EQ(Parse(r1.body).reason, "ServiceUnavailable");
   std::optional<ApiResult> done;
   client_->Watch(std::string(kPods) + "?watch=1",
                  {nullptr, nullptr, [&](ApiResult&& r) { done = std::move(r); }});
   ASSERT_TRUE(RunUntil([&] { return done.has_value(); }));
-  EXPECT_EQ(done->status, 503);
+  EXPECT_EQ(done->http_status, 503);
   EXPECT_TRUE(Get(kPods).ok());
   server.FailNext(500);
   ApiResult r3 = Get(kPods);
-  EXPECT_EQ(r3.status, 500);
+  EXPECT_EQ(r3.http_status, 500);
   EXPECT_EQ(Parse(r3.body).reason, "InternalError");
   EXPECT_TRUE(Get(kPods).ok());
 }
@@ -420,7 +420,7 @@ TEST_F(FakeApiServerTest, ItsKubeconfigLoads) {
   EXPECT_EQ(access.value->ca_pem, server.pki().ca_pem);
   client_.emplace(ctx_, *access.value);
   ApiResult r = Get(kPods);
-  ASSERT_TRUE(r.ok()) << r.message;
+  ASSERT_TRUE(r.ok()) << r.status.message();
   EXPECT_EQ(Parse(r.body).names, std::vector<std::string>{"a"});
 }
 
@@ -525,9 +525,9 @@ TEST_F(FakeApiServerBinaryTest, ServesWhatItIsToldThroughItsKubeconfig) {
   EXPECT_EQ(Parse(lines[1]).type, "BOOKMARK");
   EXPECT_EQ(Command("drop"), "ok 4");
   ASSERT_TRUE(RunUntil([&] { return done.has_value(); }));
-  EXPECT_TRUE(done->ok()) << done->message;
+  EXPECT_TRUE(done->ok()) << done->status.message();
   EXPECT_EQ(Command("fail 500"), "ok 4");
-  EXPECT_EQ(Get(kPods).status, 500);
+  EXPECT_EQ(Get(kPods).http_status, 500);
   EXPECT_EQ(Command("fail 503 x"), "error usage: fail <status 100-599> [count]");
   EXPECT_EQ(Command("compact"), "ok 4");
   EXPECT_TRUE(Get(kPods).ok());
@@ -568,7 +568,7 @@ TEST_F(FakeApiServerBinaryTest, CaFileAndFixedPortSurviveARestart) {
   ASSERT_EQ(ReadLine(), "ready " + port);
   client_.emplace(ctx_, *first.value);  // the first run's CA and address
   ApiResult r = Get(kPods);
-  EXPECT_TRUE(r.ok()) << r.message;
+  EXPECT_TRUE(r.ok()) << r.status.message();
   std::filesystem::remove(ca);
 }
 
