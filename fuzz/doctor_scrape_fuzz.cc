@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/doctor/doctor.h"
+#include "doctor/diagnosis/doctor.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzzes the ext_proc exchange (core/extproc/exchange.h) with arbitrary ProcessingRequest
+// Fuzzes the ext_proc exchange (epp/extproc/exchange.h) with arbitrary ProcessingRequest
 // sequences. Input: one settings byte, then records of [u16 little-endian length][that many
 // bytes of a serialized ProcessingRequest] (records that do not parse are skipped). The
 // exchange runs over a real routing core of three scraped endpoints. Checks: no crash; at
@@ -11,7 +11,7 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-#include "core/extproc/exchange.h"
+#include "epp/extproc/exchange.h"
 #include "fuzz_check.h"
 
 namespace {

@@ -15,7 +15,7 @@ PACKAGES=(
   libssl-dev                # TLS to the Kubernetes API server (src/k8s)
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev          # Google Benchmark micro-benchmarks
-  # `kvroute epp` (gRPC ext_proc picker): stubs generated at build time from proto/
+  # `kvroute epp` (gRPC ext_proc picker): stubs generated at build time from src/epp/proto/
   libgrpc++-dev             # gRPC C++ (callback API, DefaultHealthCheckService)
   libprotobuf-dev           # protobuf runtime and well-known types (google/protobuf/struct.proto)
   protobuf-compiler         # protoc

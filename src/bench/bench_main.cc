@@ -14,7 +14,7 @@
 #include "bench/options.h"
 #include "bench/output.h"
 #include "config/scenario_config.h"
-#include "core/report/writers.h"
+#include "simkit/report/writers.h"
 
 namespace kvroute::bench {
 namespace {

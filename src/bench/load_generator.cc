@@ -14,7 +14,7 @@
 #include "bench/request_body.h"
 #include "bench/sse.h"
 #include "core/engine/engine.h"
-#include "core/workload/oracle.h"
+#include "simkit/workload/oracle.h"
 #include "http/client.h"
 #include "scrape/scraper.h"
 

@@ -1,5 +1,5 @@
 // `kvroute bench`'s engine: an open-loop load generator for any OpenAI-compatible
-// endpoint. Requests come from core/workload (arrival times fixed in advance, so a slow
+// endpoint. Requests come from simkit/workload (arrival times fixed in advance, so a slow
 // server does not slow the offered load), are sent as streaming requests over keep-alive
 // connections, and are measured per token. Every replica's /metrics is read before, during
 // and after the run for the engine-side view (prefix-cache hits, KV usage, waiting,
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "bench/options.h"
-#include "core/report/summary.h"
-#include "core/workload/arrivals.h"
-#include "core/workload/workload.h"
+#include "simkit/report/summary.h"
+#include "simkit/workload/arrivals.h"
+#include "simkit/workload/workload.h"
 #include "core/metrics/engine_metrics.h"
 
 namespace kvroute::bench {

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/report/summary.h"
-#include "core/workload/arrivals.h"
-#include "core/workload/distribution.h"
+#include "simkit/report/summary.h"
+#include "simkit/workload/arrivals.h"
+#include "simkit/workload/distribution.h"
 
 namespace kvroute::bench {
 

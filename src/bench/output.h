@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "bench/load_generator.h"
-#include "core/report/writers.h"
+#include "simkit/report/writers.h"
 
 namespace kvroute::bench {
 

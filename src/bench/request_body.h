@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/workload/workload.h"
+#include "simkit/workload/workload.h"
 
 namespace kvroute::bench {
 

@@ -24,7 +24,7 @@
 //     step: {base_us: 5753, per_prefill_token_us: 17.25, per_decode_seq_us: 6.0,
 //            per_context_token_us: 0.05}   # the step-time model, microseconds
 //     labels: {region: us-east}           # merged by key across the levels
-//     faults:                 # fault schedule (core/fault/fault.h, docs/FAULTS.md):
+//     faults:                 # fault schedule (simkit/fault/fault.h, docs/FAULTS.md):
 //       - {kind: http_error, at: 10s, duration: 5s, status: 503}   # at: default 0;
 //       - {kind: slow, at: 30s, factor: 3}   # no duration: until the run ends
 //                             # defaults' faults come first, then the replica's own
@@ -45,7 +45,7 @@
 #include "config/yaml_reader.h"
 #include "core/common/status.h"
 #include "core/engine/engine.h"
-#include "core/fault/fault.h"
+#include "simkit/fault/fault.h"
 
 namespace kvroute::config {
 

@@ -12,7 +12,7 @@
 #include <memory>
 #include <sstream>
 
-#include "core/workload/trace.h"
+#include "simkit/workload/trace.h"
 
 namespace kvroute::config {
 namespace {

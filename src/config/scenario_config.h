@@ -89,11 +89,11 @@
 
 #include "config/yaml_reader.h"
 #include "core/engine/engine.h"
-#include "core/fault/fault.h"
+#include "simkit/fault/fault.h"
 #include "core/flow/flow_queue.h"
-#include "core/report/summary.h"
-#include "core/workload/arrivals.h"
-#include "core/workload/workload.h"
+#include "simkit/report/summary.h"
+#include "simkit/workload/arrivals.h"
+#include "simkit/workload/workload.h"
 
 namespace kvroute::config {
 

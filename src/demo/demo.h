@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "bench/load_generator.h"
-#include "core/report/scaling.h"
-#include "core/report/writers.h"
+#include "simkit/report/scaling.h"
+#include "simkit/report/writers.h"
 #include "demo/scaling.h"
 
 namespace kvroute::demo {

@@ -1,6 +1,6 @@
 #include "demo/diagnose.h"
 
-#include "core/doctor/doctor.h"
+#include "doctor/diagnosis/doctor.h"
 #include "doctor/collect.h"
 
 namespace kvroute::demo {

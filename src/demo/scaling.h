@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "config/scenario_config.h"
-#include "core/report/scaling.h"
+#include "simkit/report/scaling.h"
 
 namespace kvroute::demo {
 

@@ -1,6 +1,6 @@
 // `kvroute doctor`'s I/O half: scrapes each replica's /metrics over HTTP on a fixed
 // interval for a window and hands the bodies, with their times, to the pure diagnosis
-// (core/doctor). Used by the `kvroute doctor` command and by `kvroute demo`.
+// (doctor/diagnosis). Used by the `kvroute doctor` command and by `kvroute demo`.
 #pragma once
 
 #include <atomic>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/doctor/doctor.h"
+#include "doctor/diagnosis/doctor.h"
 
 namespace kvroute::doctor {
 

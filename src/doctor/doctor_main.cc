@@ -18,7 +18,7 @@
 #include "config/endpoints_file.h"
 #include "config/router_config.h"
 #include "config/yaml_reader.h"
-#include "core/doctor/doctor.h"
+#include "doctor/diagnosis/doctor.h"
 #include "k8s/kubeconfig.h"
 #include "pool/kubernetes_discovery.h"
 

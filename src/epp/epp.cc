@@ -223,6 +223,7 @@ struct Epp::Impl {
     http::ServerOptions so;
     so.host = options.host;
     so.port = options.metrics_port;
+    so.error_body = api::ErrorBodyFor;
     so.log = [this](std::string_view l) { Log(l); };
     metrics_server = std::make_unique<http::Server>(
         io->contexts(), so, [this](std::shared_ptr<http::Exchange> ex) { HandleHttp(std::move(ex)); });

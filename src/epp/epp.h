@@ -29,8 +29,8 @@
 
 #include "config/router_config.h"
 #include "core/common/status.h"
-#include "core/extproc/epp_stats.h"
-#include "core/extproc/exchange.h"
+#include "epp/extproc/epp_stats.h"
+#include "epp/extproc/exchange.h"
 #include "core/routing/routing_core.h"
 
 namespace kvroute::epp {

@@ -1,6 +1,5 @@
 #include "http/server.h"
 
-#include "core/api/openai.h"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -121,10 +120,6 @@ void RecycleBodyBuffer(std::string&& body) {
 }
 }  // namespace detail
 
-std::string DefaultErrorBody(int status, std::string_view message) {
-  return api::ErrorBody(api::MakeError(status, std::string(message)));
-}
-
 std::string_view RejectReasonName(RejectReason reason) {
   switch (reason) {
     case RejectReason::kHeaderTooLarge: return "header_too_large";
@@ -146,8 +141,10 @@ struct ServerShared {
   Handler handler;
   mutable ServerStats stats;
   std::string ErrorBody(int status, std::string_view message) const {
-    return options.error_body ? options.error_body(status, message)
-                              : DefaultErrorBody(status, message);
+    return options.error_body ? options.error_body(status, message) : std::string(message);
+  }
+  std::string_view ErrorContentType() const {
+    return options.error_body ? "application/json" : "text/plain; charset=utf-8";
   }
   void Count(RejectReason r) const {
     stats.requests_rejected[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
@@ -452,7 +449,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     head_only_ = false;
     in_response_ = true;
     std::string body = shared_->ErrorBody(status, message);
-    std::string head = StatusHead(status, "application/json", {}, false);
+    std::string head = StatusHead(status, shared_->ErrorContentType(), {}, false);
     head += "content-length: "sv;
     head += std::to_string(body.size());
     head += "\r\n\r\n"sv;
@@ -730,7 +727,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     std::string body = shared->ErrorBody(
         503, "Too many connections: the server's limit of " +
                  std::to_string(shared->options.max_connections) + " is reached; retry later.");
-    over_limit_response = StatusHead(503, "application/json", {}, false);
+    over_limit_response = StatusHead(503, shared->ErrorContentType(), {}, false);
     AppendContentLength(over_limit_response, body.size());
     over_limit_response += body;
   }

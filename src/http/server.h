@@ -100,11 +100,9 @@ using Fields = std::vector<std::pair<std::string, std::string>>;
 
 // Builds the body of an error response the server itself sends (400, 413, 431, 500...).
 // Called on a connection thread; must be thread-safe. The body is sent as
-// application/json.
+// application/json. The shape is the API's, so the front end gives it (serve, epp and sim
+// pass OpenAI's, api::ErrorBodyFor); without one the message goes as text/plain.
 using ErrorBodyFn = std::function<std::string(int status, std::string_view message)>;
-
-// The default ErrorBodyFn: {"error":{"message":...,"type":...,"param":null,"code":N}}.
-std::string DefaultErrorBody(int status, std::string_view message);
 
 // Every response the server sends on its own (a limit or a malformed request) has an
 // error_body body, `connection: close`, and is followed by closing the connection.

@@ -2,7 +2,7 @@
 // (a chunked stream of newline-delimited JSON events), over Boost.Beast and OpenSSL, with
 // the credentials of a ClusterAccess (kubeconfig.h). It moves bytes only: bodies and
 // event lines are handed to callbacks as they are; decoding them (pods, InferencePools)
-// is src/core/k8s's job.
+// is src/k8s/objects's job.
 //
 // TLS: the server certificate is verified against access.ca_pem (the system's CAs when
 // empty) and against the host name or IP (access.tls_server_name if set, else the host),

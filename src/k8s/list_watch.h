@@ -6,7 +6,7 @@
 // next attempt; a watch the server ends cleanly (its timeout) resumes at once.
 //
 // What to request and what the bytes mean stay with the owner, through Callbacks: the
-// owner decodes with src/core/k8s and keeps the resourceVersions in its watch state.
+// owner decodes with src/k8s/objects and keeps the resourceVersions in its watch state.
 //
 //   Start ──> [relist_needed()?] ──yes──> LIST list_target() ──ok──> on_list ──ok──┐
 //                   │ no                        │ fail / on_list error               │

@@ -9,9 +9,9 @@
 #include <optional>
 #include <set>
 
-#include "core/k8s/objective_watch_state.h"
-#include "core/k8s/objects.h"
-#include "core/k8s/pool_watch_state.h"
+#include "k8s/objects/objective_watch_state.h"
+#include "k8s/objects/objects.h"
+#include "k8s/objects/pool_watch_state.h"
 #include "k8s/list_watch.h"
 #include "core/metrics/prom_writer.h"
 

@@ -14,7 +14,7 @@
 //                   (when enabled; a group whose CRD is not installed answers 404: no
 //                   objectives from it, re-listed every missing_retry)
 // The decoded events feed k8s::PoolWatchState and k8s::ObjectiveWatchState (pure, in
-// src/core/k8s); whenever the endpoint set or the priorities move, the callbacks get the
+// src/k8s/objects); whenever the endpoint set or the priorities move, the callbacks get the
 // new value. The pool missing, or its CRD not installed, means no endpoints (the routing
 // core is then not ready: readiness NOT_SERVING) and a status() saying so.
 //

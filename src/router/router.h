@@ -19,9 +19,10 @@
 // (Expire, then NextToDispatch while the pool is not saturated). One timer, armed at the
 // queue's NextExpiry, answers those past flow.ttl with 429 (flow.no_endpoint_ttl: 503). A
 // client that disconnects while waiting is cancelled at once (the server's pending read
-// sees the close: Exchange::OnClientGone). Late binding has no prefix probe yet: the
-// routing core does not expose per-endpoint prefix holdings, so the queue releases in its
-// own order and the pick at dispatch time applies prefix affinity.
+// sees the close: Exchange::OnClientGone). Admission and release are flow::FlowGate's
+// (core/flow/flow_gate.h), the gate epp and simulate use too: releases bind late, the
+// replica that freed taking the waiting request whose prefix it holds (the core's prefix
+// probe, RoutingCore::PrefixKey / HeldBlocks).
 //
 // Threads: N worker threads (an IoPool), each with its own UpstreamClient, so forwarding
 // takes no locks; the core serialises only its scheduler (see routing_core.h). Scraping

@@ -1,5 +1,5 @@
 // The gRPC adapter of the endpoint picker: Envoy's ExternalProcessor service over the
-// pure exchange (core/extproc/exchange.h), and grpc.health.v1 on a separate port.
+// pure exchange (epp/extproc/exchange.h), and grpc.health.v1 on a separate port.
 //
 // Each Process stream is one callback-API reactor owning one extproc::Exchange: a message
 // read is fed to the exchange (with the clock read here) and its answers written in
@@ -51,8 +51,8 @@
 #include <vector>
 
 #include "core/common/status.h"
-#include "core/extproc/epp_stats.h"
-#include "core/extproc/exchange.h"
+#include "epp/extproc/epp_stats.h"
+#include "epp/extproc/exchange.h"
 #include "core/flow/flow_gate.h"
 #include "core/flow/flow_queue.h"
 #include "core/routing/routing_core.h"

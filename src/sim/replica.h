@@ -6,7 +6,7 @@
 // outputs (one SSE chunk per step per streaming request) -> next step. An idle engine
 // has no timer armed; a new request starts the loop again.
 //
-// Faults (core/fault/fault.h, docs/FAULTS.md): the config's schedule is armed at
+// Faults (simkit/fault/fault.h, docs/FAULTS.md): the config's schedule is armed at
 // construction (times in wall seconds after it), and `POST/GET/DELETE /admin/fault` on the
 // replica's own port starts, lists and clears faults at run time. The admin endpoint keeps
 // answering under every fault but crash and restart downtime.
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "core/engine/engine.h"
-#include "core/fault/fault.h"
+#include "simkit/fault/fault.h"
 #include "http/server.h"
 #include "config/fleet_config.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/report/writers.h"
+#include "simkit/report/writers.h"
 #include "core/sched/registry.h"
 #include "config/scenario_config.h"
 #include "simulate/simulator.h"

@@ -19,10 +19,10 @@
 #include "core/engine/tokenizer.h"
 #include "core/flow/flow_gate.h"
 #include "core/flow/flow_queue.h"
-#include "core/report/summary.h"
+#include "simkit/report/summary.h"
 #include "core/routing/routing_core.h"
-#include "core/workload/oracle.h"
-#include "core/workload/workload.h"
+#include "simkit/workload/oracle.h"
+#include "simkit/workload/workload.h"
 
 namespace kvroute::simulate {
 namespace {

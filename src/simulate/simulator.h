@@ -39,7 +39,7 @@
 
 #include "config/scenario_config.h"
 #include "core/common/status.h"
-#include "core/report/summary.h"
+#include "simkit/report/summary.h"
 #include "core/routing/routing_core.h"
 #include "core/sched/scheduler.h"
 

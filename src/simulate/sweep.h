@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/report/summary.h"
+#include "simkit/report/summary.h"
 #include "config/scenario_config.h"
 
 namespace kvroute::simulate {

@@ -2,6 +2,8 @@
 // disconnect detection. Every wait is bounded (TestClient timeouts, future wait_for).
 #include "http/server.h"
 
+#include "core/api/openai.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -342,10 +344,19 @@ TEST(ServerTest, MalformedRequestsAre400) {
   }
 }
 
-TEST(ServerTest, DefaultErrorBodyIsOpenAiShaped) {
-  EXPECT_EQ(DefaultErrorBody(413, "too \"big\""),
-            "{\"error\":{\"message\":\"too \\\"big\\\"\",\"type\":\"RequestEntityTooLarge\","
-            "\"param\":null,\"code\":413}}");
+// Without an ErrorBodyFn the server's own answers carry the message as plain text: the
+// shape of an API's errors is the front end's (serve, epp and sim pass OpenAI's).
+TEST(ServerTest, WithoutAnErrorBodyTheMessageIsPlainText) {
+  TestServer s([](std::shared_ptr<Exchange> ex) { ex->Respond(200, "ok"); });
+  TestClient t("127.0.0.1", s.port());
+  ASSERT_TRUE(t.Connect());
+  ASSERT_TRUE(t.SendRaw("GET / HTTP/9.9\r\n\r\n"));
+  ClientResponse r;
+  ASSERT_TRUE(t.ReadHead(&r)) << t.error();
+  ASSERT_TRUE(t.ReadBody(&r)) << t.error();
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.Header("content-type"), "text/plain; charset=utf-8");
+  EXPECT_EQ(r.body, "Malformed HTTP request.");
 }
 
 TEST(ServerTest, IdleConnectionIsClosedAfterReadTimeout) {
@@ -483,6 +494,7 @@ std::string BodyOf(const std::string& response) {
 
 TEST(ServerTest, ConnectionsOverTheLimitGet503AndTheFirstNAreStillServed) {
   ServerOptions o;
+  o.error_body = api::ErrorBodyFor;  // a front end's OpenAI-shaped bodies
   o.max_connections = 3;
   TestServer s(Echo, o, 2);
   std::vector<std::unique_ptr<TestClient>> held;
@@ -501,7 +513,7 @@ TEST(ServerTest, ConnectionsOverTheLimitGet503AndTheFirstNAreStillServed) {
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(r.Header("content-type"), "application/json");
   EXPECT_EQ(r.Header("connection"), "close");
-  EXPECT_EQ(r.body, DefaultErrorBody(503, "Too many connections: the server's limit of 3 is "
+  EXPECT_EQ(r.body, api::ErrorBodyFor(503, "Too many connections: the server's limit of 3 is "
                                           "reached; retry later."));
   EXPECT_TRUE(over.WaitForClose());
 
@@ -523,6 +535,7 @@ TEST(ServerTest, ConnectionsOverTheLimitGet503AndTheFirstNAreStillServed) {
 
 TEST(ServerTest, SlowSenderGets408AtTheDeadlineWhileOthersAreServed) {
   ServerOptions o;
+  o.error_body = api::ErrorBodyFor;  // a front end's OpenAI-shaped bodies
   o.read_timeout = 200ms;
   TestServer s(Echo, o, 1);  // one thread: the slow client must not hold it
   int fd = RawConnect(s.port());
@@ -556,7 +569,7 @@ TEST(ServerTest, SlowSenderGets408AtTheDeadlineWhileOthersAreServed) {
 
   ASSERT_EQ(response.substr(0, 13), "HTTP/1.1 408 ") << response;
   EXPECT_NE(response.find("connection: close\r\n"), std::string::npos) << response;
-  EXPECT_EQ(BodyOf(response), DefaultErrorBody(408, "Request not received within 200 ms."));
+  EXPECT_EQ(BodyOf(response), api::ErrorBodyFor(408, "Request not received within 200 ms."));
   auto after = std::chrono::duration_cast<std::chrono::milliseconds>(answered - connected);
   EXPECT_GE(after.count(), 190);
   EXPECT_LT(after.count(), 1500);
@@ -603,6 +616,7 @@ TEST(ServerTest, IdleKeepAliveIsClosedSilentlyAndARequestStartedThenHasReadTimeo
 
 TEST(ServerTest, LimitResponsesAreOpenAiShapedAndCloseTheConnection) {
   ServerOptions o;
+  o.error_body = api::ErrorBodyFor;  // a front end's OpenAI-shaped bodies
   o.max_body_bytes = 1000;
   o.max_header_bytes = 2000;
   o.max_header_count = 20;  // default error body
@@ -634,7 +648,7 @@ TEST(ServerTest, LimitResponsesAreOpenAiShapedAndCloseTheConnection) {
     EXPECT_EQ(r.status, c.status);
     EXPECT_EQ(r.Header("content-type"), "application/json");
     EXPECT_EQ(r.Header("connection"), "close");
-    EXPECT_EQ(r.body, DefaultErrorBody(c.status, c.message));
+    EXPECT_EQ(r.body, api::ErrorBodyFor(c.status, c.message));
     EXPECT_NE(r.body.find("\"code\":" + std::to_string(c.status) + "}}"), std::string::npos);
     EXPECT_TRUE(t.WaitForClose()) << c.message;
     EXPECT_EQ(s.stats().rejected(c.reason), 1u) << c.message;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "config/scenario_config.h"
-#include "core/doctor/doctor.h"
+#include "doctor/diagnosis/doctor.h"
 #include "simulate/simulator.h"
 #include "support/test_paths.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "config/scenario_config.h"
-#include "core/report/writers.h"
+#include "simkit/report/writers.h"
 #include "simulate/simulator.h"
 #include "testdata.h"
 

@@ -86,6 +86,10 @@ std::string ErrorBody(const ApiError& e) {
   return out;
 }
 
+std::string ErrorBodyFor(int status, std::string_view message) {
+  return ErrorBody(MakeError(status, std::string(message)));
+}
+
 void AppendChatMessage(std::string& out, std::string_view role, std::string_view content) {
   out.append("<|").append(role).append("|>\n").append(content).push_back('\n');
 }

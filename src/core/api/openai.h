@@ -48,6 +48,9 @@ ApiError MakeError(int status, std::string message, std::string param = {});
 
 // Serialises `e` as the JSON error body (no trailing newline).
 std::string ErrorBody(const ApiError& e);
+// ErrorBody(MakeError(status, message)): the body an HTTP server of kvroute's answers its
+// own errors with (http::ServerOptions::error_body).
+std::string ErrorBodyFor(int status, std::string_view message);
 
 // Result of parsing: either a request or an error (status 400 for malformed JSON,
 // missing or wrong-typed fields). Never throws.

@@ -1,0 +1,166 @@
+#include "simkit/workload/trace.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+namespace kvroute::workload {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+std::vector<std::string_view> SplitCsv(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= line.size(); ++i) {
+    if (i == line.size() || line[i] == ',') {
+      out.push_back(Trim(line.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ParseInt(std::string_view s, int64_t* out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+bool ParseDouble(std::string_view s, double* out) {
+  std::string tmp(s);
+  char* end = nullptr;
+  *out = std::strtod(tmp.c_str(), &end);
+  return !tmp.empty() && end == tmp.c_str() + tmp.size();
+}
+
+// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const int64_t yoe = y - era * 400;
+  const int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+// "YYYY-MM-DD HH:MM:SS[.fraction]" (or with 'T') to seconds since the epoch.
+bool ParseDateTime(std::string_view s, double* out) {
+  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') ||
+      s[13] != ':' || s[16] != ':') {
+    return false;
+  }
+  int64_t y, mo, d, h, mi, sec;
+  if (!ParseInt(s.substr(0, 4), &y) || !ParseInt(s.substr(5, 2), &mo) ||
+      !ParseInt(s.substr(8, 2), &d) || !ParseInt(s.substr(11, 2), &h) ||
+      !ParseInt(s.substr(14, 2), &mi) || !ParseInt(s.substr(17, 2), &sec)) {
+    return false;
+  }
+  double frac = 0.0;
+  std::string_view rest = s.substr(19);
+  if (!rest.empty() && rest.back() == 'Z') rest.remove_suffix(1);
+  if (!rest.empty()) {
+    if (rest[0] != '.') return false;
+    double scale = 0.1;
+    for (char c : rest.substr(1)) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+      frac += (c - '0') * scale;
+      scale *= 0.1;
+    }
+  }
+  *out = static_cast<double>(DaysFromCivil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec) + frac;
+  return true;
+}
+
+}  // namespace
+
+TraceParseResult ParseTraceCsv(std::string_view text, std::string_view source_name) {
+  TraceParseResult result;
+  auto fail = [&](int line, const std::string& msg) {
+    result.rows.clear();
+    result.error = std::string(source_name) + ":" + std::to_string(line) + ": " + msg;
+    return result;
+  };
+  int line_no = 0;
+  int col_time = -1, col_ctx = -1, col_gen = -1, col_group = -1, col_prefix = -1;
+  size_t ncols = 0;
+  bool have_header = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (Trim(line).empty() || Trim(line).front() == '#') continue;
+    std::vector<std::string_view> cells = SplitCsv(line);
+    if (!have_header) {
+      for (size_t i = 0; i < cells.size(); ++i) {
+        const int c = static_cast<int>(i);
+        if (EqualsIgnoreCase(cells[i], "TIMESTAMP")) col_time = c;
+        if (EqualsIgnoreCase(cells[i], "ContextTokens")) col_ctx = c;
+        if (EqualsIgnoreCase(cells[i], "GeneratedTokens")) col_gen = c;
+        if (EqualsIgnoreCase(cells[i], "PrefixGroup")) col_group = c;
+        if (EqualsIgnoreCase(cells[i], "PrefixTokens")) col_prefix = c;
+      }
+      if (col_time < 0 || col_ctx < 0 || col_gen < 0) {
+        return fail(line_no, "header must name TIMESTAMP, ContextTokens and GeneratedTokens");
+      }
+      ncols = cells.size();
+      have_header = true;
+      continue;
+    }
+    if (cells.size() != ncols) {
+      return fail(line_no, "expected " + std::to_string(ncols) + " columns, got " +
+                               std::to_string(cells.size()));
+    }
+    TraceRow row;
+    std::string_view ts = cells[col_time];
+    if (!ParseDouble(ts, &row.time_s) && !ParseDateTime(ts, &row.time_s)) {
+      return fail(line_no,
+                  "TIMESTAMP: not seconds or YYYY-MM-DD HH:MM:SS[.f]: '" + std::string(ts) + "'");
+    }
+    if (!ParseInt(cells[col_ctx], &row.context_tokens) || row.context_tokens < 1) {
+      return fail(line_no, "ContextTokens: expected an integer >= 1");
+    }
+    if (!ParseInt(cells[col_gen], &row.generated_tokens) || row.generated_tokens < 1) {
+      return fail(line_no, "GeneratedTokens: expected an integer >= 1");
+    }
+    if (col_group >= 0 && !cells[col_group].empty() &&
+        !ParseInt(cells[col_group], &row.prefix_group)) {
+      return fail(line_no, "PrefixGroup: expected an integer");
+    }
+    if (col_prefix >= 0 && !cells[col_prefix].empty() &&
+        (!ParseInt(cells[col_prefix], &row.prefix_tokens) || row.prefix_tokens < 0)) {
+      return fail(line_no, "PrefixTokens: expected an integer >= 0");
+    }
+    result.rows.push_back(row);
+  }
+  if (!have_header) return fail(line_no, "empty trace (no header)");
+  std::stable_sort(result.rows.begin(), result.rows.end(),
+                   [](const TraceRow& a, const TraceRow& b) { return a.time_s < b.time_s; });
+  if (!result.rows.empty()) {
+    const double t0 = result.rows.front().time_s;
+    for (TraceRow& r : result.rows) r.time_s -= t0;
+  }
+  return result;
+}
+
+}  // namespace kvroute::workload

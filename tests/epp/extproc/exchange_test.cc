@@ -1,0 +1,820 @@
+// The ext_proc exchange as pure logic: ProcessingRequest messages in, ProcessingResponse
+// messages out, over a real RoutingCore fed scrapes in virtual time. No sockets.
+#include "epp/extproc/exchange.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/api/openai.h"
+#include "core/metrics/prom_parser.h"
+#include "support/openai_body.h"
+
+namespace kvroute::extproc {
+namespace {
+
+namespace core_pb = ::envoy::config::core::v3;
+namespace mode_pb = ::envoy::extensions::filters::http::ext_proc::v3;
+using Responses = std::vector<pb::ProcessingResponse>;
+
+constexpr const char* kModel = "test/model";
+
+routing::ScrapeResult Idle(double at, double waiting = 0, double kv = 0.1) {
+  routing::ScrapeResult r;
+  r.ok = true;
+  r.sent_at_s = at;
+  r.metrics.running = 0;
+  r.metrics.waiting = waiting;
+  r.metrics.kv_usage = kv;
+  r.metrics.engines = 1;
+  r.metrics.present = metrics::EngineMetrics::kRunning | metrics::EngineMetrics::kWaiting |
+                      metrics::EngineMetrics::kKvUsage;
+  return r;
+}
+
+std::string Completion(std::string_view prompt) {
+  return kvroute::test_support::CompletionBody(prompt, 8);
+}
+
+std::string LongPrompt(std::size_t n, char salt) {
+  std::string p = "system prompt shared by every request of this test, then: ";
+  p += salt;
+  while (p.size() < n) p += static_cast<char>('a' + (p.size() * 7 + salt) % 26);
+  return p;
+}
+
+void AddHeader(pb::HttpHeaders* h, std::string key, std::string value, bool raw = true) {
+  core_pb::HeaderValue* v = h->mutable_headers()->add_headers();
+  v->set_key(std::move(key));
+  if (raw) {
+    v->set_raw_value(std::move(value));
+  } else {
+    v->set_value(std::move(value));
+  }
+}
+
+pb::ProcessingRequest Headers(std::string path, bool eos = false,
+                              std::vector<std::pair<std::string, std::string>> extra = {}) {
+  pb::ProcessingRequest r;
+  pb::HttpHeaders* h = r.mutable_request_headers();
+  AddHeader(h, ":method", "POST");
+  AddHeader(h, ":path", std::move(path));
+  AddHeader(h, "content-type", "application/json");
+  AddHeader(h, "x-request-id", "req-1");
+  for (auto& [k, v] : extra) AddHeader(h, k, v);
+  h->set_end_of_stream(eos);
+  return r;
+}
+
+pb::ProcessingRequest Body(std::string bytes, bool eos) {
+  pb::ProcessingRequest r;
+  r.mutable_request_body()->set_body(std::move(bytes));
+  r.mutable_request_body()->set_end_of_stream(eos);
+  return r;
+}
+
+void SetProtocol(pb::ProcessingRequest& r, mode_pb::ProcessingMode::BodySendMode request_mode,
+                 mode_pb::ProcessingMode::BodySendMode response_mode = mode_pb::ProcessingMode::NONE) {
+  r.mutable_protocol_config()->set_request_body_mode(request_mode);
+  r.mutable_protocol_config()->set_response_body_mode(response_mode);
+}
+
+void SetSubset(pb::ProcessingRequest& r, std::vector<std::string> addrs,
+               const std::string& ns = "envoy.lb") {
+  auto& lb = (*r.mutable_metadata_context()->mutable_filter_metadata())[ns];
+  auto* list = (*lb.mutable_fields())[std::string(kSubsetKey)].mutable_list_value();
+  for (auto& a : addrs) list->add_values()->set_string_value(a);
+}
+
+std::string HeaderSet(const pb::CommonResponse& c, std::string_view key) {
+  for (const auto& o : c.header_mutation().set_headers()) {
+    if (o.header().key() == key) {
+      EXPECT_EQ(o.append_action(), core_pb::HeaderValueOption::OVERWRITE_IF_EXISTS_OR_ADD);
+      return o.header().raw_value();
+    }
+  }
+  return "<unset>";
+}
+
+std::string LbValue(const pb::ProcessingResponse& r) {
+  auto ns = r.dynamic_metadata().fields().find("envoy.lb");
+  if (ns == r.dynamic_metadata().fields().end()) return "<none>";
+  auto it = ns->second.struct_value().fields().find(std::string(kDestinationHeader));
+  if (it == ns->second.struct_value().fields().end()) return "<none>";
+  return it->second.string_value();
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (true) {
+    std::size_t comma = s.find(',', at);
+    out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+class ExchangeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<routing::EndpointSpec> eps;
+    for (int i = 0; i < 4; ++i) {
+      routing::EndpointSpec e;
+      e.host = "10.0.0." + std::to_string(i + 1);
+      e.port = 8000;
+      e.address = e.host + ":8000";
+      e.name = "r" + std::to_string(i);
+      eps.push_back(e);
+      addresses_.insert(e.address);
+    }
+    routing::CoreOptions o;
+    o.scheduling.policy = "kvroute";
+    ASSERT_TRUE(core_.Configure(o, eps, 0.0).ok());
+    ScrapeAll(Idle(now_));
+    settings_ = std::make_shared<ExchangeSettings>();
+  }
+
+  void ScrapeAll(const routing::ScrapeResult& r) {
+    for (const auto& ep : core_.table()->by_id) core_.OnScrape(ep->id, r, now_);
+  }
+
+  std::unique_ptr<Exchange> New() {
+    ExchangeEnv env;
+    env.core = &core_;
+    env.stats = &stats_;
+    env.timer = [this] { return now_; };
+    return std::make_unique<Exchange>(env, settings_);
+  }
+
+  Responses Feed(Exchange& ex, const pb::ProcessingRequest& r) {
+    Responses out;
+    ex.OnRequest(r, now_, out);
+    return out;
+  }
+
+  double Inflight() {
+    std::string text;
+    core_.AppendMetrics(text, now_);
+    double sum = 0;
+    for (const auto& s : metrics::ParseAllSamples(text)) {
+      if (s.name == "kvroute_endpoint_inflight") sum += s.value;
+    }
+    return sum;
+  }
+
+  double Requests(std::string_view code) {
+    std::string text;
+    core_.AppendMetrics(text, now_);
+    double sum = 0;
+    for (const auto& s : metrics::ParseAllSamples(text)) {
+      if (s.name != "kvroute_requests_total") continue;
+      for (const auto& [k, v] : s.labels) {
+        if (k == "code" && v == code) sum += s.value;
+      }
+    }
+    return sum;
+  }
+
+  // Checks that `r` carries the pick in `c` and returns the header value.
+  std::string CheckPick(const pb::ProcessingResponse& r, const pb::CommonResponse& c,
+                        std::size_t want_count) {
+    EXPECT_TRUE(c.clear_route_cache());
+    const std::string dest = HeaderSet(c, kDestinationHeader);
+    EXPECT_EQ(LbValue(r), dest);
+    auto parts = Split(dest);
+    EXPECT_EQ(parts.size(), want_count) << dest;
+    std::set<std::string> distinct(parts.begin(), parts.end());
+    EXPECT_EQ(distinct.size(), parts.size()) << dest;
+    for (const auto& p : parts) EXPECT_TRUE(addresses_.count(p)) << p;
+    return dest;
+  }
+
+  void ExpectImmediate(const Responses& out, int status) {
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_TRUE(out[0].has_immediate_response());
+    const pb::ImmediateResponse& ir = out[0].immediate_response();
+    EXPECT_EQ(static_cast<int>(ir.status().code()), status);
+    ASSERT_EQ(ir.headers().set_headers_size(), 1);
+    EXPECT_EQ(ir.headers().set_headers(0).header().key(), "content-type");
+    EXPECT_EQ(ir.headers().set_headers(0).header().raw_value(), "application/json");
+    EXPECT_NE(ir.body().find("\"error\":{"), std::string::npos) << ir.body();
+    EXPECT_NE(ir.body().find("\"code\":" + std::to_string(status)), std::string::npos) << ir.body();
+  }
+
+  routing::RoutingCore core_;
+  EppStats stats_;
+  std::shared_ptr<ExchangeSettings> settings_;
+  std::set<std::string> addresses_;
+  double now_ = 1.0;
+};
+
+TEST_F(ExchangeTest, FullDuplexAnswersNothingUntilEndOfBodyThenPickAndReemitsBody) {
+  auto ex = New();
+  const std::string body = Completion(LongPrompt(1000, 'x'));
+  EXPECT_TRUE(Feed(*ex, Headers("/v1/completions")).empty());
+  EXPECT_TRUE(Feed(*ex, Body(body.substr(0, 300), false)).empty());
+  Responses out = Feed(*ex, Body(body.substr(300), true));
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_TRUE(out[0].has_request_headers());
+  const std::string dest = CheckPick(out[0], out[0].request_headers().response(), 3);
+  EXPECT_EQ(HeaderSet(out[0].request_headers().response(), "Content-Length"), std::to_string(body.size()));
+  EXPECT_EQ(ex->destination(), dest);
+  ASSERT_TRUE(out[1].has_request_body());
+  const auto& sr = out[1].request_body().response().body_mutation().streamed_response();
+  EXPECT_EQ(sr.body(), body);
+  EXPECT_TRUE(sr.end_of_stream());
+  EXPECT_FALSE(out[1].has_dynamic_metadata());
+  EXPECT_EQ(Inflight(), 1.0);
+  ex->Close(now_, false);
+  EXPECT_EQ(Inflight(), 0.0);
+  EXPECT_EQ(Requests("200"), 1.0);
+}
+
+TEST_F(ExchangeTest, FullDuplexReemitsALargeBodyInChunksOfAtMost62000Bytes) {
+  auto ex = New();
+  const std::string body = Completion(LongPrompt(220 * 1024, 'y'));
+  Feed(*ex, Headers("/v1/completions"));
+  Responses out;
+  for (std::size_t at = 0; at < body.size(); at += 16384) {
+    out = Feed(*ex, Body(body.substr(at, 16384), at + 16384 >= body.size()));
+  }
+  const std::size_t chunks = (body.size() + kMaxStreamedChunk - 1) / kMaxStreamedChunk;
+  ASSERT_EQ(out.size(), 1 + chunks);
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  std::string joined;
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    const auto& sr = out[i].request_body().response().body_mutation().streamed_response();
+    EXPECT_LE(sr.body().size(), kMaxStreamedChunk);
+    if (i + 1 < out.size()) {
+      EXPECT_EQ(sr.body().size(), kMaxStreamedChunk);
+    }
+    EXPECT_EQ(sr.end_of_stream(), i + 1 == out.size());
+    joined += sr.body();
+  }
+  EXPECT_EQ(joined, body);
+}
+
+TEST_F(ExchangeTest, BufferedAnswersHeadersAtOnceAndPutsThePickInTheBodyResponse) {
+  settings_->body_mode = BodyMode::kBuffered;
+  auto ex = New();
+  Responses out = Feed(*ex, Headers("/v1/completions"));
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].has_request_headers());
+  EXPECT_FALSE(out[0].request_headers().has_response());
+  EXPECT_FALSE(out[0].has_dynamic_metadata());
+  out = Feed(*ex, Body(Completion("hello"), true));
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].has_request_body());
+  const pb::CommonResponse& c = out[0].request_body().response();
+  CheckPick(out[0], c, 3);
+  EXPECT_EQ(HeaderSet(c, "Content-Length"), "<unset>");
+  EXPECT_FALSE(c.has_body_mutation());
+  EXPECT_EQ(c.status(), pb::CommonResponse::CONTINUE);
+}
+
+TEST_F(ExchangeTest, StreamedAnswersEveryChunkAndPicksOnTheLast) {
+  settings_->body_mode = BodyMode::kStreamed;
+  auto ex = New();
+  const std::string body = Completion(LongPrompt(5000, 's'));
+  ASSERT_EQ(Feed(*ex, Headers("/v1/completions")).size(), 1u);
+  for (int i = 0; i < 3; ++i) {
+    Responses out = Feed(*ex, Body(body.substr(i * 1000, 1000), false));
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_TRUE(out[0].has_request_body());
+    EXPECT_FALSE(out[0].request_body().has_response());
+  }
+  Responses out = Feed(*ex, Body(body.substr(3000), true));
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].has_request_body());
+  CheckPick(out[0], out[0].request_body().response(), 3);
+}
+
+TEST_F(ExchangeTest, ProtocolConfigOverridesTheConfiguredMode) {
+  settings_->body_mode = BodyMode::kFullDuplexStreamed;
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetProtocol(h, mode_pb::ProcessingMode::BUFFERED);
+  ASSERT_EQ(Feed(*ex, h).size(), 1u);  // BUFFERED: headers answered at once
+  EXPECT_EQ(ex->body_mode(), BodyMode::kBuffered);
+  Responses out = Feed(*ex, Body(Completion("hi"), true));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has_request_body());
+
+  settings_->body_mode = BodyMode::kBuffered;
+  auto ex2 = New();
+  pb::ProcessingRequest h2 = Headers("/v1/completions");
+  SetProtocol(h2, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED);
+  EXPECT_TRUE(Feed(*ex2, h2).empty());
+  out = Feed(*ex2, Body(Completion("hi"), true));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(out[0].has_request_headers());
+}
+
+TEST_F(ExchangeTest, HeadersWithEndOfStreamPickAtOnceOnTheModel) {
+  auto ex = New();
+  Responses out = Feed(*ex, Headers("/v1/models", true, {{"x-gateway-model-name", kModel}}));
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].has_request_headers());
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  EXPECT_EQ(HeaderSet(out[0].request_headers().response(), "Content-Length"), "<unset>");
+}
+
+TEST_F(ExchangeTest, HeaderValuesAreReadFromValueWhenRawValueIsEmpty) {
+  auto ex = New();
+  pb::ProcessingRequest r;
+  AddHeader(r.mutable_request_headers(), ":path", "/v1/completions", /*raw=*/false);
+  Feed(*ex, r);
+  // A malformed body on /v1/completions is a 400: the path was read from `value`.
+  ExpectImmediate(Feed(*ex, Body("{not json", true)), 400);
+}
+
+TEST_F(ExchangeTest, FallbackCountIsConfigurable) {
+  settings_->fallbacks = 0;
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Responses out = Feed(*ex, Body(Completion("one"), true));
+  CheckPick(out[0], out[0].request_headers().response(), 1);
+  settings_->fallbacks = 7;
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/completions"));
+  out = Feed(*ex2, Body(Completion("all"), true));
+  CheckPick(out[0], out[0].request_headers().response(), 4);  // the pool has 4
+}
+
+TEST_F(ExchangeTest, ChatAndOtherPathsArePicked) {
+  auto ex = New();
+  Feed(*ex, Headers("/v1/chat/completions"));
+  Responses out = Feed(*ex, Body(std::string("{\"model\":\"") + kModel +
+                                     "\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+                                 true));
+  ASSERT_EQ(out.size(), 2u);
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  // Not an OpenAI generation body: routed on the model alone, never a 400.
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/embeddings"));
+  out = Feed(*ex2, Body("{\"model\":\"m\",\"input\":[1,2,3]}", true));
+  ASSERT_EQ(out.size(), 2u);
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  auto ex3 = New();
+  Feed(*ex3, Headers("/v1/responses"));
+  out = Feed(*ex3, Body("not even json", true));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].request_body().response().body_mutation().streamed_response().body(), "not even json");
+}
+
+TEST_F(ExchangeTest, SamePrefixGoesToTheSameEndpoint) {
+  const std::string prompt = LongPrompt(8000, 'p');
+  std::string first;
+  for (int i = 0; i < 5; ++i) {
+    auto ex = New();
+    Feed(*ex, Headers("/v1/completions"));
+    Responses out = Feed(*ex, Body(Completion(prompt + " question " + std::to_string(i)), true));
+    ASSERT_EQ(out.size(), 2u);
+    std::string winner = Split(ex->destination())[0];
+    if (i == 0) first = winner;
+    EXPECT_EQ(winner, first) << i;
+    ex->Close(now_, false);
+    now_ += 0.01;
+  }
+}
+
+TEST_F(ExchangeTest, MalformedBodyIs400WithAnOpenAIBody) {
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Responses out = Feed(*ex, Body("{\"model\": 12", true));
+  ExpectImmediate(out, 400);
+  EXPECT_TRUE(ex->done());
+  EXPECT_TRUE(ex->finished());
+  // Anything after the immediate response is ignored.
+  EXPECT_TRUE(Feed(*ex, Body("more", true)).empty());
+  EXPECT_EQ(Inflight(), 0.0);
+  EXPECT_EQ(Requests("400"), 1.0);
+  // A wrong-typed field is a 400 naming the field, as serve answers.
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/completions"));
+  out = Feed(*ex2, Body("{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":\"many\"}", true));
+  ExpectImmediate(out, 400);
+  EXPECT_NE(out[0].immediate_response().body().find("max_tokens"), std::string::npos);
+}
+
+TEST_F(ExchangeTest, BodyOverTheLimitIs413) {
+  settings_->max_body_bytes = 1000;
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  EXPECT_TRUE(Feed(*ex, Body(std::string(600, ' '), false)).empty());
+  ExpectImmediate(Feed(*ex, Body(std::string(600, ' '), false)), 413);
+  EXPECT_EQ(Requests("413"), 1.0);
+}
+
+TEST_F(ExchangeTest, NoUsableEndpointIs503) {
+  routing::ScrapeResult down;
+  down.ok = false;
+  down.connect_failed = true;
+  down.sent_at_s = now_;
+  ScrapeAll(down);
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 503);
+  EXPECT_EQ(Inflight(), 0.0);
+  EXPECT_EQ(Requests("503"), 1.0);
+}
+
+TEST_F(ExchangeTest, SheddableRequestsGet429WhenThePoolIsSaturated) {
+  settings_->objectives = {{"batch", -1}, {"critical", 10}};
+  now_ += 0.01;  // a scrape must be newer than the last one to count
+  ScrapeAll(Idle(now_, /*waiting=*/20));
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions", false, {{"x-gateway-inference-objective", "batch"}}));
+  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 429);
+  // The other objective header name, the same table.
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/completions", false, {{"x-llm-d-inference-objective", "batch"}}));
+  ExpectImmediate(Feed(*ex2, Body(Completion("x"), true)), 429);
+  // Not sheddable: still routed.
+  for (const char* objective : {"critical", "unknown"}) {
+    auto ex3 = New();
+    Feed(*ex3, Headers("/v1/completions", false, {{"x-gateway-inference-objective", objective}}));
+    EXPECT_EQ(Feed(*ex3, Body(Completion("x"), true)).size(), 2u) << objective;
+  }
+  // Not saturated: the sheddable one is routed too.
+  now_ += 0.01;
+  ScrapeAll(Idle(now_));
+  auto ex4 = New();
+  Feed(*ex4, Headers("/v1/completions", false, {{"x-gateway-inference-objective", "batch"}}));
+  EXPECT_EQ(Feed(*ex4, Body(Completion("x"), true)).size(), 2u);
+}
+
+TEST_F(ExchangeTest, SubsetHintRestrictsThePick) {
+  for (int round = 0; round < 8; ++round) {
+    auto ex = New();
+    pb::ProcessingRequest h = Headers("/v1/completions");
+    SetSubset(h, {"10.0.0.3:8000", "10.0.0.4:8000", "192.168.9.9:1"});
+    Feed(*ex, h);
+    Responses out = Feed(*ex, Body(Completion("subset " + std::to_string(round)), true));
+    ASSERT_EQ(out.size(), 2u);
+    const std::string dest = CheckPick(out[0], out[0].request_headers().response(), 2);
+    for (const auto& p : Split(dest)) EXPECT_TRUE(p == "10.0.0.3:8000" || p == "10.0.0.4:8000") << p;
+  }
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetSubset(h, {"192.168.9.9:1"});
+  Feed(*ex, h);
+  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 503);
+}
+
+// The current GIE spec's namespace for the hint, envoy.lb.subset_hint, works the same.
+TEST_F(ExchangeTest, SubsetHintUnderTheSubsetHintNamespace) {
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetSubset(h, {"10.0.0.2:8000"}, "envoy.lb.subset_hint");
+  Feed(*ex, h);
+  Responses out = Feed(*ex, Body(Completion("namespaced subset"), true));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(CheckPick(out[0], out[0].request_headers().response(), 1), "10.0.0.2:8000");
+}
+
+TEST_F(ExchangeTest, ACancelledOrAbandonedStreamLeavesNothingInFlight) {
+  {
+    auto ex = New();
+    Feed(*ex, Headers("/v1/completions"));
+    Feed(*ex, Body(Completion("x"), true));
+    EXPECT_EQ(Inflight(), 1.0);
+    ex->Close(now_, true);
+    EXPECT_EQ(Inflight(), 0.0);
+    ex->Close(now_, true);  // idempotent
+  }
+  EXPECT_EQ(Requests("499"), 1.0);
+  {
+    auto ex = New();  // destroyed without Close after the pick
+    Feed(*ex, Headers("/v1/completions"));
+    Feed(*ex, Body(Completion("y"), true));
+  }
+  EXPECT_EQ(Inflight(), 0.0);
+  {
+    auto ex = New();  // cancelled mid-body
+    Feed(*ex, Headers("/v1/completions"));
+    Feed(*ex, Body("{\"mo", false));
+    ex->Close(now_, true);
+  }
+  EXPECT_EQ(Inflight(), 0.0);
+  EXPECT_EQ(Requests("499"), 3.0);
+}
+
+TEST_F(ExchangeTest, ResponsePathReadsServedEndpointStatusAndUsage) {
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetProtocol(h, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED);
+  Feed(*ex, h);
+  Feed(*ex, Body(Completion("usage"), true));
+  const std::string fallback = Split(ex->destination())[1];
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "200");
+  AddHeader(rh.mutable_response_headers(), std::string(kServedKey), fallback);
+  Responses out = Feed(*ex, rh);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has_response_headers());
+  pb::ProcessingRequest b1;
+  b1.mutable_response_body()->set_body("data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
+  out = Feed(*ex, b1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].response_body().response().body_mutation().streamed_response().body(),
+            b1.response_body().body());
+  EXPECT_EQ(Inflight(), 1.0);
+  pb::ProcessingRequest b2;
+  b2.mutable_response_body()->set_body(
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3,\"total_tokens\":15}}"
+      "\n\ndata: [DONE]\n\n");
+  b2.mutable_response_body()->set_end_of_stream(true);
+  out = Feed(*ex, b2);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].response_body().response().body_mutation().streamed_response().end_of_stream());
+  EXPECT_TRUE(ex->finished());
+  EXPECT_EQ(Inflight(), 0.0);
+  // Counted under the endpoint that served.
+  std::string served_name;
+  for (const auto& ep : core_.table()->by_id) {
+    if (ep->spec.address == fallback) served_name = ep->spec.name;
+  }
+  std::string text;
+  core_.AppendMetrics(text, now_);
+  double served_count = 0;
+  for (const auto& s : metrics::ParseAllSamples(text)) {
+    if (s.name != "kvroute_requests_total") continue;
+    bool ep = false, ok = false;
+    for (const auto& [k, v] : s.labels) {
+      ep = ep || (k == "endpoint" && v == served_name);
+      ok = ok || (k == "code" && v == "200");
+    }
+    if (ep && ok) served_count += s.value;
+  }
+  EXPECT_EQ(served_count, 1.0) << served_name;
+  std::string epp;
+  stats_.AppendMetrics(epp, "pool", core_.Load(now_));
+  EXPECT_NE(epp.find("inference_objective_input_tokens_total{model_name=\"test/model\",target_model_name=\"test/model\"} 12"),
+            std::string::npos) << epp;
+  EXPECT_NE(epp.find("inference_objective_output_tokens_total{model_name=\"test/model\",target_model_name=\"test/model\"} 3"),
+            std::string::npos);
+}
+
+TEST_F(ExchangeTest, ServedEndpointFromMetadataAndStreamedResponseBodies) {
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetProtocol(h, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, mode_pb::ProcessingMode::STREAMED);
+  Feed(*ex, h);
+  Feed(*ex, Body(Completion("meta"), true));
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "500");
+  auto& lb = (*rh.mutable_metadata_context()->mutable_filter_metadata())["envoy.lb"];
+  (*lb.mutable_fields())[std::string(kServedKey)].set_string_value(Split(ex->destination())[2]);
+  Feed(*ex, rh);
+  pb::ProcessingRequest b;
+  b.mutable_response_body()->set_body("{\"error\":\"x\"}");
+  b.mutable_response_body()->set_end_of_stream(true);
+  Responses out = Feed(*ex, b);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].has_response_body());
+  EXPECT_FALSE(out[0].response_body().has_response());  // STREAMED: an empty answer
+  EXPECT_EQ(Requests("500"), 1.0);
+  EXPECT_EQ(Inflight(), 0.0);
+}
+
+TEST_F(ExchangeTest, ResponseTrailersAndHeadersEndOfStreamFinish) {
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Feed(*ex, Body(Completion("t"), true));
+  pb::ProcessingRequest rt;
+  rt.mutable_response_trailers();
+  Responses out = Feed(*ex, rt);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has_response_trailers());
+  EXPECT_TRUE(ex->finished());
+
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/completions"));
+  Feed(*ex2, Body(Completion("u"), true));
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "204");
+  rh.mutable_response_headers()->set_end_of_stream(true);
+  Feed(*ex2, rh);
+  EXPECT_TRUE(ex2->finished());
+  EXPECT_EQ(Requests("204"), 1.0);
+  EXPECT_EQ(Inflight(), 0.0);
+}
+
+TEST_F(ExchangeTest, RequestTrailersEndAFullDuplexBody) {
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Feed(*ex, Body(Completion("trailers"), false));
+  pb::ProcessingRequest t;
+  t.mutable_request_trailers();
+  Responses out = Feed(*ex, t);
+  ASSERT_EQ(out.size(), 3u);
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  EXPECT_FALSE(out[1].request_body().response().body_mutation().streamed_response().end_of_stream());
+  EXPECT_TRUE(out[2].has_request_trailers());
+}
+
+TEST_F(ExchangeTest, ObservabilityModeAnswersNothing) {
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  h.set_observability_mode(true);
+  EXPECT_TRUE(Feed(*ex, h).empty());
+  EXPECT_TRUE(Feed(*ex, Body(Completion("o"), true)).empty());
+  EXPECT_FALSE(ex->destination().empty());
+}
+
+TEST_F(ExchangeTest, OutOfOrderMessagesGetAnswersOfTheirKind) {
+  auto ex = New();
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "200");
+  Responses out = Feed(*ex, rh);  // a response before any request: answered, ignored
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has_response_headers());
+  // A body without headers: gathered and picked like any other.
+  out = Feed(*ex, Body(Completion("nohead"), true));
+  ASSERT_EQ(out.size(), 2u);
+  // A second request_headers after the pick: an empty answer.
+  out = Feed(*ex, Headers("/v1/completions"));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has_request_headers());
+  EXPECT_FALSE(out[0].request_headers().has_response());
+  pb::ProcessingRequest empty;
+  EXPECT_TRUE(Feed(*ex, empty).empty());
+}
+
+TEST_F(ExchangeTest, StatsCountRequestsErrorsAndPickDurations) {
+  for (int i = 0; i < 3; ++i) {
+    auto ex = New();
+    Feed(*ex, Headers("/v1/completions"));
+    Feed(*ex, Body(Completion("s" + std::to_string(i)), true));
+  }
+  auto bad = New();
+  Feed(*bad, Headers("/v1/completions", false, {{"x-gateway-model-name", "m2"}}));
+  Feed(*bad, Body("[", true));
+  EXPECT_EQ(stats_.requests(), 4u);
+  EXPECT_EQ(stats_.picks_timed(), 3u);
+  std::string text;
+  stats_.AppendMetrics(text, "pool", core_.Load(now_));
+  EXPECT_NE(text.find("inference_objective_request_total{model_name=\"test/model\",target_model_name=\"test/model\"} 3"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("inference_objective_request_error_total{model_name=\"m2\",target_model_name=\"m2\",error_code=\"400\"} 1"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("inference_pool_ready_pods{name=\"pool\"} 4"), std::string::npos);
+  EXPECT_NE(text.find("inference_pool_average_kv_cache_utilization{name=\"pool\"}"), std::string::npos);
+  EXPECT_NE(text.find("inference_pool_average_queue_size{name=\"pool\"}"), std::string::npos);
+  EXPECT_NE(text.find("inference_extension_scheduler_e2e_duration_seconds_count 3"), std::string::npos);
+}
+
+// Deferred pick (flow control in `kvroute epp`): the exchange stops where it would pick,
+// emits nothing, and answers exactly as it would have when Resume comes.
+TEST_F(ExchangeTest, DeferredPickHoldsTheAnswerUntilResume) {
+  settings_->defer_pick = true;
+  const std::string body = Completion(LongPrompt(500, 'd'));
+  auto ex = New();
+  EXPECT_TRUE(Feed(*ex, Headers("/v1/completions")).empty());
+  EXPECT_TRUE(Feed(*ex, Body(body, true)).empty());
+  EXPECT_TRUE(ex->held());
+  EXPECT_EQ(ex->priority(), 0);
+  EXPECT_EQ(ex->held_bytes(), body.size());
+  EXPECT_EQ(Inflight(), 0.0);
+  // Envoy sends nothing more while it waits; anything it does send gets no answer.
+  EXPECT_TRUE(Feed(*ex, Body("late", true)).empty());
+  now_ += 0.5;
+  Responses out;
+  ex->Resume(now_, out);
+  EXPECT_FALSE(ex->held());
+  ASSERT_EQ(out.size(), 2u);
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  EXPECT_EQ(HeaderSet(out[0].request_headers().response(), "Content-Length"), std::to_string(body.size()));
+  EXPECT_EQ(out[1].request_body().response().body_mutation().streamed_response().body(), body);
+  EXPECT_EQ(Inflight(), 1.0);
+  Responses again;
+  ex->Resume(now_, again);  // not held any more: nothing
+  EXPECT_TRUE(again.empty());
+  ex->Close(now_, false);
+  EXPECT_EQ(Inflight(), 0.0);
+  EXPECT_EQ(Requests("200"), 1.0);
+}
+
+TEST_F(ExchangeTest, DeferredPickInBufferedModeAndOnHeadersAlone) {
+  settings_->defer_pick = true;
+  settings_->body_mode = BodyMode::kBuffered;
+  auto ex = New();
+  Responses h = Feed(*ex, Headers("/v1/completions"));
+  ASSERT_EQ(h.size(), 1u);  // CONTINUE for the headers, as without deferral
+  EXPECT_TRUE(h[0].has_request_headers());
+  EXPECT_TRUE(Feed(*ex, Body(Completion("buffered"), true)).empty());
+  ASSERT_TRUE(ex->held());
+  Responses out;
+  ex->Resume(now_, out);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].has_request_body());
+  CheckPick(out[0], out[0].request_body().response(), 3);
+
+  auto bodiless = New();
+  EXPECT_TRUE(Feed(*bodiless, Headers("/v1/models", true, {{"x-gateway-model-name", kModel}})).empty());
+  ASSERT_TRUE(bodiless->held());
+  EXPECT_EQ(bodiless->held_bytes(), 0u);
+  Responses out2;
+  bodiless->Resume(now_, out2);
+  ASSERT_EQ(out2.size(), 1u);
+  CheckPick(out2[0], out2[0].request_headers().response(), 3);
+}
+
+TEST_F(ExchangeTest, DeferredPickAfterRequestTrailersEmitsTheTrailersAnswerOnResume) {
+  settings_->defer_pick = true;
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Feed(*ex, Body(Completion("trailers"), false));
+  pb::ProcessingRequest t;
+  t.mutable_request_trailers();
+  EXPECT_TRUE(Feed(*ex, t).empty());
+  Responses out;
+  ex->Resume(now_, out);
+  ASSERT_EQ(out.size(), 3u);
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  EXPECT_TRUE(out[2].has_request_trailers());
+}
+
+TEST_F(ExchangeTest, DeferredPickRefusedWithRetryAfterOr503) {
+  settings_->defer_pick = true;
+  settings_->objectives = {{"batch", -1}};
+  now_ += 0.01;
+  ScrapeAll(Idle(now_, /*waiting=*/20));  // saturated: the exchange still holds, not sheds
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions", false, {{"x-gateway-inference-objective", "batch"}}));
+  EXPECT_TRUE(Feed(*ex, Body(Completion("x"), true)).empty());
+  ASSERT_TRUE(ex->held());
+  EXPECT_EQ(ex->priority(), -1);
+  EXPECT_EQ(ex->objective(), "batch");
+  Responses out;
+  ex->Refuse(429, "Too many requests.", "1", now_, out);
+  ASSERT_EQ(out.size(), 1u);
+  const pb::ImmediateResponse& ir = out[0].immediate_response();
+  EXPECT_EQ(static_cast<int>(ir.status().code()), 429);
+  ASSERT_EQ(ir.headers().set_headers_size(), 2);
+  EXPECT_EQ(ir.headers().set_headers(1).header().key(), "retry-after");
+  EXPECT_EQ(ir.headers().set_headers(1).header().raw_value(), "1");
+  EXPECT_NE(ir.body().find("RateLimitError"), std::string::npos) << ir.body();
+  EXPECT_TRUE(ex->done());
+  EXPECT_TRUE(ex->finished());
+  EXPECT_EQ(Requests("429"), 1.0);
+
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/completions"));
+  Feed(*ex2, Body(Completion("y"), true));
+  Responses out2;
+  ex2->Refuse(503, "No usable endpoint.", "", now_, out2);
+  ExpectImmediate(out2, 503);
+  EXPECT_EQ(Requests("503"), 1.0);
+  EXPECT_EQ(Inflight(), 0.0);
+}
+
+TEST_F(ExchangeTest, DeferredPickClosedWhileHeldFinishesAs499AndErrorsStayImmediate) {
+  settings_->defer_pick = true;
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Feed(*ex, Body(Completion("x"), true));
+  ASSERT_TRUE(ex->held());
+  ex->Close(now_, true);
+  EXPECT_FALSE(ex->held());
+  Responses out;
+  ex->Resume(now_, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(Inflight(), 0.0);
+  EXPECT_EQ(Requests("499"), 1.0);
+  // A malformed body is still answered at once: nothing to hold.
+  auto bad = New();
+  Feed(*bad, Headers("/v1/completions"));
+  ExpectImmediate(Feed(*bad, Body("{\"model\":", true)), 400);
+  EXPECT_FALSE(bad->held());
+}
+
+TEST_F(ExchangeTest, FlowKeyIsTheFlowHeaderElseTheObjective) {
+  settings_->defer_pick = true;
+  settings_->flow_header = "x-tenant-id";
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions", true, {{"x-gateway-inference-objective", "chat"}, {"X-Tenant-Id", " t1 "}}));
+  EXPECT_EQ(ex->flow_key(), "t1");
+  auto ex2 = New();
+  Feed(*ex2, Headers("/v1/completions", true, {{"x-gateway-inference-objective", "chat"}}));
+  EXPECT_EQ(ex2->flow_key(), "chat");
+}
+
+TEST(FindUsageTest, ReadsTheLastUsageObject) {
+  Usage u = FindUsage("{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}} ... "
+                      "{\"usage\": {\"prompt_tokens\": 40, \"completion_tokens\": 7}}");
+  EXPECT_EQ(u.prompt_tokens, 40);
+  EXPECT_EQ(u.completion_tokens, 7);
+  u = FindUsage("no usage here");
+  EXPECT_EQ(u.prompt_tokens, -1);
+  u = FindUsage("\"usage\":null}");
+  EXPECT_EQ(u.completion_tokens, -1);
+}
+
+}  // namespace
+}  // namespace kvroute::extproc
