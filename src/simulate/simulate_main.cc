@@ -56,8 +56,8 @@ bool WriteFile(const std::filesystem::path& path, const std::string& data) {
 
 int SimulateMain(int argc, char** argv) {
   CLI::App app{
-      "Compare routing policies on a scenario, in virtual time (same engine and "
-      "scheduler code as the live fleet)",
+      "Compare routing policies on a scenario, in virtual time (the routing core kvroute "
+      "serve and epp ship, over simulated vLLM engines)",
       "kvroute simulate"};
   std::string scenario_path, policies_arg, out_dir = "simulate-out";
   uint64_t seed = 0;
