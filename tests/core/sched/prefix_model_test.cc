@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "core/sched/registry.h"
@@ -47,9 +48,10 @@ TEST(ApproxPrefixModel, RoutedChainsAreBoundedByTheirCapacityAndStoresByTheLastO
 // Both policies that hold the approximate model take reported changes keyed by their own
 // chains (PrefixKey); sglang-cache-aware keeps its tree of routed text and ignores them.
 TEST(PrefixModelSeam, PoliciesApplyCacheUpdatesToTheirModel) {
+  const std::string prompt = std::string(4096, 'x') + "tail";
   SchedRequest req;
   req.model = "m";
-  req.prompt = std::string(4096, 'x') + "tail";
+  req.prompt = prompt;  // a view: the string outlives every use
   for (const char* policy : {"kvroute", "gie-default", "dynamo-cost"}) {
     SCOPED_TRACE(policy);
     BuildResult b = BuildPolicy(policy);
