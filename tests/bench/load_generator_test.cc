@@ -3,9 +3,6 @@
 #include "bench/load_generator.h"
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <memory>
 #include <mutex>
@@ -13,30 +10,26 @@
 #include <string>
 #include <vector>
 
-#include "http/io_pool.h"
-#include "http/server.h"
 #include "sim/fleet.h"
+#include "support/sim_replica.h"
+#include "support/stub_server.h"
 
 namespace kvroute::bench {
 namespace {
 
-constexpr const char* kModel = "test/model";
+using kvroute::test_support::ClosedPort;
+using kvroute::test_support::kTestModel;
+using kvroute::test_support::LoopbackServer;
 
+// Steps back to back: fast and still ordered.
 sim::ReplicaConfig SmallReplica() {
-  sim::ReplicaConfig r;
-  r.name = "r";
-  r.engine = *engine::PresetConfig("llama3-8b-h100");
-  r.engine.model_name = kModel;
-  r.engine.num_gpu_blocks = 1024;
-  r.engine.max_model_len = 4096;
-  r.time_scale = 0.0;  // steps back to back: fast and still ordered
-  return r;
+  return kvroute::test_support::SimReplica({.kv_blocks = 1024, .max_model_len = 4096});
 }
 
 BenchConfig SharedPrefixConfig(uint16_t port, int64_t n) {
   BenchConfig c;
   c.target = {"127.0.0.1", port};
-  c.model = kModel;
+  c.model = kTestModel;
   c.workload.kind = workload::WorkloadKind::kSharedPrefix;
   c.workload.num_groups = 2;
   c.workload.num_prompts_per_group = 4;
@@ -69,7 +62,7 @@ TEST_F(BenchFleetTest, SendsExactlyTheRequestsWithTheirTokens) {
   c.fleet = {Addr(0)};
   BenchResult r = RunBench(c);
   ASSERT_EQ(r.error, "");
-  EXPECT_EQ(r.model, kModel);
+  EXPECT_EQ(r.model, kTestModel);
   ASSERT_EQ(r.records.size(), 24u);
   EXPECT_EQ(r.summary.requests, 24);
   EXPECT_EQ(r.summary.succeeded, 24);
@@ -186,20 +179,6 @@ TEST_F(BenchFleetTest, MaxConcurrencyHoldsRequestsBack) {
   }
 }
 
-// A port with nothing listening: bind, read the port, close.
-uint16_t ClosedPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST(BenchErrorsTest, CountsConnectionRefusedWhenTheTargetIsDown) {
   const uint16_t port = ClosedPort();
   BenchConfig c = SharedPrefixConfig(port, 5);
@@ -219,16 +198,14 @@ TEST(BenchErrorsTest, CountsConnectionRefusedWhenTheTargetIsDown) {
 
 TEST(BenchErrorsTest, CountsHttpErrorsByKind) {
   // A server that sheds every other request (429) and has no endpoint for the rest (503).
-  http::IoPool pool(1);
   int n = 0;
-  http::Server server(pool.contexts(), {}, [&n](std::shared_ptr<http::Exchange> ex) {
+  LoopbackServer server([&n](std::shared_ptr<http::Exchange> ex) {
     ex->RespondError((n++ % 2) ? 429 : 503, "no");
   });
-  ASSERT_EQ(server.Listen().ToString(), "OK");
-  pool.Start();
+  ASSERT_EQ(server.listen_status().ToString(), "OK");
   BenchConfig c = SharedPrefixConfig(server.port(), 6);
   BenchResult r = RunBench(c);
-  pool.Stop();
+  server.Stop();
   ASSERT_EQ(r.records.size(), 6u);
   EXPECT_EQ(r.summary.errors_by_kind.at("shed"), 3);
   EXPECT_EQ(r.summary.errors_by_kind.at("no_endpoint"), 3);
@@ -239,10 +216,9 @@ TEST(BenchErrorsTest, CountsHttpErrorsByKind) {
 TEST(BenchHeadersTest, SendsTheExtraHeadersOnEveryRequest) {
   // A server that records what it is sent and sheds everything: the headers, not the
   // answers, are under test. No model given, so GET /v1/models goes first.
-  http::IoPool pool(1);
   std::mutex mu;
   std::vector<std::string> seen;  // "target objective tenant", one per request
-  http::Server server(pool.contexts(), {}, [&](std::shared_ptr<http::Exchange> ex) {
+  LoopbackServer server([&](std::shared_ptr<http::Exchange> ex) {
     const http::Request& req = ex->request();
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -252,13 +228,12 @@ TEST(BenchHeadersTest, SendsTheExtraHeadersOnEveryRequest) {
     }
     ex->RespondError(429, "shed");
   });
-  ASSERT_EQ(server.Listen().ToString(), "OK");
-  pool.Start();
+  ASSERT_EQ(server.listen_status().ToString(), "OK");
   BenchConfig c = SharedPrefixConfig(server.port(), 4);
   c.model.clear();
   c.headers = {{"x-gateway-inference-objective", "interactive"}, {"x-tenant", "a b"}};
   BenchResult r = RunBench(c);
-  pool.Stop();
+  server.Stop();
   ASSERT_EQ(r.error, "");
   EXPECT_EQ(r.error_details.at("http_429"), 4);
   std::lock_guard<std::mutex> lock(mu);

@@ -6,29 +6,28 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <memory>
 #include <thread>
 
 #include "http/test_client.h"
-#include "loopback_util.h"
+#include "support/sim_replica.h"
+#include "support/stub_server.h"
 
 namespace kvroute::doctor {
 namespace {
 
 using namespace std::chrono_literals;
-namespace asio = boost::asio;
-using testing_util::ClosedPort;
-using testing_util::kModel;
-using testing_util::Replica;
-using testing_util::StubServer;
+using kvroute::test_support::ClosedPort;
+using kvroute::test_support::kTestModel;
+using kvroute::test_support::SilentListener;
+using kvroute::test_support::SimReplica;
+using kvroute::test_support::StubUpstream;
 
 class CollectTest : public ::testing::Test {
  protected:
   void StartFleet(int n) {
-    std::vector<sim::ReplicaConfig> rs(n, Replica());
+    std::vector<sim::ReplicaConfig> rs(n, SimReplica());
     fleet_ = std::make_unique<sim::Fleet>(std::move(rs), 1);
     ASSERT_TRUE(fleet_->Start().ok());
   }
@@ -66,7 +65,7 @@ TEST_F(CollectTest, ScrapesEveryReplicaEachRoundWithIncreasingTimes) {
       EXPECT_TRUE(s.garbage.empty()) << s.garbage.front();
       EXPECT_EQ(s.num_gpu_blocks, 512);
       EXPECT_EQ(s.prefix_caching, true);
-      EXPECT_EQ(s.model, kModel);
+      EXPECT_EQ(s.model, kTestModel);
       ASSERT_TRUE(s.kv_usage.has_value());
       EXPECT_GE(s.t_s, 0.0);
       // Rounds start on the grid; a round's scrape is read after its start.
@@ -92,7 +91,7 @@ TEST_F(CollectTest, CountersMoveWithTrafficBetweenRounds) {
     for (int i = 0; i < 3; ++i) {
       auto r =
           http::Fetch("127.0.0.1", fleet_->port(0), "POST", "/v1/completions",
-                      std::string("{\"model\":\"") + kModel +
+                      std::string("{\"model\":\"") + std::string(kTestModel) +
                           "\",\"prompt\":\"the same long shared prefix, said again and again\","
                           "\"max_tokens\":4}");
       ASSERT_TRUE(r.has_value());
@@ -163,10 +162,8 @@ TEST_F(CollectTest, NothingReachableIsExitTwo) {
 // Twenty replicas that accept the connection and never answer: one round takes one
 // timeout, not twenty.
 TEST_F(CollectTest, SilentReplicasTimeOutTogether) {
-  asio::io_context ctx;
-  asio::ip::tcp::acceptor silent(ctx, {asio::ip::make_address("127.0.0.1"), 0});
-  silent.listen(64);  // the kernel completes handshakes into the backlog; nobody reads
-  const uint16_t port = silent.local_endpoint().port();
+  SilentListener silent(64);  // the kernel completes handshakes into the backlog; nobody reads
+  const uint16_t port = silent.port();
   CollectOptions o;
   for (int i = 0; i < 20; ++i)
     o.targets.push_back(Target{"silent-" + std::to_string(i), "127.0.0.1", port});
@@ -186,8 +183,9 @@ TEST_F(CollectTest, SilentReplicasTimeOutTogether) {
 }
 
 TEST_F(CollectTest, HtmlPageIsReadButIsNotVllm) {
-  StubServer html("<!doctype html><html><body><h1>Welcome to nginx!</h1></body></html>\n",
-                  "text/html");
+  StubUpstream html(StubUpstream::Mode::kOk,
+                    "<!doctype html><html><body><h1>Welcome to nginx!</h1></body></html>\n",
+                    "text/html");
   CollectOptions o;
   o.targets = {Target{"web", "127.0.0.1", html.port()}};
   o.window_s = 0;

@@ -10,14 +10,14 @@
 
 #include "../k8s/fake_api_server.h"
 #include "doctor/doctor_main.h"
-#include "loopback_util.h"
+#include "support/sim_replica.h"
 
 namespace kvroute::doctor {
 namespace {
 
 namespace fs = std::filesystem;
 using k8s::testing::FakeApiServer;
-using testing_util::Replica;
+using kvroute::test_support::SimReplica;
 
 class ConfigTargetsTest : public ::testing::Test {
  protected:
@@ -46,7 +46,7 @@ class ConfigTargetsTest : public ::testing::Test {
 };
 
 TEST_F(ConfigTargetsTest, KubernetesPodsAreTheTargetsAndAreDiagnosed) {
-  std::vector<sim::ReplicaConfig> rs(2, Replica());
+  std::vector<sim::ReplicaConfig> rs(2, SimReplica());
   sim::Fleet fleet(std::move(rs), 1);
   ASSERT_TRUE(fleet.Start().ok());
   FakeApiServer api;

@@ -18,17 +18,18 @@
 #include <thread>
 
 #include "http/test_client.h"
-#include "loopback_util.h"
+#include "support/sim_replica.h"
+#include "support/stub_server.h"
 #include "support/test_paths.h"
 
 namespace kvroute::doctor {
 namespace {
 
 namespace fs = std::filesystem;
-using testing_util::ClosedPort;
-using testing_util::kModel;
-using testing_util::Replica;
-using testing_util::StubServer;
+using kvroute::test_support::ClosedPort;
+using kvroute::test_support::kTestModel;
+using kvroute::test_support::SimReplica;
+using kvroute::test_support::StubUpstream;
 
 std::string ReadFile(const fs::path& p) {
   std::ifstream f(p);
@@ -62,7 +63,7 @@ class DoctorCliTest : public ::testing::Test {
   }
 
   void StartFleet(int n) {
-    std::vector<sim::ReplicaConfig> rs(n, Replica());
+    std::vector<sim::ReplicaConfig> rs(n, SimReplica());
     fleet_ = std::make_unique<sim::Fleet>(std::move(rs), 1);
     ASSERT_TRUE(fleet_->Start().ok());
   }
@@ -109,9 +110,11 @@ TEST_F(DoctorCliTest, HealthyIdleFleetExitsZero) {
 // (exit 1), no crash, and the good replica still diagnosed.
 TEST_F(DoctorCliTest, GarbageEndpointsAreFindings) {
   StartFleet(1);
-  StubServer html("<!doctype html><html><head><title>502 Bad Gateway</title></head></html>\n",
-                  "text/html");
-  StubServer nan(
+  StubUpstream html(StubUpstream::Mode::kOk,
+                    "<!doctype html><html><head><title>502 Bad Gateway</title></head></html>\n",
+                    "text/html");
+  StubUpstream nan(
+      StubUpstream::Mode::kOk,
       "# TYPE vllm:num_requests_running gauge\n"
       "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\n"
       "# TYPE vllm:num_requests_waiting gauge\n"
@@ -300,7 +303,7 @@ TEST_F(DoctorCliTest, ScenarioOutRunsInSimulate) {
   // slowly the machine runs, requests land inside the window).
   std::thread traffic([&] {
     for (int k = 0; !done.load(); ++k) {
-      const std::string body = std::string("{\"model\":\"") + kModel +
+      const std::string body = std::string("{\"model\":\"") + std::string(kTestModel) +
                                "\",\"prompt\":\"You are a careful assistant. Question " +
                                std::to_string(k % 5) +
                                "\",\"max_tokens\":" + std::to_string(4 + k % 8) + "}";

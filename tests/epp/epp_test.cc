@@ -6,7 +6,6 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include <boost/asio/ip/tcp.hpp>
 #include <atomic>
 #include <chrono>
 #include <set>
@@ -25,6 +24,8 @@
 
 #include "../k8s/fake_api_server.h"
 #include "support/openai_body.h"
+#include "support/sim_replica.h"
+#include "support/stub_server.h"
 #include "support/wait.h"
 
 namespace kvroute::epp {
@@ -36,28 +37,9 @@ namespace core_pb = ::envoy::config::core::v3;
 namespace mode_pb = ::envoy::extensions::filters::http::ext_proc::v3;
 namespace health_pb = ::grpc::health::v1;
 
-constexpr const char* kModel = "test/model";
 constexpr std::string_view kDest = "x-gateway-destination-endpoint";
 
-sim::ReplicaConfig Replica() {
-  sim::ReplicaConfig r;
-  r.name = "r";
-  r.engine = *engine::PresetConfig("llama3-8b-h100");
-  r.engine.model_name = kModel;
-  r.engine.num_gpu_blocks = 4096;
-  r.engine.max_model_len = 131072;
-  r.time_scale = 0.0;
-  return r;
-}
-
-uint16_t ClosedPort() {
-  boost::asio::io_context ctx;
-  boost::asio::ip::tcp::acceptor acc(ctx, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  uint16_t port = acc.local_endpoint().port();
-  acc.close();
-  return port;
-}
-
+using kvroute::test_support::ClosedPort;
 using kvroute::test_support::WaitFor;
 
 std::string Completion(std::string_view prompt) {
@@ -130,7 +112,8 @@ class EppTest : public ::testing::Test {
   }
 
   void StartFleet(int n) {
-    std::vector<sim::ReplicaConfig> rs(n, Replica());
+    std::vector<sim::ReplicaConfig> rs(
+        n, kvroute::test_support::SimReplica({.kv_blocks = 4096, .max_model_len = 131072}));
     for (int i = 0; i < n; ++i) rs[i].name = "r" + std::to_string(i);
     fleet_ = std::make_unique<sim::Fleet>(std::move(rs), 2);
     ASSERT_TRUE(fleet_->Start().ok());

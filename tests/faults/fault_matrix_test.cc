@@ -35,6 +35,7 @@
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
 #include "support/openai_body.h"
+#include "support/sim_replica.h"
 
 namespace kvroute {
 namespace {
@@ -42,7 +43,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kModel = "test/model";
 constexpr int kReplicas = 3;
 constexpr int kClients = 4;
 
@@ -138,14 +138,9 @@ class FaultMatrix : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     std::vector<sim::ReplicaConfig> replicas;
     for (int i = 0; i < kReplicas; ++i) {
-      sim::ReplicaConfig r;
-      r.name = "r" + std::to_string(i);
-      r.engine = *engine::PresetConfig("llama3-8b-h100");
-      r.engine.model_name = kModel;
-      r.engine.num_gpu_blocks = 2048;
-      r.engine.max_model_len = 8192;
-      r.time_scale = 1.0;  // real time: ~6 ms per decode step, so streams overlap faults
-      replicas.push_back(std::move(r));
+      // Real time: ~6 ms per decode step, so streams overlap faults.
+      replicas.push_back(kvroute::test_support::SimReplica(
+          {.name = "r" + std::to_string(i), .kv_blocks = 2048, .time_scale = 1.0}));
     }
     fleet_ = std::make_unique<sim::Fleet>(std::move(replicas), 2);
     ASSERT_TRUE(fleet_->Start().ok());

@@ -24,6 +24,7 @@
 
 #include "http/io_pool.h"
 #include "http/test_client.h"
+#include "support/stub_server.h"
 #include "support/wait.h"
 
 namespace kvroute::http {
@@ -31,30 +32,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A server on port 0 with its own pool. Members are destroyed server first, then the
-// pool (the acceptor must die before its io_context).
-class TestServer {
- public:
-  TestServer(Handler handler, ServerOptions options = {}, int threads = 1) : pool_(threads) {
-    server_ = std::make_unique<Server>(pool_.contexts(), std::move(options), std::move(handler));
-    listen_ = server_->Listen();
-    pool_.Start();
-  }
-  ~TestServer() {
-    server_->StopAccepting();
-    pool_.Stop();
-    server_.reset();
-  }
-  uint16_t port() const { return server_->port(); }
-  const ServerStats& stats() const { return server_->stats(); }
-  const Status& listen_status() const { return listen_; }
-  IoPool& pool() { return pool_; }
-
- private:
-  IoPool pool_;
-  std::unique_ptr<Server> server_;
-  Status listen_;
-};
+// A server on port 0 with its own pool.
+using TestServer = kvroute::test_support::LoopbackServer;
 
 // Answers 200 with "<method> <target> <body>".
 void Echo(std::shared_ptr<Exchange> ex) {

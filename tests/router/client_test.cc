@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <future>
@@ -12,13 +11,15 @@
 #include <thread>
 
 #include "http/io_pool.h"
-#include "http/server.h"
+#include "support/stub_server.h"
 
 namespace kvroute::http {
 namespace {
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
+using kvroute::test_support::ClosedPort;
+using kvroute::test_support::LoopbackServer;
 
 struct Outcome {
   int head_status = 0;
@@ -30,19 +31,18 @@ struct Outcome {
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_pool_.Start();
     client_pool_.Start();
-    server_ = std::make_unique<Server>(server_pool_.contexts(), ServerOptions{},
-                                       [this](std::shared_ptr<Exchange> ex) { Handle(ex); });
-    ASSERT_EQ(server_->Listen().ToString(), "OK");
+    server_ =
+        std::make_unique<LoopbackServer>([this](std::shared_ptr<Exchange> ex) { Handle(ex); });
+    ASSERT_EQ(server_->listen_status().ToString(), "OK");
     client_ = std::make_unique<UpstreamClient>(client_pool_.context(0));
   }
   void TearDown() override {
     OnClient([this] { client_.reset(); });
     server_->StopAccepting();
-    asio::post(server_pool_.context(0), [this] { held_.clear(); });
+    asio::post(server_->context(), [this] { held_.clear(); });
     client_pool_.Stop();
-    server_pool_.Stop();
+    server_->Stop();
   }
 
   void Handle(std::shared_ptr<Exchange> ex) {
@@ -114,9 +114,8 @@ class ClientTest : public ::testing::Test {
     return *out;
   }
 
-  IoPool server_pool_{1};
   IoPool client_pool_{1};
-  std::unique_ptr<Server> server_;
+  std::unique_ptr<LoopbackServer> server_;
   std::unique_ptr<UpstreamClient> client_;
   std::vector<std::shared_ptr<Exchange>> held_;
   std::promise<void> client_gone_;
@@ -164,12 +163,7 @@ TEST_F(ClientTest, StreamedPiecesArriveSeparately) {
 }
 
 TEST_F(ClientTest, ConnectRefused) {
-  // Bind then close a socket to get a port nobody listens on.
-  asio::io_context ctx;
-  asio::ip::tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
-  uint16_t port = acc.local_endpoint().port();
-  acc.close();
-  Outcome a = Run(port, "/full");
+  Outcome a = Run(ClosedPort(), "/full");
   EXPECT_EQ(a.result.error, UpstreamError::kConnectRefused);
   EXPECT_FALSE(a.result.head_received);
   EXPECT_TRUE(IsConnectError(a.result.error));
@@ -210,8 +204,8 @@ TEST_F(ClientTest, CancelClosesTheUpstreamConnection) {
 TEST_F(ClientTest, PooledConnectionClosedByPeerIsNotReused) {
   ServerOptions o;
   o.keepalive_idle = 100ms;  // closes idle keep-alive connections quickly
-  Server quick(server_pool_.contexts(), o, [this](std::shared_ptr<Exchange> ex) { Handle(ex); });
-  ASSERT_EQ(quick.Listen().ToString(), "OK");
+  LoopbackServer quick([this](std::shared_ptr<Exchange> ex) { Handle(ex); }, o);
+  ASSERT_EQ(quick.listen_status().ToString(), "OK");
   ASSERT_TRUE(Run(quick.port(), "/full").result.ok());
   std::this_thread::sleep_for(400ms);  // the server closes the pooled connection meanwhile
   Outcome b = Run(quick.port(), "/full");

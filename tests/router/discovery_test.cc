@@ -20,6 +20,7 @@
 #include "../k8s/fake_api_server.h"
 #include "../metrics/metric_sum.h"
 #include "support/openai_body.h"
+#include "support/sim_replica.h"
 #include "support/wait.h"
 
 namespace kvroute::router {
@@ -31,17 +32,9 @@ using http::Fetch;
 using http::TestClient;
 namespace fs = std::filesystem;
 
-constexpr const char* kModel = "test/model";
-
+// ~6 ms per token: a 300-token stream stays in flight ~2 s.
 sim::ReplicaConfig Replica(int i) {
-  sim::ReplicaConfig r;
-  r.name = "r" + std::to_string(i);
-  r.engine = *engine::PresetConfig("llama3-8b-h100");
-  r.engine.model_name = kModel;
-  r.engine.num_gpu_blocks = 512;
-  r.engine.max_model_len = 8192;
-  r.time_scale = 1.0;  // ~6 ms per token: a 300-token stream stays in flight ~2 s
-  return r;
+  return kvroute::test_support::SimReplica({.name = "r" + std::to_string(i), .time_scale = 1.0});
 }
 
 using kvroute::test_support::CompletionBody;

@@ -17,6 +17,7 @@
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
 #include "support/openai_body.h"
+#include "support/sim_replica.h"
 #include "support/wait.h"
 
 namespace kvroute::router {
@@ -26,17 +27,8 @@ using namespace std::chrono_literals;
 using http::Fetch;
 using metrics::testing::MetricSum;
 
-constexpr const char* kModel = "test/model";
-
 sim::ReplicaConfig Replica(const std::string& name) {
-  sim::ReplicaConfig r;
-  r.name = name;
-  r.engine = *engine::PresetConfig("llama3-8b-h100");
-  r.engine.model_name = kModel;
-  r.engine.num_gpu_blocks = 512;
-  r.engine.max_model_len = 8192;
-  r.time_scale = 0.0;
-  return r;
+  return kvroute::test_support::SimReplica({.name = name});
 }
 
 std::string Body(int i) {

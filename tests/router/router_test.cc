@@ -7,9 +7,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <atomic>
-#include <boost/asio/post.hpp>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -18,14 +15,14 @@
 
 #include "config/router_config.h"
 #include "core/api/openai.h"
-#include "http/io_pool.h"
-#include "http/server.h"
 #include "http/test_client.h"
 #include "core/metrics/prom_parser.h"
 #include "sim/fleet.h"
 #include "../metrics/testdata_util.h"
 #include "../metrics/metric_sum.h"
 #include "support/openai_body.h"
+#include "support/sim_replica.h"
+#include "support/stub_server.h"
 #include "support/wait.h"
 
 namespace kvroute::router {
@@ -36,113 +33,18 @@ using http::ClientResponse;
 using http::Fetch;
 using http::TestClient;
 
-constexpr const char* kModel = "test/model";
+using kvroute::test_support::ClosedPort;
+using kvroute::test_support::CompletionBody;
+using kvroute::test_support::kTestModel;
+using kvroute::test_support::StubUpstream;
+using kvroute::test_support::WaitFor;
 
 sim::ReplicaConfig Replica(double time_scale = 0.0, int kv_blocks = 512) {
-  sim::ReplicaConfig r;
-  r.name = "r";
-  r.engine = *engine::PresetConfig("llama3-8b-h100");
-  r.engine.model_name = kModel;
-  r.engine.num_gpu_blocks = kv_blocks;
-  r.engine.max_model_len = 8192;
-  r.time_scale = time_scale;
-  return r;
-}
-
-using kvroute::test_support::CompletionBody;
-
-// A port nobody listens on.
-uint16_t ClosedPort() {
-  boost::asio::io_context ctx;
-  boost::asio::ip::tcp::acceptor acc(ctx, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  uint16_t port = acc.local_endpoint().port();
-  acc.close();
-  return port;
+  return kvroute::test_support::SimReplica({.kv_blocks = kv_blocks, .time_scale = time_scale});
 }
 
 // Sum of the router metric `name` over samples whose labels include `want`.
 using metrics::testing::MetricSum;
-
-using kvroute::test_support::WaitFor;
-
-// A scriptable upstream: serves a healthy vLLM-looking /metrics and answers generation
-// requests according to `mode`.
-class StubUpstream {
- public:
-  // kFail503: every generation request answered 503 at once (a replica during a deploy),
-  // while /metrics says it is idle.
-  enum class Mode { kOk, kNeverAnswer, kDieMidStream, kFlood, kFail503 };
-  // kFlood: an SSE stream of kFloodChunks chunks of kFloodChunk bytes, each sent once
-  // the previous one was written (so flushed() is what the router's socket accepted).
-  static constexpr std::size_t kFloodChunk = 64u << 10;
-  static constexpr std::size_t kFloodChunks = 1024;  // 64 MiB
-  uint64_t flushed() const { return flushed_.load(); }
-  // `metrics` is what GET /metrics answers (default: an idle vLLM).
-  explicit StubUpstream(Mode mode, std::string metrics = kIdleMetrics)
-      : metrics_(std::move(metrics)), mode_(mode), pool_(1) {
-    pool_.Start();
-    server_ = std::make_unique<http::Server>(pool_.contexts(), http::ServerOptions{},
-                                             [this](std::shared_ptr<http::Exchange> ex) { Handle(ex); });
-    EXPECT_EQ(server_->Listen().ToString(), "OK");
-  }
-  ~StubUpstream() {
-    server_->StopAccepting();
-    pool_.Stop();
-  }
-  uint16_t port() const { return server_->port(); }
-  // New connections are refused from now on (open ones stay).
-  void StopAccepting() { server_->StopAccepting(); }
-
- private:
-  void Handle(std::shared_ptr<http::Exchange> ex) {
-    if (ex->request().target() == "/metrics") {
-      ex->Respond(200, metrics_, "text/plain");
-      return;
-    }
-    switch (mode_) {
-      case Mode::kOk:
-        ex->Respond(200, "{\"stub\":true}");
-        return;
-      case Mode::kNeverAnswer:
-        held_.push_back(ex);
-        return;
-      case Mode::kDieMidStream:
-        ex->BeginStream(200);
-        ex->SendChunk("data: {\"choices\":[{\"text\":\"par");
-        return;  // dropping a started stream closes the connection
-      case Mode::kFlood:
-        ex->BeginStream(200);
-        Flood(ex, 0);
-        return;
-      case Mode::kFail503:
-        ex->Respond(503, "{\"error\":{\"message\":\"engine is restarting\",\"type\":"
-                         "\"ServiceUnavailableError\",\"param\":null,\"code\":503}}");
-        return;
-    }
-  }
-  void Flood(std::shared_ptr<http::Exchange> ex, std::size_t i) {
-    if (i == kFloodChunks) {
-      ex->EndStream();
-      return;
-    }
-    std::string chunk(kFloodChunk, static_cast<char>('a' + i % 26));
-    ex->SendChunk(std::move(chunk), [this, ex, i](bool ok) {
-      if (!ok) return;
-      flushed_ += kFloodChunk;
-      // Posted: a write that completes at once calls back inline.
-      boost::asio::post(ex->executor(), [this, ex, i] { Flood(ex, i + 1); });
-    });
-  }
-  static constexpr const char* kIdleMetrics =
-      "vllm:num_requests_running 0.0\nvllm:num_requests_waiting 0.0\n"
-      "vllm:kv_cache_usage_perc 0.0\n";
-  std::atomic<uint64_t> flushed_{0};
-  std::string metrics_;
-  Mode mode_;
-  http::IoPool pool_;
-  std::unique_ptr<http::Server> server_;
-  std::vector<std::shared_ptr<http::Exchange>> held_;
-};
 
 class RouterTest : public ::testing::Test {
  protected:
@@ -234,7 +136,7 @@ TEST_F(RouterTest, ProxiesCompletionAndNamesTheEndpoint) {
   auto models = Fetch("127.0.0.1", router_->port(), "GET", "/v1/models");
   ASSERT_TRUE(models.has_value());
   EXPECT_EQ(models->status, 200);
-  EXPECT_NE(models->body.find(kModel), std::string::npos) << models->body;
+  EXPECT_NE(models->body.find(kTestModel), std::string::npos) << models->body;
 
   auto health = Fetch("127.0.0.1", router_->port(), "GET", "/healthz");
   ASSERT_TRUE(health.has_value());

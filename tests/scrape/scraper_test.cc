@@ -5,11 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -20,7 +16,7 @@
 
 #include "../metrics/testdata_util.h"
 #include "http/io_pool.h"
-#include "http/server.h"
+#include "support/stub_server.h"
 #include "support/wait.h"
 
 namespace kvroute::metrics {
@@ -35,68 +31,10 @@ constexpr const char* kLoad =
 
 using kvroute::test_support::WaitFor;
 
-// A port nobody listens on.
-uint16_t ClosedPort() {
-  boost::asio::io_context ctx;
-  boost::asio::ip::tcp::acceptor acc(ctx, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  uint16_t port = acc.local_endpoint().port();
-  acc.close();
-  return port;
-}
+using kvroute::test_support::ClosedPort;
 
 // Serves GET /metrics with a scripted status and body, optionally after a delay.
-class MetricsServer {
- public:
-  MetricsServer() : pool_(1) {
-    pool_.Start();
-    server_ = std::make_unique<http::Server>(pool_.contexts(), http::ServerOptions{},
-                                             [this](std::shared_ptr<http::Exchange> ex) { Handle(ex); });
-    EXPECT_EQ(server_->Listen().ToString(), "OK");
-  }
-  ~MetricsServer() {
-    server_->StopAccepting();
-    pool_.Stop();
-  }
-  uint16_t port() const { return server_->port(); }
-  int requests() const { return requests_.load(); }
-
-  void Serve(int status, std::string body, std::chrono::milliseconds delay = 0ms) {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = status;
-    body_ = std::move(body);
-    delay_ = delay;
-  }
-
- private:
-  void Handle(std::shared_ptr<http::Exchange> ex) {
-    ++requests_;
-    int status;
-    std::string body;
-    std::chrono::milliseconds delay;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      status = status_;
-      body = body_;
-      delay = delay_;
-    }
-    if (delay == 0ms) {
-      ex->Respond(status, std::move(body), "text/plain");
-      return;
-    }
-    auto timer = std::make_shared<boost::asio::steady_timer>(ex->executor(), delay);
-    timer->async_wait([timer, ex, status, body = std::move(body)](boost::system::error_code) mutable {
-      ex->Respond(status, std::move(body), "text/plain");
-    });
-  }
-
-  http::IoPool pool_;
-  std::unique_ptr<http::Server> server_;
-  std::atomic<int> requests_{0};
-  std::mutex mu_;
-  int status_ = 200;
-  std::string body_ = kLoad;
-  std::chrono::milliseconds delay_{0};
-};
+using kvroute::test_support::StubUpstream;
 
 // The scraper on its own event loop, with a recording OnScrape.
 class ScraperTest : public ::testing::Test {
@@ -142,11 +80,11 @@ class ScraperTest : public ::testing::Test {
 };
 
 TEST_F(ScraperTest, SnapshotOfTheVllmV010Fixture) {
-  MetricsServer server;
-  server.Serve(200, ReadTestdata(kV010));
+  StubUpstream server;
+  server.ServeMetrics(200, ReadTestdata(kV010));
   Make({Loopback(server.port())});
   EXPECT_FALSE(scraper_->Snapshot(0)->ok);  // nothing is scraped before Start/ScrapeAll
-  EXPECT_EQ(server.requests(), 0);
+  EXPECT_EQ(server.metrics_requests(), 0);
 
   ASSERT_TRUE(ScrapeAllAndWait());
   auto s = scraper_->Snapshot(0);
@@ -172,8 +110,8 @@ TEST_F(ScraperTest, SnapshotOfTheVllmV010Fixture) {
 }
 
 TEST_F(ScraperTest, ModelFilterAppliesToTheFixture) {
-  MetricsServer server;
-  server.Serve(200, ReadTestdata(kV010));
+  StubUpstream server;
+  server.ServeMetrics(200, ReadTestdata(kV010));
   ScraperOptions o;
   o.model = "other-model";
   Make({Loopback(server.port())}, o);
@@ -185,13 +123,13 @@ TEST_F(ScraperTest, ModelFilterAppliesToTheFixture) {
 }
 
 TEST_F(ScraperTest, FailedAttemptKeepsTheLastGoodValues) {
-  MetricsServer server;
-  server.Serve(200, ReadTestdata(kV010));
+  StubUpstream server;
+  server.ServeMetrics(200, ReadTestdata(kV010));
   Make({Loopback(server.port())});
   ASSERT_TRUE(ScrapeAllAndWait());
   const double good_at = scraper_->Snapshot(0)->scraped_at_s;
 
-  server.Serve(500, "boom");
+  server.ServeMetrics(500, "boom");
   ASSERT_TRUE(ScrapeAllAndWait());
   auto s = scraper_->Snapshot(0);
   EXPECT_FALSE(s->ok);
@@ -203,7 +141,7 @@ TEST_F(ScraperTest, FailedAttemptKeepsTheLastGoodValues) {
   EXPECT_EQ(s->successes, 1u);
   EXPECT_EQ(s->failures, 1u);
 
-  server.Serve(200, "this is not\nprometheus {{{\n");
+  server.ServeMetrics(200, "this is not\nprometheus {{{\n");
   ASSERT_TRUE(ScrapeAllAndWait());
   s = scraper_->Snapshot(0);
   EXPECT_FALSE(s->ok);
@@ -211,7 +149,7 @@ TEST_F(ScraperTest, FailedAttemptKeepsTheLastGoodValues) {
   EXPECT_EQ(s->metrics.waiting, 132.0);
   EXPECT_EQ(s->failures, 2u);
 
-  server.Serve(200, kLoad);
+  server.ServeMetrics(200, kLoad);
   ASSERT_TRUE(ScrapeAllAndWait());
   s = scraper_->Snapshot(0);
   EXPECT_TRUE(s->ok);
@@ -234,8 +172,8 @@ TEST_F(ScraperTest, RefusedConnectionMarksTheEndpointDown) {
 }
 
 TEST_F(ScraperTest, OversizedExpositionFails) {
-  MetricsServer server;
-  server.Serve(200, std::string(kLoad) + std::string(4096, '#'));
+  StubUpstream server;
+  server.ServeMetrics(200, std::string(kLoad) + std::string(4096, '#'));
   ScraperOptions o;
   o.max_body_bytes = 1024;
   Make({Loopback(server.port())}, o);
@@ -246,8 +184,8 @@ TEST_F(ScraperTest, OversizedExpositionFails) {
 }
 
 TEST_F(ScraperTest, SlowEndpointTimesOut) {
-  MetricsServer server;
-  server.Serve(200, kLoad, 2000ms);
+  StubUpstream server;
+  server.ServeMetrics(200, kLoad, 2000ms);
   ScraperOptions o;
   o.timeout_s = 0.1;
   Make({Loopback(server.port())}, o);
@@ -259,8 +197,8 @@ TEST_F(ScraperTest, SlowEndpointTimesOut) {
 }
 
 TEST_F(ScraperTest, ScrapeAllWaitsForEveryEndpoint) {
-  MetricsServer fast, slow;
-  slow.Serve(200, ReadTestdata(kV010), 150ms);
+  StubUpstream fast(StubUpstream::Mode::kOk, kLoad), slow;
+  slow.ServeMetrics(200, ReadTestdata(kV010), 150ms);
   Make({Loopback(fast.port()), Loopback(ClosedPort()), Loopback(slow.port())});
   ASSERT_TRUE(ScrapeAllAndWait());
   // Every endpoint reported (OnScrape first) before the round's callback.
@@ -274,18 +212,18 @@ TEST_F(ScraperTest, ScrapeAllWaitsForEveryEndpoint) {
 }
 
 TEST_F(ScraperTest, ScrapeAllDuringAnAttemptInFlightWaitsForAFreshOne) {
-  MetricsServer server;
-  server.Serve(200, "vllm:num_requests_running 1\n", 200ms);
+  StubUpstream server;
+  server.ServeMetrics(200, "vllm:num_requests_running 1\n", 200ms);
   Make({Loopback(server.port())});
   auto first = std::make_shared<std::promise<void>>();
   std::future<void> first_done = first->get_future();
   scraper_->ScrapeAll([first] { first->set_value(); });
-  ASSERT_TRUE(WaitFor([&] { return server.requests() == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return server.metrics_requests() == 1; }));
   // The first request is being answered; what the server says from now on differs.
-  server.Serve(200, "vllm:num_requests_running 2\n");
+  server.ServeMetrics(200, "vllm:num_requests_running 2\n");
   ASSERT_TRUE(ScrapeAllAndWait());
   EXPECT_EQ(first_done.wait_for(0ms), std::future_status::ready);
-  EXPECT_EQ(server.requests(), 2);
+  EXPECT_EQ(server.metrics_requests(), 2);
   auto s = scraper_->Snapshot(0);
   EXPECT_EQ(s->metrics.running, 2.0);
   EXPECT_EQ(s->successes, 2u);
@@ -298,8 +236,8 @@ TEST_F(ScraperTest, ScrapeAllWithoutEndpointsCallsBack) {
 }
 
 TEST_F(ScraperTest, StartScrapesOnTheInterval) {
-  MetricsServer server;
-  server.Serve(200, ReadTestdata(kV010));
+  StubUpstream server;
+  server.ServeMetrics(200, ReadTestdata(kV010));
   ScraperOptions o;
   o.interval_s = 0.01;
   Make({Loopback(server.port())}, o);
@@ -324,8 +262,8 @@ namespace {
 // Each successful scrape times its request to the response head (measured round trips
 // for locality); the first also opened the connection, later ones reuse it.
 TEST_F(ScraperTest, TimesTheRoundTripAndSaysWhenItOpenedTheConnection) {
-  MetricsServer server;
-  server.Serve(200, kLoad, 60ms);
+  StubUpstream server;
+  server.ServeMetrics(200, kLoad, 60ms);
   Make({Loopback(server.port())});
   ASSERT_TRUE(ScrapeAllAndWait());
   auto s = scraper_->Snapshot(0);
