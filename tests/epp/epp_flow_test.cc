@@ -1,10 +1,8 @@
 // Flow control in `kvroute epp` over loopback (issue 11, step 4): the picker in-process
-// with `flow.enabled`, one simulated replica slow enough (time_scale 1) that a request
-// stays in flight, and a gRPC client playing Envoy. The test plays Envoy's upstream too:
-// after a pick it sends the request to the replica itself. One long request with a big
-// prompt fills most of the replica's KV cache, so the routing core's saturation detector
-// (KV usage >= 0.8) calls the pool saturated while it runs. Every wait is bounded; TTLs
-// are short real times.
+// with `flow.enabled` in front of the saturable fleet of support/flow_fixture.h (one
+// replica slow enough that a request stays in flight; one big prompt saturates it), and a
+// gRPC client playing Envoy. The test plays Envoy's upstream too: after a pick it sends
+// the request to the replica itself. Every wait is bounded; TTLs are short real times.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -21,7 +19,7 @@
 #include "epp/epp.h"
 #include "http/test_client.h"
 #include "sim/fleet.h"
-#include "../metrics/metric_sum.h"
+#include "support/flow_fixture.h"
 #include "support/openai_body.h"
 #include "support/wait.h"
 
@@ -29,17 +27,12 @@ namespace kvroute::epp {
 namespace {
 
 using namespace std::chrono_literals;
-using metrics::testing::MetricSum;
 namespace pb = ::envoy::service::ext_proc::v3;
 namespace core_pb = ::envoy::config::core::v3;
 namespace mode_pb = ::envoy::extensions::filters::http::ext_proc::v3;
 using ExtProcStream = grpc::ClientReaderWriter<pb::ProcessingRequest, pb::ProcessingResponse>;
 
-constexpr const char* kModel = "test/model";
-constexpr int kBlocks = 128;  // of 16 tokens: 2,048 tokens of KV cache
-
-// ~1,700 tokens: 107 of 128 blocks, 84% of the cache.
-std::string BigPrompt(char c) { return std::string(6800, c); }
+using kvroute::test_support::BigPrompt;
 
 std::string Body(std::string_view prompt, int max_tokens, bool stream) {
   return kvroute::test_support::CompletionBody(prompt, max_tokens, stream);
@@ -102,7 +95,7 @@ struct Open {
   }
 };
 
-class EppFlowTest : public ::testing::Test {
+class EppFlowTest : public ::testing::Test, public kvroute::test_support::FlowSignals {
  protected:
   void TearDown() override {
     streams_.clear();
@@ -115,20 +108,10 @@ class EppFlowTest : public ::testing::Test {
 
   // `flow` holds the keys under `flow:` besides `enabled`; `extra` more top-level YAML.
   void Start(const std::string& flow, const std::string& extra = "", bool enabled = true) {
-    sim::ReplicaConfig r;
-    r.name = "r0";
-    r.engine = *engine::PresetConfig("llama3-8b-h100");
-    r.engine.model_name = kModel;
-    r.engine.num_gpu_blocks = kBlocks;
-    r.engine.max_model_len = 8192;
-    r.time_scale = 1.0;  // ~6 ms per token
-    fleet_ = std::make_unique<sim::Fleet>(std::vector<sim::ReplicaConfig>{r}, 1);
+    fleet_ = kvroute::test_support::SaturableFleet();
     ASSERT_TRUE(fleet_->Start().ok());
-    const std::string yaml = "pool:\n  scrape_interval: 20ms\n  staleness: 1s\n  endpoints:\n"
-                             "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(0)) +
-                             ", name: r0}\nscheduling:\n  policy: round-robin\nflow:\n  enabled: " +
-                             (enabled ? "true" : "false") + "\n" +
-                             flow + extra;
+    const std::string yaml = kvroute::test_support::FlowConfigYaml(
+        kvroute::test_support::FlowEndpoint(fleet_->port(0)), enabled, flow, extra);
     config::ConfigOr<config::RouterConfig> c = config::ParseRouterConfig(yaml, "epp.yaml");
     ASSERT_TRUE(c.ok()) << c.error.ToString() << "\n" << yaml;
     EppOptions o;
@@ -145,10 +128,7 @@ class EppFlowTest : public ::testing::Test {
     ASSERT_TRUE(WaitFor([&] { return epp_->Ready(); }));
   }
 
-  double Metric(std::string_view name, const std::map<std::string, std::string>& want = {}) {
-    return MetricSum(epp_->MetricsText(), name, want);
-  }
-  double Waiting() { return Metric("kvroute_flow_waiting_requests"); }
+  std::string Metrics() override { return epp_->MetricsText(); }
 
   // Opens a stream and writes `msgs` without half-closing it.
   Open* Send(const std::vector<pb::ProcessingRequest>& msgs) {
@@ -177,8 +157,7 @@ class EppFlowTest : public ::testing::Test {
     EXPECT_EQ(head.status, 200);
     EXPECT_TRUE(up->ReadChunk().has_value()) << up->error();
     upstreams_.push_back(std::move(up));
-    EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_kv_usage_adjusted") >= 0.8; }))
-        << epp_->MetricsText();
+    EXPECT_TRUE(WaitSaturated()) << epp_->MetricsText();
     return s;
   }
 

@@ -1,8 +1,7 @@
 // Flow control in `kvroute serve` over loopback: a real router with `flow.enabled` in
-// front of a simulated replica slow enough (time_scale 1) that requests stay in flight.
-// One long request with a big prompt fills most of the replica's KV cache, so the routing
-// core's saturation detector (KV usage >= 0.8) calls the pool saturated while it runs.
-// Every wait is bounded; TTLs are short real times (the router reads a monotonic clock).
+// front of the saturable fleet of support/flow_fixture.h (one replica slow enough that
+// requests stay in flight; one big prompt saturates it). Every wait is bounded; TTLs are
+// short real times (the router reads a monotonic clock).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -18,6 +17,7 @@
 #include "router/router.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
+#include "support/flow_fixture.h"
 #include "support/openai_body.h"
 #include "support/wait.h"
 
@@ -30,13 +30,7 @@ using http::Fetch;
 using http::TestClient;
 using metrics::testing::MetricSum;
 using Headers = std::vector<std::pair<std::string, std::string>>;
-
-constexpr const char* kModel = "test/model";
-constexpr int kBlocks = 128;  // of 16 tokens: 2,048 tokens of KV cache
-
-// ~1,700 tokens (about 4 characters a token): 107 of 128 blocks, 84% of the cache. A
-// different `c` per request, so no two share a cached prefix.
-std::string BigPrompt(char c) { return std::string(6800, c); }
+using kvroute::test_support::BigPrompt;
 
 std::string Body(std::string_view prompt, int max_tokens, bool stream, int priority = 0) {
   return kvroute::test_support::CompletionBody(prompt, max_tokens, stream, false, priority);
@@ -44,7 +38,7 @@ std::string Body(std::string_view prompt, int max_tokens, bool stream, int prior
 
 using kvroute::test_support::WaitFor;
 
-class FlowTest : public ::testing::Test {
+class FlowTest : public ::testing::Test, public kvroute::test_support::FlowSignals {
  protected:
   void TearDown() override {
     clients_.clear();
@@ -54,26 +48,17 @@ class FlowTest : public ::testing::Test {
   }
 
   void StartFleet() {
-    sim::ReplicaConfig r;
-    r.name = "r0";
-    r.engine = *engine::PresetConfig("llama3-8b-h100");
-    r.engine.model_name = kModel;
-    r.engine.num_gpu_blocks = kBlocks;
-    r.engine.max_model_len = 8192;
-    r.time_scale = 1.0;  // ~6 ms per token
-    fleet_ = std::make_unique<sim::Fleet>(std::vector<sim::ReplicaConfig>{r}, 1);
+    fleet_ = kvroute::test_support::SaturableFleet();
     ASSERT_TRUE(fleet_->Start().ok());
   }
 
   // `flow` holds the keys under `flow:` besides `enabled`; `extra` more top-level YAML.
   void StartRouter(const std::string& flow, const std::string& extra = "", bool enabled = true,
                    const std::string& endpoints = "") {
-    const std::string eps = endpoints.empty() ? "    - {address: 127.0.0.1:" +
-                                                    std::to_string(fleet_->port(0)) + ", name: r0}\n"
-                                              : endpoints;
-    const std::string yaml = "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
-                             "  endpoints:\n" + eps + "scheduling:\n  policy: round-robin\n"
-                             "flow:\n  enabled: " + (enabled ? "true" : "false") + "\n" + flow + extra;
+    const std::string eps =
+        endpoints.empty() ? kvroute::test_support::FlowEndpoint(fleet_->port(0)) : endpoints;
+    const std::string yaml =
+        "threads: 2\n" + kvroute::test_support::FlowConfigYaml(eps, enabled, flow, extra);
     config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(yaml, "test.yaml");
     ASSERT_TRUE(r.ok()) << r.error.ToString() << "\n" << yaml;
     RouterOptions o;
@@ -91,15 +76,11 @@ class FlowTest : public ::testing::Test {
     }));
   }
 
-  std::string Metrics() {
+  std::string Metrics() override {
     auto r = Fetch("127.0.0.1", router_->port(), "GET", "/metrics");
     EXPECT_TRUE(r && r->status == 200);
     return r ? r->body : std::string();
   }
-  double Metric(std::string_view name, const std::map<std::string, std::string>& want = {}) {
-    return MetricSum(Metrics(), name, want);
-  }
-  double Waiting() { return Metric("kvroute_flow_waiting_requests"); }
 
   // Sends a request on a connection of its own and leaves the response unread.
   TestClient* Send(const std::string& body, const Headers& headers = {}) {
@@ -118,8 +99,7 @@ class FlowTest : public ::testing::Test {
     EXPECT_TRUE(t->ReadHead(&head)) << t->error();
     EXPECT_EQ(head.status, 200);
     EXPECT_TRUE(t->ReadChunk().has_value()) << t->error();
-    EXPECT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_kv_usage_adjusted") >= 0.8; }))
-        << Metrics();
+    EXPECT_TRUE(WaitSaturated()) << Metrics();
     return t;
   }
 
