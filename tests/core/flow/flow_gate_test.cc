@@ -12,31 +12,17 @@
 #include <string>
 #include <vector>
 
-#include "../../metrics/testdata_util.h"
+#include "support/routing_fixture.h"
 
 namespace kvroute::flow {
 namespace {
 
 constexpr const char* kModel = "meta-llama/Llama-3.1-8B-Instruct";
 
-routing::ScrapeResult Scraped(const std::string& waiting, const std::string& kv, double at) {
-  routing::ScrapeResult r;
-  r.ok = true;
-  r.sent_at_s = at;
-  metrics::ExtractEngineMetrics(metrics::testing::V010With("4.0", waiting, kv),
-                                metrics::MetricNames::For(metrics::EngineType::kVllm), "", r.metrics);
-  return r;
-}
-
 std::vector<routing::EndpointSpec> Endpoints(int n) {
   std::vector<routing::EndpointSpec> v;
   for (int i = 0; i < n; ++i) {
-    routing::EndpointSpec e;
-    e.name = std::string(1, static_cast<char>('a' + i));
-    e.host = "127.0.0.1";
-    e.port = static_cast<uint16_t>(9001 + i);
-    e.address = "127.0.0.1:" + std::to_string(e.port);
-    v.push_back(e);
+    v.push_back(test_support::TestEndpoint(std::string(1, static_cast<char>('a' + i)), 9001 + i));
   }
   return v;
 }
@@ -107,7 +93,7 @@ class FlowGateTest : public ::testing::Test {
   }
 
   void Scrape(uint32_t id, const std::string& waiting, const std::string& kv = "0.30") {
-    core_.OnScrape(id, Scraped(waiting, kv, now_), now_);
+    core_.OnScrape(id, test_support::ScrapedLoad("4.0", waiting, kv, now_), now_);
   }
 
   flow::AdmitResult Admit(FlowGate& gate, const std::string& name, char group, int n,

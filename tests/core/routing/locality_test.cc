@@ -11,40 +11,29 @@
 #include <vector>
 
 #include "core/routing/routing_core.h"
-#include "../../metrics/testdata_util.h"
+#include "support/routing_fixture.h"
 
 namespace kvroute::routing {
 namespace {
 
 using sched::Locality;
 
+// Two running requests, `waiting` queued, KV usage `kv`.
 ScrapeResult Scraped(const std::string& waiting, const std::string& kv, double at) {
-  ScrapeResult r;
-  r.ok = true;
-  r.sent_at_s = at;
-  metrics::ExtractEngineMetrics(metrics::testing::V010With("2.0", waiting, kv),
-                                metrics::MetricNames::For(metrics::EngineType::kVllm), "", r.metrics);
-  return r;
+  return test_support::ScrapedLoad("2.0", waiting, kv, at);
 }
 
-EndpointSpec Ep(const std::string& name, int port, std::vector<std::pair<std::string, std::string>> labels) {
-  EndpointSpec e;
-  e.name = name;
-  e.host = "127.0.0.1";
-  e.port = static_cast<uint16_t>(port);
-  e.address = "127.0.0.1:" + std::to_string(port);
-  e.labels = std::move(labels);
-  return e;
-}
+using test_support::TestEndpoint;
 
 // Two replicas in us-east (one by the plain label, one by the Kubernetes topology label),
 // two in eu-west, one without a region (local).
 std::vector<EndpointSpec> Fleet() {
-  return {Ep("east-a", 9001, {{"region", "us-east"}}),
-          Ep("east-b", 9002, {{"topology.kubernetes.io/region", "us-east"}}),
-          Ep("west-a", 9003, {{"region", "eu-west"}}),
-          Ep("west-b", 9004, {{"topology.kubernetes.io/region", "eu-west"}, {"zone", "eu-west-1a"}}),
-          Ep("plain", 9005, {})};
+  return {TestEndpoint("east-a", 9001, {{"region", "us-east"}}),
+          TestEndpoint("east-b", 9002, {{"topology.kubernetes.io/region", "us-east"}}),
+          TestEndpoint("west-a", 9003, {{"region", "eu-west"}}),
+          TestEndpoint("west-b", 9004,
+                       {{"topology.kubernetes.io/region", "eu-west"}, {"zone", "eu-west-1a"}}),
+          TestEndpoint("plain", 9005, {})};
 }
 
 CoreOptions Options(std::string region, std::vector<std::pair<std::string, double>> rtt = {}) {
@@ -215,8 +204,8 @@ TEST(RoutingLocality, ConfiguredRoundTripWinsOverMeasured) {
 // A label change on reload is a region change, and the request counters stay per region.
 TEST(RoutingLocality, RelabelledEndpointChangesRegionOnReload) {
   RoutingCore core;
-  std::vector<EndpointSpec> eps = {Ep("a", 9001, {{"region", "eu-west"}}),
-                                   Ep("b", 9002, {{"region", "eu-west"}})};
+  std::vector<EndpointSpec> eps = {TestEndpoint("a", 9001, {{"region", "eu-west"}}),
+                                   TestEndpoint("b", 9002, {{"region", "eu-west"}})};
   ASSERT_TRUE(core.Configure(Options("us-east", {{"eu-west", 0.08}}), eps, 0.0).ok());
   for (const auto& ep : core.table()->by_id) core.OnScrape(ep->id, Scraped("0.0", "0.1", 0.0), 0.0);
   EXPECT_EQ(Serve(core, 0, 0.01).locality, Locality::kNoLocal);

@@ -15,6 +15,7 @@
 
 #include "core/sched/registry.h"
 #include "../../metrics/testdata_util.h"
+#include "support/routing_fixture.h"
 
 namespace kvroute::routing {
 namespace {
@@ -32,28 +33,13 @@ std::string V010(const std::string& running, const std::string& waiting, const s
 std::string DataParallel(const std::string& kv1) { return metrics::testing::V010DataParallel(kv1); }
 std::string OldNames96() { return metrics::testing::V06WithKv("0.96"); }
 
-ScrapeResult Scraped(const std::string& text, double at) {
-  ScrapeResult r;
-  r.ok = true;
-  r.sent_at_s = at;
-  metrics::ExtractEngineMetrics(text, metrics::MetricNames::For(metrics::EngineType::kVllm), "",
-                                r.metrics);
-  return r;
-}
-
-EndpointSpec Ep(const std::string& name, int port) {
-  EndpointSpec e;
-  e.name = name;
-  e.host = "127.0.0.1";
-  e.port = static_cast<uint16_t>(port);
-  e.address = "127.0.0.1:" + std::to_string(port);
-  return e;
-}
+using test_support::Scraped;
+using test_support::TestEndpoint;
 
 std::vector<EndpointSpec> Eps(std::initializer_list<const char*> names) {
   std::vector<EndpointSpec> v;
   int port = 9001;
-  for (const char* n : names) v.push_back(Ep(n, port++));
+  for (const char* n : names) v.push_back(TestEndpoint(n, port++));
   return v;
 }
 
@@ -349,7 +335,7 @@ TEST(RoutingCore, ReloadDropsRemovedEndpoints) {
   EXPECT_EQ(core.table()->Find(1)->spec.address, r1);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(Serve(core, GroupPrompt(7, i + 1), 0.3), "r1");
   // A new endpoint takes the vacant id (nothing in flight there) with a clean slate.
-  std::vector<EndpointSpec> again = {eps[1], Ep("r9", 9009)};
+  std::vector<EndpointSpec> again = {eps[1], TestEndpoint("r9", 9009)};
   ASSERT_TRUE(core.Configure(Options(), again, 0.4).ok());
   ASSERT_NE(core.table()->Find(0), nullptr);
   EXPECT_EQ(core.table()->Find(0)->spec.name, "r9");
