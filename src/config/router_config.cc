@@ -35,41 +35,50 @@ bool IsDnsName(const std::string& s, size_t max) {
   return s.front() != '-' && s.front() != '.' && s.back() != '-' && s.back() != '.';
 }
 
-std::string CheckPoolName(const std::string& name) {
-  if (IsDnsName(name, 253)) return "";
-  return "'" + name + "' is not a Kubernetes object name (lower-case letters, digits, '-' and '.')";
+Status CheckPoolName(const std::string& name) {
+  if (IsDnsName(name, 253)) return Status::Ok();
+  return Status::InvalidArgument(
+      "'" + name + "' is not a Kubernetes object name (lower-case letters, digits, '-' and '.')");
 }
 
-std::string CheckNamespace(const std::string& ns) {
-  if (IsDnsName(ns, 63) && ns.find('.') == std::string::npos) return "";
-  return "'" + ns + "' is not a Kubernetes namespace name";
+Status CheckNamespace(const std::string& ns) {
+  if (IsDnsName(ns, 63) && ns.find('.') == std::string::npos) return Status::Ok();
+  return Status::InvalidArgument("'" + ns + "' is not a Kubernetes namespace name");
 }
 
-std::string CheckPoolGroup(const std::string& group) {
-  if (group == kPoolGroupV1 || group == kPoolGroupV1Alpha2) return "";
-  return "unknown InferencePool group '" + group + "' (use " + std::string(kPoolGroupV1) + " or " +
-         std::string(kPoolGroupV1Alpha2) + ")";
+Status CheckPoolGroup(const std::string& group) {
+  if (group == kPoolGroupV1 || group == kPoolGroupV1Alpha2) return Status::Ok();
+  return Status::InvalidArgument("unknown InferencePool group '" + group + "' (use " +
+                                 std::string(kPoolGroupV1) + " or " +
+                                 std::string(kPoolGroupV1Alpha2) + ")");
 }
 
 }  // namespace
 
-std::string CheckRegionName(std::string_view region) {
+Status CheckRegionName(std::string_view region) {
   for (char c : region) {
     if (std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c)) ||
         c == ',' || c == '"') {
-      return "'" + std::string(region) + "' is not a region name (no spaces, commas or quotes)";
+      return Status::InvalidArgument("'" + std::string(region) +
+                                     "' is not a region name (no spaces, commas or quotes)");
     }
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string CheckKubernetesDiscovery(const KubernetesDiscoveryConfig& k) {
-  if (std::string e = CheckPoolName(k.inference_pool); !e.empty()) return "inference_pool: " + e;
-  if (!k.namespace_name.empty()) {
-    if (std::string e = CheckNamespace(k.namespace_name); !e.empty()) return "namespace: " + e;
+Status CheckKubernetesDiscovery(const KubernetesDiscoveryConfig& k) {
+  if (Status st = CheckPoolName(k.inference_pool); !st.ok()) {
+    return Status::InvalidArgument("inference_pool: " + st.message());
   }
-  if (std::string e = CheckPoolGroup(k.group); !e.empty()) return "group: " + e;
-  return "";
+  if (!k.namespace_name.empty()) {
+    if (Status st = CheckNamespace(k.namespace_name); !st.ok()) {
+      return Status::InvalidArgument("namespace: " + st.message());
+    }
+  }
+  if (Status st = CheckPoolGroup(k.group); !st.ok()) {
+    return Status::InvalidArgument("group: " + st.message());
+  }
+  return Status::Ok();
 }
 
 std::optional<HostPort> ParseHostPort(std::string_view s, std::string* error) {
@@ -221,13 +230,13 @@ class Loader {
                     [&](const std::string& key, const ConfigNode& v) {
                       if (key == "inference_pool") {
                         k.inference_pool = v.String();
-                        if (std::string e = CheckPoolName(k.inference_pool); !e.empty()) v.Fail(e);
+                        if (Status st = CheckPoolName(k.inference_pool); !st.ok()) v.Fail(st.message());
                       } else if (key == "namespace") {
                         k.namespace_name = v.String();
-                        if (std::string e = CheckNamespace(k.namespace_name); !e.empty()) v.Fail(e);
+                        if (Status st = CheckNamespace(k.namespace_name); !st.ok()) v.Fail(st.message());
                       } else if (key == "group") {
                         k.group = v.String();
-                        if (std::string e = CheckPoolGroup(k.group); !e.empty()) v.Fail(e);
+                        if (Status st = CheckPoolGroup(k.group); !st.ok()) v.Fail(st.message());
                       } else if (key == "kubeconfig") {
                         k.kubeconfig = v.String();
                         if (k.kubeconfig.empty()) v.Fail("must not be empty (omit it for in-cluster)");
@@ -471,12 +480,12 @@ class Loader {
     v.ForEachKey({"region", "rtt", "measure_rtt"}, [&](const std::string& key, const ConfigNode& lv) {
       if (key == "region") {
         l.region = lv.String();
-        if (std::string e = CheckRegionName(l.region); !e.empty()) lv.Fail(e);
+        if (Status st = CheckRegionName(l.region); !st.ok()) lv.Fail(st.message());
       } else if (key == "rtt") {
         if (!lv.IsMap() && !lv.IsNull()) lv.Fail("must be a mapping of region to round trip");
         for (const ConfigNode& r : lv.Entries()) {
-          if (std::string e = CheckRegionName(r.key()); !e.empty() || r.key().empty()) {
-            r.FailAt(r.key_line(), r.field(), e.empty() ? "region must not be empty" : e);
+          if (Status st = CheckRegionName(r.key()); !st.ok() || r.key().empty()) {
+            r.FailAt(r.key_line(), r.field(), st.ok() ? "region must not be empty" : st.message());
           }
           // A round trip may be 0 (the same site); Duration() insists on > 0.
           const std::optional<double> d = ParseDuration(r.Scalar("a duration"));

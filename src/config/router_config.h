@@ -172,14 +172,14 @@ struct KubernetesDiscoveryConfig {
   bool operator==(const KubernetesDiscoveryConfig&) const = default;
 };
 
-// "" when the pool name, namespace and group are valid Kubernetes values, else what is
-// wrong, naming the field ("inference_pool: 'Bad_Name' is not a Kubernetes object name
-// ..."). The config loader and `kvroute epp`'s flags share it.
-std::string CheckKubernetesDiscovery(const KubernetesDiscoveryConfig& k);
+// Ok when the pool name, namespace and group are valid Kubernetes values, else
+// InvalidArgument saying what is wrong, naming the field ("inference_pool: 'Bad_Name' is not
+// a Kubernetes object name ..."). The config loader and `kvroute epp`'s flags share it.
+Status CheckKubernetesDiscovery(const KubernetesDiscoveryConfig& k);
 
-// "" when `region` may name a region (empty included: no region), else why not. The
-// `locality:` loader and the --region flags of serve and epp share it.
-std::string CheckRegionName(std::string_view region);
+// Ok when `region` may name a region (empty included: no region), else InvalidArgument
+// saying why not. The `locality:` loader and the --region flags of serve and epp share it.
+Status CheckRegionName(std::string_view region);
 
 struct PoolConfig {
   std::vector<EndpointConfig> endpoints;

@@ -115,15 +115,16 @@ Status ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags, conf
     k.kubeconfig_path = flags.kubeconfig_path.empty() ? flags.kubeconfig : flags.kubeconfig_path;
   }
   if (!flags.context.empty()) k.context = flags.context;
-  std::string e = config::CheckKubernetesDiscovery(k);
-  if (e.empty()) return Status::Ok();
+  Status st = config::CheckKubernetesDiscovery(k);
+  if (st.ok()) return st;
+  const std::string& e = st.message();
   for (auto [field, flag] : {std::pair{"inference_pool: ", "--pool-name: "}, std::pair{"namespace: ", "--pool-namespace: "},
                              std::pair{"group: ", "--pool-group: "}}) {
     if (e.rfind(field, 0) == 0) {
       return Status::InvalidArgument(flag + e.substr(std::string_view(field).size()));
     }
   }
-  return Status::InvalidArgument(e);
+  return st;
 }
 
 struct Epp::Impl {

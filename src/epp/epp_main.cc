@@ -149,8 +149,8 @@ int EppMain(int argc, char** argv) {
   }
   k8s.kubeconfig_path = k8s.kubeconfig;
   if (region_flag->count() > 0) {
-    if (std::string e = config::CheckRegionName(region); !e.empty()) {
-      std::fprintf(stderr, "kvroute epp: --region: %s\n", e.c_str());
+    if (Status st = config::CheckRegionName(region); !st.ok()) {
+      std::fprintf(stderr, "kvroute epp: --region: %s\n", st.message().c_str());
       return 2;
     }
     options.region = region;

@@ -163,8 +163,8 @@ int ServeMain(int argc, char** argv) {
   }
   if (threads >= 0) options.threads = threads;
   if (region_flag->count() > 0) {
-    if (std::string e = config::CheckRegionName(region); !e.empty()) {
-      std::fprintf(stderr, "kvroute serve: --region: %s\n", e.c_str());
+    if (Status st = config::CheckRegionName(region); !st.ok()) {
+      std::fprintf(stderr, "kvroute serve: --region: %s\n", st.message().c_str());
       return 2;
     }
     options.region = region;

@@ -66,12 +66,12 @@ TEST(LocalityConfigTest, ErrorsNameFileLineAndField) {
 }
 
 TEST(LocalityConfigTest, RegionNames) {
-  EXPECT_EQ(CheckRegionName(""), "");
-  EXPECT_EQ(CheckRegionName("us-east1"), "");
-  EXPECT_EQ(CheckRegionName("eu_west.2"), "");
-  EXPECT_NE(CheckRegionName("a,b"), "");
-  EXPECT_NE(CheckRegionName("a\tb"), "");
-  EXPECT_NE(CheckRegionName("\"q\""), "");
+  EXPECT_EQ(CheckRegionName("").ToString(), "OK");
+  EXPECT_EQ(CheckRegionName("us-east1").ToString(), "OK");
+  EXPECT_EQ(CheckRegionName("eu_west.2").ToString(), "OK");
+  EXPECT_FALSE(CheckRegionName("a,b").ok());
+  EXPECT_FALSE(CheckRegionName("a\tb").ok());
+  EXPECT_FALSE(CheckRegionName("\"q\"").ok());
 }
 
 }  // namespace
