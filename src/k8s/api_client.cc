@@ -61,21 +61,27 @@ struct ApiClient::Impl {
                     ssl::context::no_tlsv1_1);
     if (!access.ca_pem.empty()) {
       tls.add_certificate_authority(net::buffer(access.ca_pem), ec);
-      if (ec) init_error = "certificate authority of " + access.source + ": " + ec.message();
+      if (ec) {
+        init_status = Status::InvalidArgument("certificate authority of " + access.source + ": " +
+                                              ec.message());
+      }
     } else {
       tls.set_default_verify_paths(ec);
     }
-    if (init_error.empty() && !access.client_cert_pem.empty()) {
+    if (init_status.ok() && !access.client_cert_pem.empty()) {
       tls.use_certificate_chain(net::buffer(access.client_cert_pem), ec);
       if (!ec) tls.use_private_key(net::buffer(access.client_key_pem), ssl::context::pem, ec);
-      if (ec) init_error = "client certificate of " + access.source + ": " + ec.message();
+      if (ec) {
+        init_status = Status::InvalidArgument("client certificate of " + access.source + ": " +
+                                              ec.message());
+      }
     }
   }
   net::io_context& ctx;
   ClusterAccess access;
   ApiClientOptions options;
   ssl::context tls;
-  std::string init_error;
+  Status init_status;  // ok unless OpenSSL rejected the CA or the client certificate
   ApiStats stats;
 };
 
@@ -140,9 +146,9 @@ struct ApiRequest::Session : std::enable_shared_from_this<ApiRequest::Session> {
 
   void Start() {
     ++impl->stats.requests;
-    if (!impl->init_error.empty()) {
+    if (!impl->init_status.ok()) {
       net::post(impl->ctx, [self = shared_from_this()] {
-        self->Finish(ApiError::kTls, self->impl->init_error);
+        self->Finish(ApiError::kTls, self->impl->init_status.message());
       });
       return;
     }
@@ -345,7 +351,7 @@ ApiRequest ApiClient::Watch(std::string target, WatchCallbacks callbacks) {
   return ApiRequest(s);
 }
 
-const std::string& ApiClient::init_error() const { return impl_->init_error; }
+const Status& ApiClient::init_status() const { return impl_->init_status; }
 const ApiStats& ApiClient::stats() const { return impl_->stats; }
 const ClusterAccess& ApiClient::access() const { return impl_->access; }
 net::io_context& ApiClient::context() const { return impl_->ctx; }

@@ -110,7 +110,7 @@ class ApiRequest {
 class ApiClient {
  public:
   // `ctx` must outlive the client and its requests. A CA or client certificate that
-  // OpenSSL rejects makes init_error() non-empty and every request fail with kTls.
+  // OpenSSL rejects makes init_status() InvalidArgument and every request fail with kTls.
   ApiClient(boost::asio::io_context& ctx, ClusterAccess access, ApiClientOptions options = {});
   ~ApiClient();
   ApiClient(const ApiClient&) = delete;
@@ -122,7 +122,9 @@ class ApiClient {
   // delivered line by line as it arrives, until the server ends it or a failure.
   ApiRequest Watch(std::string target, WatchCallbacks callbacks);
 
-  const std::string& init_error() const;
+  // Ok when the TLS setup succeeded, else InvalidArgument naming the rejected CA or client
+  // certificate and where it came from.
+  const Status& init_status() const;
   const ApiStats& stats() const;
   const ClusterAccess& access() const;
   boost::asio::io_context& context() const;

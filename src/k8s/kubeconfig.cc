@@ -128,9 +128,11 @@ std::optional<std::string> DecodeBase64(std::string_view in) {
   return out;
 }
 
-std::string ParseServerUrl(std::string_view url, ClusterAccess& a) {
+Status ParseServerUrl(std::string_view url, ClusterAccess& a) {
   constexpr std::string_view kScheme = "https://";
-  if (url.substr(0, kScheme.size()) != kScheme) return "must be an https:// URL";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return Status::InvalidArgument("must be an https:// URL");
+  }
   std::string_view rest = url.substr(kScheme.size());
   size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
@@ -139,29 +141,31 @@ std::string ParseServerUrl(std::string_view url, ClusterAccess& a) {
   std::string_view host = authority, port;
   if (!authority.empty() && authority.front() == '[') {
     size_t close = authority.find(']');
-    if (close == std::string_view::npos) return "unterminated '[' in the host";
+    if (close == std::string_view::npos) {
+      return Status::InvalidArgument("unterminated '[' in the host");
+    }
     host = authority.substr(1, close - 1);
     std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {
-      if (after.front() != ':') return "bad text after the IPv6 address";
+      if (after.front() != ':') return Status::InvalidArgument("bad text after the IPv6 address");
       port = after.substr(1);
     }
   } else if (size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
     host = authority.substr(0, colon);
     port = authority.substr(colon + 1);
   }
-  if (host.empty()) return "has no host";
+  if (host.empty()) return Status::InvalidArgument("has no host");
   uint32_t p = 443;
   if (!port.empty()) {
     auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
     if (ec != std::errc() || end != port.data() + port.size() || p == 0 || p > 65535)
-      return "bad port '" + std::string(port) + "'";
+      return Status::InvalidArgument("bad port '" + std::string(port) + "'");
   }
   a.server = std::string(url);
   a.host = std::string(host);
   a.port = static_cast<uint16_t>(p);
   a.base_path = std::string(path);
-  return "";
+  return Status::Ok();
 }
 
 ConfigOr<ClusterAccess> ParseKubeconfig(std::string_view text, std::string_view file,
@@ -185,7 +189,7 @@ ConfigOr<ClusterAccess> ParseKubeconfig(std::string_view text, std::string_view 
     ConfigNode cluster_ref = ctx.Require("cluster");
     ConfigNode cluster = FindNamed(root, "clusters", "cluster", cluster_ref.String(), cluster_ref);
     ConfigNode server = cluster.Require("server");
-    if (std::string why = ParseServerUrl(server.String(), a); !why.empty()) server.Fail(why);
+    if (Status st = ParseServerUrl(server.String(), a); !st.ok()) server.Fail(st.message());
     if (ConfigNode n = cluster.Get("insecure-skip-tls-verify"); n && !n.IsNull())
       a.insecure_skip_tls_verify = n.Bool();
     if (ConfigNode n = cluster.Get("tls-server-name"); n && !n.IsNull()) a.tls_server_name = n.String();
@@ -252,8 +256,8 @@ ConfigOr<ClusterAccess> LoadInCluster(const InClusterPaths& paths,
   ClusterAccess a;
   std::string url = "https://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
                     ":" + port;
-  if (std::string why = ParseServerUrl(url, a); !why.empty())
-    return fail("KUBERNETES_SERVICE_HOST/PORT: " + url + " " + why);
+  if (Status st = ParseServerUrl(url, a); !st.ok())
+    return fail("KUBERNETES_SERVICE_HOST/PORT: " + url + " " + st.message());
   std::string why;
   if (!ReadWhole(paths.ca, a.ca_pem, why)) return fail(paths.ca + ": cannot read: " + why);
   a.token = TokenSource::File(paths.token);

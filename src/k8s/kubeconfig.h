@@ -90,8 +90,8 @@ config::ConfigOr<ClusterAccess> LoadInCluster(
 // Standard base64 (padding optional, whitespace ignored); nullopt when malformed.
 std::optional<std::string> DecodeBase64(std::string_view in);
 
-// "https://host[:port][/path]" into access's server, host, port, base_path. Returns ""
-// on success, else why it is not usable.
-std::string ParseServerUrl(std::string_view url, ClusterAccess& access);
+// "https://host[:port][/path]" into access's server, host, port, base_path. Returns ok,
+// else InvalidArgument saying why it is not usable.
+Status ParseServerUrl(std::string_view url, ClusterAccess& access);
 
 }  // namespace kvroute::k8s

@@ -406,7 +406,7 @@ struct KubernetesDiscovery::Impl : std::enable_shared_from_this<KubernetesDiscov
     std::lock_guard<std::recursive_mutex> lock(mu);
     if (stopped || started) return;
     started = true;
-    if (!client.init_error().empty()) Log("API client: " + client.init_error());
+    if (!client.init_status().ok()) Log("API client: " + client.init_status().message());
     const size_t n = options.objectives ? kResources : kObjLlmD;
     for (size_t i = 0; i < n; ++i) {
       k8s::ListWatch::Options lo;

@@ -36,7 +36,8 @@ class ApiClientTest : public ::testing::Test {
   }
   ClusterAccess Access(FakeApiServer& server, std::string token = "test-token") {
     ClusterAccess a;
-    EXPECT_EQ(ParseServerUrl("https://127.0.0.1:" + std::to_string(server.port()), a), "");
+    EXPECT_EQ(ParseServerUrl("https://127.0.0.1:" + std::to_string(server.port()), a).ToString(),
+              "OK");
     a.ca_pem = server.pki().ca_pem;
     a.token = TokenSource::Fixed(std::move(token));
     a.source = "test";
@@ -72,7 +73,7 @@ TEST_F(ApiClientTest, ListsPodsOverVerifiedTls) {
   server.Put(kPodCollection, VllmPod("vllm-1"));  // rv 3
   server.Put(kPodCollection, FakeApiServer::PodJson("other", "10.0.0.9", true, {{"app", "x"}}));
   ApiClient client(ctx_, Access(server));
-  ASSERT_EQ(client.init_error(), "");
+  ASSERT_TRUE(client.init_status().ok()) << client.init_status().ToString();
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r && r->ok()) << (r ? r->status.message() : "no result");
   EXPECT_EQ(r->http_status, 200);
@@ -217,7 +218,7 @@ TEST_F(ApiClientTest, ClientCertificateIsPresented) {
   a.client_cert_pem = leaf.cert_pem;
   a.client_key_pem = leaf.key_pem;
   ApiClient client(ctx_, a);
-  ASSERT_EQ(client.init_error(), "");
+  ASSERT_TRUE(client.init_status().ok()) << client.init_status().ToString();
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r);
   EXPECT_TRUE(r->ok()) << r->status.message();
@@ -244,7 +245,7 @@ TEST_F(ApiClientTest, BadCaPemIsAnInitError) {
   ClusterAccess a = Access(server);
   a.ca_pem = "not a certificate";
   ApiClient client(ctx_, a);
-  EXPECT_NE(client.init_error(), "");
+  EXPECT_FALSE(client.init_status().ok());
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->error, ApiError::kTls);

@@ -91,7 +91,7 @@ class FakeApiServerTest : public ::testing::Test {
   }
   ClusterAccess Access(uint16_t port, const std::string& ca_pem) {
     ClusterAccess a;
-    EXPECT_EQ(ParseServerUrl("https://127.0.0.1:" + std::to_string(port), a), "");
+    EXPECT_EQ(ParseServerUrl("https://127.0.0.1:" + std::to_string(port), a).ToString(), "OK");
     a.ca_pem = ca_pem;
     a.token = TokenSource::Fixed("test-token");
     return a;

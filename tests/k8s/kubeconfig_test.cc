@@ -61,18 +61,18 @@ TEST(Base64, DecodesWithAndWithoutPadding) {
 
 TEST(ServerUrl, HostPortPath) {
   ClusterAccess a;
-  EXPECT_EQ(ParseServerUrl("https://10.0.0.1:6443", a), "");
+  EXPECT_EQ(ParseServerUrl("https://10.0.0.1:6443", a).ToString(), "OK");
   EXPECT_EQ(a.host, "10.0.0.1");
   EXPECT_EQ(a.port, 6443);
-  EXPECT_EQ(ParseServerUrl("https://api.example.com/k8s/", a), "");
+  EXPECT_EQ(ParseServerUrl("https://api.example.com/k8s/", a).ToString(), "OK");
   EXPECT_EQ(a.host, "api.example.com");
   EXPECT_EQ(a.port, 443);
   EXPECT_EQ(a.base_path, "/k8s");
-  EXPECT_EQ(ParseServerUrl("https://[::1]:8443", a), "");
+  EXPECT_EQ(ParseServerUrl("https://[::1]:8443", a).ToString(), "OK");
   EXPECT_EQ(a.host, "::1");
   EXPECT_EQ(a.port, 8443);
-  EXPECT_EQ(ParseServerUrl("http://x:1", a), "must be an https:// URL");
-  EXPECT_EQ(ParseServerUrl("https://x:99999", a), "bad port '99999'");
+  EXPECT_EQ(ParseServerUrl("http://x:1", a).message(), "must be an https:// URL");
+  EXPECT_EQ(ParseServerUrl("https://x:99999", a).message(), "bad port '99999'");
 }
 
 TEST_F(KubeconfigTest, CaFileAndFixedToken) {
