@@ -98,16 +98,19 @@ std::string Trim(std::string_view s) {
   return std::string(s);
 }
 
-// Parses a duration flag; "" on success.
-std::string FlagDuration(const char* flag, const std::string& text, bool zero_ok, double& out) {
+// Parses a duration flag: ok, or InvalidArgument naming the flag.
+Status FlagDuration(const char* flag, const std::string& text, bool zero_ok, double& out) {
   std::optional<double> d = config::ParseDuration(text);
   if (!d || !std::isfinite(*d)) {
-    return std::string(flag) + " '" + text +
-           "': expected a duration (\"30s\", \"500ms\", \"2m\", or seconds)";
+    return Status::InvalidArgument(
+        std::string(flag) + " '" + text +
+        "': expected a duration (\"30s\", \"500ms\", \"2m\", or seconds)");
   }
-  if (!zero_ok && *d <= 0) return std::string(flag) + " '" + text + "': must be > 0";
+  if (!zero_ok && *d <= 0) {
+    return Status::InvalidArgument(std::string(flag) + " '" + text + "': must be > 0");
+  }
   out = *d;
-  return "";
+  return Status::Ok();
 }
 
 std::vector<Target> TargetsOf(const std::vector<config::EndpointConfig>& eps) {
@@ -120,16 +123,18 @@ std::vector<Target> TargetsOf(const std::vector<config::EndpointConfig>& eps) {
 
 // The pods an InferencePool selects, listed once: the discovery delivers the set after
 // its first pool list (possibly empty while the pods are still being listed), so a
-// non-empty set ends the wait, an empty one waits on until the deadline.
-std::string KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double timeout_s,
-                              std::vector<Target>& out) {
+// non-empty set ends the wait, an empty one waits on until the deadline. InvalidArgument
+// when the cluster access cannot be loaded, DeadlineExceeded when the pool was not listed
+// in time, Unavailable when discovery gives no endpoints (with its status when it has one).
+Status KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double timeout_s,
+                         std::vector<Target>& out) {
   config::ConfigOr<k8s::ClusterAccess> access =
       k.kubeconfig_path.empty() ? k8s::LoadInCluster()
                                 : k8s::LoadKubeconfig(k.kubeconfig_path, k.context);
   if (!access.ok()) {
     std::string why = access.error.ToString();
-    return k.kubeconfig_path.empty() ? "pool.discovery.kubernetes without a kubeconfig: " + why
-                                     : why;
+    return Status::InvalidArgument(
+        k.kubeconfig_path.empty() ? "pool.discovery.kubernetes without a kubeconfig: " + why : why);
   }
   pool::KubernetesDiscoveryOptions o;
   o.pool_name = k.inference_pool;
@@ -161,13 +166,13 @@ std::string KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double
   const std::string status = discovery.status();
   discovery.Stop();
   if (!got || got->empty()) {
-    if (!status.empty()) return "kubernetes: " + status;
-    return "kubernetes: " + where +
-           (got ? " selects no ready pods"
-                : ": not listed within " + std::to_string(std::lround(timeout_s)) + "s");
+    if (!status.empty()) return Status::Unavailable("kubernetes: " + status);
+    if (got) return Status::Unavailable("kubernetes: " + where + " selects no ready pods");
+    return Status::DeadlineExceeded("kubernetes: " + where + ": not listed within " +
+                                    std::to_string(std::lround(timeout_s)) + "s");
   }
   for (const routing::EndpointSpec& e : *got) out.push_back(Target{e.name, e.host, e.port});
-  return "";
+  return Status::Ok();
 }
 
 int TerminalWidth() {
@@ -205,7 +210,7 @@ int Usage(const std::string& message) {
 
 }  // namespace
 
-std::string ParseEndpointList(std::string_view list, std::vector<Target>& out) {
+Status ParseEndpointList(std::string_view list, std::vector<Target>& out) {
   out.clear();
   std::size_t start = 0;
   int index = 0;
@@ -218,34 +223,42 @@ std::string ParseEndpointList(std::string_view list, std::vector<Target>& out) {
     if (entry.empty()) continue;  // "a,,b" and a trailing comma are harmless
     std::string error;
     std::optional<config::HostPort> hp = config::ParseHostPort(entry, &error);
-    if (!hp) return "--endpoints entry " + std::to_string(index) + " '" + entry + "': " + error;
+    if (!hp) {
+      return Status::InvalidArgument("--endpoints entry " + std::to_string(index) + " '" + entry +
+                                     "': " + error);
+    }
     out.push_back(Target{entry, hp->host, hp->port});
   }
-  if (out.empty()) return "--endpoints: no HOST:PORT given";
-  return "";
+  if (out.empty()) return Status::InvalidArgument("--endpoints: no HOST:PORT given");
+  return Status::Ok();
 }
 
-std::string TargetsFromConfig(const std::string& path, double discovery_timeout_s,
-                              std::vector<Target>& out) {
+Status TargetsFromConfig(const std::string& path, double discovery_timeout_s,
+                         std::vector<Target>& out) {
   out.clear();
   config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(path);
-  if (!loaded.ok()) return loaded.error.ToString();
+  if (!loaded.ok()) return loaded.status();
   const config::PoolConfig& pool = loaded.value->pool;
   if (pool.kubernetes.enabled())
     return KubernetesTargets(pool.kubernetes, discovery_timeout_s, out);
   if (!pool.endpoints_file_path.empty()) {
     config::ConfigOr<std::string> text = config::ReadConfigFile(pool.endpoints_file_path);
-    if (!text.ok()) return text.error.ToString();
+    if (!text.ok()) return text.status();
     config::ConfigOr<std::vector<config::EndpointConfig>> eps =
         config::ParseEndpointsFile(*text.value, pool.endpoints_file_path);
-    if (!eps.ok()) return eps.error.ToString();
+    if (!eps.ok()) return eps.status();
     out = TargetsOf(*eps.value);
-    if (out.empty()) return pool.endpoints_file_path + ": the endpoints file lists no endpoints";
-    return "";
+    if (out.empty()) {
+      return Status::InvalidArgument(pool.endpoints_file_path +
+                                     ": the endpoints file lists no endpoints");
+    }
+    return Status::Ok();
   }
   out = TargetsOf(pool.endpoints);
-  if (out.empty()) return path + ": pool.endpoints: the configuration lists no endpoints";
-  return "";
+  if (out.empty()) {
+    return Status::InvalidArgument(path + ": pool.endpoints: the configuration lists no endpoints");
+  }
+  return Status::Ok();
 }
 
 int DoctorMain(int argc, char** argv) {
@@ -294,10 +307,10 @@ int DoctorMain(int argc, char** argv) {
   }
 
   double window_s = 0, interval_s = 0, timeout_s = 0;
-  for (const std::string& e : {FlagDuration("--window", window_text, true, window_s),
-                               FlagDuration("--interval", interval_text, false, interval_s),
-                               FlagDuration("--timeout", timeout_text, false, timeout_s)}) {
-    if (!e.empty()) return Usage(e);
+  for (const Status& st : {FlagDuration("--window", window_text, true, window_s),
+                           FlagDuration("--interval", interval_text, false, interval_s),
+                           FlagDuration("--timeout", timeout_text, false, timeout_s)}) {
+    if (!st.ok()) return Usage(st.message());
   }
   if (endpoints.empty() == config_path.empty()) {
     return Usage(endpoints.empty() ? "give the replicas: --endpoints HOST:PORT,... or --config FILE"
@@ -310,11 +323,13 @@ int DoctorMain(int argc, char** argv) {
 
   CollectOptions co;
   if (!endpoints.empty()) {
-    if (std::string e = ParseEndpointList(endpoints, co.targets); !e.empty()) return Usage(e);
-  } else if (std::string e =
+    if (Status st = ParseEndpointList(endpoints, co.targets); !st.ok()) {
+      return Usage(st.message());
+    }
+  } else if (Status st =
                  TargetsFromConfig(config_path, std::max(10.0, 5 * timeout_s), co.targets);
-             !e.empty()) {
-    std::fprintf(stderr, "kvroute doctor: %s\n", e.c_str());
+             !st.ok()) {
+    std::fprintf(stderr, "kvroute doctor: %s\n", st.message().c_str());
     return 2;
   }
   co.window_s = window_s;

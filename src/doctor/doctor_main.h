@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/common/status.h"
 #include "doctor/collect.h"
 
 namespace kvroute::doctor {
@@ -15,15 +16,16 @@ namespace kvroute::doctor {
 int DoctorMain(int argc, char** argv);
 
 // The targets of an --endpoints list: "host:port,host:port" ("[v6]:port" too), each named
-// as written. Returns "" on success, else what is wrong, naming the entry
+// as written. Returns ok, else InvalidArgument saying what is wrong, naming the entry
 // ("--endpoints entry 2 'localhost': expected host:port"); `out` is then unspecified.
-std::string ParseEndpointList(std::string_view list, std::vector<Target>& out);
+Status ParseEndpointList(std::string_view list, std::vector<Target>& out);
 
 // The targets of a serve/epp configuration's pool: pool.endpoints, pool.endpoints_file
 // (read once), or Kubernetes discovery (the InferencePool's pods, listed once, waiting at
-// most `discovery_timeout_s`). Returns "" on success, else the loader's error naming
-// file, line and field, or why discovery gave nothing.
-std::string TargetsFromConfig(const std::string& path, double discovery_timeout_s,
-                              std::vector<Target>& out);
+// most `discovery_timeout_s`). Returns ok, else InvalidArgument with the loader's error
+// naming file, line and field (or saying the pool lists no endpoints), or why discovery gave
+// nothing (Unavailable; DeadlineExceeded when the pool was not listed in time).
+Status TargetsFromConfig(const std::string& path, double discovery_timeout_s,
+                         std::vector<Target>& out);
 
 }  // namespace kvroute::doctor

@@ -57,7 +57,7 @@ TEST_F(ConfigTargetsTest, KubernetesPodsAreTheTargetsAndAreDiagnosed) {
   const std::string cfg = Config(api);
 
   std::vector<Target> targets;
-  ASSERT_EQ(TargetsFromConfig(cfg, 10, targets), "");
+  ASSERT_EQ(TargetsFromConfig(cfg, 10, targets).ToString(), "OK");
   // One Ready pod, two target ports: two endpoints on 127.0.0.1.
   ASSERT_EQ(targets.size(), 2u);
   std::set<uint16_t> ports;
@@ -80,7 +80,7 @@ TEST_F(ConfigTargetsTest, MissingPoolIsAnErrorNotAnEmptyFleet) {
   FakeApiServer api;
   api.InstallCrd(pools_);
   std::vector<Target> targets;
-  const std::string e = TargetsFromConfig(Config(api), 2, targets);
+  const std::string e = TargetsFromConfig(Config(api), 2, targets).message();
   EXPECT_NE(e.find("kubernetes"), std::string::npos) << e;
   EXPECT_NE(e.find("pool"), std::string::npos) << e;
   EXPECT_TRUE(targets.empty());
@@ -91,7 +91,7 @@ TEST_F(ConfigTargetsTest, UnreadableKubeconfigNamesTheFile) {
   std::ofstream(path) << "pool:\n  discovery:\n    kubernetes:\n      inference_pool: pool\n"
                          "      kubeconfig: missing-kubeconfig\n";
   std::vector<Target> targets;
-  const std::string e = TargetsFromConfig(path.string(), 2, targets);
+  const std::string e = TargetsFromConfig(path.string(), 2, targets).message();
   EXPECT_NE(e.find("missing-kubeconfig"), std::string::npos) << e;
 }
 
