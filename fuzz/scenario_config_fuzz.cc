@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const config::Scenario& s = *r.value;
   Check(!s.name.empty(), "scenario without a name");
   Check(s.source == kFile, "scenario source is not the file given");
-  Check(s.workload.Validate().empty(), "a workload that fails Validate() was accepted");
+  Check(s.workload.Validate().ok(), "a workload that fails Validate() was accepted");
   Check(s.fleet.scrape_interval_s > 0 && s.fleet.network_delay_s >= 0, "fleet timing");
   int64_t replicas = 0;
   for (const config::FleetGroup& g : s.fleet.Groups()) {

@@ -274,8 +274,8 @@ int BenchMain(int argc, char** argv) {
   cfg.scrape_interval_s = scrape_interval;
   cfg.first_byte_timeout_s = timeout;
   cfg.drain_timeout_s = drain;
-  if (std::string e = cfg.workload.Validate(); !e.empty()) return fail("workload: " + e);
-  if (std::string e = cfg.arrivals.Validate(); !e.empty()) return fail("arrivals: " + e);
+  if (Status st = cfg.workload.Validate(); !st.ok()) return fail("workload: " + st.message());
+  if (Status st = cfg.arrivals.Validate(); !st.ok()) return fail("arrivals: " + st.message());
 
   const bool show_progress = !quiet && (progress || isatty(STDERR_FILENO));
   if (show_progress) cfg.on_progress = PrintProgress;

@@ -711,12 +711,12 @@ double HitRateFromScrapes(const std::vector<ReplicaScrape>& replicas) {
 
 BenchResult RunBench(const BenchConfig& config) {
   BenchResult out;
-  if (std::string e = config.workload.Validate(); !e.empty()) {
-    out.error = "workload: " + e;
+  if (Status st = config.workload.Validate(); !st.ok()) {
+    out.error = "workload: " + st.message();
     return out;
   }
-  if (std::string e = config.arrivals.Validate(); !e.empty()) {
-    out.error = "arrivals: " + e;
+  if (Status st = config.arrivals.Validate(); !st.ok()) {
+    out.error = "arrivals: " + st.message();
     return out;
   }
   if (config.target.host.empty() || config.target.port == 0) {

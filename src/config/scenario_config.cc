@@ -74,8 +74,7 @@ workload::LengthDist Dist(const ConfigNode& n, int64_t min_allowed) {
   } else {
     d.components.push_back(Component(n, false));
   }
-  const std::string err = d.Validate(min_allowed);
-  if (!err.empty()) n.Fail(err);
+  if (Status st = d.Validate(min_allowed); !st.ok()) n.Fail(st.message());
   return d;
 }
 
@@ -123,8 +122,9 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
     w->trace = std::make_shared<std::vector<workload::TraceRow>>(std::move(t.rows));
   }
   // Validate() says "<key>: <problem>"; the error goes to that key's line when present.
-  const std::string err = w->Validate();
-  if (!err.empty()) {
+  const Status st = w->Validate();
+  if (!st.ok()) {
+    const std::string& err = st.message();
     const size_t colon = err.find(':');
     const std::string key = err.substr(0, colon);
     const std::string problem = colon == std::string::npos ? err : err.substr(colon + 2);
@@ -169,8 +169,7 @@ void ParseArrivals(const ConfigNode& n, workload::ArrivalSpec* a, bool trace) {
     if (a->duration_s < 0) n.Get("duration_s").Fail("must be >= 0");
     return;
   }
-  const std::string err = a->Validate();
-  if (!err.empty()) n.Fail(err);
+  if (Status st = a->Validate(); !st.ok()) n.Fail(st.message());
 }
 
 // The keys a fleet group takes; the flat `fleet:` form takes them too (plus its own).

@@ -4,22 +4,26 @@
 
 namespace kvroute::workload {
 
-std::string ArrivalSpec::Validate() const {
-  if (stages.empty()) return "needs a rate or stages";
+Status ArrivalSpec::Validate() const {
+  if (stages.empty()) return Status::InvalidArgument("needs a rate or stages");
   bool finite_stages = true;
   for (const RateStage& s : stages) {
-    if (!(s.rate > 0.0) || !std::isfinite(s.rate)) return "rate must be > 0";
-    if (!(s.duration_s > 0.0)) return "stage duration_s must be > 0";
+    if (!(s.rate > 0.0) || !std::isfinite(s.rate)) {
+      return Status::InvalidArgument("rate must be > 0");
+    }
+    if (!(s.duration_s > 0.0)) return Status::InvalidArgument("stage duration_s must be > 0");
     if (!std::isfinite(s.duration_s)) finite_stages = false;
   }
-  if (kind == ArrivalKind::kGamma && !(burstiness > 0.0)) return "burstiness must be > 0";
-  if (num_requests < 0) return "num_requests must be >= 0";
-  if (duration_s < 0.0) return "duration_s must be >= 0";
-  if (max_concurrency < 0) return "max_concurrency must be >= 0";
-  if (num_requests == 0 && duration_s == 0.0 && !finite_stages) {
-    return "needs num_requests, duration_s or finite stage durations";
+  if (kind == ArrivalKind::kGamma && !(burstiness > 0.0)) {
+    return Status::InvalidArgument("burstiness must be > 0");
   }
-  return {};
+  if (num_requests < 0) return Status::InvalidArgument("num_requests must be >= 0");
+  if (duration_s < 0.0) return Status::InvalidArgument("duration_s must be >= 0");
+  if (max_concurrency < 0) return Status::InvalidArgument("max_concurrency must be >= 0");
+  if (num_requests == 0 && duration_s == 0.0 && !finite_stages) {
+    return Status::InvalidArgument("needs num_requests, duration_s or finite stage durations");
+  }
+  return Status::Ok();
 }
 
 ArrivalProcess::ArrivalProcess(const ArrivalSpec& spec, uint64_t seed)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/common/rng.h"
+#include "core/common/status.h"
 
 namespace kvroute::workload {
 
@@ -33,9 +34,9 @@ struct ArrivalSpec {
   double duration_s = 0.0;        // stop at this time (0: no time limit)
   int64_t max_concurrency = 0;    // 0: unlimited; enforced by the driver
 
-  // Empty when usable, else the problem. Some limit must make the process finite:
-  // a count, a duration, or stages that all have finite durations.
-  std::string Validate() const;
+  // Ok when usable, else InvalidArgument naming the problem. Some limit must make the
+  // process finite: a count, a duration, or stages that all have finite durations.
+  Status Validate() const;
 };
 
 // Generates arrival times (seconds from 0, non-decreasing). Deterministic given the seed.

@@ -17,19 +17,21 @@ LengthDist LengthDist::Normal(int64_t min, int64_t max, double mean, double std_
   return d;
 }
 
-std::string LengthDist::Validate(int64_t min_allowed) const {
-  if (components.empty()) return "empty distribution";
+Status LengthDist::Validate(int64_t min_allowed) const {
+  if (components.empty()) return Status::InvalidArgument("empty distribution");
   double total = 0.0;
   for (const LengthComponent& c : components) {
-    if (!(c.weight >= 0.0)) return "weight must be >= 0";
-    if (c.min > c.max) return "min must be <= max";
-    if (c.min < min_allowed) return "lengths must be >= " + std::to_string(min_allowed);
-    if (!(c.std_dev >= 0.0)) return "std_dev must be >= 0";
-    if (!std::isfinite(c.mean)) return "mean must be finite";
+    if (!(c.weight >= 0.0)) return Status::InvalidArgument("weight must be >= 0");
+    if (c.min > c.max) return Status::InvalidArgument("min must be <= max");
+    if (c.min < min_allowed) {
+      return Status::InvalidArgument("lengths must be >= " + std::to_string(min_allowed));
+    }
+    if (!(c.std_dev >= 0.0)) return Status::InvalidArgument("std_dev must be >= 0");
+    if (!std::isfinite(c.mean)) return Status::InvalidArgument("mean must be finite");
     total += c.weight;
   }
-  if (!(total > 0.0)) return "mixture weights must not all be 0";
-  return {};
+  if (!(total > 0.0)) return Status::InvalidArgument("mixture weights must not all be 0");
+  return Status::Ok();
 }
 
 int64_t LengthDist::Sample(Rng& rng) const {

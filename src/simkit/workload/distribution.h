@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/common/rng.h"
+#include "core/common/status.h"
 
 namespace kvroute::workload {
 
@@ -27,9 +28,9 @@ struct LengthDist {
   // {min, max, mean, std_dev}.
   static LengthDist Normal(int64_t min, int64_t max, double mean, double std_dev);
 
-  // Returns an empty string when the distribution is usable, else what is wrong
+  // Returns ok when the distribution is usable, else InvalidArgument saying what is wrong
   // ("min > max", "negative weight", ...). `min_allowed` is the smallest legal length.
-  std::string Validate(int64_t min_allowed) const;
+  Status Validate(int64_t min_allowed) const;
 
   // Draws one length: picks a component by weight, then a normal draw rounded to the
   // nearest integer, redrawn (at most 16 times) while outside [min, max], then clamped.

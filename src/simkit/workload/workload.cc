@@ -24,9 +24,10 @@ uint64_t SegmentKey(uint64_t seed, KeyKind kind, uint64_t index) {
 // id, which never reaches this value.
 constexpr uint64_t kGenerationPromptKey = ~0ULL;
 
-std::string ValidateDist(const char* field, const LengthDist& d, int64_t min_allowed) {
-  std::string e = d.Validate(min_allowed);
-  return e.empty() ? e : std::string(field) + ": " + e;
+Status ValidateDist(const char* field, const LengthDist& d, int64_t min_allowed) {
+  Status st = d.Validate(min_allowed);
+  if (st.ok()) return st;
+  return Status::InvalidArgument(std::string(field) + ": " + st.message());
 }
 
 }  // namespace
@@ -43,31 +44,32 @@ std::string_view RoleName(Role role) {
   return "user";
 }
 
-std::string WorkloadSpec::Validate() const {
-  std::string e;
+Status WorkloadSpec::Validate() const {
   switch (kind) {
     case WorkloadKind::kSharedPrefix:
     case WorkloadKind::kMultiTurn:
-      if (num_groups < 1) return "num_groups: must be >= 1";
-      if (num_prompts_per_group < 1) return "num_prompts_per_group: must be >= 1";
-      if (num_groups * num_prompts_per_group > (int64_t{1} << 31)) {
-        return "num_groups: groups x prompts too large";
+      if (num_groups < 1) return Status::InvalidArgument("num_groups: must be >= 1");
+      if (num_prompts_per_group < 1) {
+        return Status::InvalidArgument("num_prompts_per_group: must be >= 1");
       }
-      if (!(e = ValidateDist("system_prompt_len", system_prompt_len, 0)).empty()) return e;
-      if (!(e = ValidateDist("question_len", question_len, 1)).empty()) return e;
+      if (num_groups * num_prompts_per_group > (int64_t{1} << 31)) {
+        return Status::InvalidArgument("num_groups: groups x prompts too large");
+      }
+      if (Status st = ValidateDist("system_prompt_len", system_prompt_len, 0); !st.ok()) return st;
+      if (Status st = ValidateDist("question_len", question_len, 1); !st.ok()) return st;
       if (kind == WorkloadKind::kMultiTurn) {
-        if (max_turns < 1) return "max_turns: must be >= 1";
-        if (!(think_time_s >= 0.0)) return "think_time_s: must be >= 0";
+        if (max_turns < 1) return Status::InvalidArgument("max_turns: must be >= 1");
+        if (!(think_time_s >= 0.0)) return Status::InvalidArgument("think_time_s: must be >= 0");
       }
       break;
     case WorkloadKind::kRandom:
-      if (!(e = ValidateDist("input_len", input_len, 1)).empty()) return e;
+      if (Status st = ValidateDist("input_len", input_len, 1); !st.ok()) return st;
       break;
     case WorkloadKind::kTrace:
-      if (!trace) return "trace: no trace loaded";
-      if (!(time_scale > 0.0)) return "time_scale: must be > 0";
-      if (prefix_len < 0) return "prefix_len: must be >= 0";
-      return {};
+      if (!trace) return Status::InvalidArgument("trace: no trace loaded");
+      if (!(time_scale > 0.0)) return Status::InvalidArgument("time_scale: must be > 0");
+      if (prefix_len < 0) return Status::InvalidArgument("prefix_len: must be >= 0");
+      return Status::Ok();
   }
   return ValidateDist("output_len", output_len, 1);
 }

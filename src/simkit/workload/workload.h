@@ -87,8 +87,8 @@ struct WorkloadSpec {
   double time_scale = 1.0;
   int64_t prefix_len = 0;
 
-  // Empty when usable, else "field: problem".
-  std::string Validate() const;
+  // Ok when usable, else InvalidArgument with the message "field: problem".
+  Status Validate() const;
 };
 
 // Appends the text of a generated request's output: `tokens` tokens of request `id`.

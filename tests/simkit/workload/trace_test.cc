@@ -50,7 +50,7 @@ TEST(TraceTest, ReplayBuildsSharedPrefixesAndScalesTime) {
   w.trace = std::make_shared<std::vector<TraceRow>>(parsed.rows);
   w.time_scale = 2.0;
   w.prefix_len = 64;
-  ASSERT_EQ(w.Validate(), "");
+  ASSERT_EQ(w.Validate().ToString(), "OK");
   ArrivalSpec a;
   RequestGenerator gen(w, a, 1);
   std::vector<RequestSpec> reqs;

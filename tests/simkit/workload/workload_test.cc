@@ -22,8 +22,8 @@ ArrivalSpec Constant(double rate, int64_t n) {
 }
 
 std::vector<RequestSpec> Generate(const WorkloadSpec& w, const ArrivalSpec& a, uint64_t seed) {
-  EXPECT_EQ(w.Validate(), "");
-  EXPECT_EQ(a.Validate(), "");
+  EXPECT_EQ(w.Validate().ToString(), "OK");
+  EXPECT_EQ(a.Validate().ToString(), "OK");
   RequestGenerator gen(w, a, seed);
   std::vector<RequestSpec> out;
   RequestSpec r;
@@ -80,15 +80,15 @@ TEST(LengthDistTest, FixedNormalAndMixture) {
   ASSERT_EQ(counts.size(), 2u);
   EXPECT_NEAR(counts[50] / 40000.0, 0.75, 0.01);
   EXPECT_DOUBLE_EQ(mix.NominalMean(), (3 * 50 + 2000) / 4.0);
-  EXPECT_EQ(LengthDist::Normal(5, 4, 4, 1).Validate(0), "min must be <= max");
-  EXPECT_EQ(LengthDist::Fixed(0).Validate(1), "lengths must be >= 1");
+  EXPECT_EQ(LengthDist::Normal(5, 4, 4, 1).Validate(0).message(), "min must be <= max");
+  EXPECT_EQ(LengthDist::Fixed(0).Validate(1).message(), "lengths must be >= 1");
 }
 
 TEST(ArrivalsTest, ConstantRateAndStages) {
   ArrivalSpec a;
   a.kind = ArrivalKind::kConstant;
   a.stages = {{1.0, 2.0}, {2.0, 1.0}};
-  ASSERT_EQ(a.Validate(), "");
+  ASSERT_EQ(a.Validate().ToString(), "OK");
   ArrivalProcess p(a, 1);
   std::vector<double> times;
   while (auto t = p.Next()) times.push_back(*t);
@@ -108,7 +108,8 @@ TEST(ArrivalsTest, CountAndDurationLimits) {
   EXPECT_EQ(times, (std::vector<double>{0.0, 0.25, 0.5, 0.75}));
   ArrivalSpec unbounded;
   unbounded.stages = {{1.0}};
-  EXPECT_EQ(unbounded.Validate(), "needs num_requests, duration_s or finite stage durations");
+  EXPECT_EQ(unbounded.Validate().message(),
+            "needs num_requests, duration_s or finite stage durations");
 }
 
 TEST(ArrivalsTest, PoissonAndGammaRatesAndBurstiness) {
