@@ -232,6 +232,14 @@ TEST(ErrorBody, Shape) {
             R"({"error":{"message":"The model `x` does not exist.","type":"NotFoundError","param":null,"code":404}})");
 }
 
+// What serve, epp and sim answer their HTTP servers' own errors with (moved here from the
+// http server's tests when the shape became the front end's).
+TEST(ErrorBody, ForAServersOwnErrors) {
+  EXPECT_EQ(ErrorBodyFor(413, "too \"big\""),
+            "{\"error\":{\"message\":\"too \\\"big\\\"\",\"type\":\"RequestEntityTooLarge\","
+            "\"param\":null,\"code\":413}}");
+}
+
 TEST(ErrorBody, TypeForStatus) {
   EXPECT_EQ(ErrorTypeForStatus(400), "BadRequestError");
   EXPECT_EQ(ErrorTypeForStatus(404), "NotFoundError");
