@@ -414,8 +414,7 @@ class Simulation {
     pr.request.prompt_tokens = l.prompt_tokens;
     pr.dispatch_first = true;
     const routing::PickResult pick = core_.Pick(pr, t);
-    if (tap_) {
-      CoreCall c = Call(CoreCall::Kind::kPick, t);
+    Tap(CoreCall::Kind::kPick, t, [&](CoreCall& c) {
       c.model = model_;
       c.prompt = text_;
       c.max_tokens = pr.request.max_tokens;
@@ -423,8 +422,7 @@ class Simulation {
       c.handle = pick.handle;
       c.ranked.assign(pick.ranked.begin(), pick.ranked.begin() + pick.n_ranked);
       if (!pick.ok()) c.ranked.clear();
-      tap_(c);
-    }
+    });
     if (!pick.ok() || pick.n_ranked == 0) {
       l.error = report::ErrorKind::kNoEndpoint;
       l.handle = pick.handle;  // kNoHandle unless the core gave one
@@ -447,12 +445,10 @@ class Simulation {
     l.replica = static_cast<int32_t>(ep);
     if (attempt > 0) {
       core_.OnDispatched(l.handle, ep, t);
-      if (tap_) {
-        CoreCall c = Call(CoreCall::Kind::kDispatched, t);
+      Tap(CoreCall::Kind::kDispatched, t, [&](CoreCall& c) {
         c.handle = l.handle;
         c.endpoint = ep;
-        tap_(c);
-      }
+      });
     }
     l.stage = Stage::kNetwork;
     l.tokens.clear();
@@ -460,11 +456,16 @@ class Simulation {
     Push(t + replicas_[ep].delay_s, Ev::kReach, s);
   }
 
-  CoreCall Call(CoreCall::Kind kind, double t) const {
+  // Shows the tap (when there is one) a call just made into the core: `fill` sets the
+  // call's arguments and answer.
+  template <typename Fill>
+  void Tap(CoreCall::Kind kind, double t, Fill&& fill) const {
+    if (!tap_) return;
     CoreCall c;
     c.kind = kind;
     c.t = t;
-    return c;
+    fill(c);
+    tap_(c);
   }
 
   // RenderPrompt, with long segments' text kept between requests: shared system
@@ -570,12 +571,10 @@ class Simulation {
       // scheduler here (stamped with that time) saves one event per token and step.
       if (o.new_tokens > 0 && l.handle != sched::kNoHandle) {
         core_.OnTokens(l.handle, o.completion_tokens, visible);
-        if (tap_) {
-          CoreCall c = Call(CoreCall::Kind::kTokens, visible);
+        Tap(CoreCall::Kind::kTokens, visible, [&](CoreCall& c) {
           c.handle = l.handle;
           c.value = o.completion_tokens;
-          tap_(c);
-        }
+        });
       }
       if (o.finished) {
         if (o.reason == engine::FinishReason::kAbort) l.error = report::ErrorKind::kAborted;
@@ -633,17 +632,15 @@ class Simulation {
     Live& l = slots_[s];
     if (l.replica >= 0) {
       core_.OnAttemptSucceeded(static_cast<uint32_t>(l.replica));
-      if (tap_) {
-        CoreCall c = Call(CoreCall::Kind::kAttemptSucceeded, t);
+      Tap(CoreCall::Kind::kAttemptSucceeded, t, [&](CoreCall& c) {
         c.endpoint = static_cast<uint32_t>(l.replica);
-        tap_(c);
-      }
+      });
     }
     core_.OnFirstToken(l.handle, t);
-    if (tap_ && l.handle != sched::kNoHandle) {
-      CoreCall c = Call(CoreCall::Kind::kFirstToken, t);
-      c.handle = l.handle;
-      tap_(c);
+    if (l.handle != sched::kNoHandle) {
+      Tap(CoreCall::Kind::kFirstToken, t, [&](CoreCall& c) {
+        c.handle = l.handle;
+      });
     }
   }
 
@@ -665,20 +662,16 @@ class Simulation {
     }
     if (l.error == report::ErrorKind::kRejected && ep != kNoEndpoint) {
       core_.OnAttemptSucceeded(ep);  // a 4xx is the client's doing
-      if (tap_) {
-        CoreCall c = Call(CoreCall::Kind::kAttemptSucceeded, t);
+      Tap(CoreCall::Kind::kAttemptSucceeded, t, [&](CoreCall& c) {
         c.endpoint = ep;
-        tap_(c);
-      }
+      });
     }
     core_.OnFinished(l.handle, ep, code, t);
-    if (tap_) {
-      CoreCall c = Call(CoreCall::Kind::kFinished, t);
+    Tap(CoreCall::Kind::kFinished, t, [&](CoreCall& c) {
       c.handle = l.handle;
       c.endpoint = ep;
       c.value = code;
-      tap_(c);
-    }
+    });
     const bool freed = l.handle != sched::kNoHandle && ep != kNoEndpoint;
     l.handle = sched::kNoHandle;
     return freed ? ep : kNoEndpoint;
@@ -698,23 +691,19 @@ class Simulation {
     l.refused = false;
     const routing::UpstreamFailure failure{refused ? "connect_refused" : "reset", refused};
     core_.OnUpstreamFailure(ep, failure, t);
-    if (tap_) {
-      CoreCall c = Call(CoreCall::Kind::kUpstreamFailure, t);
+    Tap(CoreCall::Kind::kUpstreamFailure, t, [&](CoreCall& c) {
       c.endpoint = ep;
       c.failure_kind = std::string(failure.kind);
       c.flag = refused;
-      tap_(c);
-    }
+    });
     const uint32_t attempt = static_cast<uint32_t>(l.retries);
     bool retry = false;
     if (l.first_token_s < 0 && attempt + 1 < std::min(l.n_ranked, max_attempts_)) {
       retry = core_.AllowRetry(t, refused);
-      if (tap_) {
-        CoreCall c = Call(CoreCall::Kind::kAllowRetry, t);
+      Tap(CoreCall::Kind::kAllowRetry, t, [&](CoreCall& c) {
         c.flag = refused;
         c.allowed = retry;
-        tap_(c);
-      }
+      });
     }
     if (!retry) {
       l.error = report::ErrorKind::kUpstream;
@@ -804,12 +793,10 @@ class Simulation {
                     F::kPrefixHits | F::kPreemptions | F::kBlockSize | F::kNumGpuBlocks;
       }
       core_.OnScrape(static_cast<uint32_t>(i), r, t);
-      if (tap_) {
-        CoreCall c = Call(CoreCall::Kind::kScrape, t);
+      Tap(CoreCall::Kind::kScrape, t, [&](CoreCall& c) {
         c.endpoint = static_cast<uint32_t>(i);
         c.scrape = r;
-        tap_(c);
-      }
+      });
       kv_[i] = st.kv_cache_usage;
       waiting_[i] = st.waiting;
     }
