@@ -13,6 +13,12 @@ PACKAGES=(
   libfmt-dev                # formatting
   libcli11-dev              # command-line parsing
   libssl-dev                # TLS to the Kubernetes API server (src/k8s)
+  # vLLM KV-cache events (issue 23): ZMQ PUB/SUB and ROUTER/DEALER replay, msgpack payloads.
+  # msgpuck, not libmsgpack-cxx-dev: the latter pulls libboost1.74-dev, which conflicts
+  # with libboost1.81-dev (REFERENCE.md section 5).
+  libzmq3-dev cppzmq-dev    # libzmq 4.3 and its header-only C++ binding
+  libmsgpuck-dev            # msgpack encoder/decoder (one C header + a small static lib)
+  python3-zmq python3-msgpack  # an independent KV-event publisher and decoder for tests
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev          # Google Benchmark micro-benchmarks
   # `kvroute epp` (gRPC ext_proc picker): stubs generated at build time from src/epp/proto/

@@ -171,7 +171,7 @@ struct Engine::Impl {
       if (it != cache.end() && it->second == b) cache.erase(it);
       if (config.record_kv_events) {
         KvEvent& e = events.emplace_back();
-        e.type = KvEventType::kBlockRemoved;
+        e.kind = KvEventKind::kBlockRemoved;
         e.block_hashes.push_back(blk.hash);
       }
       blk.has_hash = false;
@@ -257,13 +257,16 @@ struct Engine::Impl {
       // A block whose content is already cached elsewhere (two requests computed the
       // same prefix concurrently) stays unhashed: one owner per hash keeps the map flat.
       auto [it, inserted] = cache.try_emplace(h, b);
-      if (!inserted) continue;
+      if (!inserted) {
+        ev = nullptr;  // a run of newly cached blocks ends here: the next starts a new event
+        continue;
+      }
       blocks[b].has_hash = true;
       blocks[b].hash = h;
       if (config.record_kv_events) {
         if (ev == nullptr) {
           ev = &events.emplace_back();
-          ev->type = KvEventType::kBlockStored;
+          ev->kind = KvEventKind::kBlockStored;
           if (i > 0) ev->parent_hash = r->block_hashes[i - 1];
           ev->block_size = config.block_size;
           ev->lora_name = r->lora_name;

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/kvevents/kv_event.h"
+
 namespace kvroute::engine {
 
 // Cost of one engine step (one forward pass over the scheduled batch), in microseconds:
@@ -140,16 +142,9 @@ struct EngineStats {
   int num_cached_blocks = 0;   // blocks currently holding a hash (referenced or free)
 };
 
-// A KV-cache event as vLLM publishes it (REFERENCE.md section 5).
-enum class KvEventType { kBlockStored, kBlockRemoved, kAllBlocksCleared };
-struct KvEvent {
-  KvEventType type = KvEventType::kBlockStored;
-  std::vector<uint64_t> block_hashes;
-  std::optional<uint64_t> parent_hash;  // kBlockStored: hash of the block before, if any
-  std::vector<uint32_t> token_ids;      // kBlockStored: the blocks' tokens, concatenated
-  int block_size = 0;                   // kBlockStored
-  std::string lora_name;                // kBlockStored
-};
+// A KV-cache event as vLLM publishes it (REFERENCE.md section 5): the core's one type.
+using KvEvent = kvevents::KvEvent;
+using KvEventKind = kvevents::EventKind;
 
 // The block hash chain: hash of one full block given its parent's hash (or the seed for
 // the first block), its token ids, the cache salt (pass it for the first block only)

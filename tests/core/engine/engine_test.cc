@@ -577,7 +577,7 @@ TEST(EngineTest, KvEventsRecordStoresAndRemovals) {
   std::vector<KvEvent> ev;
   e.DrainKvEvents(&ev);
   ASSERT_EQ(ev.size(), 1u);
-  EXPECT_EQ(ev[0].type, KvEventType::kBlockStored);
+  EXPECT_EQ(ev[0].kind, KvEventKind::kBlockStored);
   ASSERT_EQ(ev[0].block_hashes.size(), 2u);
   EXPECT_FALSE(ev[0].parent_hash.has_value());
   EXPECT_EQ(ev[0].token_ids, Toks(8, 0));
@@ -591,10 +591,10 @@ TEST(EngineTest, KvEventsRecordStoresAndRemovals) {
   ev.clear();
   e.DrainKvEvents(&ev);
   ASSERT_EQ(ev.size(), 2u);
-  EXPECT_EQ(ev[0].type, KvEventType::kBlockRemoved);
+  EXPECT_EQ(ev[0].kind, KvEventKind::kBlockRemoved);
   EXPECT_EQ(ev[0].block_hashes, std::vector<uint64_t>{ev[0].block_hashes[0]});
   EXPECT_EQ(ev[0].block_hashes[0], BlockHash(h0, std::span(t).subspan(4, 4), "", ""));
-  EXPECT_EQ(ev[1].type, KvEventType::kBlockStored);
+  EXPECT_EQ(ev[1].kind, KvEventKind::kBlockStored);
 }
 
 // Random traffic on a tight cache: every request finishes with exactly its tokens, and
