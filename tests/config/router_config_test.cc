@@ -264,7 +264,7 @@ TEST(RouterConfigErrors, BadParameterFromScheduler) {
 )"),
             "t.yaml:3: plugins[1].parameters.blokSize: unknown parameter 'blokSize' for plugin "
             "type 'prefix-cache-scorer' (known: blockSize, maxPrefixBlocksToMatch, "
-            "lruCapacityPerServer)");
+            "lruCapacityPerServer, preciseEvents)");
 }
 
 TEST(RouterConfigErrors, PolicyErrors) {

@@ -235,6 +235,7 @@ RoutingCore::RoutingCore(std::function<void(std::string_view)> log)
   slots_.store(std::make_shared<const std::vector<std::shared_ptr<Slot>>>());
   options_.store(std::make_shared<const CoreOptions>());
   measured_rtt_.store(std::make_shared<const std::vector<std::pair<std::string, double>>>());
+  events_ = std::make_unique<kvevents::EventIndex>();
 }
 
 RoutingCore::~RoutingCore() = default;
@@ -415,6 +416,31 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
       if (!s.vacant[id]) UpdateStatsLocked(id);
     }
   }
+  {
+    // The precise index follows the table: endpoints with events configured are expected
+    // (an id taken over by another address starts again), the others forgotten.
+    std::unique_lock<RwSpinLock> lock(events_mu_);
+    events_->SetOptions(options.kv_events);
+    const std::size_t n = std::max(table->by_id.size(), old_table->by_id.size());
+    for (uint32_t id = 0; id < n; ++id) {
+      const Endpoint* ep = table->Find(id);
+      const Endpoint* prev = old_table->Find(id);
+      if (prev && (!ep || prev->spec.address != ep->spec.address)) events_->Forget(id);
+      if (ep && !ep->spec.kv_events.empty()) {
+        events_->Expect(id, now_s);
+      } else {
+        events_->Forget(id);
+      }
+    }
+    events_active_.store(events_->active(), std::memory_order_relaxed);
+    std::vector<kvevents::StateTransition> transitions;
+    events_->DrainTransitions(&transitions);
+    for (const auto& t : transitions) {
+      if (t.to != kvevents::SourceState::kUnknown && t.to != kvevents::SourceState::kOff) {
+        logs.push_back(TransitionLine(*table, t));
+      }
+    }
+  }
   if (old_scheduler) {
     reloads_ok_.fetch_add(1, std::memory_order_relaxed);
     logs.push_back("configuration applied: " + std::to_string(table->by_id.size()) +
@@ -459,6 +485,51 @@ void RoutingCore::OnCacheUpdate(uint32_t id, const sched::CacheUpdate& update, d
   if (!s.scheduler || id >= s.states.size() || s.vacant[id]) return;
   s.scheduler->OnCacheUpdate(id, update, now_s);
   UpdateStatsLocked(id);
+}
+
+// ---- KV-cache events ----
+
+std::string RoutingCore::TransitionLine(const EndpointTable& table, const kvevents::StateTransition& t) {
+  const Endpoint* ep = table.Find(t.endpoint);
+  std::string name = ep ? ep->spec.name : "#" + std::to_string(t.endpoint);
+  std::string line = "endpoint " + name + " KV events: " + std::string(kvevents::SourceStateName(t.from)) +
+                     " -> " + std::string(kvevents::SourceStateName(t.to)) + " (" + std::string(t.reason) + ")";
+  if (t.to != kvevents::SourceState::kLive) line += "; its prefix scores use the approximate model";
+  return line;
+}
+
+template <typename F>
+void RoutingCore::WithEvents(F&& f) {
+  std::vector<kvevents::StateTransition> transitions;
+  {
+    std::unique_lock<RwSpinLock> lock(events_mu_);
+    f(*events_);
+    events_->DrainTransitions(&transitions);
+  }
+  if (transitions.empty() || !log_) return;
+  auto table = table_.load();
+  for (const auto& t : transitions) log_(TransitionLine(*table, t));
+}
+
+void RoutingCore::OnKvEvents(uint32_t id, const kvevents::KvEventBatch& batch, double now_s) {
+  WithEvents([&](kvevents::EventIndex& x) { x.ApplyBatch(id, batch, now_s); });
+}
+
+void RoutingCore::OnKvEventsGap(uint32_t id, bool repaired, double now_s) {
+  WithEvents([&](kvevents::EventIndex& x) { x.OnGap(id, repaired, now_s); });
+}
+
+void RoutingCore::OnKvEventsRestart(uint32_t id, double now_s) {
+  WithEvents([&](kvevents::EventIndex& x) { x.OnRestart(id, now_s); });
+}
+
+void RoutingCore::OnKvEventsDecodeError(uint32_t id, double now_s) {
+  WithEvents([&](kvevents::EventIndex& x) { x.OnDecodeError(id, now_s); });
+}
+
+kvevents::EndpointEventStats RoutingCore::KvEventStats(uint32_t id, double now_s) const {
+  std::shared_lock<RwSpinLock> lock(events_mu_);
+  return events_->Stats(id, now_s);
 }
 
 void RoutingCore::MarkDirty(uint32_t id, Slot& slot) {
@@ -524,6 +595,18 @@ void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
                         std::to_string(std::max<int64_t>(0, dropped)) +
                         " prefix-index entries, its cache is empty");
       }
+    }
+  }
+  if (events_active_.load(std::memory_order_relaxed)) {
+    // Time-based event states (stale, end of a resync) and expired speculative entries.
+    std::vector<kvevents::StateTransition> transitions;
+    {
+      std::unique_lock<RwSpinLock> lock(events_mu_);
+      events_->Tick(now_s);
+      events_->DrainTransitions(&transitions);
+    }
+    for (const auto& t : transitions) {
+      if (logs) logs->push_back(TransitionLine(*s.table, t));
     }
   }
   // Health depends on every endpoint (last-resort ones are used only when no normal one
@@ -735,6 +818,19 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
   uint64_t generation = 0;
   sched::PickResult r;
   double pick_s = -1.0;
+  // The request as the scheduler sees it: with the precise index and its keys when
+  // events are configured and the front end tokenized the prompt.
+  sched::SchedRequest req = request.request;
+  const bool precise = !req.token_ids.empty() && events_active_.load(std::memory_order_relaxed);
+  sc.event_keys.clear();
+  std::shared_lock<RwSpinLock> events_lock(events_mu_, std::defer_lock);
+  auto with_events = [&] {
+    if (!precise) return;
+    events_lock.lock();
+    events_->RequestKeys("", req.token_ids, &sc.event_keys);
+    req.events = events_.get();
+    req.event_keys = sc.event_keys;
+  };
   {
     // Rank concurrently with other picks when the policy allows it.
     std::shared_lock<RwSpinLock> lock(sched_mu_);
@@ -744,8 +840,10 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       concurrent = true;
       generation = s.generation;
       out.table = s.table;
+      with_events();
       const double t0 = s.timer ? s.timer() : 0.0;
-      r = s.scheduler->Rank(request.request, s.states, now_s, sc);
+      r = s.scheduler->Rank(req, s.states, now_s, sc);
+      if (events_lock.owns_lock()) events_lock.unlock();
       if (s.timer) pick_s = s.timer() - t0;
       status = r.status;
       if (r.ok()) RankLocked(request, r, out);
@@ -784,9 +882,11 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
         }
         states = subset;
       }
+      with_events();
       const double t0 = s.timer ? s.timer() : 0.0;
-      r = s.scheduler->Pick(request.request, states, now_s);
+      r = s.scheduler->Pick(req, states, now_s);
       if (s.timer) pick_s = s.timer() - t0;
+      if (events_lock.owns_lock()) events_lock.unlock();
       status = r.status;
       if (r.ok()) {
         out.handle = r.handle;
@@ -803,6 +903,21 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       UpdateStatsLocked(out.ranked[0]);
       out.dispatched = true;
     }
+  }
+  if (out.dispatched && !sc.event_keys.empty()) {
+    // The route receipt's prediction, then speculative entries until the engine's events
+    // for this request arrive, and the staleness clock when it must store blocks there.
+    const uint32_t first = out.ranked[0];
+    std::unique_lock<RwSpinLock> lock(events_mu_);
+    const uint32_t held = events_->MatchOne(sc.event_keys, first, now_s);
+    if (events_->Usable(first, now_s)) {
+      // The engine computes a prompt's last token even when all of it is cached.
+      const int64_t bt = events_->options().block_tokens;
+      const int64_t n = static_cast<int64_t>(req.token_ids.size());
+      out.predicted_cached_tokens = std::min<int64_t>(held * bt, (n - 1) / bt * bt);
+    }
+    if (held < sc.event_keys.size()) events_->OnWorkDispatched(first, now_s);
+    events_->AddSpeculative(first, sc.event_keys, now_s);
   }
   if (!logs.empty()) Log(logs);
   out.locality = r.locality;
@@ -1326,6 +1441,92 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
            "Prompt blocks the router's prefix model assumes cached on the endpoint.",
            MetricType::kGauge, [&](const Row& r) { return Get(r.ep->stats->prefix_entries); });
   }
+  if (events_active_.load(std::memory_order_relaxed)) AppendKvEventMetrics(out, *table, now_s);
+}
+
+void RoutingCore::AppendKvEventMetrics(std::string& out, const EndpointTable& table, double now_s) const {
+  using metrics::AppendHeader;
+  using metrics::AppendSample;
+  using metrics::Label;
+  using metrics::MetricType;
+  std::vector<std::pair<const Endpoint*, kvevents::EndpointEventStats>> rows;
+  size_t speculative = 0;
+  {
+    std::shared_lock<RwSpinLock> lock(events_mu_);
+    for (const auto& ep : table.by_id) {
+      if (!ep || ep->spec.kv_events.empty()) continue;
+      rows.emplace_back(ep.get(), events_->Stats(ep->id, now_s));
+    }
+    speculative = events_->SpeculativeEntries();
+  }
+  AppendHeader(out, "kvroute_kv_events_state",
+               "1 on the endpoint's KV-event state: unknown (never heard from), live (its "
+               "prefix scores come from its events), stale (work dispatched, no events since), "
+               "resync (entries dropped after a gap, an undecodable batch or an overflow), "
+               "mismatch (engine block size not a multiple of the index's). Every state but "
+               "live uses the approximate model.",
+               MetricType::kGauge);
+  for (const auto& [ep, st] : rows) {
+    for (size_t k = 1; k < kvevents::kSourceStates; ++k) {
+      const auto state = static_cast<kvevents::SourceState>(k);
+      Label labels[] = {{"endpoint", ep->spec.name}, {"state", kvevents::SourceStateName(state)}};
+      AppendSample(out, "kvroute_kv_events_state", labels, st.state == state ? 1.0 : 0.0);
+    }
+  }
+  auto family = [&](std::string_view name, std::string_view help, MetricType type, auto value) {
+    AppendHeader(out, name, help, type);
+    for (const auto& [ep, st] : rows) {
+      Label labels[] = {{"endpoint", ep->spec.name}};
+      AppendSample(out, name, labels, value(st));
+    }
+  };
+  using Stats = kvevents::EndpointEventStats;
+  family("kvroute_kv_events_batches_total", "Event batches applied to the precise index.",
+         MetricType::kCounter, [](const Stats& st) { return static_cast<double>(st.batches); });
+  AppendHeader(out, "kvroute_kv_events_events_total", "Events applied, by type.", MetricType::kCounter);
+  for (const auto& [ep, st] : rows) {
+    const std::pair<std::string_view, uint64_t> types[] = {
+        {"BlockStored", st.stored}, {"BlockRemoved", st.removed}, {"AllBlocksCleared", st.cleared}};
+    for (const auto& [type, n] : types) {
+      Label labels[] = {{"endpoint", ep->spec.name}, {"type", type}};
+      AppendSample(out, "kvroute_kv_events_events_total", labels, static_cast<double>(n));
+    }
+  }
+  family("kvroute_kv_events_gaps_total", "Gaps in the event sequence (replayed or not).",
+         MetricType::kCounter, [](const Stats& st) { return static_cast<double>(st.gaps); });
+  family("kvroute_kv_events_gaps_unrepaired_total",
+         "Gaps replay could not fill: the endpoint's entries were dropped and it resyncs.",
+         MetricType::kCounter, [](const Stats& st) { return static_cast<double>(st.gaps_unrepaired); });
+  family("kvroute_kv_events_restarts_total",
+         "Publisher restarts (the sequence went back): the endpoint's entries were dropped.",
+         MetricType::kCounter, [](const Stats& st) { return static_cast<double>(st.restarts); });
+  family("kvroute_kv_events_decode_errors_total",
+         "Batches or events that could not be decoded or were malformed.", MetricType::kCounter,
+         [](const Stats& st) { return static_cast<double>(st.decode_errors); });
+  family("kvroute_kv_events_orphans_total",
+         "Stored blocks dropped because their parent block was never seen.", MetricType::kCounter,
+         [](const Stats& st) { return static_cast<double>(st.orphans); });
+  family("kvroute_kv_events_block_size_mismatches_total",
+         "Stored runs whose block size is not a multiple of the index's (pool.kv_events.block_size).",
+         MetricType::kCounter, [](const Stats& st) { return static_cast<double>(st.mismatches); });
+  family("kvroute_kv_events_overflows_total",
+         "Times the endpoint exceeded the index's per-endpoint bound (entries dropped).",
+         MetricType::kCounter, [](const Stats& st) { return static_cast<double>(st.overflows); });
+  family("kvroute_kv_events_blocks", "Engine blocks the endpoint reports cached (indexed now).",
+         MetricType::kGauge, [](const Stats& st) { return static_cast<double>(st.blocks); });
+  family("kvroute_kv_events_engine_block_size",
+         "Block size (tokens) in the endpoint's last stored run; NaN before one.", MetricType::kGauge,
+         [](const Stats& st) {
+           return st.block_size > 0 ? static_cast<double>(st.block_size) : std::nan("");
+         });
+  family("kvroute_kv_events_last_batch_age_seconds",
+         "Seconds since the endpoint's last batch was applied; NaN when none arrived.",
+         MetricType::kGauge, [&](const Stats& st) {
+           return st.last_batch_s >= 0 ? now_s - st.last_batch_s : std::nan("");
+         });
+  metrics::AppendGauge(out, "kvroute_kv_events_speculative_entries",
+                       "Speculative prefix entries (just-dispatched requests awaiting their events).",
+                       {}, static_cast<double>(speculative));
 }
 
 }  // namespace kvroute::routing

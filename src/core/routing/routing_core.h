@@ -53,6 +53,7 @@
 #include "core/common/rw_spin_lock.h"
 #include "core/common/status.h"
 #include "core/health/endpoint_health.h"
+#include "core/kvevents/event_index.h"
 #include "core/health/outlier.h"
 #include "core/routing/retry_budget.h"
 #include "core/sched/profile_spec.h"
@@ -70,6 +71,11 @@ struct EndpointSpec {
   std::string host;
   uint16_t port = 0;
   std::vector<std::pair<std::string, std::string>> labels;
+  // Where the endpoint publishes its KV-cache events (tcp://HOST:PORT) and its replay
+  // socket; empty: none. The core only notes that events are expected (its precise index
+  // tracks the endpoint from then on); the subscriber adapter connects to them.
+  std::string kv_events;
+  std::string kv_events_replay;
 };
 
 struct CoreOptions {
@@ -90,6 +96,9 @@ struct CoreOptions {
   // observes the calls the core makes, a plugin under development). It gets the options
   // the core would build with and must return a fresh scheduler (never null).
   std::function<std::unique_ptr<sched::Scheduler>(const sched::SchedulerOptions&)> scheduler_factory;
+  // The precise prefix index fed by KV-cache events (OnKvEvents): key block size,
+  // speculative TTL, staleness, bounds (kvevents::IndexOptions).
+  kvevents::IndexOptions kv_events;
 };
 
 // The outcome of one scrape attempt, as the scraper adapter reports it.
@@ -148,6 +157,10 @@ struct PickResult {
   sched::Locality locality = sched::Locality::kOff;
   // The table the ids refer to; holds every ranked endpoint alive for the request.
   std::shared_ptr<const EndpointTable> table;
+  // Route receipt (dispatched picks with token ids only): the prompt tokens the engines'
+  // reported cache says ranked[0] holds (a multiple of the index's block size, before this
+  // request's speculative entries), when its KV-cache events are live; -1 otherwise.
+  int64_t predicted_cached_tokens = -1;
 
   bool ok() const { return status.ok(); }
   const Endpoint& endpoint(std::size_t i) const { return *table->by_id[ranked[i]]; }
@@ -186,6 +199,22 @@ class RoutingCore {
   // scheduler's lock, keys in the policy's hashing (PrefixKey). No front end is involved.
   // Ignored for ids not in the table and policies without a prefix model.
   void OnCacheUpdate(uint32_t id, const sched::CacheUpdate& update, double now_s);
+
+  // KV-cache events of endpoint `id`, as its subscriber adapter decoded them (a batch in
+  // sequence order, after any replay), and what the transport found: a gap (`repaired`
+  // when replay filled it), a publisher restart (its sequence went back), an undecodable
+  // batch. Applied to the precise index under its own lock (never the scheduler's); each
+  // change of the endpoint's event state is logged once. Ignored for ids without
+  // EndpointSpec::kv_events.
+  void OnKvEvents(uint32_t id, const kvevents::KvEventBatch& batch, double now_s);
+  void OnKvEventsGap(uint32_t id, bool repaired, double now_s);
+  void OnKvEventsRestart(uint32_t id, double now_s);
+  void OnKvEventsDecodeError(uint32_t id, double now_s);
+  // The index's view of endpoint `id` (state, counters, blocks).
+  kvevents::EndpointEventStats KvEventStats(uint32_t id, double now_s) const;
+  // True when some endpoint has KV-cache events configured: front ends then tokenize
+  // requests (SchedRequest::token_ids) for precise picks.
+  bool kv_events_active() const { return events_active_.load(std::memory_order_relaxed); }
 
   // Ranks the endpoints for one request at `now_s`. On success the handle must get
   // OnFinished exactly once (also when the front end gives up before dispatching).
@@ -329,6 +358,19 @@ class RoutingCore {
   std::unique_ptr<ScratchPool> scratch_;
   // Whether a pick at `now_s` must fold in scrapes or re-judge health first (lock-free).
   bool SyncDue(double now_s) const;
+
+  // Applies `f` to the precise index under its exclusive lock, then logs its transitions.
+  template <typename F>
+  void WithEvents(F&& f);
+  static std::string TransitionLine(const EndpointTable& table, const kvevents::StateTransition& t);
+  void AppendKvEventMetrics(std::string& out, const EndpointTable& table, double now_s) const;
+
+  // The precise prefix index (KV-cache events). Its own lock: event batches never take the
+  // scheduler's. Order: sched_mu_ before events_mu_ when both are held (a pick ranks under
+  // both shared sides); the index is never held while taking sched_mu_.
+  mutable RwSpinLock events_mu_;
+  std::unique_ptr<kvevents::EventIndex> events_;  // guarded by events_mu_
+  std::atomic<bool> events_active_{false};
 
   // Counters without an endpoint.
   struct Counters;

@@ -11,17 +11,26 @@
 
 namespace kvroute::sched {
 
-// Approximate prefix affinity (GIE prefix-cache-scorer): longest matched prefix blocks /
-// total blocks (0 when the prompt is shorter than one block).
+// Prefix affinity (GIE prefix-cache-scorer): longest matched prefix blocks / total blocks
+// (0 when the prompt is shorter than one block), by the approximate model of what this
+// router sent where. With `precise` (precise-prefix-cache-scorer, and the kvroute policy),
+// an endpoint whose KV-cache events are live is scored instead by what it reports it
+// caches: its tier-weighted leading blocks of the request's token-id keys / their number
+// (kvevents::EventIndex::Match); endpoints without live events keep the approximate score.
 class PrefixCacheScorer : public Scorer {
  public:
   struct Params {
     size_t block_chars = 64;
     size_t max_blocks = 256;
     size_t lru_capacity = 0;  // 0: auto from the endpoint's KV size, else kDefaultCapacity
+    // Score endpoints whose KV-cache events are live by what they report they cache
+    // (SchedRequest::events), the others by the approximate model. Off: approximate only
+    // (the Gateway API Inference Extension's scorer, as gie-default models it).
+    bool precise = false;
   };
   static constexpr size_t kDefaultCapacity = 31250;
   explicit PrefixCacheScorer(const Params& p) : p_(p), model_(MakeApproxPrefixModel()) {}
+
 
   void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
              std::span<double> out) override;
@@ -44,6 +53,10 @@ class PrefixCacheScorer : public Scorer {
   const Params& params() const { return p_; }
 
  private:
+  // The approximate model's scores of `hashes` (the prompt's character chain).
+  void ApproxScores(const PickContext& ctx, std::span<const uint32_t> candidates,
+                    std::span<const uint64_t> hashes, std::span<double> out) const;
+
   Params p_;
   std::unique_ptr<PrefixModel> model_;
 };

@@ -56,6 +56,8 @@ struct PickScratch {
   double now_s = 0.0;
   Locality locality = Locality::kOff;
   uint32_t pinned = kNoPin;
+  // The request's keys in the precise index (filled by the routing core for one pick).
+  std::vector<uint64_t> event_keys;
   // For plugins, one call at a time: contents do not persist between plugin calls.
   std::vector<uint32_t> u32_a, u32_b;
   std::vector<uint64_t> u64;

@@ -30,7 +30,7 @@ ProfileScheduler::ProfileScheduler(Parts parts, const SchedulerOptions& options)
     scorer_roles_.push_back(RoleOfScorerType(s.scorer->type()));
   }
   for (auto& s : scorers_) {
-    if (prefix_ == nullptr && s.scorer->type() == "prefix-cache-scorer") {
+    if (prefix_ == nullptr && RoleOfScorerType(s.scorer->type()) == Scheduler::ScorerRole::kPrefix) {
       prefix_ = static_cast<const PrefixCacheScorer*>(s.scorer.get());
     }
   }
@@ -76,7 +76,7 @@ void PinFirst(PickScratch& sc, size_t max_ranked) {
 
 Scheduler::ScorerRole RoleOfScorerType(std::string_view type) {
   using R = Scheduler::ScorerRole;
-  if (type == "prefix-cache-scorer") return R::kPrefix;
+  if (type == "prefix-cache-scorer" || type == "precise-prefix-cache-scorer") return R::kPrefix;
   if (type == "kv-cache-utilization-scorer") return R::kKvCache;
   if (type == "queue-depth-scorer" || type == "queue-scorer") return R::kQueue;
   if (type == "running-requests-scorer" || type == "least-request-scorer" ||

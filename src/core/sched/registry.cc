@@ -52,18 +52,26 @@ constexpr double kInf = 1e300;
 
 // The one place built-in plugin types are registered.
 void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
-  defs.push_back({"prefix-cache-scorer",
-                  Kind::kScorer,
-                  {{"blockSize", 1, 1 << 20, true},
-                   {"maxPrefixBlocksToMatch", 1, 1 << 24, true},
-                   {"lruCapacityPerServer", 1, 1e12, true}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    PrefixCacheScorer::Params q;
-                    q.block_chars = static_cast<size_t>(Get(p, "blockSize", 64));
-                    q.max_blocks = static_cast<size_t>(Get(p, "maxPrefixBlocksToMatch", 256));
-                    q.lru_capacity = static_cast<size_t>(Get(p, "lruCapacityPerServer", 0));
-                    return std::make_unique<PrefixCacheScorer>(q);
-                  }});
+  // prefix-cache-scorer: approximate (the router's own dispatches) unless `preciseEvents`
+  // is 1; precise-prefix-cache-scorer (llm-d's name): precise where an endpoint's KV-cache
+  // events are live, approximate elsewhere, unless `preciseEvents` is 0.
+  for (std::string_view type : {"prefix-cache-scorer", "precise-prefix-cache-scorer"}) {
+    const bool precise_default = type == "precise-prefix-cache-scorer";
+    defs.push_back({type,
+                    Kind::kScorer,
+                    {{"blockSize", 1, 1 << 20, true},
+                     {"maxPrefixBlocksToMatch", 1, 1 << 24, true},
+                     {"lruCapacityPerServer", 1, 1e12, true},
+                     {"preciseEvents", 0, 1, true}},
+                    [precise_default](const Params& p) -> std::unique_ptr<Plugin> {
+                      PrefixCacheScorer::Params q;
+                      q.block_chars = static_cast<size_t>(Get(p, "blockSize", 64));
+                      q.max_blocks = static_cast<size_t>(Get(p, "maxPrefixBlocksToMatch", 256));
+                      q.lru_capacity = static_cast<size_t>(Get(p, "lruCapacityPerServer", 0));
+                      q.precise = Get(p, "preciseEvents", precise_default ? 1 : 0) != 0;
+                      return std::make_unique<PrefixCacheScorer>(q);
+                    }});
+  }
   defs.push_back({"kv-cache-utilization-scorer", Kind::kScorer, {}, [](const Params&) {
                     return std::unique_ptr<Plugin>(new KvUtilizationScorer());
                   }});
@@ -415,7 +423,7 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
     // scaled-down seed-8x over seeds 1-20 and the example scenarios (issue 12).
     return Profile({P("inflight-accounting"),
                     P("saturation-filter", {{"kvThreshold", 1.0}, {"staleAfterSeconds", 1.0}}),
-                    P("prefix-cache-scorer"), P("kv-cache-utilization-scorer"),
+                    P("prefix-cache-scorer", {{"preciseEvents", 1.0}}), P("kv-cache-utilization-scorer"),
                     P("soft-load-scorer", {{"minSpread", 8.0}, {"relativeSpread", 0.25}}),
                     P("recent-load-scorer", {{"halfLifeSeconds", 30.0}, {"minSpread", 2.0}}),
                     P("max-score-picker")},

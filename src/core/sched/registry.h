@@ -5,7 +5,9 @@
 // Plugin types (parameters in parentheses, see docs/POLICIES.md for formulas):
 //   prefix-cache-scorer          (blockSize 64, maxPrefixBlocksToMatch 256,
 //                                 lruCapacityPerServer: auto from the endpoint's KV size,
-//                                 else 31250)
+//                                 else 31250, preciseEvents 0)
+//   precise-prefix-cache-scorer  the same with preciseEvents 1: endpoints whose KV-cache
+//                                events are live scored by what they report they cache
 //   kv-cache-utilization-scorer  1 - kv usage
 //   queue-depth-scorer, queue-scorer  min-max normalised waiting (1 when all equal)
 //   running-requests-scorer      min-max normalised running

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,6 +17,9 @@
 
 namespace kvroute::api {
 struct ParsedRequest;
+}
+namespace kvroute::kvevents {
+class EventIndex;
 }
 
 namespace kvroute::sched {
@@ -133,6 +137,16 @@ struct SchedRequest {
   int64_t priority = 0;       // vLLM extra; lower is more important; < 0 is sheddable
   int64_t max_tokens = -1;    // -1 when the request did not say
   int64_t prompt_tokens = -1; // -1: estimated from the text (about 4 characters a token)
+  // The prompt's token ids as the engines' tokenizer gives them (a front end's tokenizer
+  // adapter, or the simulated engine's); empty when unknown. Precise prefix scoring keys
+  // them; without them policies use their approximate model.
+  std::span<const uint32_t> token_ids;
+
+  // Set by the routing core for one pick, never by front ends: the engines' reported cache
+  // (KV-cache events) and this request's keys in it (EventIndex::RequestKeys of token_ids),
+  // read under the index's shared lock. Null/empty: no precise state for this pick.
+  const kvevents::EventIndex* events = nullptr;
+  std::span<const uint64_t> event_keys;
 
   // prompt_tokens when given, else ceil(prompt.size() / 4).
   int64_t EstimatedPromptTokens() const;
