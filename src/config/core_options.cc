@@ -18,6 +18,11 @@ routing::CoreOptions CoreOptionsFrom(const RouterConfig& config) {
   o.retry_budget.window_s = config.retries.budget_window_s;
   o.region = config.locality.region;
   o.region_rtt_s = config.locality.rtt_s;
+  const KvEventsConfig& k = config.pool.kv_events;
+  o.kv_events.block_tokens = k.block_size;
+  o.kv_events.speculative_ttl_s = k.speculative_ttl_s;
+  o.kv_events.stale_after_s = k.stale_after_s;
+  o.kv_events.resync_s = k.resync_s;
   return o;
 }
 

@@ -33,9 +33,19 @@ void ReadEndpoints(const ConfigNode& list, std::vector<EndpointConfig>& out) {
       ep.address = item.Scalar();
     } else {
       if (!item.IsMap()) item.Fail("must be an address or a mapping");
-      item.ForEachKey({"address", "name", "labels"},
+      int replay_line = 0;
+      item.ForEachKey({"address", "name", "labels", "kv_events", "kv_events_replay"},
                       [&](const std::string& key, const ConfigNode& ev) {
-                        if (key == "address") {
+                        if (key == "kv_events" || key == "kv_events_replay") {
+                          std::string url = ev.String();
+                          if (Status st = CheckKvEventsUrl(url, /*bind=*/false); !st.ok()) ev.Fail(st.message());
+                          if (key == "kv_events") {
+                            ep.kv_events = std::move(url);
+                          } else {
+                            ep.kv_events_replay = std::move(url);
+                            replay_line = ev.key_line();
+                          }
+                        } else if (key == "address") {
                           ep.address = ev.String();
                           address_line = ev.line();
                         } else if (key == "name") {
@@ -45,6 +55,9 @@ void ReadEndpoints(const ConfigNode& list, std::vector<EndpointConfig>& out) {
                           for (const ConfigNode& l : ev.Entries()) ep.labels[l.key()] = l.String();
                         }
                       });
+      if (!ep.kv_events_replay.empty() && ep.kv_events.empty()) {
+        item.FailAt(replay_line, Join(item.field(), "kv_events_replay"), "kv_events_replay needs kv_events");
+      }
       address_field = Join(item.field(), "address");
       if (ep.address.empty()) item.FailAt(ep.line, address_field, "missing address");
     }

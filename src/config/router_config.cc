@@ -55,6 +55,27 @@ Status CheckPoolGroup(const std::string& group) {
 
 }  // namespace
 
+Status CheckKvEventsUrl(std::string_view url, bool bind) {
+  constexpr std::string_view kTcp = "tcp://";
+  if (url.substr(0, kTcp.size()) != kTcp) {
+    return Status::InvalidArgument("'" + std::string(url) + "' is not a tcp://HOST:PORT address");
+  }
+  std::string host_port(url.substr(kTcp.size()));
+  // A bound socket may listen on every interface; an endpoint's address names one host.
+  if (host_port.substr(0, 2) == "*:") {
+    if (!bind) {
+      return Status::InvalidArgument("'" + std::string(url) +
+                                     "': host '*' is for pool.kv_events.bind; name the replica's host");
+    }
+    host_port = "0.0.0.0" + host_port.substr(1);
+  }
+  std::string why;
+  if (!ParseHostPort(host_port, &why)) {
+    return Status::InvalidArgument("bad address '" + std::string(url) + "': " + why);
+  }
+  return Status::Ok();
+}
+
 Status CheckRegionName(std::string_view region) {
   for (char c : region) {
     if (std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c)) ||
@@ -259,9 +280,12 @@ class Loader {
     int endpoints_file_line = 0;
     int discovery_line = 0;
     node.ForEachKey({"endpoints", "endpoints_file", "endpoints_file_poll", "discovery", "engine_type",
-                     "model", "metric_names", "scrape_interval", "staleness", "stale_policy"},
+                     "model", "metric_names", "scrape_interval", "staleness", "stale_policy",
+                     "kv_events"},
                     [&](const std::string& key, const ConfigNode& v) {
-                      if (key == "discovery") {
+                      if (key == "kv_events") {
+                        LoadKvEvents(v, pool.kv_events);
+                      } else if (key == "discovery") {
                         LoadDiscovery(v, pool.kubernetes);
                         if (pool.kubernetes.enabled()) discovery_line = v.key_line();
                       } else if (key == "endpoints") {
@@ -320,6 +344,43 @@ class Loader {
                   "staleness (" + std::to_string(pool.staleness_s) +
                       "s) must be >= scrape_interval (" + std::to_string(pool.scrape_interval_s) +
                       "s)");
+    }
+  }
+
+  static void LoadKvEvents(const ConfigNode& node, KvEventsConfig& k) {
+    int port_line = 0, bind_line = 0, replay_line = 0;
+    node.ForEachKey({"port", "replay_port", "bind", "block_size", "speculative_ttl", "stale_after",
+                     "resync", "replay_timeout"},
+                    [&](const std::string& key, const ConfigNode& v) {
+                      if (key == "port") {
+                        k.port = static_cast<uint16_t>(v.Int(1, 65535));
+                        port_line = v.key_line();
+                      } else if (key == "replay_port") {
+                        k.replay_port = static_cast<uint16_t>(v.Int(1, 65535));
+                        replay_line = v.key_line();
+                      } else if (key == "bind") {
+                        k.bind = v.String();
+                        if (Status st = CheckKvEventsUrl(k.bind, /*bind=*/true); !st.ok()) v.Fail(st.message());
+                        bind_line = v.key_line();
+                      } else if (key == "block_size") {
+                        k.block_size = static_cast<int>(v.Int(1, 4096));
+                      } else if (key == "speculative_ttl") {
+                        k.speculative_ttl_s = v.Duration();
+                      } else if (key == "stale_after") {
+                        k.stale_after_s = v.Duration();
+                      } else if (key == "resync") {
+                        k.resync_s = v.Duration();
+                      } else {
+                        k.replay_timeout_s = v.Duration();
+                      }
+                    });
+    if (port_line != 0 && bind_line != 0) {
+      node.FailAt(std::max(port_line, bind_line), Join(node.field(), port_line > bind_line ? "port" : "bind"),
+                  "port (replicas publish, the router connects) and bind (replicas connect to the "
+                  "router) are exclusive; use one");
+    }
+    if (replay_line != 0 && port_line == 0) {
+      node.FailAt(replay_line, Join(node.field(), "replay_port"), "replay_port needs port");
     }
   }
 

@@ -21,7 +21,22 @@
 //       - address: 127.0.0.1:18001
 //         name: a                 # defaults to the address; unique
 //         labels: {region: eu}
+//         kv_events: tcp://127.0.0.1:5557         # where it publishes vLLM KV-cache events
+//         kv_events_replay: tcp://127.0.0.1:5558  #   and its replay socket (optional)
 //       - 127.0.0.1:18002         # shorthand: just the address
+//     kv_events:                  # precise prefix routing from KV-cache events (issue 23)
+//       port: 5557                # every endpoint without its own kv_events publishes on
+//       replay_port: 5558         #   tcp://<its host>:<port> (Kubernetes pods), replay on
+//                                 #   replay_port (optional)
+//       bind: tcp://*:5557        # or (not with port) centralized: one socket the replicas
+//                                 #   connect to, each naming itself by topic
+//                                 #   kv@<its host>@<model>
+//       block_size: 16            # tokens per key of the router's index; engines' block
+//                                 #   sizes must be multiples of it
+//       speculative_ttl: 2s       # a dispatch counts as cached there until its events come
+//       stale_after: 10s          # work dispatched and no events for this long: stale
+//       resync: 10s               # after a gap replay cannot fill: approximate for this long
+//       replay_timeout: 1s        # a replay that does not answer within it failed
 //     endpoints_file: eps.yaml    # or (not both) file discovery: a YAML list of the same
 //                                 #   entries (config/endpoints_file.h); relative paths are
 //                                 #   against this file's directory. Watched: re-read on
@@ -154,7 +169,27 @@ struct EndpointConfig {
   HostPort host_port;
   std::string name;     // defaults to address
   std::map<std::string, std::string> labels;
+  std::string kv_events;         // "tcp://HOST:PORT" or empty
+  std::string kv_events_replay;  // "tcp://HOST:PORT" or empty (needs kv_events)
   int line = 0;
+};
+
+// Ok when `url` is a KV-event socket address the router can use: "tcp://HOST:PORT" (port
+// 1-65535; "[v6]:PORT" for IPv6 hosts). `bind`: the router binds it, so HOST may be `*`.
+// Else InvalidArgument saying what is wrong.
+Status CheckKvEventsUrl(std::string_view url, bool bind);
+
+// pool.kv_events: precise prefix routing from vLLM's KV-cache events.
+struct KvEventsConfig {
+  uint16_t port = 0;         // per-endpoint default: tcp://<host>:<port>; 0 = none
+  uint16_t replay_port = 0;  // with port: tcp://<host>:<replay_port>; 0 = none
+  std::string bind;          // centralized mode; empty = none (exclusive with port)
+  int block_size = 16;
+  double speculative_ttl_s = 2.0;
+  double stale_after_s = 10.0;
+  double resync_s = 10.0;
+  double replay_timeout_s = 1.0;
+  bool operator==(const KvEventsConfig&) const = default;
 };
 
 // Kubernetes discovery: the pods an InferencePool selects become the endpoints.
@@ -195,6 +230,7 @@ struct PoolConfig {
   double scrape_interval_s = 0.050;
   double staleness_s = 2.0;
   StalePolicy stale_policy = StalePolicy::kExclude;
+  KvEventsConfig kv_events;
 };
 
 struct LimitsConfig {

@@ -24,9 +24,25 @@ std::vector<routing::EndpointSpec> EndpointSpecs(const std::vector<config::Endpo
     s.host = e.host_port.host;
     s.port = e.host_port.port;
     for (const auto& [k, v] : e.labels) s.labels.emplace_back(k, v);
+    s.kv_events = e.kv_events;
+    s.kv_events_replay = e.kv_events_replay;
     out.push_back(std::move(s));
   }
   return out;
+}
+
+void ApplyKvEvents(const config::KvEventsConfig& k, std::vector<routing::EndpointSpec>& endpoints) {
+  for (routing::EndpointSpec& e : endpoints) {
+    if (!e.kv_events.empty()) continue;
+    if (!k.bind.empty()) {
+      e.kv_events = k.bind;  // centralized: the endpoint is found by its topic
+      continue;
+    }
+    if (k.port == 0) continue;
+    const std::string host = e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host;
+    e.kv_events = "tcp://" + host + ":" + std::to_string(k.port);
+    if (k.replay_port != 0) e.kv_events_replay = "tcp://" + host + ":" + std::to_string(k.replay_port);
+  }
 }
 
 Pool::Pool(boost::asio::io_context& scrape_context, std::function<void(std::string_view)> log)
@@ -110,6 +126,8 @@ Status Pool::Apply(const config::RouterConfig& config) {
       endpoints = StaticEndpoints(config.pool);
     }
     const std::size_t n = endpoints.size();
+    kv_events_ = config.pool.kv_events;
+    ApplyKvEvents(kv_events_, endpoints);
     routing::CoreOptions options = config::CoreOptionsFrom(config);
     Status st = core_.Configure(options, std::move(endpoints), Now());
     if (!st.ok()) return st;
@@ -198,7 +216,9 @@ Status Pool::ReconfigureLocked(const std::vector<routing::EndpointSpec>& eps, st
   }
   std::size_t added = 0;
   for (const routing::EndpointSpec& e : eps) added += before.erase(e.address) == 0;
-  Status st = core_.Configure(options_, eps, Now());
+  std::vector<routing::EndpointSpec> with_events = eps;
+  ApplyKvEvents(kv_events_, with_events);
+  Status st = core_.Configure(options_, std::move(with_events), Now());
   if (!st.ok()) return st;
   RestartScraperLocked();
   change = std::to_string(added) + " added, " + std::to_string(before.size()) + " removed";

@@ -53,6 +53,10 @@ namespace kvroute::pool {
 std::vector<routing::EndpointSpec> StaticEndpoints(const config::PoolConfig& pool);
 // The endpoint set of parsed entries (pool.endpoints or an endpoints file).
 std::vector<routing::EndpointSpec> EndpointSpecs(const std::vector<config::EndpointConfig>& entries);
+// Fills in KV-event addresses from pool.kv_events for endpoints without their own: with
+// `port`, tcp://<host>:<port> (and the replay port); with `bind`, the bind address
+// (centralized: the subscriber finds the endpoint by the host in its topic).
+void ApplyKvEvents(const config::KvEventsConfig& kv_events, std::vector<routing::EndpointSpec>& endpoints);
 
 class EndpointsFileWatch;
 class PollTimer;
@@ -118,6 +122,7 @@ class Pool {
 
   // Guarded by mu_: what the last successful Apply configured, for discovery's Configure.
   routing::CoreOptions options_;
+  config::KvEventsConfig kv_events_;  // pool.kv_events of the applied configuration
   metrics::ScraperOptions scrape_options_;
   bool measure_rtt_ = true;  // locality.measure_rtt of the last Apply
   // Measured round trips; rtt_mu_ is taken by scrape callbacks (never with mu_ held
