@@ -74,6 +74,7 @@ void SequenceTracker::Handle(Held m, std::vector<SeqStep>* out) {
   gap_from_ = *expected_;
   gap_to_ = seq;
   gap_skipped_ = false;
+  m.restart = false;  // reported already: after the repair it is an ordinary message
   held_.push_front(std::move(m));
   out->push_back(Simple(SeqStep::Kind::kRequestReplay, *expected_));
 }

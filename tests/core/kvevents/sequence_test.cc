@@ -128,6 +128,21 @@ TEST(SequenceTracker, RestartSeenWhileReplayingIsHandledAfterIt) {
                            "restart 0 after 2", "deliver 0:new"}));
 }
 
+TEST(SequenceTracker, RestartWhoseStartWasLostIsReportedOnceAndReplayedFromZero) {
+  SequenceTracker t(true);
+  std::vector<SeqStep> out;
+  t.OnLive(20, "old", &out);
+  t.OnLive(2, "c", &out);  // the new stream's 0 and 1 were lost while reconnecting
+  t.OnReplayed(0, "a", &out);
+  t.OnReplayed(1, "b", &out);
+  t.OnReplayed(2, "c", &out);
+  t.OnReplayEnd(&out);
+  t.OnLive(3, "d", &out);
+  EXPECT_EQ(Lines(out), (V{"deliver 20:old", "restart 2 after 20", "replay from 0",
+                           "replayed 0:a", "replayed 1:b", "replayed 2:c", "gap 0-2 repaired",
+                           "dup 2", "deliver 3:d"}));
+}
+
 TEST(SequenceTracker, ReplayMessagesOutsideARepairAreIgnored) {
   SequenceTracker t(true);
   std::vector<SeqStep> out;
