@@ -52,7 +52,7 @@ Result<std::unique_ptr<Publisher>> Publisher::Start(PublisherOptions options) {
   try {
     m.pub.set(zmq::sockopt::linger, 0);
     m.pub.set(zmq::sockopt::sndhwm, o.hwm);
-    if (ShouldBind(o.endpoint)) {
+    if (o.bind.value_or(ShouldBind(o.endpoint))) {
       step = "bind " + o.endpoint;
       m.pub.bind(o.endpoint);
       p->endpoint_ = LastEndpoint(m.pub);

@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -34,6 +35,7 @@ enum class ReplayReplyForm : uint8_t { kTopicSeqPayload, kSeqPayload };
 
 struct PublisherOptions {
   std::string endpoint = "tcp://*:5557";  // "tcp://127.0.0.1:*": any free port
+  std::optional<bool> bind;               // nullopt: vLLM's rule (ShouldBind)
   std::string replay_endpoint;            // "": no replay socket
   std::string topic;                      // "": an empty topic frame
   size_t buffer_steps = 10000;            // batches kept for replay (>= 1)
