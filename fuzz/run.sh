@@ -22,7 +22,7 @@ jobs="${FUZZ_JOBS:-1}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(prom_parser openai_request router_config scenario_config fleet_config endpoints_file
-           http_server extproc_exchange k8s_watch_event doctor_scrape)
+           http_server extproc_exchange k8s_watch_event doctor_scrape kv_event_decode)
 fi
 
 dict_for() {
@@ -33,6 +33,7 @@ dict_for() {
     http_server) echo http.dict ;;
     extproc_exchange) echo extproc.dict ;;
     k8s_watch_event) echo k8s.dict ;;
+    kv_event_decode) echo kvevents.dict ;;
   esac
 }
 

@@ -38,7 +38,12 @@ constexpr std::string_view kSectionKeys[] = {"name",
                                              "max_body_bytes",
                                              "step",
                                              "labels",
-                                             "faults"};
+                                             "faults",
+                                             "kv_events_port",
+                                             "kv_events_replay_port",
+                                             "kv_events_format",
+                                             "kv_events_hash",
+                                             "kv_events_topic"};
 
 // Reads one `defaults:` or `replicas[i]` section, key by key in file order.
 ReplicaOverrides ReadSection(const ConfigNode& section) {
@@ -69,6 +74,15 @@ ReplicaOverrides ReadSection(const ConfigNode& section) {
     else if (key == "hash_seed") o.hash_seed = v.Uint();
     else if (key == "output_seed") o.output_seed = v.Uint();
     else if (key == "max_body_bytes") o.max_body_bytes = v.ByteSize();
+    else if (key == "kv_events_port") o.kv_events_port = static_cast<int>(v.Int(0, 65535));
+    else if (key == "kv_events_replay_port") o.kv_events_replay_port = static_cast<int>(v.Int(0, 65535));
+    else if (key == "kv_events_format") {
+      o.kv_events_format = v.String();
+      if (*o.kv_events_format != "array" && *o.kv_events_format != "map") v.Fail("must be array or map");
+    } else if (key == "kv_events_hash") {
+      o.kv_events_hash = v.String();
+      if (*o.kv_events_hash != "int" && *o.kv_events_hash != "bytes") v.Fail("must be int or bytes");
+    } else if (key == "kv_events_topic") o.kv_events_topic = v.String();
     else if (key == "step") {
       v.ForEachKey({"base_us", "per_prefill_token_us", "per_decode_seq_us",
                     "per_context_token_us"},
@@ -164,6 +178,11 @@ void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
   Set(hash_seed, r.engine.hash_seed);
   Set(output_seed, r.engine.output_seed);
   if (max_body_bytes) r.max_body_bytes = static_cast<std::size_t>(*max_body_bytes);
+  if (kv_events_port) r.kv_events.port = *kv_events_port;
+  if (kv_events_replay_port) r.kv_events.replay_port = *kv_events_replay_port;
+  Set(kv_events_format, r.kv_events.format);
+  Set(kv_events_hash, r.kv_events.hash);
+  Set(kv_events_topic, r.kv_events.topic);
   Set(step_base_us, r.engine.step.base_us);
   Set(step_per_prefill_token_us, r.engine.step.per_prefill_token_us);
   Set(step_per_decode_seq_us, r.engine.step.per_decode_seq_us);
@@ -205,6 +224,14 @@ Status ValidateReplica(const ReplicaConfig& r) {
   if (r.latency_ms < 0) return bad("latency_ms must be >= 0");
   if (r.default_max_tokens < 1) return bad("default_max_tokens must be >= 1");
   if (e.model_name.empty()) return bad("model must not be empty");
+  const KvEventsConfig& kv = r.kv_events;
+  if (kv.format != "array" && kv.format != "map") return bad("kv_events_format must be array or map");
+  if (kv.hash != "int" && kv.hash != "bytes") return bad("kv_events_hash must be int or bytes");
+  if (kv.port && (*kv.port < 0 || *kv.port > 65535)) return bad("kv_events_port must be 0-65535");
+  if (kv.replay_port && (*kv.replay_port < 0 || *kv.replay_port > 65535)) {
+    return bad("kv_events_replay_port must be 0-65535");
+  }
+  if (kv.replay_port && !kv.port) return bad("kv_events_replay_port needs kv_events_port");
   return Status::Ok();
 }
 
@@ -236,6 +263,10 @@ Status ResolveFleet(const FleetFile& file, const ReplicaOverrides& cli, int coun
     r.port = base_port == 0 ? 0 : static_cast<uint16_t>(base_port + i);
     file.defaults.ApplyTo(r);
     cli.ApplyTo(r);
+    // As vLLM adds the data-parallel rank to both ports: a shared base port is P + i
+    // (0 stays "any free port"); a replica's own entry is taken as written.
+    if (r.kv_events.port && *r.kv_events.port > 0) *r.kv_events.port += i;
+    if (r.kv_events.replay_port && *r.kv_events.replay_port > 0) *r.kv_events.replay_port += i;
     if (own) own->ApplyTo(r);
     if (Status s = ValidateReplica(r); !s.ok()) return s;
     out->push_back(std::move(r));

@@ -24,6 +24,10 @@
 //     step: {base_us: 5753, per_prefill_token_us: 17.25, per_decode_seq_us: 6.0,
 //            per_context_token_us: 0.05}   # the step-time model, microseconds
 //     labels: {region: us-east}           # merged by key across the levels
+//     kv_events_port: 5557    # KV events (docs/KV_EVENTS.md): PUB port, replica i gets
+//     kv_events_replay_port: 5657  #   +i when set in defaults or on the command line;
+//     kv_events_format: array #   array | map; kv_events_hash: int | bytes;
+//     kv_events_topic: ""     #   the topic frame
 //     faults:                 # fault schedule (simkit/fault/fault.h, docs/FAULTS.md):
 //       - {kind: http_error, at: 10s, duration: 5s, status: 503}   # at: default 0;
 //       - {kind: slow, at: 30s, factor: 3}   # no duration: until the run ends
@@ -48,6 +52,15 @@
 #include "simkit/fault/fault.h"
 
 namespace kvroute::config {
+
+// KV-cache events as vLLM publishes them (REFERENCE.md section 5; docs/KV_EVENTS.md).
+struct KvEventsConfig {
+  std::optional<int> port;         // PUB bound on host:port (0: any free port); absent: off
+  std::optional<int> replay_port;  // ROUTER for replay (0: any free); absent: none
+  std::string format = "array";    // "array" | "map": how events are encoded
+  std::string hash = "int";        // "int" | "bytes": how block hashes are encoded
+  std::string topic;               // the topic frame ("" by default, as vLLM)
+};
 
 struct ReplicaConfig {
   std::string name;  // "replica-<i>" unless set
@@ -75,11 +88,14 @@ struct ReplicaConfig {
   // Faults to inject, times in wall seconds after the replica started (not scaled by
   // time_scale). Each entry is valid (fault::Validate).
   std::vector<fault::FaultSpec> faults;
+  KvEventsConfig kv_events;
 };
 
 // Optional settings as written in a fleet file section or on the command line.
 struct ReplicaOverrides {
   std::optional<std::string> name, host, preset, model;
+  std::optional<int> kv_events_port, kv_events_replay_port;
+  std::optional<std::string> kv_events_format, kv_events_hash, kv_events_topic;
   std::optional<int> port, kv_blocks, block_size, max_num_seqs, max_batched_tokens, max_model_len,
       fixed_output_tokens, default_max_tokens;
   std::optional<double> time_scale, latency_ms, mean_output_tokens, step_base_us,

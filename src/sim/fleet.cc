@@ -90,6 +90,16 @@ Status Fleet::Start() {
     }
     ports_[i] = servers_[i]->port();
   }
+  kv_endpoints_.assign(servers_.size(), "");
+  kv_replay_endpoints_.assign(servers_.size(), "");
+  for (std::size_t i = 0; i < servers_.size(); ++i) {
+    // Before the loops run: the replica's thread owns the publisher from then on.
+    if (Status st = replicas_[i]->StartKvEvents(); !st.ok()) {
+      return Status::Unavailable(configs_[i].name + ": " + st.message());
+    }
+    kv_endpoints_[i] = replicas_[i]->kv_events_endpoint();
+    kv_replay_endpoints_[i] = replicas_[i]->kv_events_replay_endpoint();
+  }
   pool_.Start();
   running_ = true;
   return Status::Ok();

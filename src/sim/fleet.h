@@ -41,6 +41,10 @@ class Fleet {
   // downtime (the port is reopened).
   uint16_t port(int i) const { return ports_[i]; }
   const ReplicaConfig& config(int i) const { return configs_[i]; }
+  // Replica i's KV-event PUB and replay endpoints as bound ("tcp://127.0.0.1:40123"), ""
+  // when it publishes none (after Start; unchanged by restarts).
+  const std::string& kv_events_endpoint(int i) const { return kv_endpoints_[i]; }
+  const std::string& kv_events_replay_endpoint(int i) const { return kv_replay_endpoints_[i]; }
 
   // Engine counters of replica i, read on its own thread. nullopt if the fleet is not
   // running or the read took over 2 s. Thread: any but a fleet thread.
@@ -68,6 +72,7 @@ class Fleet {
   std::vector<std::unique_ptr<http::Server>> servers_;
   std::vector<std::unique_ptr<http::Server>> retired_;
   std::vector<uint16_t> ports_;
+  std::vector<std::string> kv_endpoints_, kv_replay_endpoints_;
   bool running_ = false;
   bool stopped_ = false;
 };

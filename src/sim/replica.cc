@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <optional>
 
@@ -55,6 +56,12 @@ std::optional<std::string_view> QueryParam(std::string_view target, std::string_
     rest.remove_prefix(amp + 1);
   }
   return std::nullopt;
+}
+
+// Events on: the engine records them for the publisher.
+ReplicaConfig WithKvEvents(ReplicaConfig c) {
+  if (c.kv_events.port) c.engine.record_kv_events = true;
+  return c;
 }
 
 std::chrono::steady_clock::duration WallDuration(double seconds) {
@@ -128,7 +135,7 @@ std::vector<double> RequestTokenBuckets(int max_model_len) {
 
 Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
     : ctx_(ctx),
-      config_(std::move(config)),
+      config_(WithKvEvents(std::move(config))),
       index_(index),
       engine_(config_.engine),
       step_timer_(ctx),
@@ -212,6 +219,10 @@ void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
   if (path == "/metrics") {
     if (!only(verb::get, "GET")) return;
     return HandleMetrics(std::move(ex));
+  }
+  if (path == "/reset_prefix_cache") {
+    if (!only(verb::post, "POST")) return;
+    return HandleResetPrefixCache(std::move(ex));
   }
   if (path == "/health") {
     if (!only(verb::get, "GET")) return;
@@ -392,6 +403,7 @@ void Replica::RunStep() {
   }
   const double now = EngineNow();
   engine_.Step(now, &step_);
+  PublishKvEvents();
   if (step_.duration_s <= 0) {
     // Nothing could be scheduled although work is queued; retry shortly rather than spin.
     step_timer_.expires_after(std::chrono::milliseconds(1));
@@ -663,6 +675,7 @@ void Replica::ApplyFaultStart(fault::FaultKind kind) {
     case K::kCrash:
       SetDown(true);
       DropAll(/*abort_engine=*/true);
+      if (kv_) kv_->Close();  // a dead process publishes nothing
       break;
     case K::kRestart:
       if (faults_.active(K::kRestart)) SetDown(true);  // downtime first
@@ -697,6 +710,16 @@ void Replica::ApplyFaultEnd(fault::FaultKind kind) {
   switch (kind) {
     case K::kCrash:
     case K::kRestart:
+      if (kind == K::kCrash && kv_) {
+        // With events on, a crash ends as a process that came back: a new publisher (seq
+        // 0) and a new hash seed, so the old cache (whose hashes nobody could match) goes.
+        ++generation_;
+        ++epoch_;
+        step_timer_.cancel();
+        stepping_ = false;
+        engine_ = engine::Engine(GenerationEngineConfig());
+        if (Status s = kv_->Restart(); !s.ok()) std::fprintf(stderr, "%s: %s\n", config_.name.c_str(), s.message().c_str());
+      }
       if (!faults_.active(K::kCrash) && !faults_.active(K::kRestart)) SetDown(false);
       break;
     case K::kHang:
@@ -794,15 +817,60 @@ void Replica::RestartEngine() {
   // A restarted vLLM: empty prefix cache, every counter and histogram back to zero.
   // Pending step callbacks belong to the old engine: the epoch makes them no-ops.
   ++epoch_;
+  ++generation_;
   step_timer_.cancel();
   stepping_ = false;
-  engine_ = engine::Engine(config_.engine);
+  engine_ = engine::Engine(GenerationEngineConfig());
+  if (kv_) {
+    if (Status s = kv_->Restart(); !s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", config_.name.c_str(), s.message().c_str());
+    }
+  }
   ttft_.Reset();
   itl_.Reset();
   e2e_.Reset();
   queue_.Reset();
   prompt_len_.Reset();
   output_len_.Reset();
+}
+
+Status Replica::StartKvEvents() {
+  if (!config_.kv_events.port || kv_) return Status::Ok();
+  Result<std::unique_ptr<KvPublisher>> p = KvPublisher::Start(config_.host, config_.kv_events);
+  if (!p.ok()) return p.status();
+  kv_ = std::move(*p);
+  return Status::Ok();
+}
+
+void Replica::PublishKvEvents() {
+  if (!kv_) return;
+  engine_.DrainKvEvents(&kv_scratch_);
+  if (kv_scratch_.empty()) return;
+  kv_->PublishStep(std::move(kv_scratch_), faults_);
+  kv_scratch_.clear();
+}
+
+void Replica::HandleResetPrefixCache(std::shared_ptr<http::Exchange> ex) {
+  // vLLM answers 200 with an empty body whether or not the pool agreed (it only logs
+  // "Failed to reset prefix cache ... some blocks are not freed yet"); the
+  // AllBlocksCleared event, or its absence, is the outcome.
+  if (!engine_.ResetPrefixCache()) {
+    std::fprintf(stderr, "%s: failed to reset prefix cache: some blocks are not freed yet\n",
+                 config_.name.c_str());
+  }
+  PublishKvEvents();  // its own batch: an idle engine has no next step to carry it
+  ex->Respond(200, {}, {});
+}
+
+engine::EngineConfig Replica::GenerationEngineConfig() const {
+  engine::EngineConfig c = config_.engine;
+  if (generation_ > 0) {
+    uint64_t x = c.hash_seed + generation_ * 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    c.hash_seed = x ^ (x >> 31);
+  }
+  return c;
 }
 
 std::string Replica::MetricsText() const {

@@ -30,6 +30,7 @@
 #include "simkit/fault/fault.h"
 #include "http/server.h"
 #include "config/fleet_config.h"
+#include "sim/kv_publisher.h"
 
 namespace kvroute::sim {
 
@@ -73,6 +74,13 @@ class Replica {
   // Requests accepted and not yet finished (including those still in network delay).
   int live_requests() const { return static_cast<int>(live_.size()); }
   const ReplicaConfig& config() const { return config_; }
+
+  // KV events (config.kv_events.port set; docs/KV_EVENTS.md): binds the publisher. Call
+  // once, before the io_context runs. Ok and nothing bound when events are off.
+  Status StartKvEvents();
+  // The bound endpoints ("" when off / no replay). Thread: the replica's, or before run.
+  std::string kv_events_endpoint() const { return kv_ ? kv_->endpoint() : ""; }
+  std::string kv_events_replay_endpoint() const { return kv_ ? kv_->replay_endpoint() : ""; }
 
   // Stops timers and drops every in-flight exchange (their clients see the connection
   // close). Call on the replica's thread, or after its io_context stopped.
@@ -129,6 +137,12 @@ class Replica {
   void SetDown(bool down);
   void TryListen();
   void RestartEngine();
+  // KV events: publishes what the engine recorded (one batch), if anything.
+  void PublishKvEvents();
+  void HandleResetPrefixCache(std::shared_ptr<http::Exchange> ex);
+  // The engine config for the current process generation: a restarted process draws a
+  // new hash seed, so every block hash changes (vLLM without PYTHONHASHSEED).
+  engine::EngineConfig GenerationEngineConfig() const;
 
   // JSON pieces.
   void AppendChunkHead(std::string& out, const Live& l) const;
@@ -178,6 +192,11 @@ class Replica {
   std::unordered_map<uint64_t, Held> held_;
   std::unordered_map<uint64_t, MetricsWait> metrics_waits_;
   std::string frozen_metrics_;  // metrics_stale: the text when it began
+
+  // KV events.
+  std::unique_ptr<KvPublisher> kv_;
+  std::vector<kvevents::KvEvent> kv_scratch_;
+  uint64_t generation_ = 0;  // process restarts so far (restart, and crash with events)
 
   Histogram ttft_;
   Histogram itl_;

@@ -84,6 +84,25 @@ int SimMain(int argc, char** argv) {
                  "Fleet YAML file: per-replica preset, kv_blocks, model, max_num_seqs, labels, "
                  "latency_ms, faults, ... (see examples/fleet.yaml, examples/fleet-faults.yaml)")
       ->check(CLI::ExistingFile);
+  // KV-cache events (docs/KV_EVENTS.md), as vLLM's --kv-events-config publishes them.
+  int kv_port = 0, kv_replay_port = 0;
+  std::string kv_format = "array", kv_hash = "int", kv_topic;
+  auto* o_kv_port = app.add_option("--kv-events-port", kv_port,
+                                   "Publish KV-cache events: replica i binds a ZMQ PUB socket on "
+                                   "port P+i (0: any free port)")
+                        ->check(CLI::Range(0, 65535));
+  auto* o_kv_replay = app.add_option("--kv-events-replay-port", kv_replay_port,
+                                     "ROUTER socket for replay on port R+i (keeps the last 10000 "
+                                     "batches)")
+                          ->check(CLI::Range(0, 65535));
+  auto* o_kv_format = app.add_option("--kv-events-format", kv_format,
+                                     "Event encoding: array (vLLM <= 0.24) or map (newer)")
+                          ->check(CLI::IsMember({"array", "map"}));
+  auto* o_kv_hash = app.add_option("--kv-events-hash", kv_hash,
+                                   "Block hashes as int (uint64) or bytes (32-byte digest)")
+                        ->check(CLI::IsMember({"int", "bytes"}));
+  auto* o_kv_topic = app.add_option("--kv-events-topic", kv_topic,
+                                    "Topic frame of every message (default: empty)");
   app.add_option("--threads", threads,
                  "Event-loop threads shared by the replicas (default: one per replica, at most "
                  "the CPU count)")
@@ -117,6 +136,11 @@ int SimMain(int argc, char** argv) {
   if (o_default_max->count()) cli.default_max_tokens = default_max_tokens;
   if (o_fixed->count()) cli.fixed_output_tokens = fixed_output_tokens;
   if (o_mean->count()) cli.mean_output_tokens = mean_output_tokens;
+  if (o_kv_port->count()) cli.kv_events_port = kv_port;
+  if (o_kv_replay->count()) cli.kv_events_replay_port = kv_replay_port;
+  if (o_kv_format->count()) cli.kv_events_format = kv_format;
+  if (o_kv_hash->count()) cli.kv_events_hash = kv_hash;
+  if (o_kv_topic->count()) cli.kv_events_topic = kv_topic;
   int base_port = port;
   if (!app.get_option("--port")->count() && file.base_port) base_port = *file.base_port;
   if (threads == 0 && file.threads) threads = *file.threads;
@@ -141,6 +165,13 @@ int SimMain(int argc, char** argv) {
                 c.preset.c_str(), c.engine.num_gpu_blocks, c.engine.max_num_seqs,
                 c.engine.max_num_batched_tokens, c.time_scale,
                 c.old_metric_names ? " old-metric-names" : "");
+    if (!fleet.kv_events_endpoint(i).empty()) {
+      std::printf("%s kv-events %s%s%s format=%s hash=%s\n", c.name.c_str(),
+                  fleet.kv_events_endpoint(i).c_str(),
+                  fleet.kv_events_replay_endpoint(i).empty() ? "" : " replay ",
+                  fleet.kv_events_replay_endpoint(i).c_str(), c.kv_events.format.c_str(),
+                  c.kv_events.hash.c_str());
+    }
   }
   std::fflush(stdout);
 

@@ -68,6 +68,33 @@ TEST(FleetConfigTest, PrecedenceIsPresetDefaultsCliReplica) {
   EXPECT_EQ(out[2].port, 9002);
 }
 
+TEST(FleetConfigTest, KvEventsPortsAreBasePlusIndexUnlessTheReplicaSetsThem) {
+  FleetFile file = MustParse(
+      "defaults:\n  kv_events_port: 5557\n  kv_events_replay_port: 5657\n"
+      "  kv_events_format: map\n  kv_events_hash: bytes\n  kv_events_topic: kv@x\n"
+      "replicas:\n  - {}\n  - {}\n  - {kv_events_port: 7000}\n");
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(file, {}, 3, 9000, &out).ok());
+  EXPECT_EQ(out[0].kv_events.port, 5557);
+  EXPECT_EQ(out[1].kv_events.port, 5558);
+  EXPECT_EQ(out[1].kv_events.replay_port, 5658);
+  EXPECT_EQ(out[2].kv_events.port, 7000);  // its own entry, as written
+  EXPECT_EQ(out[2].kv_events.format, "map");
+  EXPECT_EQ(out[2].kv_events.hash, "bytes");
+  EXPECT_EQ(out[2].kv_events.topic, "kv@x");
+  ReplicaOverrides cli;
+  cli.kv_events_port = 0;  // any free port stays 0 for every replica
+  ASSERT_TRUE(ResolveFleet(FleetFile{}, cli, 2, 9000, &out).ok());
+  EXPECT_EQ(out[1].kv_events.port, 0);
+  EXPECT_FALSE(out[1].kv_events.replay_port.has_value());
+  auto bad = ParseFleetYaml("defaults:\n  kv_events_format: json\n", "f.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error.ToString(), "f.yaml:2: defaults.kv_events_format: must be array or map");
+  FleetFile replay_only = MustParse("defaults:\n  kv_events_replay_port: 5657\n");
+  EXPECT_EQ(ResolveFleet(replay_only, {}, 1, 0, &out).message(),
+            "replica-0: kv_events_replay_port needs kv_events_port");
+}
+
 TEST(FleetConfigTest, ScalarForms) {
   FleetFile file = MustParse(
       "threads: 0\ndefaults:\n  max_body_bytes: 1MiB\n  hash_seed: 18446744073709551615\n"
@@ -110,7 +137,8 @@ TEST(FleetConfigTest, ErrorsNameFileLineAndField) {
             "model, kv_blocks, block_size, max_num_seqs, max_batched_tokens, max_model_len, "
             "fixed_output_tokens, mean_output_tokens, default_max_tokens, time_scale, "
             "latency_ms, old_metric_names, enable_prefix_caching, priority_scheduling, "
-            "hash_seed, output_seed, max_body_bytes, step, labels, faults)");
+            "hash_seed, output_seed, max_body_bytes, step, labels, faults, kv_events_port, "
+            "kv_events_replay_port, kv_events_format, kv_events_hash, kv_events_topic)");
   EXPECT_EQ(ErrorOf("defaults:\n  kv_blocks: 1\n  kv_blocks: 2\n"),
             "f.yaml:3: defaults.kv_blocks: duplicate key 'kv_blocks'");
   // YAML syntax.

@@ -642,6 +642,20 @@ int Engine::PeekCachedTokens(std::span<const uint32_t> tokens, std::string_view 
   return max_blocks * bs;
 }
 
+bool Engine::ResetPrefixCache() {
+  Impl& m = *impl_;
+  if (m.num_free != m.config.num_gpu_blocks - 1) return false;  // blocks in use
+  m.cache.clear();
+  for (Impl::Block& b : m.blocks) b.has_hash = false;
+  // Requests that kept their hash chains (preempted, waiting) recompute against an empty
+  // cache: their chains stay valid, only the lookup misses.
+  if (m.config.record_kv_events) {
+    KvEvent& e = m.events.emplace_back();
+    e.kind = KvEventKind::kAllBlocksCleared;
+  }
+  return true;
+}
+
 void Engine::DrainKvEvents(std::vector<KvEvent>* out) {
   auto& ev = impl_->events;
   out->insert(out->end(), std::make_move_iterator(ev.begin()),

@@ -209,6 +209,13 @@ class Engine {
   int PeekCachedTokens(std::span<const uint32_t> tokens, std::string_view cache_salt = {},
                        std::string_view lora_name = {}) const;
 
+  // vLLM's POST /reset_prefix_cache (BlockPool.reset_prefix_cache): when no block is in
+  // use by a request, forgets every cached hash (no later request hits; no BlockRemoved
+  // is recorded for them), records one AllBlocksCleared event and returns true. When some
+  // block is still held by a running or preempted-but-holding request, vLLM refuses ("some
+  // blocks are not freed yet"): nothing changes and this returns false. Counters are kept.
+  bool ResetPrefixCache();
+
   // Moves the recorded KV events (config.record_kv_events) into `*out` (appended).
   void DrainKvEvents(std::vector<KvEvent>* out);
 

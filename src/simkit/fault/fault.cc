@@ -15,10 +15,12 @@ namespace {
 
 constexpr std::array<std::string_view, kNumFaultKinds> kKindNames = {
     "crash", "hang",    "delay", "stall",         "reset",           "http_error",
-    "restart", "slow", "metrics_stale", "metrics_nan", "metrics_missing", "metrics_slow"};
+    "restart", "slow", "metrics_stale", "metrics_nan", "metrics_missing", "metrics_slow",
+    "events_stall", "events_drop"};
 
-constexpr std::string_view kFieldNames[] = {"kind",         "at",     "duration", "delay",
-                                            "after_chunks", "status", "fraction", "factor"};
+constexpr std::string_view kFieldNames[] = {"kind",   "at",       "duration", "delay",
+                                            "after_chunks", "status", "fraction", "factor",
+                                            "seed"};
 
 std::optional<double> ParseNumber(std::string_view s) {
   if (s.empty()) return std::nullopt;
@@ -70,6 +72,8 @@ bool FieldApplies(FaultKind kind, std::string_view field) {
       return field == "status" || field == "fraction";
     case FaultKind::kSlow:
       return field == "factor";
+    case FaultKind::kEventsDrop:
+      return field == "fraction" || field == "seed";
     default:
       return false;
   }
@@ -152,6 +156,13 @@ std::optional<FaultError> SetField(FaultSpec* spec, std::string_view field,
       return Err(field, "must be a number in (0, 1] (got " + Quote(text) + ")");
     }
     spec->fraction = *v;
+  } else if (field == "seed") {
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+      return Err(field, "must be a non-negative integer (got " + Quote(text) + ")");
+    }
+    spec->seed = v;
   } else {  // factor
     std::optional<double> v = ParseNumber(text);
     if (!v || *v <= 0 || *v > 1e6) {
@@ -327,6 +338,17 @@ bool FaultSet::TakeHttpError() {
   return fail;
 }
 
+bool FaultSet::DropsEventBatch(uint64_t seq) const {
+  const auto& slot = faults_[static_cast<size_t>(FaultKind::kEventsDrop)];
+  if (!slot) return false;
+  if (slot->spec.fraction >= 1.0) return true;
+  uint64_t x = slot->spec.seed ^ (seq * 0x9e3779b97f4a7c15ULL);  // SplitMix64 finaliser
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return static_cast<double>(x >> 11) * 0x1.0p-53 < slot->spec.fraction;
+}
+
 std::string FaultSet::ToJson(double now_s) const {
   std::string out = "{\"active\":[";
   bool first = true;
@@ -360,6 +382,9 @@ std::string FaultSet::ToJson(double now_s) const {
         break;
       case FaultKind::kSlow:
         out += fmt::format(",\"factor\":{}", s.factor);
+        break;
+      case FaultKind::kEventsDrop:
+        out += fmt::format(",\"fraction\":{},\"seed\":{}", s.fraction, s.seed);
         break;
       default:
         break;

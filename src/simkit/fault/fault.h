@@ -33,8 +33,10 @@ enum class FaultKind : uint8_t {
   kMetricsNan,      // "metrics_nan": load gauges report NaN
   kMetricsMissing,  // "metrics_missing": load gauges omitted
   kMetricsSlow,     // "metrics_slow": /metrics answers after `delay`
+  kEventsStall,     // "events_stall": the KV-event publisher sends nothing (replay keeps all)
+  kEventsDrop,      // "events_drop": `fraction` of KV-event batches lost on PUB (seeded)
 };
-inline constexpr int kNumFaultKinds = 12;
+inline constexpr int kNumFaultKinds = 14;
 
 // "crash", "hang", ... in enum order.
 std::string_view FaultKindName(FaultKind kind);
@@ -54,12 +56,14 @@ struct FaultSpec {
   double delay_s = 0.0;    // delay, metrics_slow: required, > 0
   int after_chunks = 1;    // stall, reset: chunks sent before the stream stops (>= 0)
   int status = 503;        // http_error: 400..599
-  double fraction = 1.0;   // http_error: share of generation requests failed, (0, 1]
+  double fraction = 1.0;   // http_error: share of generation requests failed, (0, 1];
+                           // events_drop: share of KV-event batches lost, (0, 1]
+  uint64_t seed = 0;       // events_drop: which batches are lost (deterministic per seq)
   double factor = 1.0;     // slow: step-time multiplier, required, > 0
 };
 
 // The fields a spec may set, as written in YAML and JSON: "kind", "at", "duration",
-// "delay", "after_chunks", "status", "fraction", "factor".
+// "delay", "after_chunks", "status", "fraction", "factor", "seed".
 std::span<const std::string_view> FieldNames();
 // True if `field` means something for `kind` ("kind", "at" and "duration" for all).
 bool FieldApplies(FaultKind kind, std::string_view field);
@@ -138,6 +142,11 @@ class FaultSet {
   // floor((k - 1) * fraction), so fraction 0.5 fails every 2nd, 0.25 every 4th, 1 all.
   // False when http_error is not active.
   bool TakeHttpError();
+
+  // events_drop: whether the KV-event batch numbered `seq` is lost on PUB: a hash of
+  // (seed, seq) below `fraction` of the 64-bit range, so the same seed and seq always give
+  // the same answer. False when events_drop is not active.
+  bool DropsEventBatch(uint64_t seq) const;
 
   // {"active":[{"kind":"hang","since_s":1.2,"remaining_s":3.8,...},...]} in enum order;
   // times relative to `now_s` (remaining_s null for open-ended faults).

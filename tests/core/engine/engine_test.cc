@@ -597,6 +597,47 @@ TEST(EngineTest, KvEventsRecordStoresAndRemovals) {
   EXPECT_EQ(ev[1].kind, KvEventKind::kBlockStored);
 }
 
+// POST /reset_prefix_cache: refused (false, nothing changes) while a request holds
+// blocks; afterwards every hash is forgotten and one AllBlocksCleared is recorded.
+TEST(EngineTest, ResetPrefixCacheMirrorsVllm) {
+  EngineConfig c = Small(8);
+  c.record_kv_events = true;
+  Engine e(c);
+  double now = 0;
+  ASSERT_FALSE(e.AddRequest(Req(1, Toks(9, 0), 4)).has_value());
+  now += e.Step(now).duration_s;  // prefill: request 1 holds its blocks
+  ASSERT_TRUE(e.HasWork());
+  std::vector<KvEvent> ev;
+  e.DrainKvEvents(&ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_FALSE(e.ResetPrefixCache());
+  EXPECT_EQ(e.Stats().num_cached_blocks, 2);
+  ev.clear();
+  e.DrainKvEvents(&ev);
+  EXPECT_TRUE(ev.empty());
+  Drain(e, &now);
+  e.DrainKvEvents(&ev);
+  ev.clear();
+  EXPECT_EQ(e.PeekCachedTokens(Toks(9, 0)), 8);
+  EXPECT_TRUE(e.ResetPrefixCache());
+  EXPECT_EQ(e.Stats().num_cached_blocks, 0);
+  EXPECT_EQ(e.PeekCachedTokens(Toks(9, 0)), 0);
+  e.DrainKvEvents(&ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, KvEventKind::kAllBlocksCleared);
+  EXPECT_TRUE(ev[0].block_hashes.empty());
+  // The same prompt again: a miss, and its blocks are stored (not removed: the reset
+  // forgot them without BlockRemoved events).
+  ASSERT_FALSE(e.AddRequest(Req(2, Toks(9, 0), 1)).has_value());
+  Drain(e, &now);
+  ev.clear();
+  e.DrainKvEvents(&ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, KvEventKind::kBlockStored);
+  EXPECT_EQ(ev[0].block_hashes.size(), 2u);
+  EXPECT_EQ(e.Stats().num_free_blocks, 8);  // all usable blocks free again
+}
+
 // Random traffic on a tight cache: every request finishes with exactly its tokens, and
 // all blocks come back.
 TEST(EngineTest, RandomWorkloadConservesBlocksAndTokens) {

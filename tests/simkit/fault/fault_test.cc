@@ -13,7 +13,8 @@ namespace {
 TEST(FaultKindTest, NamesRoundTripAndAreTheContract) {
   const std::vector<std::string_view> want = {
       "crash",   "hang", "delay",         "stall",       "reset",           "http_error",
-      "restart", "slow", "metrics_stale", "metrics_nan", "metrics_missing", "metrics_slow"};
+      "restart", "slow", "metrics_stale", "metrics_nan", "metrics_missing", "metrics_slow",
+      "events_stall", "events_drop"};
   ASSERT_EQ(FaultKindNames().size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(FaultKindNames()[i], want[i]);
@@ -233,6 +234,49 @@ TEST(FaultSetTest, HttpErrorFractionIsDeterministic) {
   EXPECT_EQ(pattern(0.75, 4), ".xxx");
   FaultSet none;
   EXPECT_FALSE(none.TakeHttpError());
+}
+
+TEST(FaultFieldTest, EventsDropTakesFractionAndSeed) {
+  FaultOr r = ParseFaultJson(R"({"kind":"events_drop","fraction":0.5,"seed":7})");
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_DOUBLE_EQ(r.spec->fraction, 0.5);
+  EXPECT_EQ(r.spec->seed, 7u);
+  FaultSpec s;
+  ASSERT_FALSE(SetField(&s, "kind", "events_drop"));
+  EXPECT_EQ(SetField(&s, "seed", "-1")->message, "must be a non-negative integer (got '-1')");
+  EXPECT_EQ(SetField(&s, "fraction", "0")->message, "must be a number in (0, 1] (got '0')");
+  ASSERT_FALSE(SetField(&s, "kind", "events_stall"));
+  EXPECT_EQ(SetField(&s, "seed", "1")->message, "does not apply to fault kind 'events_stall'");
+  ASSERT_FALSE(SetField(&s, "kind", "http_error"));
+  EXPECT_EQ(SetField(&s, "seed", "1")->message, "does not apply to fault kind 'http_error'");
+}
+
+TEST(FaultSetTest, EventsDropIsDeterministicPerSeedAndSeq) {
+  FaultSet set;
+  EXPECT_FALSE(set.DropsEventBatch(0));
+  FaultSpec spec;
+  spec.kind = FaultKind::kEventsDrop;
+  spec.fraction = 0.25;
+  spec.seed = 1;
+  set.Activate(spec, 0.0);
+  int dropped = 0;
+  std::vector<bool> first;
+  for (uint64_t seq = 0; seq < 4000; ++seq) {
+    first.push_back(set.DropsEventBatch(seq));
+    dropped += first.back();
+  }
+  EXPECT_NEAR(dropped, 1000, 100);
+  for (uint64_t seq = 0; seq < 4000; ++seq) EXPECT_EQ(set.DropsEventBatch(seq), first[seq]);
+  spec.seed = 2;
+  set.Activate(spec, 0.0);
+  int same = 0;
+  for (uint64_t seq = 0; seq < 4000; ++seq) same += set.DropsEventBatch(seq) == first[seq];
+  EXPECT_LT(same, 3900);  // another seed, another pattern
+  spec.fraction = 1.0;
+  set.Activate(spec, 0.0);
+  for (uint64_t seq = 0; seq < 100; ++seq) EXPECT_TRUE(set.DropsEventBatch(seq));
+  EXPECT_EQ(set.ToJson(0.0),
+            R"({"active":[{"kind":"events_drop","since_s":0.000,"remaining_s":null,"fraction":1,"seed":2}]})");
 }
 
 TEST(FaultSetTest, JsonListsActiveFaults) {
