@@ -224,7 +224,7 @@ Status ValidateReplica(const ReplicaConfig& r) {
   if (r.latency_ms < 0) return bad("latency_ms must be >= 0");
   if (r.default_max_tokens < 1) return bad("default_max_tokens must be >= 1");
   if (e.model_name.empty()) return bad("model must not be empty");
-  const KvEventsConfig& kv = r.kv_events;
+  const KvPublishConfig& kv = r.kv_events;
   if (kv.format != "array" && kv.format != "map") return bad("kv_events_format must be array or map");
   if (kv.hash != "int" && kv.hash != "bytes") return bad("kv_events_hash must be int or bytes");
   if (kv.port && (*kv.port < 0 || *kv.port > 65535)) return bad("kv_events_port must be 0-65535");

@@ -54,7 +54,7 @@
 namespace kvroute::config {
 
 // KV-cache events as vLLM publishes them (REFERENCE.md section 5; docs/KV_EVENTS.md).
-struct KvEventsConfig {
+struct KvPublishConfig {
   std::optional<int> port;         // PUB bound on host:port (0: any free port); absent: off
   std::optional<int> replay_port;  // ROUTER for replay (0: any free); absent: none
   std::string format = "array";    // "array" | "map": how events are encoded
@@ -88,7 +88,7 @@ struct ReplicaConfig {
   // Faults to inject, times in wall seconds after the replica started (not scaled by
   // time_scale). Each entry is valid (fault::Validate).
   std::vector<fault::FaultSpec> faults;
-  KvEventsConfig kv_events;
+  KvPublishConfig kv_events;
 };
 
 // Optional settings as written in a fleet file section or on the command line.

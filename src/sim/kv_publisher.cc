@@ -19,7 +19,7 @@ double WallNow() {
 }  // namespace
 
 Result<std::unique_ptr<KvPublisher>> KvPublisher::Start(const std::string& host,
-                                                        const config::KvEventsConfig& config) {
+                                                        const config::KvPublishConfig& config) {
   std::unique_ptr<KvPublisher> p(new KvPublisher(host, config));
   const std::string pub = Endpoint(host, config.port.value_or(0));
   const std::string replay = config.replay_port ? Endpoint(host, *config.replay_port) : "";

@@ -29,7 +29,7 @@ class KvPublisher {
   // Binds PUB on tcp://<host>:<port> (port 0: any free port) and, with a replay port,
   // ROUTER on tcp://<host>:<replay_port>. Unavailable when a port cannot be bound.
   static Result<std::unique_ptr<KvPublisher>> Start(const std::string& host,
-                                                    const config::KvEventsConfig& config);
+                                                    const config::KvPublishConfig& config);
 
   // Publishes one step's events (nothing when empty) under `faults`.
   void PublishStep(std::vector<kvevents::KvEvent> events, const fault::FaultSet& faults);
@@ -45,12 +45,12 @@ class KvPublisher {
   uint64_t next_seq() const { return next_seq_; }
 
  private:
-  KvPublisher(std::string host, config::KvEventsConfig config)
+  KvPublisher(std::string host, config::KvPublishConfig config)
       : host_(std::move(host)), config_(std::move(config)) {}
   Status Open(const std::string& pub, const std::string& replay);
 
   std::string host_;
-  config::KvEventsConfig config_;
+  config::KvPublishConfig config_;
   std::unique_ptr<kvevents::Publisher> pub_;
   std::string endpoint_, replay_endpoint_;
   uint64_t next_seq_ = 0;
