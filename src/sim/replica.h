@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "simkit/fault/fault.h"
 #include "http/server.h"
 #include "config/fleet_config.h"
+#include "sim/tokenize_api.h"
 
 namespace kvroute::sim {
 
@@ -73,6 +75,9 @@ class Replica {
   // Requests accepted and not yet finished (including those still in network delay).
   int live_requests() const { return static_cast<int>(live_.size()); }
   const ReplicaConfig& config() const { return config_; }
+  // Tokens of `ids` a request starting now would find in the engine's prefix cache
+  // (engine::Engine::PeekCachedTokens). Thread: the replica's.
+  int PeekCachedTokens(std::span<const uint32_t> ids) const { return engine_.PeekCachedTokens(ids); }
 
   // Stops timers and drops every in-flight exchange (their clients see the connection
   // close). Call on the replica's thread, or after its io_context stopped.
@@ -178,6 +183,8 @@ class Replica {
   std::unordered_map<uint64_t, Held> held_;
   std::unordered_map<uint64_t, MetricsWait> metrics_waits_;
   std::string frozen_metrics_;  // metrics_stale: the text when it began
+
+  TokenizeApi tokenize_api_;  // POST /tokenize, /detokenize (sim/tokenize_api.h)
 
   Histogram ttft_;
   Histogram itl_;
