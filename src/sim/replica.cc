@@ -444,9 +444,12 @@ void Replica::AppendUsage(std::string& out, const engine::RequestOutput& o) cons
   out += std::to_string(o.prompt_tokens + o.completion_tokens);
   out += ",\"completion_tokens\":";
   out += std::to_string(o.completion_tokens);
-  out += ",\"prompt_tokens_details\":{\"cached_tokens\":";
-  out += std::to_string(o.cached_tokens);
-  out += "}}";
+  if (config_.enable_prompt_tokens_details) {
+    out += ",\"prompt_tokens_details\":{\"cached_tokens\":";
+    out += std::to_string(o.cached_tokens);
+    out += "}";
+  }
+  out += "}";
 }
 
 void Replica::Deliver() {
