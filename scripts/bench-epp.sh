@@ -18,7 +18,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-"$KV" sim --replicas 4 --port "$BASE" --time-scale 0 --max-model-len 1073741824 --threads 1 \
+"$KV" sim --enable-prompt-tokens-details --replicas 4 --port "$BASE" --time-scale 0 --max-model-len 1073741824 --threads 1 \
   >"$tmp/sim.log" 2>&1 &
 pids+=($!)
 cat >"$tmp/pool.yaml" <<YAML

@@ -53,7 +53,7 @@ wait_port() {
 }
 
 # Backend.
-taskset -c 1 "$KV" sim --port "$BACKEND_PORT" --time-scale 0 --fixed-output-tokens 1 \
+taskset -c 1 "$KV" sim --enable-prompt-tokens-details --port "$BACKEND_PORT" --time-scale 0 --fixed-output-tokens 1 \
   --threads 1 >"$WORK/sim.log" 2>&1 &
 SIM_PID=$!
 PIDS+=($SIM_PID)

@@ -49,7 +49,7 @@ wait_port() {  # port path [pid that must stay alive]
   exit 1
 }
 
-"$KV" sim --port "$BACKEND_PORT" --time-scale 0 --fixed-output-tokens 1 --threads 1 \
+"$KV" sim --enable-prompt-tokens-details --port "$BACKEND_PORT" --time-scale 0 --fixed-output-tokens 1 --threads 1 \
   >"$WORK/sim.log" 2>&1 &
 PIDS+=($!)
 wait_port "$BACKEND_PORT" /health

@@ -159,7 +159,7 @@ run_live() {
   local policy="$1" dir="$OUT/live/$1"
   rm -rf "$dir"; mkdir -p "$dir"
   log "[$policy] starting $REPLICAS simulated replicas (time scale $TIME_SCALE)"
-  "$BIN" sim "${SIM_FLAGS[@]}" --port 0 --threads 1 >"$dir/sim.log" 2>&1 &
+  "$BIN" sim "${SIM_FLAGS[@]}" --enable-prompt-tokens-details --port 0 --threads 1 >"$dir/sim.log" 2>&1 &
   local sim_pid=$!
   PIDS+=("$sim_pid")
   wait_for 20 "$sim_pid" sim_ports_listed "$dir/sim.log" || { log "[$policy] sim did not start"; cat "$dir/sim.log" >&2; return 1; }

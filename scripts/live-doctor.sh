@@ -64,7 +64,7 @@ pool:
   endpoints: [${ENDPOINTS//,/, }]
 scheduling: {policy: $p}
 EOF
-  "$KV" sim --replicas 8 --port "$SIM_PORT" --kv-blocks "$KV_BLOCKS" >"$out/$p-sim.log" 2>&1 &
+  "$KV" sim --enable-prompt-tokens-details --replicas 8 --port "$SIM_PORT" --kv-blocks "$KV_BLOCKS" >"$out/$p-sim.log" 2>&1 &
   pids+=($!)
   "$KV" serve --config "$tmp/$p.yaml" >"$out/$p-serve.log" 2>&1 &
   pids+=($!)

@@ -47,7 +47,7 @@ picks() {
 run_policy() {
   local tag=$1
   shift
-  "$KV" sim --config "$FLEET" >"$out/$tag-sim.log" 2>&1 &
+  "$KV" sim --enable-prompt-tokens-details --config "$FLEET" >"$out/$tag-sim.log" 2>&1 &
   pids+=($!)
   "$KV" serve --config "$CONFIG" "$@" >"$out/$tag-serve.log" 2>&1 &
   pids+=($!)

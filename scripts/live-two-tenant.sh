@@ -86,7 +86,7 @@ run_config() {
   local tag=$1 yaml=$2
   local t0 sim_pid serve_pid
   t0=$(date +%s.%N)
-  "$KV" sim --replicas "$REPLICAS" --port "$SIM_PORT" --max-num-seqs "$MAX_NUM_SEQS" \
+  "$KV" sim --enable-prompt-tokens-details --replicas "$REPLICAS" --port "$SIM_PORT" --max-num-seqs "$MAX_NUM_SEQS" \
     --time-scale "$TIME_SCALE" >"$out/$tag-sim.log" 2>&1 &
   sim_pid=$!
   pids+=($sim_pid)

@@ -61,7 +61,7 @@ wait_port() {
 # would queue them, and their heads with them).
 SIM_PID=
 start_sim() {
-  "$KV" sim --replicas 8 --port "$SIM_PORT" --time-scale "$1" --max-num-seqs 1024 --threads 1 \
+  "$KV" sim --enable-prompt-tokens-details --replicas 8 --port "$SIM_PORT" --time-scale "$1" --max-num-seqs 1024 --threads 1 \
     >>"$WORK/sim.log" 2>&1 &
   SIM_PID=$!
   PIDS+=($SIM_PID)

@@ -33,6 +33,7 @@ constexpr std::string_view kSectionKeys[] = {"name",
                                              "old_metric_names",
                                              "enable_prefix_caching",
                                              "priority_scheduling",
+                                             "enable_prompt_tokens_details",
                                              "hash_seed",
                                              "output_seed",
                                              "max_body_bytes",
@@ -71,6 +72,7 @@ ReplicaOverrides ReadSection(const ConfigNode& section) {
     else if (key == "old_metric_names") o.old_metric_names = v.Bool();
     else if (key == "enable_prefix_caching") o.enable_prefix_caching = v.Bool();
     else if (key == "priority_scheduling") o.priority_scheduling = v.Bool();
+    else if (key == "enable_prompt_tokens_details") o.enable_prompt_tokens_details = v.Bool();
     else if (key == "hash_seed") o.hash_seed = v.Uint();
     else if (key == "output_seed") o.output_seed = v.Uint();
     else if (key == "max_body_bytes") o.max_body_bytes = v.ByteSize();
@@ -175,6 +177,7 @@ void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
   Set(old_metric_names, r.old_metric_names);
   Set(enable_prefix_caching, r.engine.enable_prefix_caching);
   Set(priority_scheduling, r.engine.priority_scheduling);
+  Set(enable_prompt_tokens_details, r.enable_prompt_tokens_details);
   Set(hash_seed, r.engine.hash_seed);
   Set(output_seed, r.engine.output_seed);
   if (max_body_bytes) r.max_body_bytes = static_cast<std::size_t>(*max_body_bytes);

@@ -18,7 +18,8 @@
 //     max_num_seqs: 256       # integers: kv_blocks, block_size, max_num_seqs,
 //                             #   max_batched_tokens, max_model_len, fixed_output_tokens,
 //                             #   default_max_tokens
-//     old_metric_names: true  # true | false: also enable_prefix_caching, priority_scheduling
+//     old_metric_names: true  # true | false: also enable_prefix_caching, priority_scheduling,
+//                             #   enable_prompt_tokens_details (usage.prompt_tokens_details)
 //     hash_seed: 0            # non-negative integers: hash_seed, output_seed
 //     max_body_bytes: 16MiB   # a byte size (or a plain number of bytes)
 //     step: {base_us: 5753, per_prefill_token_us: 17.25, per_decode_seq_us: 6.0,
@@ -79,6 +80,10 @@ struct ReplicaConfig {
   // /v1/models, /admin/fault and the early validation errors answer at once.
   double latency_ms = 0.0;
   bool old_metric_names = false;  // emulate vLLM < 0.9.2 metric names (no engine label)
+  // vLLM's --enable-prompt-tokens-details: usage carries prompt_tokens_details.cached_tokens
+  // (the engine's prefix-cache hit tokens for the request) in non-streaming answers and in
+  // a stream's final usage chunk; off, usage has no prompt_tokens_details.
+  bool enable_prompt_tokens_details = false;
   // max_tokens for a chat request that sets none (vLLM would use the rest of the context).
   // Completions default to 16, as in vLLM and OpenAI.
   int default_max_tokens = 256;
@@ -100,7 +105,8 @@ struct ReplicaOverrides {
       fixed_output_tokens, default_max_tokens;
   std::optional<double> time_scale, latency_ms, mean_output_tokens, step_base_us,
       step_per_prefill_token_us, step_per_decode_seq_us, step_per_context_token_us;
-  std::optional<bool> old_metric_names, enable_prefix_caching, priority_scheduling;
+  std::optional<bool> old_metric_names, enable_prefix_caching, priority_scheduling,
+      enable_prompt_tokens_details;
   std::optional<uint64_t> hash_seed, output_seed;
   std::optional<uint64_t> max_body_bytes;
   std::vector<std::pair<std::string, std::string>> labels;  // merged by key

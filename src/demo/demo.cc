@@ -353,6 +353,7 @@ DemoResult RunDemo(const DemoOptions& o) {
     replicas[i].preset = sc.fleet.engine_preset;
     replicas[i].engine = ec;
     replicas[i].time_scale = o.time_scale;
+    replicas[i].enable_prompt_tokens_details = true;  // per-request cached tokens in the CSV
     if (Status s = config::ValidateReplica(replicas[i]); !s.ok()) {
       result.error = "replica config: " + s.message();
       return result;

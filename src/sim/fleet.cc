@@ -136,6 +136,18 @@ std::optional<engine::EngineStats> Fleet::Stats(int i) {
   return fut.get();
 }
 
+std::optional<int> Fleet::PeekCachedTokens(int i, std::vector<uint32_t> ids) {
+  if (!running_ || stopped_) return std::nullopt;
+  auto done = std::make_shared<std::promise<int>>();
+  auto fut = done->get_future();
+  Replica* r = replicas_[i].get();
+  boost::asio::post(pool_.context(i % pool_.size()), [r, done, ids = std::move(ids)] {
+    done->set_value(r->PeekCachedTokens(ids));
+  });
+  if (fut.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return std::nullopt;
+  return fut.get();
+}
+
 int Fleet::LiveRequests(int i) {
   if (!running_ || stopped_) return -1;
   auto done = std::make_shared<std::promise<int>>();

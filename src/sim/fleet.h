@@ -51,6 +51,9 @@ class Fleet {
   std::optional<engine::EngineStats> Stats(int i);
   // Requests replica i has accepted and not yet finished; -1 as for Stats.
   int LiveRequests(int i);
+  // PeekCachedTokens of replica i's engine for `ids` (how many of them a request would
+  // find cached); nullopt as for Stats.
+  std::optional<int> PeekCachedTokens(int i, std::vector<uint32_t> ids);
   // The faults active on replica i (FaultSet::ToJson at this moment); "" as for Stats.
   std::string FaultsJson(int i);
 

@@ -143,6 +143,7 @@ Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
       outbox_timer_(ctx),
       expiry_timer_(ctx),
       relisten_timer_(ctx),
+      tokenize_api_(config_.engine.model_name, config_.engine.max_model_len),
       ttft_(TtftBuckets()),
       itl_(InterTokenBuckets()),
       e2e_(RequestLatencyBuckets()),
@@ -216,6 +217,10 @@ void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
     if (!only(verb::post, "POST")) return;
     return HandleGenerate(std::move(ex), path == "/v1/chat/completions");
   }
+  if (path == "/tokenize" || path == "/detokenize") {
+    if (!only(verb::post, "POST")) return;
+    return tokenize_api_.Handle(*ex, path == "/detokenize");
+  }
   if (path == "/metrics") {
     if (!only(verb::get, "GET")) return;
     return HandleMetrics(std::move(ex));
@@ -279,6 +284,7 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
   engine::EngineRequest& er = live->engine_req;
   er.id = live->id;
   engine::TokenizeInto(req.prompt_text, &er.prompt_tokens);
+  tokenize_api_.Remember(req.prompt_text, er.prompt_tokens);  // for /detokenize
   const int prompt_len = static_cast<int>(er.prompt_tokens.size());
   if (req.max_tokens) {
     er.max_tokens = static_cast<int>(std::min<int64_t>(*req.max_tokens, 1 << 30));
@@ -450,9 +456,12 @@ void Replica::AppendUsage(std::string& out, const engine::RequestOutput& o) cons
   out += std::to_string(o.prompt_tokens + o.completion_tokens);
   out += ",\"completion_tokens\":";
   out += std::to_string(o.completion_tokens);
-  out += ",\"prompt_tokens_details\":{\"cached_tokens\":";
-  out += std::to_string(o.cached_tokens);
-  out += "}}";
+  if (config_.enable_prompt_tokens_details) {
+    out += ",\"prompt_tokens_details\":{\"cached_tokens\":";
+    out += std::to_string(o.cached_tokens);
+    out += "}";
+  }
+  out += "}";
 }
 
 void Replica::Deliver() {

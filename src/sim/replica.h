@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "http/server.h"
 #include "config/fleet_config.h"
 #include "sim/kv_publisher.h"
+#include "sim/tokenize_api.h"
 
 namespace kvroute::sim {
 
@@ -74,6 +76,9 @@ class Replica {
   // Requests accepted and not yet finished (including those still in network delay).
   int live_requests() const { return static_cast<int>(live_.size()); }
   const ReplicaConfig& config() const { return config_; }
+  // Tokens of `ids` a request starting now would find in the engine's prefix cache
+  // (engine::Engine::PeekCachedTokens). Thread: the replica's.
+  int PeekCachedTokens(std::span<const uint32_t> ids) const { return engine_.PeekCachedTokens(ids); }
 
   // KV events (config.kv_events.port set; docs/KV_EVENTS.md): binds the publisher. Call
   // once, before the io_context runs. Ok and nothing bound when events are off.
@@ -197,6 +202,7 @@ class Replica {
   std::unique_ptr<KvPublisher> kv_;
   std::vector<kvevents::KvEvent> kv_scratch_;
   uint64_t generation_ = 0;  // process restarts so far (restart, and crash with events)
+  TokenizeApi tokenize_api_;  // POST /tokenize, /detokenize (sim/tokenize_api.h)
 
   Histogram ttft_;
   Histogram itl_;

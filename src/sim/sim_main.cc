@@ -14,6 +14,7 @@ int SimMain(int argc, char** argv) {
   CLI::App app{
       "Run N simulated vLLM replicas in one process. Replica i listens on port P+i and serves\n"
       "POST /v1/completions, POST /v1/chat/completions (streaming and not), GET /v1/models,\n"
+      "POST /tokenize and POST /detokenize (vLLM's; docs/SIM_API.md),\n"
       "GET /health and GET /metrics (vLLM's Prometheus names). Each replica has its own\n"
       "engine (paged KV cache with prefix caching, V1 scheduler, fitted step-time model).\n"
       "Precedence: preset < fleet file defaults < flags given here < fleet file replica entry.\n"
@@ -31,6 +32,7 @@ int SimMain(int argc, char** argv) {
   int default_max_tokens = 0, fixed_output_tokens = 0;
   double time_scale = 1.0, latency_ms = 0.0, mean_output_tokens = 0.0;
   bool old_names = false;
+  bool prompt_tokens_details = false;
 
   app.add_option("--replicas,-n", replicas,
                  "Number of replicas (default: the fleet file's count, else 1)")
@@ -64,6 +66,10 @@ int SimMain(int argc, char** argv) {
   auto* o_old = app.add_flag("--old-metric-names", old_names,
                              "Emulate vLLM < 0.9.2 metrics: vllm:gpu_cache_usage_perc, "
                              "vllm:gpu_prefix_cache_*, no engine label");
+  auto* o_details = app.add_flag(
+      "--enable-prompt-tokens-details", prompt_tokens_details,
+      "As vLLM's flag: usage carries prompt_tokens_details.cached_tokens (prefix-cache hit "
+      "tokens), also in a stream's final usage chunk; without it, no prompt_tokens_details");
   auto* o_latency = app.add_option("--latency-ms", latency_ms,
                                    "One-way network latency of generation requests, both ways: "
                                    "before a request reaches the engine and on everything "
@@ -132,6 +138,7 @@ int SimMain(int argc, char** argv) {
   if (o_scale->count()) cli.time_scale = time_scale;
   if (o_model->count()) cli.model = model;
   if (o_old->count()) cli.old_metric_names = old_names;
+  if (o_details->count()) cli.enable_prompt_tokens_details = prompt_tokens_details;
   if (o_latency->count()) cli.latency_ms = latency_ms;
   if (o_default_max->count()) cli.default_max_tokens = default_max_tokens;
   if (o_fixed->count()) cli.fixed_output_tokens = fixed_output_tokens;

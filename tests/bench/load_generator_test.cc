@@ -21,9 +21,13 @@ using kvroute::test_support::ClosedPort;
 using kvroute::test_support::kTestModel;
 using kvroute::test_support::LoopbackServer;
 
-// Steps back to back: fast and still ordered.
+// Steps back to back: fast and still ordered. Usage reports cached tokens (the bench reads
+// them), as vLLM with --enable-prompt-tokens-details.
 sim::ReplicaConfig SmallReplica() {
-  return kvroute::test_support::SimReplica({.kv_blocks = 1024, .max_model_len = 4096});
+  sim::ReplicaConfig r =
+      kvroute::test_support::SimReplica({.kv_blocks = 1024, .max_model_len = 4096});
+  r.enable_prompt_tokens_details = true;
+  return r;
 }
 
 BenchConfig SharedPrefixConfig(uint16_t port, int64_t n) {

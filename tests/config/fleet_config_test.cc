@@ -49,6 +49,25 @@ TEST(FleetConfigTest, ExampleFileParsesAndResolves) {
   EXPECT_EQ(out[2].labels, (Labels{{"region", "eu-west"}}));
 }
 
+TEST(FleetConfigTest, PromptTokensDetailsIsOffUnlessAskedFor) {
+  FleetFile file = MustParse(
+      "defaults:\n  enable_prompt_tokens_details: true\n"
+      "replicas:\n  - {}\n  - enable_prompt_tokens_details: false\n");
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(file, {}, 3, 0, &out).ok());
+  EXPECT_TRUE(out[0].enable_prompt_tokens_details);
+  EXPECT_FALSE(out[1].enable_prompt_tokens_details);
+  EXPECT_TRUE(out[2].enable_prompt_tokens_details);
+  ASSERT_TRUE(ResolveFleet(FleetFile{}, {}, 1, 0, &out).ok());
+  EXPECT_FALSE(out[0].enable_prompt_tokens_details) << "vLLM's default";
+  ReplicaOverrides cli;
+  cli.enable_prompt_tokens_details = true;
+  ASSERT_TRUE(ResolveFleet(FleetFile{}, cli, 1, 0, &out).ok());
+  EXPECT_TRUE(out[0].enable_prompt_tokens_details);
+  EXPECT_EQ(ErrorOf("defaults:\n  enable_prompt_tokens_details: 1x\n"),
+            "f.yaml:2: defaults.enable_prompt_tokens_details: must be true or false (got '1x')");
+}
+
 TEST(FleetConfigTest, PrecedenceIsPresetDefaultsCliReplica) {
   FleetFile file = MustParse(
       "defaults:\n  kv_blocks: 100\n  max_num_seqs: 7\n  time_scale: 2\n"
@@ -137,7 +156,7 @@ TEST(FleetConfigTest, ErrorsNameFileLineAndField) {
             "model, kv_blocks, block_size, max_num_seqs, max_batched_tokens, max_model_len, "
             "fixed_output_tokens, mean_output_tokens, default_max_tokens, time_scale, "
             "latency_ms, old_metric_names, enable_prefix_caching, priority_scheduling, "
-            "hash_seed, output_seed, max_body_bytes, step, labels, faults, kv_events_port, "
+            "enable_prompt_tokens_details, hash_seed, output_seed, max_body_bytes, step, labels, faults, kv_events_port, "
             "kv_events_replay_port, kv_events_format, kv_events_hash, kv_events_topic)");
   EXPECT_EQ(ErrorOf("defaults:\n  kv_blocks: 1\n  kv_blocks: 2\n"),
             "f.yaml:3: defaults.kv_blocks: duplicate key 'kv_blocks'");

@@ -124,7 +124,9 @@ TEST_F(FleetTest, CompletionReturnsTextAndUsage) {
   EXPECT_EQ(int64_t(usage["prompt_tokens"]), 8);
   EXPECT_EQ(int64_t(usage["completion_tokens"]), 5);
   EXPECT_EQ(int64_t(usage["total_tokens"]), 13);
-  EXPECT_EQ(int64_t(usage["prompt_tokens_details"]["cached_tokens"]), 0);
+  // Without --enable-prompt-tokens-details, as vLLM: no prompt_tokens_details.
+  simdjson::dom::element details;
+  EXPECT_EQ(usage["prompt_tokens_details"].get(details), simdjson::NO_SUCH_FIELD);
 }
 
 TEST_F(FleetTest, ChatCompletionCountsTheRenderedPrompt) {
@@ -219,7 +221,9 @@ TEST_F(FleetTest, StreamingChatWithUsageFollowsVllmShape) {
 }
 
 TEST_F(FleetTest, RepeatedLongPromptHitsThePrefixCache) {
-  StartFleet({SmallReplica()});
+  ReplicaConfig r = SmallReplica();
+  r.enable_prompt_tokens_details = true;
+  StartFleet({r});
   std::string prompt;
   for (int i = 0; prompt.size() < 2003; ++i) prompt += "word" + std::to_string(i) + " ";
   prompt.resize(2003);  // 501 tokens
@@ -833,7 +837,9 @@ TEST_F(FleetTest, AdminEndpointListsClearsAndRejectsBadBodies) {
 }
 
 TEST_F(FleetTest, RestartDropsInFlightAndEmptiesThePrefixCache) {
-  StartFleet({SmallReplica(1.0)});  // real time: the stream below outlives the restart
+  ReplicaConfig config = SmallReplica(1.0);  // real time: the stream below outlives the restart
+  config.enable_prompt_tokens_details = true;
+  StartFleet({config});
   const std::string prompt(2000, 'p');
   auto first = Post("/v1/completions", CompletionBody(prompt, 1));
   ASSERT_TRUE(first.has_value());

@@ -340,6 +340,10 @@ ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
       if (!ReadInt(value, "priority", req.priority, err)) return result;
     } else if (key == "ignore_eos") {
       if (!ReadBool(value, "ignore_eos", req.ignore_eos, err)) return result;
+    } else if (key == "add_special_tokens") {
+      bool add = false;
+      if (!ReadBool(value, "add_special_tokens", add, err)) return result;
+      req.add_special_tokens = add;
     }
   }
   if (!have_model) {

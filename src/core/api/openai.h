@@ -28,6 +28,9 @@ struct ParsedRequest {
   std::string cache_salt;           // vLLM extra; empty when absent
   int64_t priority = 0;             // vLLM extra; lower is more important
   bool ignore_eos = false;
+  // vLLM extra: whether the tokenizer adds special tokens (BOS); unset means the
+  // endpoint's default (completions true, chat false). kvroute's engine has none.
+  std::optional<bool> add_special_tokens;
 };
 
 // An error in the shape vLLM and OpenAI use:
@@ -70,7 +73,7 @@ struct ParseResult {
 //   joined with "\n"), rendered with RenderChat; stream (bool);
 //   stream_options.include_usage (bool); max_tokens and, for chat, max_completion_tokens
 //   (non-negative integers; max_completion_tokens wins when both are set); cache_salt
-//   (string); priority (integer); ignore_eos (bool).
+//   (string); priority (integer); ignore_eos (bool); add_special_tokens (bool).
 // Errors are status 400 BadRequestError; `param` names the offending field, with a
 // path for nested ones ("messages[1].content", "stream_options.include_usage"), and is
 // empty for malformed JSON or a non-object body.

@@ -78,6 +78,8 @@ std::string_view OutputTokenText(uint64_t request_id, size_t index) {
   return kWords[OutputWordIndex(request_id, index)];
 }
 
+std::span<const std::string_view> OutputTokenWords() { return kWords; }
+
 uint32_t OutputTokenId(uint64_t request_id, size_t index) {
   // Called once per generated token on the engine's hot path: look the id up.
   static const std::array<uint32_t, kWords.size()> kIds = [] {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -44,5 +45,9 @@ std::string_view OutputTokenText(uint64_t request_id, size_t index);
 // later prompt that contains the generated text at a 4-byte-aligned offset re-tokenizes
 // to the same ids (and can hit the prefix cache, as a follow-up chat turn does).
 uint32_t OutputTokenId(uint64_t request_id, size_t index);
+
+// Every text OutputTokenText can return (64 words of kBytesPerToken bytes), for a
+// detokenizer that must show generated ids as text. Static storage.
+std::span<const std::string_view> OutputTokenWords();
 
 }  // namespace kvroute::engine

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace kvroute::engine {
@@ -74,6 +75,18 @@ TEST(TokenizerTest, OutputTokensAreDeterministicWordsThatRetokenize) {
   std::string other;
   for (size_t i = 0; i < 50; ++i) other += OutputTokenText(43, i);
   EXPECT_NE(text, other);
+}
+
+TEST(OutputTokenWords, ListsEveryOutputTokenText) {
+  const std::span<const std::string_view> words = OutputTokenWords();
+  ASSERT_EQ(words.size(), 64u);
+  for (std::string_view w : words) EXPECT_EQ(w.size(), kBytesPerToken) << w;
+  for (uint64_t request = 1; request < 20; ++request) {
+    for (size_t i = 0; i < 40; ++i) {
+      const std::string_view t = OutputTokenText(request, i);
+      EXPECT_NE(std::find(words.begin(), words.end(), t), words.end()) << t;
+    }
+  }
 }
 
 }  // namespace
