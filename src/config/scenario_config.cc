@@ -231,10 +231,15 @@ void ParseFleet(const ConfigNode& n, FleetSpec* fl) {
 }
 
 // `router:`. The region must be one some group has: a typo would make every replica remote.
-void ParseRouter(const ConfigNode& n, const FleetSpec& fleet, std::string* region) {
+// `replicas`: router replicas (>= 1).
+void ParseRouter(const ConfigNode& n, const FleetSpec& fleet, std::string* region,
+                 int* replicas) {
   if (!n.IsMap()) n.Fail("must be a mapping");
-  n.CheckKeys({"region"});
-  const ConfigNode r = n.Require("region");
+  n.CheckKeys({"region", "replicas"});
+  if (ConfigNode v = n.Get("replicas")) *replicas = static_cast<int>(v.Int(1, 1024));
+  // One of the two is required (an empty `router:` says nothing).
+  const ConfigNode r = n.Has("replicas") ? n.Get("region") : n.Require("region");
+  if (!r) return;
   *region = r.String();
   if (region->empty()) r.Fail("must not be empty");
   const std::vector<FleetGroup> groups = fleet.Groups();  // `known` views their names
@@ -247,6 +252,27 @@ void ParseRouter(const ConfigNode& n, const FleetSpec& fleet, std::string* regio
   std::string list;
   for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
   r.Fail("no fleet group has region '" + *region + "' (regions: " + list + ")");
+}
+
+// `kv_events:`.
+void ParseKvEvents(const ConfigNode& n, ScenarioKvEvents* k) {
+  if (!n.IsMap()) n.Fail("must be a mapping");
+  n.CheckKeys({"enabled", "delay", "loss", "replay", "buffer_steps"});
+  if (ConfigNode v = n.Get("enabled")) k->enabled = v.Bool();
+  if (ConfigNode v = n.Get("delay")) {
+    const std::string text = v.Scalar("a duration");
+    const std::optional<double> d = ParseDuration(text);
+    if (!d || !std::isfinite(*d)) {
+      v.Fail("must be a duration >= 0 such as 20ms, 0.05 or 0 (got '" + text + "')");
+    }
+    k->delay_s = *d;
+  }
+  if (ConfigNode v = n.Get("loss")) {
+    k->loss = v.Number();
+    if (k->loss < 0 || k->loss > 1) v.Fail("must be in [0, 1] (got " + v.Scalar() + ")");
+  }
+  if (ConfigNode v = n.Get("replay")) k->replay = v.Bool();
+  if (ConfigNode v = n.Get("buffer_steps")) k->buffer_steps = v.Int(1, int64_t{1} << 32);
 }
 
 void ParseSweep(const ConfigNode& n, Scenario* s) {
@@ -314,7 +340,7 @@ void ParseTenants(const ConfigNode& n, std::vector<ScenarioTenant>* out) {
 Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
   root.CheckKeys(
       {"name", "description", "seed", "workload", "arrivals", "fleet", "router", "slo", "policies",
-       "sweep", "faults", "flow", "tenants"});
+       "sweep", "faults", "flow", "tenants", "kv_events"});
   Scenario s;
   if (ConfigNode n = root.Get("name")) s.name = n.String();
   if (ConfigNode n = root.Get("description")) n.String();
@@ -329,7 +355,10 @@ Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
     n.Fail("required");
   }
   if (ConfigNode n = root.Get("fleet")) ParseFleet(n, &s.fleet);
-  if (ConfigNode n = root.Get("router")) ParseRouter(n, s.fleet, &s.router_region);
+  if (ConfigNode n = root.Get("router")) {
+    ParseRouter(n, s.fleet, &s.router_region, &s.router_replicas);
+  }
+  if (ConfigNode n = root.Get("kv_events")) ParseKvEvents(n, &s.kv_events);
   if (ConfigNode n = root.Get("slo")) {
     n.CheckKeys({"ttft_s", "tpot_s", "e2e_s"});
     OptNumber(n, "ttft_s", &s.slo.ttft_s);
@@ -360,7 +389,13 @@ Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
       s.faults.push_back(f);
     }
   }
-  if (ConfigNode n = root.Get("flow")) ParseFlow(n, &s.flow);
+  if (ConfigNode n = root.Get("flow")) {
+    ParseFlow(n, &s.flow);
+    if (s.flow.enabled && s.router_replicas > 1) {
+      n.Get("enabled").Fail("flow control is not modelled with several router replicas "
+                            "(router.replicas " + std::to_string(s.router_replicas) + ")");
+    }
+  }
   if (ConfigNode n = root.Get("tenants")) ParseTenants(n, &s.tenants);
   return s;
 }

@@ -37,6 +37,14 @@
 //     #      engine_preset: small-kv, kv_blocks: 2048}
 //   router: {region: us-east}        # the simulated router's region (replicas of other
 //                                    #   regions are remote; see `+local-only` below)
+//   # router: {replicas: 3}          # router replicas (default 1), each a routing core of
+//                                    #   its own; see "Router replicas" below
+//   kv_events:                       # KV-cache events in virtual time (issue 23)
+//     enabled: false                 # engines publish them; the cores index them (precise)
+//     delay: 20ms                    # publish -> router delay (>= 0)
+//     loss: 0                        # fraction of batches lost in transit, 0..1
+//     replay: true                   # a gap is replayed from the publisher's buffer
+//     buffer_steps: 10000            # batches the publisher keeps for replay (>= 1)
 //   slo: {ttft_s: 2.0, tpot_s: 0.1}
 //   policies: [round-robin, kvroute] # default: every built-in policy; `<name>+local-only`
 //                                    #   (`local-only` = kvroute+local-only) runs <name>
@@ -75,6 +83,29 @@
 // regional spike is a stage of higher rate (arrivals.stages, say 20 req/s for 60 s,
 // then 40 for 30 s, then 20 again) arriving at the router's region. A `+local-only` run
 // drops the remote groups (their faults too; the others keep theirs, renumbered).
+//
+// KV-cache events (`kv_events: {enabled: true}`; `kvroute simulate --kv-events on`): every
+// engine records the events vLLM would publish; each engine step that produced some is one
+// batch, numbered per replica from 0 (a `restart` fault starts a new engine: numbering
+// starts again at 0 and its block hashes change, as vLLM without PYTHONHASHSEED; a
+// `crash` keeps the engine and its numbering). Every router replica receives every batch
+// `delay` after the step ended, unless it is lost (`loss`, an independent seeded draw per
+// batch and router replica). A router replica finds a gap when the next batch of that
+// replica arrives: with `replay`, the missing batches still in the publisher's buffer
+// (`buffer_steps`, looked up when the gap is found) arrive in order one more `delay`
+// later (a repaired gap; batches arriving meanwhile wait behind them); a missing batch
+// no longer buffered, or replay off, is an unrepaired gap (the core drops that replica's
+// entries and resyncs). A sequence going back is a publisher restart. Replayed batches
+// are never lost. Each endpoint carries `kv_events: sim://replica-<i>` and each pick the
+// request's token ids.
+//
+// Router replicas (`router: {replicas: N}`; `--router-replicas N`): N routing cores,
+// configured alike (same endpoints and options; seeds scenario seed + k for core k), each
+// with its own in-flight view and prefix model. Requests are spread round-robin in send
+// order (the k-th request sent goes to core k mod N); every later call of its lifecycle
+// (dispatch, tokens, finish, failures, retries) goes to the core that picked it; every
+// core gets every scrape and every event batch. Flow control is not modelled with more
+// than one replica (an error).
 //
 // Lengths (system_prompt_len, question_len, output_len, input_len) are an integer, a
 // {min, max, mean, std_dev} (mean required; min defaults to 1), or a
@@ -148,6 +179,15 @@ struct ScenarioTenant {
   int64_t priority = 0;   // flow::FlowRequest::priority (below 0: sheddable)
 };
 
+// KV-cache events in the simulation (the `kv_events:` block).
+struct ScenarioKvEvents {
+  bool enabled = false;
+  double delay_s = 0.020;      // publish -> router, >= 0
+  double loss = 0.0;           // fraction of batches lost in transit, [0, 1]
+  bool replay = true;          // a router that finds a gap replays the missing batches
+  int64_t buffer_steps = 10000;  // batches the publisher keeps for replay, >= 1
+};
+
 struct Scenario {
   std::string name;
   std::string source;  // the file it came from, for messages
@@ -168,6 +208,9 @@ struct Scenario {
   // `router: {region: R}`: the simulated router's region (empty: none, region-blind).
   // Replicas whose group has another non-empty region are remote.
   std::string router_region;
+  // `router: {replicas: N}`: router replicas, each a routing core of its own (>= 1).
+  int router_replicas = 1;
+  ScenarioKvEvents kv_events;
 };
 
 // Parses scenario YAML. `source_name` names the file in errors and becomes

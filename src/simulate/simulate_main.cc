@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,6 +68,10 @@ int SimulateMain(int argc, char** argv) {
   bool sweep = false;
   std::string rates_arg;
   double ttft_bound = 0.0;
+  std::string kv_events_arg;
+  double kv_loss = -1.0;
+  std::string kv_replay_arg;
+  int router_replicas = 0;
   app.add_option("--scenario", scenario_path,
                  "scenario YAML file (see examples/scenarios/; faults: crash, slow, restart "
                  "per replica, examples/scenarios/faults.yaml, docs/FAULTS.md)")
@@ -80,6 +85,20 @@ int SimulateMain(int argc, char** argv) {
   app.add_option("--seed", seed, "override the scenario's seed");
   app.add_option("--requests", requests, "override arrivals.num_requests");
   app.add_option("--replicas", replicas, "override fleet.replicas (flat fleet: form only)");
+  app.add_option("--kv-events", kv_events_arg,
+                 "on|off: override kv_events.enabled (KV-cache events from the engines, "
+                 "precise prefix routing; scenario_config.h, docs/BENCHMARKS.md issue 23)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--kv-events-loss", kv_loss,
+                 "override kv_events.loss: fraction of event batches lost in transit, 0..1")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--kv-events-replay", kv_replay_arg,
+                 "on|off: override kv_events.replay (off: every gap is unrepaired)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--router-replicas", router_replicas,
+                 "override router.replicas: router replicas (routing cores), requests "
+                 "round-robin across them, every scrape and event batch to each")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("--quiet", quiet, "no progress line");
   app.add_flag("--sweep", sweep, "rate sweep over the scenario's sweep.rates");
   app.add_option("--rates", rates_arg,
@@ -108,6 +127,15 @@ int SimulateMain(int argc, char** argv) {
     return 2;
   }
   if (replicas > 0) sc.fleet.replicas = replicas;
+  if (!kv_events_arg.empty()) sc.kv_events.enabled = kv_events_arg == "on";
+  if (kv_loss >= 0) sc.kv_events.loss = kv_loss;
+  if (!kv_replay_arg.empty()) sc.kv_events.replay = kv_replay_arg == "on";
+  if (router_replicas > 0) sc.router_replicas = router_replicas;
+  if (sc.router_replicas > 1 && sc.flow.enabled) {
+    std::fprintf(stderr, "kvroute simulate: %s: flow control is not modelled with several "
+                 "router replicas\n", sc.source.c_str());
+    return 2;
+  }
 
   std::vector<std::string> policies = SplitComma(policies_arg);
   if (policies.empty()) policies = sc.policies;
@@ -234,6 +262,16 @@ int SimulateMain(int argc, char** argv) {
                {"requests", std::to_string(total_requests)},
                {"scrape_interval_s", std::to_string(sc.fleet.scrape_interval_s)},
                {"network_delay_s", std::to_string(sc.fleet.network_delay_s)}};
+  if (sc.kv_events.enabled) {
+    meta.info.emplace_back("kv_events",
+                           fmt::format("delay {} s, loss {}, replay {}, buffer_steps {}",
+                                       sc.kv_events.delay_s, sc.kv_events.loss,
+                                       sc.kv_events.replay ? "on" : "off",
+                                       sc.kv_events.buffer_steps));
+  }
+  if (sc.router_replicas != 1) {
+    meta.info.emplace_back("router_replicas", std::to_string(sc.router_replicas));
+  }
   if (!sc.fleet.groups.empty()) {
     // One line per group instead: "4 x llama3-8b-h100 (2048 blocks) in us-east, 0.0005 s".
     std::string groups;

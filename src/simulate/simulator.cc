@@ -23,6 +23,8 @@
 #include "core/routing/routing_core.h"
 #include "simkit/workload/oracle.h"
 #include "simkit/workload/workload.h"
+#include "simulate/event_transport.h"
+#include "core/common/rng.h"
 
 namespace kvroute::simulate {
 namespace {
@@ -47,6 +49,8 @@ enum class Ev : uint8_t {
   kFaultStart,  // scenario fault a begins
   kFaultEnd,    // scenario fault a ends
   kFlowExpiry,  // the flow queue's earliest expiry is due
+  kKvArrive,    // the oldest KV-event batch in transit reaches its router replica
+  kKvReplay,    // a replay reaches its router replica: a = router * replicas + replica
 };
 
 // Where a live request is; a crash or restart acts on those at or heading to the replica.
@@ -87,6 +91,12 @@ struct Live {
   int64_t cached_tokens = 0;
   int32_t retries = 0;
   int32_t tenant = 0;      // index into the scenario's tenants (0 without tenants)
+  uint32_t core = 0;       // the router replica (routing core) that picked it
+  bool tokens_ready = false;  // `tokens` holds the prompt's ids for the next attempt
+  // Route receipt: the pick's predicted cached tokens (-1: none) and the engine's cached
+  // tokens at the first attempt's first admission (-1: not admitted yet).
+  int64_t predicted_cached = -1;
+  int64_t admitted_cached = -1;
   bool flow_queued = false;  // waiting in the flow gate now
   Stage stage = Stage::kWaiting;
   report::ErrorKind error = report::ErrorKind::kNone;
@@ -107,6 +117,15 @@ struct Replica {
   int down = 0;  // crash and restart downtime may overlap
   double slow = 1.0;
   int64_t past_queries = 0, past_hits = 0, past_preemptions = 0;
+  int restarts = 0;  // restart faults so far (each new engine gets another hash seed)
+};
+
+// A KV-event batch on its way to one router replica.
+struct KvInFlight {
+  uint32_t router = 0;
+  uint32_t source = 0;  // engine replica
+  uint64_t seq = 0;
+  BatchPtr batch;
 };
 
 class Simulation {
@@ -122,10 +141,12 @@ class Simulation {
         fleet_(s.fleet.replicas) {
     const engine::EngineConfig config = s.fleet.EngineConfigFor();
     model_ = config.model_name;
+    kv_events_ = s.kv_events.enabled;
     replicas_.reserve(static_cast<size_t>(s.fleet.replicas));
     const std::vector<config::FleetGroup> groups = s.fleet.Groups();
     for (size_t g = 0; g < groups.size(); ++g) {
-      const engine::EngineConfig group_config = groups[g].EngineConfigFor();
+      engine::EngineConfig group_config = groups[g].EngineConfigFor();
+      group_config.record_kv_events = kv_events_;
       for (int k = 0; k < groups[g].replicas; ++k)
         replicas_.emplace_back(group_config, groups[g].network_delay_s, static_cast<int>(g));
     }
@@ -133,13 +154,35 @@ class Simulation {
     assert(endpoints.size() == replicas_.size());
     kv_.resize(replicas_.size());
     waiting_.resize(replicas_.size());
-    *error = core_.Configure(options, std::move(endpoints), 0.0);
-    if (!error->ok()) return;
-    // Fresh endpoints take ids 0..n-1 in order: replica i is endpoint i.
-    assert(core_.table()->by_id.size() == replicas_.size());
+    // Router replicas: configured alike but for their seeds (core k: seed + k).
+    const int n_cores = std::max(1, s.router_replicas);
+    for (int k = 0; k < n_cores; ++k) {
+      cores_.push_back(std::make_unique<routing::RoutingCore>());
+      routing::CoreOptions o = options;
+      o.seed = options.seed + static_cast<uint64_t>(k);
+      *error = cores_.back()->Configure(o, endpoints, 0.0);
+      if (!error->ok()) return;
+      // Fresh endpoints take ids 0..n-1 in order: replica i is endpoint i.
+      assert(cores_.back()->table()->by_id.size() == replicas_.size());
+    }
+    if (flow && n_cores > 1) {
+      *error = Status::InvalidArgument(
+          "flow control is not modelled with several router replicas (router.replicas " +
+          std::to_string(n_cores) + ")");
+      return;
+    }
+    if (kv_events_) {
+      for (size_t i = 0; i < replicas_.size(); ++i)
+        publishers_.emplace_back(static_cast<uint64_t>(s.kv_events.buffer_steps));
+      receivers_.resize(cores_.size());
+      for (size_t k = 0; k < cores_.size(); ++k) {
+        receivers_[k].assign(replicas_.size(), EventReceiver(s.kv_events.replay));
+        loss_rng_.emplace_back(MixKey(s.seed ^ 0x6b76657674ULL, k));
+      }
+    }
     max_attempts_ = static_cast<uint32_t>(std::max(1, config::RouterConfig{}.retries.max_attempts));
     if (flow) {
-      gate_ = std::make_unique<flow::FlowGate>(s.flow.options, core_, [this] { return now_; });
+      gate_ = std::make_unique<flow::FlowGate>(s.flow.options, *cores_[0], [this] { return now_; });
     }
     double total = 0;
     for (const config::ScenarioTenant& t : s.tenants) total += t.share;
@@ -198,6 +241,12 @@ class Simulation {
         case Ev::kFaultEnd:
           FaultEnd(sc_.faults[ev.a]);
           break;
+        case Ev::kKvArrive:
+          KvArrive(ev.t);
+          break;
+        case Ev::kKvReplay:
+          KvReplay(ev.a, ev.t);
+          break;
       }
       if (progress_ && (events_ & 0xffff) == 0) progress_(now_, sent_, finished_);
     }
@@ -219,6 +268,28 @@ class Simulation {
   const report::GapHistogram& gaps() const { return gaps_; }
   const report::FleetRecorder& fleet() const { return fleet_; }
   int64_t events() const { return events_; }
+  // KV events and route receipts (kv_events.enabled).
+  struct KvTotals {
+    int64_t batches = 0;      // published (per engine step with events)
+    int64_t lost = 0;         // (batch, router replica) deliveries lost in transit
+    int64_t gaps = 0, unrepaired = 0, restarts = 0, replayed = 0;  // summed over routers
+    int64_t picks = 0;        // dispatched picks
+    int64_t receipts = 0;     // of which had a prediction and an admission to compare
+    double abs_error_sum = 0.0;
+    int64_t off_by_block = 0;  // |predicted - actual| > the engine's block size
+  };
+  KvTotals kv_totals() const {
+    KvTotals t = kv_totals_;
+    for (const auto& per_router : receivers_) {
+      for (const EventReceiver& r : per_router) {
+        t.gaps += static_cast<int64_t>(r.stats().gaps);
+        t.unrepaired += static_cast<int64_t>(r.stats().unrepaired);
+        t.restarts += static_cast<int64_t>(r.stats().restarts);
+        t.replayed += static_cast<int64_t>(r.stats().replayed);
+      }
+    }
+    return t;
+  }
   int64_t steps() const { return steps_; }
   // Flow control's outcomes: tenant of each record (records() order), router waits of
   // the requests that left the queue by dispatch (0 for those dispatched at admission).
@@ -311,6 +382,9 @@ class Simulation {
     ++sent_;
     l.send_s = t;
     l.tenant = TenantOf(l.spec.id);
+    // Router replicas take requests round-robin in send order.
+    l.core = static_cast<uint32_t>(next_core_);
+    if (++next_core_ == cores_.size()) next_core_ = 0;
     if (!gate_) {
       Dispatch(s, t);
       return;
@@ -413,8 +487,19 @@ class Simulation {
     pr.request.max_tokens = l.spec.max_tokens;
     pr.request.prompt_tokens = l.prompt_tokens;
     pr.dispatch_first = true;
-    const routing::PickResult pick = core_.Pick(pr, t);
-    Tap(CoreCall::Kind::kPick, t, [&](CoreCall& c) {
+    l.tokens_ready = false;
+    if (kv_events_) {
+      // The engine's token ids, exactly those the replica will get (for precise picks).
+      l.tokens.clear();
+      engine::TokenizeInto(text_, &l.tokens);
+      l.tokens_ready = true;
+      pr.request.token_ids = l.tokens;
+    }
+    const routing::PickResult pick = Core(l).Pick(pr, t);
+    l.predicted_cached = pick.ok() && pick.dispatched ? pick.predicted_cached_tokens : -1;
+    l.admitted_cached = -1;
+    if (pick.ok() && pick.dispatched) ++kv_totals_.picks;
+    Tap(l.core, CoreCall::Kind::kPick, t, [&](CoreCall& c) {
       c.model = model_;
       c.prompt = text_;
       c.max_tokens = pr.request.max_tokens;
@@ -444,24 +529,28 @@ class Simulation {
     const uint32_t ep = l.ranked[attempt];
     l.replica = static_cast<int32_t>(ep);
     if (attempt > 0) {
-      core_.OnDispatched(l.handle, ep, t);
-      Tap(CoreCall::Kind::kDispatched, t, [&](CoreCall& c) {
+      Core(l).OnDispatched(l.handle, ep, t);
+      Tap(l.core, CoreCall::Kind::kDispatched, t, [&](CoreCall& c) {
         c.handle = l.handle;
         c.endpoint = ep;
       });
     }
     l.stage = Stage::kNetwork;
-    l.tokens.clear();
-    engine::TokenizeInto(text_, &l.tokens);
+    if (!l.tokens_ready) {
+      l.tokens.clear();
+      engine::TokenizeInto(text_, &l.tokens);
+    }
+    l.tokens_ready = false;  // moved into the engine request when it arrives
     Push(t + replicas_[ep].delay_s, Ev::kReach, s);
   }
 
   // Shows the tap (when there is one) a call just made into the core: `fill` sets the
   // call's arguments and answer.
   template <typename Fill>
-  void Tap(CoreCall::Kind kind, double t, Fill&& fill) const {
+  void Tap(uint32_t core, CoreCall::Kind kind, double t, Fill&& fill) const {
     if (!tap_) return;
     CoreCall c;
+    c.core = core;
     c.kind = kind;
     c.t = t;
     fill(c);
@@ -549,6 +638,7 @@ class Simulation {
       r.stale_step = false;
       r.step.outputs.clear();
     }
+    if (kv_events_) PublishKvEvents(ri, t);
     for (const engine::RequestOutput& o : r.step.outputs) {
       const uint32_t s = slot_of_[o.id];
       Live& l = slots_[s];
@@ -567,11 +657,12 @@ class Simulation {
       }
       l.output_tokens = o.completion_tokens;
       l.cached_tokens = o.cached_tokens;
+      if (l.admitted_cached < 0 && l.retries == 0) l.admitted_cached = o.cached_tokens;
       // The router sees the tokens on the stream network_delay_s from now; telling the
       // scheduler here (stamped with that time) saves one event per token and step.
       if (o.new_tokens > 0 && l.handle != sched::kNoHandle) {
-        core_.OnTokens(l.handle, o.completion_tokens, visible);
-        Tap(CoreCall::Kind::kTokens, visible, [&](CoreCall& c) {
+        Core(l).OnTokens(l.handle, o.completion_tokens, visible);
+        Tap(l.core, CoreCall::Kind::kTokens, visible, [&](CoreCall& c) {
           c.handle = l.handle;
           c.value = o.completion_tokens;
         });
@@ -602,6 +693,13 @@ class Simulation {
     if (l.error == report::ErrorKind::kNone) rec.e2e_s = t - l.send_s;
     records_.push_back(rec);
     record_tenants_.push_back(l.tenant);
+    if (l.predicted_cached >= 0 && l.admitted_cached >= 0) {
+      const int64_t err = std::abs(l.predicted_cached - l.admitted_cached);
+      ++kv_totals_.receipts;
+      kv_totals_.abs_error_sum += static_cast<double>(err);
+      const size_t ri = static_cast<size_t>(l.ranked[0]);
+      if (err > replicas_[ri].config.block_size) ++kv_totals_.off_by_block;
+    }
     finish_s_[l.spec.id] = t;
     --in_flight_;
     ++finished_;
@@ -631,14 +729,14 @@ class Simulation {
   void FirstToken(uint32_t s, double t) {
     Live& l = slots_[s];
     if (l.replica >= 0) {
-      core_.OnAttemptSucceeded(static_cast<uint32_t>(l.replica));
-      Tap(CoreCall::Kind::kAttemptSucceeded, t, [&](CoreCall& c) {
+      Core(l).OnAttemptSucceeded(static_cast<uint32_t>(l.replica));
+      Tap(l.core, CoreCall::Kind::kAttemptSucceeded, t, [&](CoreCall& c) {
         c.endpoint = static_cast<uint32_t>(l.replica);
       });
     }
-    core_.OnFirstToken(l.handle, t);
+    Core(l).OnFirstToken(l.handle, t);
     if (l.handle != sched::kNoHandle) {
-      Tap(CoreCall::Kind::kFirstToken, t, [&](CoreCall& c) {
+      Tap(l.core, CoreCall::Kind::kFirstToken, t, [&](CoreCall& c) {
         c.handle = l.handle;
       });
     }
@@ -661,13 +759,13 @@ class Simulation {
       case report::ErrorKind::kAborted: code = 499; break;
     }
     if (l.error == report::ErrorKind::kRejected && ep != kNoEndpoint) {
-      core_.OnAttemptSucceeded(ep);  // a 4xx is the client's doing
-      Tap(CoreCall::Kind::kAttemptSucceeded, t, [&](CoreCall& c) {
+      Core(l).OnAttemptSucceeded(ep);  // a 4xx is the client's doing
+      Tap(l.core, CoreCall::Kind::kAttemptSucceeded, t, [&](CoreCall& c) {
         c.endpoint = ep;
       });
     }
-    core_.OnFinished(l.handle, ep, code, t);
-    Tap(CoreCall::Kind::kFinished, t, [&](CoreCall& c) {
+    Core(l).OnFinished(l.handle, ep, code, t);
+    Tap(l.core, CoreCall::Kind::kFinished, t, [&](CoreCall& c) {
       c.handle = l.handle;
       c.endpoint = ep;
       c.value = code;
@@ -690,8 +788,8 @@ class Simulation {
     const bool refused = l.refused;
     l.refused = false;
     const routing::UpstreamFailure failure{refused ? "connect_refused" : "reset", refused};
-    core_.OnUpstreamFailure(ep, failure, t);
-    Tap(CoreCall::Kind::kUpstreamFailure, t, [&](CoreCall& c) {
+    Core(l).OnUpstreamFailure(ep, failure, t);
+    Tap(l.core, CoreCall::Kind::kUpstreamFailure, t, [&](CoreCall& c) {
       c.endpoint = ep;
       c.failure_kind = std::string(failure.kind);
       c.flag = refused;
@@ -699,8 +797,8 @@ class Simulation {
     const uint32_t attempt = static_cast<uint32_t>(l.retries);
     bool retry = false;
     if (l.first_token_s < 0 && attempt + 1 < std::min(l.n_ranked, max_attempts_)) {
-      retry = core_.AllowRetry(t, refused);
-      Tap(CoreCall::Kind::kAllowRetry, t, [&](CoreCall& c) {
+      retry = Core(l).AllowRetry(t, refused);
+      Tap(l.core, CoreCall::Kind::kAllowRetry, t, [&](CoreCall& c) {
         c.flag = refused;
         c.allowed = retry;
       });
@@ -746,6 +844,14 @@ class Simulation {
         r.past_hits += st.prefix_hits_tokens;
         r.past_preemptions += st.preemptions;
         // A step in flight still ends (its outputs are ignored: nothing is on it now).
+        // The new engine hashes with another seed (vLLM without PYTHONHASHSEED) and its
+        // publisher numbers batches from 0 again.
+        ++r.restarts;
+        if (kv_events_) {
+          r.config.hash_seed = MixKey(sc_.seed * 0x9e3779b97f4a7c15ULL + ri,
+                                      static_cast<uint64_t>(r.restarts));
+          publishers_[ri].Restart();
+        }
         r.engine = engine::Engine(r.config);
         r.stale_step = r.busy;
         break;
@@ -792,11 +898,13 @@ class Simulation {
         m.present = F::kRunning | F::kWaiting | F::kKvUsage | F::kPrefixQueries |
                     F::kPrefixHits | F::kPreemptions | F::kBlockSize | F::kNumGpuBlocks;
       }
-      core_.OnScrape(static_cast<uint32_t>(i), r, t);
-      Tap(CoreCall::Kind::kScrape, t, [&](CoreCall& c) {
-        c.endpoint = static_cast<uint32_t>(i);
-        c.scrape = r;
-      });
+      for (size_t k = 0; k < cores_.size(); ++k) {
+        cores_[k]->OnScrape(static_cast<uint32_t>(i), r, t);
+        Tap(static_cast<uint32_t>(k), CoreCall::Kind::kScrape, t, [&](CoreCall& c) {
+          c.endpoint = static_cast<uint32_t>(i);
+          c.scrape = r;
+        });
+      }
       kv_[i] = st.kv_cache_usage;
       waiting_[i] = st.waiting;
     }
@@ -805,10 +913,78 @@ class Simulation {
     Pump();
   }
 
+  routing::RoutingCore& Core(const Live& l) { return *cores_[l.core]; }
+
+  // The events replica `ri`'s engine recorded during the step that just ended: one batch
+  // (when there are any), numbered by its publisher and sent to every router replica,
+  // each delivery lost with probability kv_events.loss (its own draw).
+  void PublishKvEvents(uint32_t ri, double t) {
+    kv_drain_.clear();
+    replicas_[ri].engine.DrainKvEvents(&kv_drain_);
+    if (kv_drain_.empty()) return;
+    auto batch = std::make_shared<kvevents::KvEventBatch>();
+    batch->ts = t;
+    batch->events = std::move(kv_drain_);
+    kv_drain_ = {};
+    const uint64_t seq = publishers_[ri].Publish(batch);
+    ++kv_totals_.batches;
+    for (size_t k = 0; k < cores_.size(); ++k) {
+      if (sc_.kv_events.loss > 0 && loss_rng_[k].Uniform() < sc_.kv_events.loss) {
+        ++kv_totals_.lost;
+        continue;
+      }
+      kv_flight_.push_back({static_cast<uint32_t>(k), ri, seq, batch});
+      Push(t + sc_.kv_events.delay_s, Ev::kKvArrive, 0);
+    }
+  }
+
+  // The oldest batch in transit reaches its router replica (every batch travels one
+  // delay, so transit is first in, first out).
+  void KvArrive(double t) {
+    KvInFlight f = std::move(kv_flight_.front());
+    kv_flight_.pop_front();
+    deliveries_.clear();
+    EventReceiver& rx = receivers_[f.router][f.source];
+    if (rx.Arrive(f.seq, std::move(f.batch), publishers_[f.source], &deliveries_)) {
+      Push(t + sc_.kv_events.delay_s, Ev::kKvReplay,
+           static_cast<uint32_t>(f.router * replicas_.size() + f.source));
+    }
+    Deliver(f.router, f.source, t);
+  }
+
+  void KvReplay(uint32_t a, double t) {
+    const uint32_t router = a / static_cast<uint32_t>(replicas_.size());
+    const uint32_t source = a % static_cast<uint32_t>(replicas_.size());
+    deliveries_.clear();
+    if (receivers_[router][source].ReplayArrived(publishers_[source], &deliveries_)) {
+      Push(t + sc_.kv_events.delay_s, Ev::kKvReplay, a);
+    }
+    Deliver(router, source, t);
+  }
+
+  void Deliver(uint32_t router, uint32_t source, double t) {
+    routing::RoutingCore& core = *cores_[router];
+    for (const Delivery& d : deliveries_) {
+      switch (d.kind) {
+        case Delivery::Kind::kBatch:
+          core.OnKvEvents(source, *d.batch, t);
+          break;
+        case Delivery::Kind::kGap:
+          core.OnKvEventsGap(source, d.repaired, t);
+          break;
+        case Delivery::Kind::kRestart:
+          core.OnKvEventsRestart(source, t);
+          break;
+      }
+    }
+  }
+
   const config::Scenario& sc_;
   const ProgressFn& progress_;
   const CoreTap& tap_;
-  routing::RoutingCore core_;
+  // The router replicas (router.replicas; one by default).
+  std::vector<std::unique_ptr<routing::RoutingCore>> cores_;
+  size_t next_core_ = 0;  // round-robin over cores_
   uint32_t max_attempts_ = 1;  // serve's retries.max_attempts (first attempt included)
   workload::RequestGenerator gen_;
   workload::RequestSpec next_;
@@ -846,6 +1022,17 @@ class Simulation {
   std::vector<int32_t> record_tenants_;
   std::vector<double> router_waits_;
   int64_t flow_queued_ = 0, flow_shed_ = 0, flow_expired_ = 0;
+  // KV events (kv_events.enabled): a publisher per engine replica, a receiver per router
+  // replica and engine replica, the batches in transit (one delay each: FIFO), a loss
+  // draw source per router replica.
+  bool kv_events_ = false;
+  std::vector<EventPublisher> publishers_;
+  std::vector<std::vector<EventReceiver>> receivers_;
+  std::deque<KvInFlight> kv_flight_;
+  std::vector<Rng> loss_rng_;
+  std::vector<kvevents::KvEvent> kv_drain_;
+  std::vector<Delivery> deliveries_;
+  KvTotals kv_totals_;
 };
 
 constexpr std::string_view kFlowSuffix = "+flow";
@@ -971,6 +1158,7 @@ std::vector<routing::EndpointSpec> SimulationEndpoints(const config::Scenario& s
       // As `labels: {region: R}` on a configured endpoint of `kvroute serve`.
       if (!g.region.empty()) e.labels.emplace_back("region", g.region);
       if (!g.zone.empty()) e.labels.emplace_back("zone", g.zone);
+      if (scenario.kv_events.enabled) e.kv_events = "sim://" + e.address;
       endpoints.push_back(std::move(e));
     }
   }
@@ -1045,6 +1233,25 @@ SimulationResult RunSimulationWith(const config::Scenario& requested,
     rep.tenants.push_back(std::move(t));
   }
   rep.regions = ByRegion(scenario, sim.records());
+  if (scenario.kv_events.enabled || scenario.router_replicas > 1) {
+    const auto kv = sim.kv_totals();
+    rep.kv_events_reported = true;
+    rep.kv_events_enabled = scenario.kv_events.enabled;
+    rep.router_replicas = std::max(1, scenario.router_replicas);
+    rep.kv_batches = kv.batches;
+    rep.kv_lost = kv.lost;
+    rep.kv_gaps = kv.gaps;
+    rep.kv_gaps_unrepaired = kv.unrepaired;
+    rep.kv_restarts = kv.restarts;
+    rep.kv_replayed = kv.replayed;
+    rep.receipt_picks = kv.picks;
+    rep.receipts = kv.receipts;
+    if (kv.receipts > 0) {
+      rep.receipt_mae_tokens = kv.abs_error_sum / static_cast<double>(kv.receipts);
+      rep.receipt_off_block_share =
+          static_cast<double>(kv.off_by_block) / static_cast<double>(kv.receipts);
+    }
+  }
   result.events = sim.events();
   result.steps = sim.steps();
   result.records = std::move(sim.records());

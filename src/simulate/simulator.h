@@ -26,6 +26,16 @@
 //     the pick's next-ranked endpoint under serve's default retries.max_attempts and the
 //     core's retry budget (RoutingCore::AllowRetry: a refused connection retries free),
 //     after it the stream ends with an error, as serve's SSE error frame.
+// KV-cache events (scenario kv_events.enabled): engines record the events vLLM would
+// publish; each step's are one batch, carried to the core(s) by a simulated transport
+// (delay, loss, replay; event_transport.h, scenario_config.h) and applied with
+// RoutingCore::OnKvEvents / OnKvEventsGap / OnKvEventsRestart; every pick carries the
+// request's engine token ids, so kvroute's prefix scorer is precise where events are live.
+// The report's kv_events block counts batches, losses, gaps and the route receipts' error.
+// Router replicas (scenario router.replicas): one core per replica, seeds differing,
+// requests round-robin in send order, each request's lifecycle on the core that picked
+// it, every scrape and event batch to every core. The tap (CoreTap) sees every call but
+// the KV-event ones, each with the core it went to.
 // The core runs with a default RouterConfig's options (config::CoreOptionsFrom), the
 // scenario's policy, seed and router region. Deterministic: same scenario, policy and
 // seed give the same report.
@@ -123,6 +133,7 @@ struct CoreCall {
     kAllowRetry,        // AllowRetry(t, flag = free) -> allowed
   };
   Kind kind = Kind::kPick;
+  uint32_t core = 0;  // the router replica whose core was called (router.replicas)
   double t = 0.0;
   uint32_t endpoint = routing::RoutingCore::kNoEndpoint;
   sched::RequestHandle handle = sched::kNoHandle;

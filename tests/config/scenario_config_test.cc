@@ -337,11 +337,67 @@ TEST(ScenarioConfigTest, FleetGroupAndRouterErrorsNameFileLineAndField) {
             "test.yaml:8: router.region: no fleet group has region 'us-west' (regions: us-east, "
             "eu-west)");
   EXPECT_EQ(ErrorOf(fleet + "router:\n  zone: a\n"),
-            "test.yaml:8: router.zone: unknown key 'zone' (known: region)");
+            "test.yaml:8: router.zone: unknown key 'zone' (known: region, replicas)");
   EXPECT_EQ(ErrorOf(fleet + "router: {}\n"), "test.yaml:7: router.region: required");
   EXPECT_EQ(ErrorOf(head + "fleet: {replicas: 2}\nrouter: {region: us-east}\n"),
             "test.yaml:4: router.region: no fleet replica has a region (set "
             "fleet.groups[].region)");
+}
+
+TEST(ScenarioConfigTest, KvEventsAndRouterReplicasParse) {
+  // Defaults: events off, 20 ms, no loss, replay, 10,000 steps; one router replica.
+  const Scenario d = MustParse(kSharedPrefix);
+  EXPECT_FALSE(d.kv_events.enabled);
+  EXPECT_DOUBLE_EQ(d.kv_events.delay_s, 0.020);
+  EXPECT_DOUBLE_EQ(d.kv_events.loss, 0.0);
+  EXPECT_TRUE(d.kv_events.replay);
+  EXPECT_EQ(d.kv_events.buffer_steps, 10000);
+  EXPECT_EQ(d.router_replicas, 1);
+  const Scenario s = MustParse(std::string(kSharedPrefix) +
+                               "kv_events: {enabled: true, delay: 50ms, loss: 0.1, replay: false, "
+                               "buffer_steps: 64}\nrouter: {replicas: 3}\n");
+  EXPECT_TRUE(s.kv_events.enabled);
+  EXPECT_DOUBLE_EQ(s.kv_events.delay_s, 0.050);
+  EXPECT_DOUBLE_EQ(s.kv_events.loss, 0.1);
+  EXPECT_FALSE(s.kv_events.replay);
+  EXPECT_EQ(s.kv_events.buffer_steps, 64);
+  EXPECT_EQ(s.router_replicas, 3);
+  EXPECT_EQ(s.router_region, "");
+  // A zero delay is allowed (events reach the router when the step ends).
+  EXPECT_DOUBLE_EQ(MustParse(std::string(kSharedPrefix) + "kv_events: {delay: 0}\n").kv_events.delay_s,
+                   0.0);
+  // Both router keys together.
+  const Scenario both = MustParse(
+      "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+      "fleet: {replicas: 2, region: us-east}\nrouter: {region: us-east, replicas: 2}\n");
+  EXPECT_EQ(both.router_region, "us-east");
+  EXPECT_EQ(both.router_replicas, 2);
+}
+
+TEST(ScenarioConfigTest, KvEventsAndRouterReplicasErrorsNameFileLineAndField) {
+  const std::string head = "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"kv_events:\n  loss: 1.5\n", "test.yaml:4: kv_events.loss: must be in [0, 1] (got 1.5)"},
+      {"kv_events:\n  loss: -0.1\n",
+       "test.yaml:4: kv_events.loss: must be in [0, 1] (got -0.1)"},
+      {"kv_events:\n  delay: -5ms\n",
+       "test.yaml:4: kv_events.delay: must be a duration >= 0 such as 20ms, 0.05 or 0 (got "
+       "'-5ms')"},
+      {"kv_events:\n  enabled: yes\n",
+       "test.yaml:4: kv_events.enabled: must be true or false (got 'yes')"},
+      {"kv_events:\n  buffer_steps: 0\n",
+       "test.yaml:4: kv_events.buffer_steps: must be >= 1 (got 0)"},
+      {"kv_events:\n  replya: true\n",
+       "test.yaml:4: kv_events.replya: unknown key 'replya' (did you mean 'replay'?)"},
+      {"kv_events: on\n", "test.yaml:3: kv_events: must be a mapping"},
+      {"router:\n  replicas: 0\n", "test.yaml:4: router.replicas: must be >= 1 (got 0)"},
+      {"router:\n  replicas: two\n",
+       "test.yaml:4: router.replicas: must be an integer (got 'two')"},
+      {"router: {replicas: 2}\nflow:\n  enabled: true\n",
+       "test.yaml:5: flow.enabled: flow control is not modelled with several router replicas "
+       "(router.replicas 2)"},
+  };
+  for (const auto& [rest, error] : cases) EXPECT_EQ(ErrorOf(head + rest), error) << rest;
 }
 
 }  // namespace

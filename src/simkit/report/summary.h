@@ -203,6 +203,19 @@ struct PolicyReport {
   double router_wait_mean_s = 0.0, router_wait_p99_s = 0.0;
   std::vector<TenantReport> tenants;  // empty without tenants
   std::vector<RegionReport> regions;  // in fleet group order; empty when no group has a region
+  // KV-cache events and router replicas (simulate, issue 23); written only when
+  // kv_events_reported (events on, or more than one router replica).
+  bool kv_events_reported = false;
+  bool kv_events_enabled = false;
+  int64_t router_replicas = 1;
+  int64_t kv_batches = 0;          // batches published (engine steps with events)
+  int64_t kv_lost = 0;             // deliveries lost in transit (batch x router replica)
+  int64_t kv_gaps = 0, kv_gaps_unrepaired = 0, kv_restarts = 0;  // summed over routers
+  int64_t kv_replayed = 0;         // batches delivered by replay
+  int64_t receipt_picks = 0;       // dispatched picks
+  int64_t receipts = 0;            // of which had a prediction (and an admission to compare)
+  double receipt_mae_tokens = -1;  // mean |predicted - actual cached tokens|; -1 none
+  double receipt_off_block_share = -1;  // share of receipts off by more than one block
   // For charts: up to 200 (ttft, cumulative fraction) points, ascending.
   std::vector<std::pair<double, double>> ttft_cdf;
   std::vector<double> kv_times;

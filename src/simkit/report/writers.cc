@@ -202,6 +202,25 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
       w.Close('}');
     }
     w.Close(']');
+    if (p.kv_events_reported) {
+      w.Key("kv_events");
+      w.Open('{');
+      w.FieldBool("enabled", p.kv_events_enabled);
+      w.FieldInt("router_replicas", p.router_replicas);
+      w.FieldInt("batches", p.kv_batches);
+      w.FieldInt("lost", p.kv_lost);
+      w.FieldInt("gaps", p.kv_gaps);
+      w.FieldInt("gaps_unrepaired", p.kv_gaps_unrepaired);
+      w.FieldInt("restarts", p.kv_restarts);
+      w.FieldInt("replayed", p.kv_replayed);
+      w.FieldInt("picks", p.receipt_picks);
+      w.FieldInt("receipts", p.receipts);
+      w.Key("receipt_mae_tokens");
+      w.out() += p.receipt_mae_tokens >= 0 ? Num(p.receipt_mae_tokens) : "null";
+      w.Key("receipt_off_block_share");
+      w.out() += p.receipt_off_block_share >= 0 ? Num(p.receipt_off_block_share) : "null";
+      w.Close('}');
+    }
     w.Close('}');
   }
   w.Close(']');
@@ -244,6 +263,25 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
                         p.flow_expired, Ms(p.router_wait_mean_s), Ms(p.router_wait_p99_s));
   }
   if (!flow.empty()) out += "\nFlow control:" + flow + ".\n";
+  std::string kv;
+  for (const PolicyReport& p : policies) {
+    if (!p.kv_events_reported) continue;
+    kv += fmt::format("{} {}: {} router replica{}, events {}", kv.empty() ? "" : ";", p.policy,
+                      p.router_replicas, p.router_replicas == 1 ? "" : "s",
+                      p.kv_events_enabled ? "on" : "off");
+    if (!p.kv_events_enabled) continue;
+    kv += fmt::format(" ({} batches, {} lost, {} gaps, {} unrepaired, {} restarts)", p.kv_batches,
+                      p.kv_lost, p.kv_gaps, p.kv_gaps_unrepaired, p.kv_restarts);
+    if (p.receipts > 0) {
+      kv += fmt::format(", receipts {} of {} picks: error mean {:.1f} tokens, {:.1f}% off by more "
+                        "than a block",
+                        p.receipts, p.receipt_picks, p.receipt_mae_tokens,
+                        p.receipt_off_block_share * 100);
+    } else {
+      kv += fmt::format(", no receipts in {} picks", p.receipt_picks);
+    }
+  }
+  if (!kv.empty()) out += "\nKV events:" + kv + ".\n";
   std::string tenants;
   for (const PolicyReport& p : policies) {
     for (const TenantReport& t : p.tenants) {
