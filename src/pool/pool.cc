@@ -5,6 +5,7 @@
 #include "config/core_options.h"
 #include "core/metrics/prom_writer.h"
 #include "pool/endpoints_watch.h"
+#include "pool/kv_events_feed.h"
 #include "pool/poll_timer.h"
 #include "k8s/kubeconfig.h"
 
@@ -51,6 +52,7 @@ Pool::Pool(boost::asio::io_context& scrape_context, std::function<void(std::stri
       log_(std::move(log)),
       start_(std::chrono::steady_clock::now()) {
   core_.set_pick_timer([this] { return Now(); });
+  kv_feed_ = std::make_unique<KvEventsFeed>(core_, [this] { return Now(); }, log_);
 }
 
 Pool::~Pool() { Stop(); }
@@ -158,6 +160,7 @@ Status Pool::Apply(const config::RouterConfig& config) {
     scrape_options_.names = config.pool.metric_names;
     scrape_options_.model = config.pool.model;
     RestartScraperLocked();
+    kv_feed_->Sync(kv_events_);
 
     // The previous watch (if any) ends here; a tick of it already waiting for mu_ sees the
     // new generation and does nothing.
@@ -221,6 +224,7 @@ Status Pool::ReconfigureLocked(const std::vector<routing::EndpointSpec>& eps, st
   Status st = core_.Configure(options_, std::move(with_events), Now());
   if (!st.ok()) return st;
   RestartScraperLocked();
+  kv_feed_->Sync(kv_events_);
   change = std::to_string(added) + " added, " + std::to_string(before.size()) + " removed";
   return Status::Ok();
 }
@@ -304,6 +308,7 @@ void Pool::AppendMetrics(std::string& out) const {
     std::lock_guard<std::mutex> lock(mu_);
     if (k8s_) k8s_->AppendMetrics(out);
   }
+  kv_feed_->AppendMetrics(out);
   if (!discovery_.configured.load(std::memory_order_relaxed)) return;
   auto load = [](const auto& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
   metrics::AppendCounter(out, "kvroute_discovery_reloads_total",
@@ -328,6 +333,7 @@ void Pool::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
     if (scraper_) scraper_->Stop();
+    kv_feed_->Stop();
     timer = std::move(watch_timer_);
     k8s = std::move(k8s_);
   }

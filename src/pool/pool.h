@@ -60,6 +60,7 @@ void ApplyKvEvents(const config::KvEventsConfig& kv_events, std::vector<routing:
 
 class EndpointsFileWatch;
 class PollTimer;
+class KvEventsFeed;
 
 class Pool {
  public:
@@ -108,6 +109,7 @@ class Pool {
   const std::chrono::steady_clock::time_point start_;
   mutable std::mutex mu_;
   std::unique_ptr<metrics::MetricsScraper> scraper_;  // guarded by mu_
+  std::unique_ptr<KvEventsFeed> kv_feed_;  // KV-cache events into the core; synced under mu_
   bool stopped_ = false;                               // guarded by mu_
 
   // Scrapes the core's current endpoint table with scrape_options_. Caller holds mu_.
