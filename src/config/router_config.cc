@@ -350,9 +350,13 @@ class Loader {
   static void LoadKvEvents(const ConfigNode& node, KvEventsConfig& k) {
     int port_line = 0, bind_line = 0, replay_line = 0;
     node.ForEachKey({"port", "replay_port", "bind", "block_size", "speculative_ttl", "stale_after",
-                     "resync", "replay_timeout"},
+                     "resync", "replay_timeout", "tokenizer", "tokenize_timeout"},
                     [&](const std::string& key, const ConfigNode& v) {
-                      if (key == "port") {
+                      if (key == "tokenizer") {
+                        k.tokenizer = Address(v, v.String(), v.field(), v.line());
+                      } else if (key == "tokenize_timeout") {
+                        k.tokenize_timeout_s = v.Duration();
+                      } else if (key == "port") {
                         k.port = static_cast<uint16_t>(v.Int(1, 65535));
                         port_line = v.key_line();
                       } else if (key == "replay_port") {

@@ -37,6 +37,9 @@
 //       stale_after: 10s          # work dispatched and no events for this long: stale
 //       resync: 10s               # after a gap replay cannot fill: approximate for this long
 //       replay_timeout: 1s        # a replay that does not answer within it failed
+//       tokenizer: 10.0.0.9:8000  # who tokenizes prompts (POST /tokenize); default: a
+//                                 #   ready replica (the request then takes one round trip)
+//       tokenize_timeout: 2s      # past it the request is routed by the approximate model
 //     endpoints_file: eps.yaml    # or (not both) file discovery: a YAML list of the same
 //                                 #   entries (config/endpoints_file.h); relative paths are
 //                                 #   against this file's directory. Watched: re-read on
@@ -153,6 +156,7 @@ struct HostPort {
   uint16_t port = 0;
   // "host:port", "[v6]:port" for hosts containing ':'.
   std::string ToString() const;
+  bool operator==(const HostPort&) const = default;
 };
 
 // Parses "host:port" / "[v6]:port". Port 1-65535, host not empty and free of spaces,
@@ -189,6 +193,9 @@ struct KvEventsConfig {
   double stale_after_s = 10.0;
   double resync_s = 10.0;
   double replay_timeout_s = 1.0;
+  // Who tokenizes prompts (vLLM's POST /tokenize): this host:port, else a ready replica.
+  std::optional<HostPort> tokenizer;
+  double tokenize_timeout_s = 2.0;
   bool operator==(const KvEventsConfig&) const = default;
 };
 

@@ -23,6 +23,7 @@
 #include "http/server.h"
 #include "core/metrics/prom_writer.h"
 #include "pool/pool.h"
+#include "tokenize/http_tokenizer.h"
 
 namespace kvroute::router {
 
@@ -180,6 +181,18 @@ struct Router::Impl {
     for (int i = 0; i < threads; ++i) {
       clients.push_back(std::make_unique<http::UpstreamClient>(io->context(i)));
     }
+    // Precise prefix routing: each worker tokenizes on its own loop, through its own
+    // client (connections to the replicas reused). Used only while some endpoint has
+    // KV events configured.
+    tokenize::HttpTokenizerOptions to;
+    to.timeout = Ms(cfg.pool.kv_events.tokenize_timeout_s);
+    if (cfg.pool.kv_events.tokenizer) {
+      to.default_host = cfg.pool.kv_events.tokenizer->host;
+      to.default_port = cfg.pool.kv_events.tokenizer->port;
+    }
+    for (int i = 0; i < threads; ++i) {
+      tokenizers.push_back(std::make_unique<tokenize::HttpTokenizer>(io->context(i), *clients[i], to));
+    }
     core_pool = std::make_unique<pool::Pool>(io->context(0), [this](std::string_view l) { Log(l); });
     if (cfg.flow.enabled) {
       flow_gate = std::make_unique<flow::FlowGate>(cfg.flow.options, core(), [this] { return Now(); });
@@ -250,6 +263,9 @@ struct Router::Impl {
 
   void Handle(std::shared_ptr<http::Exchange> ex);
   void Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint kind);
+  // After parsing (and tokenizing, for precise prefix routing): flow control, then pick.
+  void Route(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
+             api::ParsedRequest& parsed);
   void Models(std::shared_ptr<http::Exchange> ex);
   void StartPicked(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
                    routing::PickResult pick);
@@ -285,9 +301,38 @@ struct Router::Impl {
     if (core_pool) core_pool->AppendMetrics(out);
     if (server) AppendServerMetrics(out, server->stats());
     if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
+    if (core_pool && core().kv_events_active()) AppendTokenizerMetrics(out);
     return out;
   }
   bool Ready() { return core_pool && core().Ready(Now()); }
+
+  // kvroute_tokenize_*: every worker's tokenizer calls, failures and latency, summed.
+  void AppendTokenizerMetrics(std::string& out) {
+    tokenize::TokenizerStats::Snapshot sum;
+    for (const auto& t : tokenizers) {
+      tokenize::TokenizerStats::Snapshot s = t->stats().Read();
+      sum.calls += s.calls;
+      sum.failures += s.failures;
+      for (std::size_t i = 0; i < s.failures_by_kind.size(); ++i) sum.failures_by_kind[i] += s.failures_by_kind[i];
+      for (std::size_t i = 0; i < s.buckets.size(); ++i) sum.buckets[i] += s.buckets[i];
+      sum.latency_sum_s += s.latency_sum_s;
+    }
+    metrics::AppendCounter(out, "kvroute_tokenize_requests_total",
+                           "Prompts tokenized for precise prefix routing (POST /tokenize).", {},
+                           static_cast<double>(sum.calls));
+    metrics::AppendHeader(out, "kvroute_tokenize_failures_total",
+                          "Tokenize calls that failed, by kind (the request was then routed by "
+                          "the approximate model).", metrics::MetricType::kCounter);
+    for (std::size_t i = 0; i < tokenize::kNumTokenizeFailures; ++i) {
+      const metrics::Label kind{"kind", tokenize::TokenizeFailureName(static_cast<tokenize::TokenizeFailure>(i))};
+      metrics::AppendSample(out, "kvroute_tokenize_failures_total", {&kind, 1},
+                            static_cast<double>(sum.failures_by_kind[i]));
+    }
+    metrics::AppendHeader(out, "kvroute_tokenize_duration_seconds", "Time to tokenize one prompt.",
+                          metrics::MetricType::kHistogram);
+    metrics::AppendHistogramSeries(out, "kvroute_tokenize_duration_seconds", {},
+                                   tokenize::TokenizerStats::kBuckets, sum.buckets, sum.latency_sum_s);
+  }
 
   RouterOptions options;
   config::RouterConfig initial;
@@ -295,6 +340,7 @@ struct Router::Impl {
   // Declared first, destroyed last: everything below owns sockets or timers on it.
   std::unique_ptr<http::IoPool> io;
   std::vector<std::unique_ptr<http::UpstreamClient>> clients;  // one per worker
+  std::vector<std::unique_ptr<tokenize::HttpTokenizer>> tokenizers;  // one per worker
   std::unique_ptr<pool::Pool> core_pool;
   std::unique_ptr<http::Server> server;
   std::unique_ptr<asio::signal_set> signals;
@@ -313,6 +359,24 @@ struct Router::Impl {
 };
 
 namespace {
+
+// The integer after the first `"cached_tokens":` in `text` (vLLM's
+// usage.prompt_tokens_details.cached_tokens, in a body or the final usage chunk of a
+// stream); -1 when there is none.
+int64_t CachedTokensIn(std::string_view text) {
+  static constexpr std::string_view kKey = "\"cached_tokens\"";
+  std::size_t at = text.find(kKey);
+  if (at == std::string_view::npos) return -1;
+  at += kKey.size();
+  while (at < text.size() && (text[at] == ' ' || text[at] == ':')) ++at;
+  int64_t v = 0;
+  std::size_t digits = 0;
+  while (at < text.size() && text[at] >= '0' && text[at] <= '9' && digits < 12) {
+    v = v * 10 + (text[at++] - '0');
+    ++digits;
+  }
+  return digits == 0 ? -1 : v;
+}
 
 // One proxied request: tries the ranked endpoints in order and relays the response.
 // Lives as long as its upstream call or its exchange needs it; runs on one worker.
@@ -337,6 +401,9 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   std::string content_type_copy;
   std::string buffered;
   char tail[2] = {'\n', '\n'};  // last two bytes streamed to the client
+  // Route receipt: the engine's usage.prompt_tokens_details.cached_tokens (-1: not seen),
+  // read only for picks with a prediction.
+  int64_t reported_cached = -1;
 
   ~ProxyCall() {
     if (ex) ex->OnClientGone({});  // its callback points here
@@ -424,6 +491,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       core().OnFirstToken(pick.handle, router->Now());
     }
     if (streaming) {
+      if (pick.predicted_cached_tokens >= 0 && reported_cached < 0) reported_cached = CachedTokensIn(d);
       if (d.size() >= 2) {
         tail[0] = d[d.size() - 2];
         tail[1] = d[d.size() - 1];
@@ -485,6 +553,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       if (streaming) {
         ex->EndStream();
       } else {
+        if (pick.predicted_cached_tokens >= 0 && status == 200) reported_cached = CachedTokensIn(buffered);
         ex->Respond(status, std::move(buffered), content_type, head_fields());
       }
       return Finish(status);
@@ -528,6 +597,9 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   }
 
   void Finish(int code) {
+    if (pick.predicted_cached_tokens >= 0 && code == 200 && attempt == 0) {
+      core().OnRouteReceipt(endpoint_id(), pick.predicted_cached_tokens, reported_cached);
+    }
     core().OnFinished(pick.handle, endpoint_id(), code, router->Now());
     pick.handle = sched::kNoHandle;
     router->PumpFlow(endpoint_id());  // its slot is free: a waiting request may go
@@ -604,14 +676,41 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
     core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, parsed.error.status, Now());
     return;
   }
+  if (!core().kv_events_active()) return Route(std::move(ex), std::move(fs), *parsed.request);
+  // Precise prefix routing: the prompt's token ids from the engines' tokenizer (a ready
+  // replica, or pool.kv_events.tokenizer), then the pick. Without them (no replica ready,
+  // a failure, a timeout) the request is routed by the approximate model.
+  auto held = std::make_shared<api::ParsedRequest>(std::move(*parsed.request));
+  tokenize::TokenizeInput in;  // views of `held`, which the callback keeps
+  in.endpoint = kind;
+  in.model = held->model;
+  in.prompt = held->prompt_text;
+  in.body = body;
+  in.add_special_tokens = held->add_special_tokens;
+  auto table = core().table();
+  uint32_t target = 0;
+  if (tokenizers[0]->options().default_host.empty() && core().AnyUsable(Now(), &target, 1) == 1) {
+    const routing::Endpoint* ep = table->Find(target);
+    in.target_host = ep->spec.host;
+    in.target_port = ep->spec.port;
+  }
+  tokenize::Tokenizer& tok = *tokenizers[ex->worker()];
+  tok.Tokenize(in, [this, ex = std::move(ex), fs = std::move(fs), held](Result<tokenize::TokenIds> ids) mutable {
+    if (ids.ok()) held->token_ids = std::move(ids).value();
+    Route(std::move(ex), std::move(fs), *held);
+  });
+}
+
+void Router::Impl::Route(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
+                         api::ParsedRequest& parsed) {
   routing::PickRequest pr;
-  pr.request = sched::FromParsed(*parsed.request);
+  pr.request = sched::FromParsed(parsed);
   pr.dispatch_first = true;
   // Client routing hint (EPP style), honoured only when configured.
   if (fs->allow_routing_headers) pr.hint = HeaderValue(ex->request(), kRoutingHeader);
   if (flow_gate) {
-    if (AdmitFlow(ex, *fs, *parsed.request, pr.hint)) return;
-    pr.request = sched::FromParsed(*parsed.request);  // moved out and back: view it afresh
+    if (AdmitFlow(ex, *fs, parsed, pr.hint)) return;
+    pr.request = sched::FromParsed(parsed);  // moved out and back: view it afresh
   }
   routing::PickResult pick = core().Pick(pr, Now());
   StartPicked(std::move(ex), std::move(fs), std::move(pick));

@@ -38,6 +38,8 @@ TEST(KvEventsConfig, PerEndpointAddressesAndPoolDefaults) {
     stale_after: 4s
     resync: 20s
     replay_timeout: 250ms
+    tokenizer: 10.0.0.9:8000
+    tokenize_timeout: 300ms
 )");
   ASSERT_EQ(c.pool.endpoints.size(), 2u);
   EXPECT_EQ(c.pool.endpoints[0].kv_events, "tcp://10.0.0.7:5557");
@@ -52,6 +54,9 @@ TEST(KvEventsConfig, PerEndpointAddressesAndPoolDefaults) {
   EXPECT_DOUBLE_EQ(k.stale_after_s, 4.0);
   EXPECT_DOUBLE_EQ(k.resync_s, 20.0);
   EXPECT_DOUBLE_EQ(k.replay_timeout_s, 0.25);
+  ASSERT_TRUE(k.tokenizer.has_value());
+  EXPECT_EQ(k.tokenizer->ToString(), "10.0.0.9:8000");
+  EXPECT_DOUBLE_EQ(k.tokenize_timeout_s, 0.3);
   routing::CoreOptions o = CoreOptionsFrom(c);
   EXPECT_EQ(o.kv_events.block_tokens, 32);
   EXPECT_DOUBLE_EQ(o.kv_events.speculative_ttl_s, 0.5);
@@ -87,6 +92,8 @@ TEST(KvEventsConfig, ErrorsNameFileLineAndField) {
             "t.yaml:3: pool.kv_events.replay_port: replay_port needs port");
   EXPECT_EQ(ParseErr("pool:\n  kv_events:\n    port: 70000\n"),
             "t.yaml:3: pool.kv_events.port: must be <= 65535 (got 70000)");
+  EXPECT_EQ(ParseErr("pool:\n  kv_events:\n    tokenizer: nohost\n"),
+            "t.yaml:3: pool.kv_events.tokenizer: bad address 'nohost': expected host:port");
   EXPECT_EQ(ParseErr("pool:\n  kv_events:\n    blok_size: 16\n"),
             "t.yaml:3: pool.kv_events.blok_size: unknown key 'blok_size' (did you mean 'block_size'?)");
 }

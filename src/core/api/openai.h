@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace kvroute::api {
@@ -31,6 +32,9 @@ struct ParsedRequest {
   // vLLM extra: whether the tokenizer adds special tokens (BOS); unset means the
   // endpoint's default (completions true, chat false). kvroute's engine has none.
   std::optional<bool> add_special_tokens;
+  // The prompt's token ids from the engines' tokenizer, when a front end tokenized it for
+  // precise prefix routing (never set by parsing).
+  std::vector<uint32_t> token_ids;
 };
 
 // An error in the shape vLLM and OpenAI use:

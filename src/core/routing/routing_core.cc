@@ -85,6 +85,14 @@ struct AtomicHistogram {
   }
 };
 
+// Route receipts: predicted against reported cached prompt tokens (many writers).
+struct ReceiptStats {
+  static constexpr std::array<double, 8> kBounds = {0, 16, 64, 256, 1024, 4096, 16384, 65536};
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> abs_error{};
+  std::atomic<uint64_t> receipts{0}, mispredicted{0}, unreported{0}, over{0}, under{0};
+  std::atomic<uint64_t> abs_error_sum{0}, predicted_sum{0}, reported_sum{0};
+};
+
 struct ScoreSummary {
   std::atomic<double> sum{0.0};
   std::atomic<uint64_t> count{0};
@@ -150,6 +158,7 @@ struct RoutingCore::Counters {
   std::atomic<uint64_t> retries{0}, retries_free{0}, retries_denied{0}, picks_failed{0},
       reloads_failed{0}, ejections_skipped{0};
   AtomicHistogram sched_seconds;
+  ReceiptStats receipts;
   ScoreSummary prefix_hit;
   std::mutex scores_mu;  // guards the map's shape (Configure adds, AppendMetrics reads)
   std::map<std::string, std::unique_ptr<ScoreSummary>, std::less<>> scores;
@@ -525,6 +534,28 @@ void RoutingCore::OnKvEventsRestart(uint32_t id, double now_s) {
 
 void RoutingCore::OnKvEventsDecodeError(uint32_t id, double now_s) {
   WithEvents([&](kvevents::EventIndex& x) { x.OnDecodeError(id, now_s); });
+}
+
+void RoutingCore::OnRouteReceipt(uint32_t endpoint_id, int64_t predicted, int64_t reported) {
+  (void)endpoint_id;
+  if (predicted < 0) return;
+  ReceiptStats& r = counters_->receipts;
+  if (reported < 0) {
+    Bump(r.unreported);
+    return;
+  }
+  const int64_t block = std::max<int64_t>(1, options_.load()->kv_events.block_tokens);
+  const uint64_t err = static_cast<uint64_t>(reported > predicted ? reported - predicted : predicted - reported);
+  Bump(r.receipts);
+  if (static_cast<int64_t>(err) > block) Bump(r.mispredicted);
+  if (predicted > reported) Bump(r.over);
+  if (predicted < reported) Bump(r.under);
+  const std::size_t i = std::lower_bound(ReceiptStats::kBounds.begin(), ReceiptStats::kBounds.end(),
+                                         static_cast<double>(err)) - ReceiptStats::kBounds.begin();
+  Bump(r.abs_error[i]);
+  Bump(r.abs_error_sum, err);
+  Bump(r.predicted_sum, static_cast<uint64_t>(predicted));
+  Bump(r.reported_sum, static_cast<uint64_t>(reported));
 }
 
 kvevents::EndpointEventStats RoutingCore::KvEventStats(uint32_t id, double now_s) const {
@@ -1524,6 +1555,39 @@ void RoutingCore::AppendKvEventMetrics(std::string& out, const EndpointTable& ta
          MetricType::kGauge, [&](const Stats& st) {
            return st.last_batch_s >= 0 ? now_s - st.last_batch_s : std::nan("");
          });
+  const ReceiptStats& rc = counters_->receipts;
+  metrics::AppendCounter(out, "kvroute_route_receipts_total",
+                         "Answers whose engine reported its cached prompt tokens, for picks that "
+                         "predicted them from KV events (route receipts).", {}, GetU(rc.receipts));
+  metrics::AppendCounter(out, "kvroute_route_receipts_mispredicted_total",
+                         "Route receipts where predicted and reported cached tokens differ by "
+                         "more than one block of the index.", {}, GetU(rc.mispredicted));
+  metrics::AppendCounter(out, "kvroute_route_receipts_unreported_total",
+                         "Answers to picks with a prediction that carried no cached-token count "
+                         "(the engine runs without --enable-prompt-tokens-details).",
+                         {}, GetU(rc.unreported));
+  {
+    Label over[] = {{"direction", "over"}};
+    Label under[] = {{"direction", "under"}};
+    AppendHeader(out, "kvroute_route_receipts_off_total",
+                 "Route receipts where the prediction was above (over) or below (under) what "
+                 "the engine reported.", MetricType::kCounter);
+    AppendSample(out, "kvroute_route_receipts_off_total", over, GetU(rc.over));
+    AppendSample(out, "kvroute_route_receipts_off_total", under, GetU(rc.under));
+  }
+  metrics::AppendCounter(out, "kvroute_route_receipts_predicted_tokens_total",
+                         "Cached prompt tokens predicted, over route receipts.", {}, GetU(rc.predicted_sum));
+  metrics::AppendCounter(out, "kvroute_route_receipts_reported_tokens_total",
+                         "Cached prompt tokens the engines reported, over route receipts.", {},
+                         GetU(rc.reported_sum));
+  AppendHeader(out, "kvroute_route_receipt_error_tokens",
+               "|reported - predicted| cached prompt tokens per route receipt.", MetricType::kHistogram);
+  {
+    std::array<uint64_t, ReceiptStats::kBounds.size() + 1> counts;
+    for (std::size_t i = 0; i < counts.size(); ++i) counts[i] = rc.abs_error[i].load(std::memory_order_relaxed);
+    metrics::AppendHistogramSeries(out, "kvroute_route_receipt_error_tokens", {}, ReceiptStats::kBounds,
+                                   counts, GetU(rc.abs_error_sum));
+  }
   metrics::AppendGauge(out, "kvroute_kv_events_speculative_entries",
                        "Speculative prefix entries (just-dispatched requests awaiting their events).",
                        {}, static_cast<double>(speculative));

@@ -210,6 +210,12 @@ class RoutingCore {
   void OnKvEventsGap(uint32_t id, bool repaired, double now_s);
   void OnKvEventsRestart(uint32_t id, double now_s);
   void OnKvEventsDecodeError(uint32_t id, double now_s);
+  // A route receipt: the answer to a pick with PickResult::predicted_cached_tokens =
+  // `predicted` (>= 0; ignored otherwise) on `endpoint_id` reported `reported` cached
+  // prompt tokens (usage.prompt_tokens_details.cached_tokens; -1: the answer carried
+  // none). Counted for kvroute_route_receipt* (error histogram, mispredicted requests).
+  // Lock-free.
+  void OnRouteReceipt(uint32_t endpoint_id, int64_t predicted, int64_t reported);
   // The index's view of endpoint `id` (state, counters, blocks).
   kvevents::EndpointEventStats KvEventStats(uint32_t id, double now_s) const;
   // True when some endpoint has KV-cache events configured: front ends then tokenize

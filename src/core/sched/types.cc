@@ -85,6 +85,7 @@ SchedRequest FromParsed(const api::ParsedRequest& r) {
   s.cache_salt = r.cache_salt;
   s.priority = r.priority;
   s.max_tokens = r.max_tokens.value_or(-1);
+  s.token_ids = r.token_ids;
   return s;
 }
 
