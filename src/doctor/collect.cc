@@ -66,7 +66,8 @@ struct Pending {
 class Collector {
  public:
   explicit Collector(const CollectOptions& options)
-      : options_(options), client_(ctx_, ClientOptionsFor(options)), start_(Clock::now()) {
+      : options_(options), client_(ctx_, ClientOptionsFor(options)),
+        start_(options.origin.value_or(Clock::now())) {
     histories_.resize(options.targets.size());
     for (std::size_t i = 0; i < options.targets.size(); ++i) {
       const Target& t = options.targets[i];

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,9 @@ struct Target {
   std::string name;  // shown in reports
   std::string host;
   uint16_t port = 0;
+  // Where its KV-cache events are published ("tcp://HOST:PORT"), "" when not configured.
+  // Collect does not read it; doctor's event probe does.
+  std::string kv_events = {};
 };
 
 struct CollectOptions {
@@ -32,6 +37,8 @@ struct CollectOptions {
   // the same rounds in every history (a --watch that runs for hours holds one window, not
   // the whole session).
   double keep_s = 0;
+  // The time 0 of Scrape::t_s; unset: when Collect begins. doctor's event probe shares it.
+  std::optional<std::chrono::steady_clock::time_point> origin;
   // Called after every scrape round with the histories so far (on the caller's thread).
   std::function<void(const std::vector<ReplicaHistory>&)> on_round;
 };

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -14,25 +16,31 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <thread>
 
 #include "config/endpoints_file.h"
 #include "config/router_config.h"
 #include "config/yaml_reader.h"
 #include "doctor/diagnosis/doctor.h"
+#include "doctor/event_probe.h"
 #include "k8s/kubeconfig.h"
 #include "pool/kubernetes_discovery.h"
+#include "pool/pool.h"
 
 namespace kvroute::doctor {
 namespace {
 
 std::atomic<bool> g_stop{false};
+// After the last scrape, how long the event probe keeps listening for batches of the work
+// that scrape counted (a vLLM engine publishes within a step, milliseconds).
+constexpr int kEventGraceMs = 500;
 void OnSignal(int) { g_stop.store(true); }
 
 // The rules as the help prints them, from the defaults themselves so the text cannot
 // drift from what Diagnose applies.
 std::string RulesText() {
   const DoctorOptions d;
-  char buf[3072];
+  char buf[4608];
   std::snprintf(
       buf, sizeof buf,
       "Rules (defaults; docs/DOCTOR.md explains each and its remedy):\n"
@@ -52,13 +60,20 @@ std::string RulesText() {
       "                      that is not a Prometheus exposition\n"
       "  not-vllm            a 200 /metrics without any vllm: series (an HTML page, another\n"
       "                      exporter, a router's own /metrics)\n"
+      "  kv-events-silent    KV events configured, no batch received in the window, while\n"
+      "                      the replica computed >= %g block(s) of prompt tokens (prompt\n"
+      "                      tokens minus prefix-cache hits)\n"
+      "  kv-events-stale     batches early in the window, none in its second half while\n"
+      "                      the replica computed >= %g block(s) of prompt tokens there\n"
+      "  kv-events-block-size  BlockStored block_size differs from cache_config_info's, or\n"
+      "                      is not a multiple of pool.kv_events.block_size\n"
       "Counters and histograms are read as rates over the window (hit rate from the\n"
       "prefix-cache query/hit counters, new and old names, else the old hit-rate gauge;\n"
       "TTFT p50/p99 from the histogram buckets); a counter that goes down inside the window\n"
       "(a restart) makes that rate unknown, and a rule never fires on unknown figures.\n",
       100 * d.low_hit_rate, d.min_queried_tokens, 100 * d.lopsided_share, d.queue_busy,
       100 * d.kv_hot, d.queue_idle, d.queue_idle, 100 * d.kv_cold, 100 * d.kv_spread, d.queue_busy,
-      d.queue_idle, d.preemptions_per_s);
+      d.queue_idle, d.preemptions_per_s, d.event_min_blocks, d.event_min_blocks);
   return buf;
 }
 
@@ -69,6 +84,14 @@ Targets (exactly one of):
                               pool.endpoints, pool.endpoints_file (read once), or
                               pool.discovery.kubernetes (the InferencePool's pods, listed once
                               through the kubeconfig or the in-cluster service account)
+
+KV-cache events: from a config, every endpoint with `kv_events` (or all of them with
+pool.kv_events.port) is subscribed to for the window while doctor scrapes; with
+--endpoints, --kv-events-port P subscribes to tcp://<each host>:P (the same port on every
+replica, as in Kubernetes), or --kv-events tcp://HOST:PORT,... names each replica's
+publisher in --endpoints order (`kvroute sim --kv-events-port P` publishes replica i on
+P+i: list them). Not with --window 0,
+nor with the centralized pool.kv_events.bind (the replicas connect to the router).
 
 Durations: "30s", "500ms", "2m", "1h", or a number of seconds. --window 0 scrapes each
 replica once: rates are then unknown, and the hit rate and TTFT quantiles come from the
@@ -116,7 +139,8 @@ Status FlagDuration(const char* flag, const std::string& text, bool zero_ok, dou
 std::vector<Target> TargetsOf(const std::vector<config::EndpointConfig>& eps) {
   std::vector<Target> out;
   for (const config::EndpointConfig& e : eps) {
-    out.push_back(Target{e.name.empty() ? e.address : e.name, e.host_port.host, e.host_port.port});
+    out.push_back(Target{e.name.empty() ? e.address : e.name, e.host_port.host, e.host_port.port,
+                         e.kv_events});
   }
   return out;
 }
@@ -171,7 +195,9 @@ Status KubernetesTargets(const config::KubernetesDiscoveryConfig& k, double time
     return Status::DeadlineExceeded("kubernetes: " + where + ": not listed within " +
                                     std::to_string(std::lround(timeout_s)) + "s");
   }
-  for (const routing::EndpointSpec& e : *got) out.push_back(Target{e.name, e.host, e.port});
+  for (const routing::EndpointSpec& e : *got) {
+    out.push_back(Target{e.name, e.host, e.port, e.kv_events});
+  }
   return Status::Ok();
 }
 
@@ -233,14 +259,76 @@ Status ParseEndpointList(std::string_view list, std::vector<Target>& out) {
   return Status::Ok();
 }
 
+void ApplyKvEventsPort(uint16_t port, std::vector<Target>& targets) {
+  config::KvEventsConfig k;
+  k.port = port;
+  std::vector<routing::EndpointSpec> specs;
+  for (const Target& t : targets) {
+    routing::EndpointSpec e;
+    e.host = t.host;
+    e.port = t.port;
+    e.kv_events = t.kv_events;
+    specs.push_back(std::move(e));
+  }
+  pool::ApplyKvEvents(k, specs);
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].kv_events = specs[i].kv_events;
+}
+
+Status ApplyKvEventsList(std::string_view list, std::vector<Target>& targets) {
+  std::vector<std::string> urls;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    urls.push_back(Trim(list.substr(start, end - start)));
+    start = end + 1;
+  }
+  if (urls.size() != targets.size()) {
+    return Status::InvalidArgument("--kv-events: " + std::to_string(urls.size()) +
+                                   " entries for " + std::to_string(targets.size()) +
+                                   " --endpoints (one each, in order; an empty entry for none)");
+  }
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    if (urls[i].empty()) continue;
+    if (Status st = config::CheckKvEventsUrl(urls[i], false); !st.ok()) {
+      return Status::InvalidArgument("--kv-events entry " + std::to_string(i + 1) + " '" +
+                                     urls[i] + "': " + st.message());
+    }
+    targets[i].kv_events = urls[i];
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// The router's own derivation of each endpoint's events address (pool::ApplyKvEvents),
+// except the centralized bind: doctor cannot subscribe to the replicas there.
+Status WithKvEvents(const config::KvEventsConfig& k, Status st, std::vector<Target>& out,
+                    ConfigKvEvents* kv) {
+  if (!st.ok()) return st;
+  if (k.bind.empty() && k.port != 0) ApplyKvEventsPort(k.port, out);
+  if (kv != nullptr) {
+    kv->bind = k.bind;
+    const bool any = !k.bind.empty() || std::any_of(out.begin(), out.end(), [](const Target& t) {
+      return !t.kv_events.empty();
+    });
+    kv->block_size = any ? k.block_size : 0;
+  }
+  return st;
+}
+
+}  // namespace
+
 Status TargetsFromConfig(const std::string& path, double discovery_timeout_s,
-                         std::vector<Target>& out) {
+                         std::vector<Target>& out, ConfigKvEvents* kv) {
   out.clear();
   config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(path);
   if (!loaded.ok()) return loaded.status();
   const config::PoolConfig& pool = loaded.value->pool;
-  if (pool.kubernetes.enabled())
-    return KubernetesTargets(pool.kubernetes, discovery_timeout_s, out);
+  const config::KvEventsConfig& k = pool.kv_events;
+  if (pool.kubernetes.enabled()) {
+    return WithKvEvents(k, KubernetesTargets(pool.kubernetes, discovery_timeout_s, out), out, kv);
+  }
   if (!pool.endpoints_file_path.empty()) {
     config::ConfigOr<std::string> text = config::ReadConfigFile(pool.endpoints_file_path);
     if (!text.ok()) return text.status();
@@ -252,13 +340,13 @@ Status TargetsFromConfig(const std::string& path, double discovery_timeout_s,
       return Status::InvalidArgument(pool.endpoints_file_path +
                                      ": the endpoints file lists no endpoints");
     }
-    return Status::Ok();
+    return WithKvEvents(k, Status::Ok(), out, kv);
   }
   out = TargetsOf(pool.endpoints);
   if (out.empty()) {
     return Status::InvalidArgument(path + ": pool.endpoints: the configuration lists no endpoints");
   }
-  return Status::Ok();
+  return WithKvEvents(k, Status::Ok(), out, kv);
 }
 
 int DoctorMain(int argc, char** argv) {
@@ -273,6 +361,8 @@ int DoctorMain(int argc, char** argv) {
                                       timeout_text = "2s";
   std::string scenario_out, json_out;
   bool json = false, watch = false, quiet = false;
+  int kv_events_port = 0;
+  std::string kv_events_list;
   app.add_option("--endpoints,-e", endpoints, "Replicas to diagnose: HOST:PORT,HOST:PORT,...");
   app.add_option("--config,-c", config_path,
                  "A serve/epp configuration whose pool to diagnose (endpoints, endpoints_file, "
@@ -294,6 +384,14 @@ int DoctorMain(int argc, char** argv) {
                "Live view refreshed every --interval over the last --window, until Ctrl-C");
   app.add_option("--scenario-out", scenario_out,
                  "Also write a `kvroute simulate` scenario of the observed traffic to FILE");
+  app.add_option("--kv-events-port", kv_events_port,
+                 "With --endpoints: every replica publishes KV-cache events on tcp://<its "
+                 "host>:PORT (the same port on every replica, as in Kubernetes); doctor listens "
+                 "while it scrapes")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--kv-events", kv_events_list,
+                 "With --endpoints: each replica's KV-cache event publisher, in the same order: "
+                 "tcp://HOST:PORT,... (an empty entry: none)");
   app.add_flag("--quiet,-q", quiet, "No progress on stderr");
   app.footer(std::string(kFooter) + "\n" + RulesText());
   try {
@@ -321,16 +419,38 @@ int DoctorMain(int argc, char** argv) {
     return Usage("--watch writes no files: drop --scenario-out / --json-out");
   }
 
+  if ((kv_events_port != 0 || !kv_events_list.empty()) && endpoints.empty()) {
+    return Usage(std::string(kv_events_port != 0 ? "--kv-events-port" : "--kv-events") +
+                 " goes with --endpoints (a config names its events itself: kv_events, "
+                 "pool.kv_events.port)");
+  }
+  if (kv_events_port != 0 && !kv_events_list.empty()) {
+    return Usage("--kv-events and --kv-events-port: give one of them, not both");
+  }
+
   CollectOptions co;
+  ConfigKvEvents kv;
   if (!endpoints.empty()) {
     if (Status st = ParseEndpointList(endpoints, co.targets); !st.ok()) {
       return Usage(st.message());
     }
-  } else if (Status st =
-                 TargetsFromConfig(config_path, std::max(10.0, 5 * timeout_s), co.targets);
+    if (kv_events_port != 0) ApplyKvEventsPort(static_cast<uint16_t>(kv_events_port), co.targets);
+    if (!kv_events_list.empty()) {
+      if (Status st = ApplyKvEventsList(kv_events_list, co.targets); !st.ok()) {
+        return Usage(st.message());
+      }
+    }
+  } else if (Status st = TargetsFromConfig(config_path, std::max(10.0, 5 * timeout_s),
+                                           co.targets, &kv);
              !st.ok()) {
     std::fprintf(stderr, "kvroute doctor: %s\n", st.message().c_str());
     return 2;
+  }
+  if (!kv.bind.empty() && !quiet) {
+    std::fprintf(stderr,
+                 "kvroute doctor: pool.kv_events.bind (%s): the replicas connect to the router, "
+                 "so their KV events are not probed\n",
+                 kv.bind.c_str());
   }
   co.window_s = window_s;
   co.interval_s = interval_s;
@@ -339,6 +459,35 @@ int DoctorMain(int argc, char** argv) {
 
   DoctorOptions dopt;
   dopt.window_s = window_s;
+  dopt.router_block_size = kv.block_size;
+
+  // KV-cache events: subscribe before the first scrape (same clock as the scrapes), so a
+  // replica's tokens and its batches cover the same window. A single scrape (--window 0)
+  // has no window to compare, so nothing is probed then.
+  const auto origin = std::chrono::steady_clock::now();
+  co.origin = origin;
+  EventsProbe probe(origin, co.targets.size());
+  if (window_s > 0) {
+    for (size_t i = 0; i < co.targets.size(); ++i) {
+      const Target& t = co.targets[i];
+      if (!t.kv_events.empty()) probe.Listen(i, t.name, t.kv_events);
+    }
+  }
+  const bool probing = probe.any();
+  // The probe's snapshot into histories: batches from the oldest kept scrape on.
+  auto with_events = [&probe, probing](std::vector<ReplicaHistory> h, bool trim) {
+    if (!probing) return h;
+    std::optional<double> since;
+    if (trim) {
+      for (const ReplicaHistory& r : h) {
+        if (!r.scrapes.empty()) since = std::min(since.value_or(r.scrapes.front().t_s),
+                                                 r.scrapes.front().t_s);
+      }
+    }
+    std::vector<std::optional<EventProbe>> seen = probe.Snapshot(since);
+    for (size_t i = 0; i < h.size() && i < seen.size(); ++i) h[i].events = std::move(seen[i]);
+    return h;
+  };
   const bool err_tty = isatty(STDERR_FILENO) != 0;
   const bool out_tty = isatty(STDOUT_FILENO) != 0;
   std::signal(SIGINT, OnSignal);
@@ -349,7 +498,7 @@ int DoctorMain(int argc, char** argv) {
     co.keep_s = window_s > 0 ? window_s : 1e-9;  // 0: only the newest scrape of each
     int last_exit = 2;
     co.on_round = [&](const std::vector<ReplicaHistory>& h) {
-      Report r = Diagnose(h, dopt);
+      Report r = probing ? Diagnose(with_events(h, true), dopt) : Diagnose(h, dopt);
       last_exit = r.ExitCode();
       const int width = TerminalWidth();
       std::string frame = out_tty ? "\033[H\033[2J" : "";
@@ -386,9 +535,20 @@ int DoctorMain(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "kvroute doctor: scraping %zu replicas for %gs every %gs\n",
                    co.targets.size(), window_s, interval_s);
+      if (probing) {
+        int n = 0;
+        for (const Target& t : co.targets) n += t.kv_events.empty() ? 0 : 1;
+        std::fprintf(stderr, "kvroute doctor: listening to %d replicas' KV-cache events\n", n);
+      }
     }
   }
   std::vector<ReplicaHistory> histories = Collect(co);
+  if (probing) {
+    // Batches for the work the last round saw are on their way: a short grace, then stop.
+    if (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(kEventGraceMs));
+    probe.Stop();
+    histories = with_events(std::move(histories), false);
+  }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (!quiet && err_tty) std::fprintf(stderr, "\r\033[K");

@@ -97,3 +97,52 @@ TEST_F(ConfigTargetsTest, UnreadableKubeconfigNamesTheFile) {
 
 }  // namespace
 }  // namespace kvroute::doctor
+
+namespace kvroute::doctor {
+namespace {
+
+// Each target's KV-event address as the router derives it: the endpoint's own kv_events,
+// else tcp://<its host>:<pool.kv_events.port>; the centralized bind leaves them empty.
+TEST_F(ConfigTargetsTest, KvEventsAddressesFollowTheRouter) {
+  const fs::path path = dir_ / "serve.yaml";
+  std::ofstream(path) << "pool:\n  endpoints:\n"
+                         "    - {address: 10.0.0.7:8000, kv_events: tcp://10.0.0.9:6000}\n"
+                         "    - 10.0.0.8:8000\n"
+                         "    - '[fd00::1]:8000'\n"
+                         "  kv_events: {port: 5557, block_size: 32}\n";
+  std::vector<Target> targets;
+  ConfigKvEvents kv;
+  ASSERT_EQ(TargetsFromConfig(path.string(), 10, targets, &kv).ToString(), "OK");
+  ASSERT_EQ(targets.size(), 3u);
+  EXPECT_EQ(targets[0].kv_events, "tcp://10.0.0.9:6000");
+  EXPECT_EQ(targets[1].kv_events, "tcp://10.0.0.8:5557");
+  EXPECT_EQ(targets[2].kv_events, "tcp://[fd00::1]:5557");
+  EXPECT_EQ(kv.block_size, 32);
+  EXPECT_EQ(kv.bind, "");
+
+  std::ofstream(path) << "pool:\n  endpoints: [10.0.0.7:8000]\n";
+  ASSERT_EQ(TargetsFromConfig(path.string(), 10, targets, &kv).ToString(), "OK");
+  EXPECT_EQ(targets[0].kv_events, "");
+  EXPECT_EQ(kv.block_size, 0);  // no events: the router's block size does not apply
+
+  std::ofstream(path) << "pool:\n  endpoints: [10.0.0.7:8000]\n"
+                         "  kv_events: {bind: 'tcp://*:5557'}\n";
+  ASSERT_EQ(TargetsFromConfig(path.string(), 10, targets, &kv).ToString(), "OK");
+  EXPECT_EQ(targets[0].kv_events, "");
+  EXPECT_EQ(kv.bind, "tcp://*:5557");
+
+  // --kv-events-port and --kv-events with --endpoints.
+  ASSERT_TRUE(ParseEndpointList("10.0.0.7:8000,10.0.0.8:8000", targets).ok());
+  ApplyKvEventsPort(5557, targets);
+  EXPECT_EQ(targets[0].kv_events, "tcp://10.0.0.7:5557");
+  EXPECT_EQ(targets[1].kv_events, "tcp://10.0.0.8:5557");
+  ASSERT_TRUE(ParseEndpointList("10.0.0.7:8000,10.0.0.8:8000", targets).ok());
+  ASSERT_EQ(ApplyKvEventsList(" , tcp://10.0.0.8:5558", targets).ToString(), "OK");
+  EXPECT_EQ(targets[0].kv_events, "");
+  EXPECT_EQ(targets[1].kv_events, "tcp://10.0.0.8:5558");
+  EXPECT_FALSE(ApplyKvEventsList("tcp://10.0.0.8:5558", targets).ok());
+  EXPECT_FALSE(ApplyKvEventsList("tcp://a:1,http://b:2", targets).ok());
+}
+
+}  // namespace
+}  // namespace kvroute::doctor

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "core/engine/tokenizer.h"
 #include "http/test_client.h"
 #include "support/sim_replica.h"
 #include "support/stub_server.h"
@@ -230,6 +231,109 @@ TEST_F(DoctorCliTest, ConfigPoolEndpointsFile) {
   EXPECT_NE(r.out.find("2 replicas, 2 reachable"), std::string::npos) << Why(r);
 }
 
+// KV-cache events end to end: two sim replicas under traffic, one publishing its events and
+// one configured with events (a closed port) that publishes nothing. From the config, doctor
+// listens to both while it scrapes: kv-events-silent names the silent one only. With a
+// router block size the publisher's blocks of 16 do not divide, kv-events-block-size names
+// the publisher. With --endpoints, --kv-events-port or --kv-events reads the publisher
+// alone: healthy.
+TEST_F(DoctorCliTest, KvEventsSilentAndBlockSize) {
+  std::vector<sim::ReplicaConfig> rs = {SimReplica({.name = "pub"}), SimReplica({.name = "mute"})};
+  rs[0].kv_events.port = 0;  // any free port
+  fleet_ = std::make_unique<sim::Fleet>(std::move(rs), 1);
+  ASSERT_TRUE(fleet_->Start().ok());
+  const std::string events = fleet_->kv_events_endpoint(0);
+  ASSERT_FALSE(events.empty());
+  const std::string mute_events = "tcp://127.0.0.1:" + std::to_string(ClosedPort());
+
+  // Distinct 40-token prompts (2 full blocks each, nothing cached) to both replicas, all
+  // through each doctor run.
+  std::atomic<bool> stop{false};
+  std::thread traffic([&] {
+    for (int n = 0; !stop.load(); ++n) {
+      for (int i = 0; i < 2; ++i) {
+        std::string prompt = "doctor-" + std::to_string(n) + "-" + std::to_string(i) + "-";
+        prompt.resize(40 * engine::kBytesPerToken, 'x');
+        http::Fetch("127.0.0.1", fleet_->port(i), "POST", "/v1/completions",
+                    kvroute::test_support::CompletionBody(prompt, 1));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+  });
+  struct Stop {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Stop() {
+      stop.store(true);
+      t.join();
+    }
+  } join{stop, traffic};
+
+  auto config = [&](int router_block_size) {
+    const fs::path cfg = dir_ / ("serve-" + std::to_string(router_block_size) + ".yaml");
+    std::ofstream(cfg) << "pool:\n  endpoints:\n    - address: " << Sim(0)
+                       << "\n      name: pub\n      kv_events: " << events
+                       << "\n    - address: " << Sim(1) << "\n      name: mute\n      kv_events: "
+                       << mute_events << "\n  kv_events: {block_size: " << router_block_size
+                       << "}\nscheduling: {policy: kvroute}\n";
+    return cfg.string();
+  };
+  // rule -> replicas, and the publisher's kv_events object.
+  auto findings = [](const Outcome& r, std::map<std::string, std::vector<std::string>>& rules,
+                     int64_t& pub_batches) {
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << Why(r);
+    for (simdjson::dom::element f : doc["findings"].get_array()) {
+      std::vector<std::string>& names = rules[std::string(std::string_view(f["rule"].get_string()))];
+      for (simdjson::dom::element n : f["replicas"].get_array()) {
+        names.emplace_back(std::string_view(n.get_string()));
+      }
+    }
+    simdjson::dom::element pub = doc["replicas"].at(0)["kv_events"];
+    pub_batches = pub["batches"].get_int64();
+    if (pub_batches > 0) {
+      EXPECT_EQ(int64_t(pub["block_sizes"].at(0).get_int64()), 16) << r.out;
+    }
+  };
+
+  Outcome r = Kvroute("doctor --config " + config(16) + " --window 1.5s --interval 0.25s --json -q");
+  EXPECT_EQ(r.rc, 1) << Why(r);
+  std::map<std::string, std::vector<std::string>> rules;
+  int64_t batches = 0;
+  findings(r, rules, batches);
+  EXPECT_EQ(rules.size(), 1u) << r.out;
+  EXPECT_EQ(rules["kv-events-silent"], std::vector<std::string>{"mute"}) << r.out;
+  EXPECT_GT(batches, 0) << r.out;
+  EXPECT_NE(r.out.find(mute_events), std::string::npos) << r.out;
+
+  r = Kvroute("doctor --config " + config(48) + " --window 1s --interval 0.25s --json -q");
+  EXPECT_EQ(r.rc, 1) << Why(r);
+  rules.clear();
+  findings(r, rules, batches);
+  EXPECT_EQ(rules["kv-events-silent"], std::vector<std::string>{"mute"}) << r.out;
+  EXPECT_EQ(rules["kv-events-block-size"], std::vector<std::string>{"pub"}) << r.out;
+
+  const std::string port = events.substr(events.rfind(':') + 1);
+  r = Kvroute("doctor --endpoints " + Sim(0) + " --kv-events-port " + port +
+              " --window 1s --interval 0.25s --json -q");
+  EXPECT_EQ(r.rc, 0) << Why(r);
+  rules.clear();
+  findings(r, rules, batches);
+  EXPECT_TRUE(rules.empty()) << r.out;
+  EXPECT_GT(batches, 0) << r.out;
+
+  // --kv-events names each replica's publisher; an empty entry probes nothing there.
+  r = Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) + " --kv-events " + events +
+              ", --window 1s --interval 0.25s --json -q");
+  EXPECT_EQ(r.rc, 0) << Why(r);
+  rules.clear();
+  findings(r, rules, batches);
+  EXPECT_TRUE(rules.empty()) << r.out;
+  EXPECT_GT(batches, 0) << r.out;
+  EXPECT_NE(r.out.find("\"kv_events\": null"), std::string::npos) << r.out;
+}
+
 TEST_F(DoctorCliTest, ConfigErrorsNameFileLineAndField) {
   const fs::path cfg = dir_ / "bad.yaml";
   std::ofstream(cfg) << "pool:\n  endpoints:\n    - 127.0.0.1:18001\n    - address: nope\n";
@@ -271,6 +375,14 @@ TEST_F(DoctorCliTest, UsageErrorsExitTwoWithAMessage) {
       {"doctor --endpoints 127.0.0.1:1 --watch --json", "--watch and --json"},
       {"doctor --endpoints 127.0.0.1:1 --watch --scenario-out x.yaml", "--watch writes no files"},
       {"doctor --endpoints 127.0.0.1:1 --frobnicate", "frobnicate"},
+      {"doctor --config x.yaml --kv-events-port 5557", "--kv-events-port goes with --endpoints"},
+      {"doctor --endpoints 127.0.0.1:1 --kv-events-port 70000", "--kv-events-port"},
+      {"doctor --config x.yaml --kv-events tcp://127.0.0.1:5557", "--kv-events goes with"},
+      {"doctor --endpoints 127.0.0.1:1,127.0.0.1:2 --kv-events tcp://127.0.0.1:5557",
+       "--kv-events: 1 entries for 2 --endpoints"},
+      {"doctor --endpoints 127.0.0.1:1,127.0.0.1:2 --kv-events ,udp://x:1",
+       "--kv-events entry 2 'udp://x:1'"},
+      {"doctor --endpoints 127.0.0.1:1 --kv-events tcp://a:1 --kv-events-port 5", "not both"},
   };
   for (const Case& c : cases) {
     const Outcome r = Kvroute(c.args);
@@ -286,6 +398,8 @@ TEST_F(DoctorCliTest, HelpDocumentsEveryFlagAndTheExitCodes) {
   for (const char* s : {"--endpoints", "--config", "--window", "--interval", "--timeout", "--json",
                         "--watch", "--scenario-out", "--json-out", "endpoints_file", "kubernetes",
                         "prefix-reuse-lost", "lopsided-kv", "queue-imbalance", "not-vllm",
+                        "--kv-events-port", "kv-events-silent", "kv-events-stale",
+                        "kv-events-block-size",
                         "Exit status: 0 healthy, 1 findings, 2 nothing readable"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
   }

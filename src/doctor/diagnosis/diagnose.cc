@@ -55,6 +55,54 @@ Window WindowOf(const ReplicaHistory& h) {
   return w;
 }
 
+
+// The tokens a replica computed (and so had to cache) between two usable scrapes:
+// Δ prompt tokens − Δ prefix-cache hits, or Δ prompt tokens when the hit counter is absent.
+// Unknown when a counter is unknown, went down, or the two disagree.
+Opt ComputedTokens(const Scrape& a, const Scrape& b) {
+  const Opt dp = Delta(a.prompt_tokens, b.prompt_tokens);
+  if (!dp) return std::nullopt;
+  if (!a.prefix_hits && !b.prefix_hits) return dp;
+  const Opt dh = Delta(a.prefix_hits, b.prefix_hits);
+  if (!dh || *dh > *dp) return std::nullopt;
+  return *dp - *dh;
+}
+
+// Tokens per block for the KV-event rules: the replica's own, else the router's, else 16.
+int32_t BlockTokens(const ReplicaFigures& r, const DoctorOptions& o) {
+  if (r.block_size && *r.block_size > 0 && *r.block_size <= (int64_t{1} << 20)) {
+    return static_cast<int32_t>(*r.block_size);
+  }
+  return o.router_block_size > 0 ? o.router_block_size : 16;
+}
+
+ReplicaFigures::Events EventFigures(const ReplicaHistory& h, const Window& w) {
+  const EventProbe& p = *h.events;
+  ReplicaFigures::Events e;
+  e.address = p.address;
+  e.error = p.error;
+  e.batches = static_cast<int64_t>(p.batches.size());
+  e.decode_errors = p.decode_errors;
+  for (const EventBatchSeen& b : p.batches) {
+    e.last_batch_s = std::max(e.last_batch_s.value_or(b.t_s), b.t_s);
+    for (int32_t bs : b.block_sizes) {
+      if (std::find(e.block_sizes.begin(), e.block_sizes.end(), bs) == e.block_sizes.end()) {
+        e.block_sizes.push_back(bs);
+      }
+    }
+  }
+  std::sort(e.block_sizes.begin(), e.block_sizes.end());
+  if (w.dt > 0) e.tokens_computed = ComputedTokens(*w.first, *w.last);
+  return e;
+}
+
+std::string JoinInts(const std::vector<int32_t>& v) {
+  std::string out;
+  for (int32_t x : v) out += (out.empty() ? "" : ", ") + std::to_string(x);
+  return out;
+}
+
+
 // The window's histogram: bucket deltas between the first and last usable scrapes, or,
 // with a single scrape, everything since the replica started.
 std::optional<Histogram> WindowHist(const Window& w, Histogram Scrape::*field) {
@@ -234,6 +282,7 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
       if (Usable(s)) rep.readable = true;
     }
     rep.replicas.push_back(Figures(h, &ttft[i]));
+    if (h.events) rep.replicas.back().events = EventFigures(h, WindowOf(h));
   }
   if (t_max >= t_min) {
     rep.window_s = t_max - t_min;
@@ -541,6 +590,120 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
         "KV memory, or raise kvroute's kv-cache-utilization-scorer weight; under overload, "
         "`flow: {enabled: true}` holds requests at the router instead",
         f.preempting, false);
+  }
+  // --- KV-cache events (replicas whose events are configured and were probed).
+  {
+    const char* kEnable =
+        "check that the engine publishes: vLLM needs --kv-events-config "
+        "'{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": "
+        "\"tcp://*:5557\"}' (and prefix caching on); that the address is the one it binds (the "
+        "endpoint's kv_events, or pool.kv_events.port on every replica; --kv-events-port for "
+        "doctor --endpoints); and that no firewall or NetworkPolicy blocks the port. Until its "
+        "events arrive the router routes that endpoint by its approximate model "
+        "(kvroute_kv_events_state unknown or stale)";
+    std::vector<std::string> silent, stale, mismatched;
+    std::string silent_text, stale_text, mismatch_text;
+    auto append = [](std::string& text, const std::string& part) {
+      text += (text.empty() ? "" : "; ") + part;
+    };
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      const ReplicaHistory& h = replicas[i];
+      const ReplicaFigures& r = rep.replicas[i];
+      if (!h.events || !r.events) continue;
+      const ReplicaFigures::Events& e = *r.events;
+      const int32_t block = BlockTokens(r, o);
+      const double need = o.event_min_blocks * block;
+      const Window w = WindowOf(h);
+      if (e.batches == 0 && e.tokens_computed && *e.tokens_computed >= need &&
+          *e.tokens_computed > 0) {
+        silent.push_back(r.name);
+        append(silent_text,
+               fmt::format("{} ({}) published no batch in {:.1f}s while it computed {} prompt "
+                           "tokens ({:.1f} blocks of {}){}{}",
+                           r.name, e.address, w.dt, Num(*e.tokens_computed),
+                           *e.tokens_computed / block, block,
+                           e.decode_errors > 0
+                               ? fmt::format(", {} undecodable messages", e.decode_errors)
+                               : "",
+                           e.error.empty() ? "" : ", probe: " + e.error));
+      }
+      if (e.batches > 0 && w.dt > 0) {
+        // The first usable scrape in the window's second half (not the first or last one).
+        const Scrape* mid = nullptr;
+        for (const Scrape& s : h.scrapes) {
+          if (Usable(s) && &s != w.first && s.t_s >= w.first->t_s + w.dt / 2) {
+            mid = &s;
+            break;
+          }
+        }
+        if (mid && mid != w.last && e.last_batch_s && *e.last_batch_s <= mid->t_s) {
+          const Opt late = ComputedTokens(*mid, *w.last);
+          if (late && *late >= need && *late > 0) {
+            stale.push_back(r.name);
+            append(stale_text,
+                   fmt::format("{} ({}): {} batches, the last at t={:.1f}s, none in the last "
+                               "{:.1f}s while it computed {} prompt tokens ({:.1f} blocks of {})",
+                               r.name, e.address, e.batches, *e.last_batch_s,
+                               w.last->t_s - mid->t_s, Num(*late), *late / block, block));
+          }
+        }
+      }
+      std::vector<std::string> why;
+      if (r.block_size && !e.block_sizes.empty() &&
+          (e.block_sizes.size() > 1 || e.block_sizes.front() != *r.block_size)) {
+        why.push_back(fmt::format("events say block_size {}, cache_config_info says {}",
+                                  JoinInts(e.block_sizes), *r.block_size));
+      }
+      if (o.router_block_size > 0) {
+        std::vector<int32_t> bad;
+        for (int32_t bs : e.block_sizes) {
+          if (bs <= 0 || bs % o.router_block_size != 0) bad.push_back(bs);
+        }
+        if (!bad.empty()) {
+          why.push_back(fmt::format(
+              "events' block_size {} is not a multiple of the router's pool.kv_events.block_size "
+              "{}",
+              JoinInts(bad), o.router_block_size));
+        }
+      }
+      if (!why.empty()) {
+        mismatched.push_back(r.name);
+        std::string joined;
+        for (const std::string& w2 : why) joined += (joined.empty() ? "" : " and ") + w2;
+        append(mismatch_text, fmt::format("{} ({}): {}", r.name, e.address, joined));
+      }
+    }
+    if (!silent.empty()) {
+      add("kv-events-silent", "warning", silent_text,
+          fmt::format("KV events configured, no batch received in the window, and >= {} "
+                      "block(s) of prompt tokens computed (Δ prompt tokens − Δ prefix-cache "
+                      "hits)",
+                      Threshold(o.event_min_blocks)),
+          kEnable, silent, false);
+    }
+    if (!stale.empty()) {
+      add("kv-events-stale", "warning", stale_text,
+          fmt::format("batches received early in the window, none since the first scrape of "
+                      "its second half, while >= {} block(s) of prompt tokens were computed "
+                      "since that scrape",
+                      Threshold(o.event_min_blocks)),
+          "the publisher stopped while the engine kept working: check the engine's log (a "
+          "failed publisher, a restart on another port) and the network path; the router marks "
+          "the endpoint stale after pool.kv_events.stale_after and routes it by its "
+          "approximate model until batches return",
+          stale, false);
+    }
+    if (!mismatched.empty()) {
+      add("kv-events-block-size", "warning", mismatch_text,
+          "the block_size of BlockStored events differs from vllm:cache_config_info's "
+          "block_size label, or is not a multiple of pool.kv_events.block_size",
+          "make the events and the scrapes come from the same engine (the endpoint's kv_events "
+          "address must be its own publisher), and set pool.kv_events.block_size to a divisor "
+          "of the engines' block size (their block size itself, e.g. 16); until then the "
+          "router's index rejects that endpoint's events (kvroute_kv_events_state mismatch) and "
+          "routes it by its approximate model",
+          mismatched, false);
+    }
   }
   return rep;
 }

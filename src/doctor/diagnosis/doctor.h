@@ -64,11 +64,32 @@ Scrape ParseScrape(std::string_view body, double t_s);
 // A scrape that failed at the transport or HTTP level.
 Scrape FailedScrape(std::string error, double t_s);
 
+// One KV-cache event batch (vLLM's ZMQ publisher, REFERENCE.md section 5) as doctor's
+// event probe received it.
+struct EventBatchSeen {
+  double t_s = 0;  // the caller's clock when it arrived (the clock of Scrape::t_s)
+  // The block_size of the batch's BlockStored events, each distinct value once (empty: the
+  // batch stored nothing, only removals or a clear).
+  std::vector<int32_t> block_sizes;
+};
+
+// What doctor's event probe saw of one replica's KV-cache events while it scraped: the
+// probe subscribes to the replica's publisher before the first scrape and listens until a
+// little after the last one (the caller's grace). Present only for replicas whose events are
+// configured (per endpoint `kv_events`, pool.kv_events.port, or --kv-events-port).
+struct EventProbe {
+  std::string address;                  // "tcp://10.0.0.7:5557"
+  std::vector<EventBatchSeen> batches;  // oldest first
+  int64_t decode_errors = 0;            // messages that were not a decodable batch
+  std::string error;                    // the probe could not subscribe ("" when it did)
+};
+
 // Every scrape of one replica in the window, oldest first.
 struct ReplicaHistory {
   std::string name;  // as the user gave it: "127.0.0.1:18001", or a pod name
   std::string address;  // host:port
   std::vector<Scrape> scrapes;
+  std::optional<EventProbe> events = std::nullopt;  // no KV events configured for it
 };
 
 // Rule thresholds. Defaults are the documented rules (docs/DOCTOR.md).
@@ -92,6 +113,15 @@ struct DoctorOptions {
   double queue_busy = 2.0;            // queue-imbalance: mean waiting at/above this
   double queue_idle = 0.5;            // ... while another's is at/below this
   double preemptions_per_s = 0.1;     // preemptions finding (which replicas)
+  // KV-event rules (replicas with an EventProbe). The tokens a replica computed over a
+  // stretch of the window: Δ vllm:prompt_tokens_total − Δ prefix-cache hits (Δ prompt
+  // tokens when the hit counter is unknown); a replica that computed at least
+  // event_min_blocks blocks' worth (its cache_config_info block_size, else
+  // router_block_size, else 16) must have stored a block, so it must have published.
+  double event_min_blocks = 1;
+  // The router's pool.kv_events.block_size (0: unknown, e.g. --endpoints): the events'
+  // block size must be a multiple of it or the router cannot use them.
+  int32_t router_block_size = 0;
 };
 
 // A quantile from histogram buckets; nullopt when unknown or no observations.
@@ -119,6 +149,16 @@ struct ReplicaFigures {
   std::optional<bool> prefix_caching;
   std::optional<int64_t> block_size, num_gpu_blocks;
   std::vector<std::string> garbage;   // from the last scrape
+  // From the EventProbe (nullopt: events not configured). tokens_computed: the rule's
+  // reading over the window (see DoctorOptions::event_min_blocks).
+  struct Events {
+    std::string address, error;
+    int64_t batches = 0, decode_errors = 0;
+    std::optional<double> last_batch_s;     // the newest batch's time
+    std::vector<int32_t> block_sizes;       // distinct BlockStored block sizes, ascending
+    std::optional<double> tokens_computed;  // over the window
+  };
+  std::optional<Events> events;
 };
 
 struct FleetFigures {
@@ -143,7 +183,8 @@ struct FleetFigures {
 struct Finding {
   std::string rule;     // "prefix-reuse-lost", "lopsided-kv", "queue-imbalance",
                         // "prefix-caching-off", "preemptions", "unreachable",
-                        // "garbage-metrics", "not-vllm"
+                        // "garbage-metrics", "not-vllm", "kv-events-silent",
+                        // "kv-events-stale", "kv-events-block-size"
   std::string severity;  // "warning" | "error"
   std::string summary;   // one line with the numbers: "fleet prefix-cache hit rate 7.0% ..."
   std::string condition;  // the rule that fired, as text: "hit rate < 50% with >= 10000 ..."

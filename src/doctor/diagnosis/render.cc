@@ -104,6 +104,20 @@ std::string JQuantiles(const Quantiles& q) {
   return fmt::format("{{\"p50\": {}, \"p99\": {}}}", JNum(q.p50), JNum(q.p99));
 }
 
+std::string JEvents(const std::optional<ReplicaFigures::Events>& e) {
+  if (!e) return "null";
+  std::string sizes = "[";
+  for (size_t i = 0; i < e->block_sizes.size(); ++i) {
+    sizes += (i ? ", " : "") + std::to_string(e->block_sizes[i]);
+  }
+  sizes += "]";
+  return fmt::format(
+      "{{\"address\": {}, \"error\": {}, \"batches\": {}, \"decode_errors\": {}, "
+      "\"last_batch_s\": {}, \"block_sizes\": {}, \"tokens_computed\": {}}}",
+      JStr(e->address), JStrOrNull(e->error), e->batches, e->decode_errors, JNum(e->last_batch_s),
+      sizes, JNum(e->tokens_computed));
+}
+
 // Text cells: "-" for unknown.
 std::string TPct(const Opt& v) { return v ? fmt::format("{:.0f}%", *v * 100) : "-"; }
 std::string TPct1(const Opt& v) { return v ? fmt::format("{:.1f}%", *v * 100) : "-"; }
@@ -159,9 +173,9 @@ std::string ReportJson(const Report& r) {
                      JNum(x.preemptions_per_s), JNum(x.tokens_per_s), JNum(x.requests_per_s));
     o += fmt::format(
         "\"ttft_s\": {}, \"prefix_caching\": {}, \"block_size\": {}, "
-        "\"num_gpu_blocks\": {}, \"garbage\": {}}}",
+        "\"num_gpu_blocks\": {}, \"garbage\": {}, \"kv_events\": {}}}",
         JQuantiles(x.ttft_s), JBool(x.prefix_caching), JInt(x.block_size), JInt(x.num_gpu_blocks),
-        JList(x.garbage));
+        JList(x.garbage), JEvents(x.events));
   }
   o += r.replicas.empty() ? "],\n" : "\n  ],\n";
   const FleetFigures& f = r.fleet;
@@ -218,6 +232,17 @@ std::string ReportText(const Report& r) {
     if (!x.reachable && !x.error.empty()) {
       o += fmt::format("  {}: {}\n", OneLine(x.name), OneLine(x.error));
     }
+  }
+  for (const ReplicaFigures& x : r.replicas) {
+    if (!x.events) continue;
+    const ReplicaFigures::Events& e = *x.events;
+    std::string sizes;
+    for (int32_t bs : e.block_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(bs);
+    o += fmt::format("  {} KV events {}: {} batches{}{}, tokens computed {}{}\n", OneLine(x.name),
+                     OneLine(e.address), e.batches,
+                     e.last_batch_s ? fmt::format(" (last at {:.1f}s)", *e.last_batch_s) : "",
+                     sizes.empty() ? "" : ", block size " + sizes, TNum(e.tokens_computed),
+                     e.error.empty() ? "" : ", probe: " + OneLine(e.error));
   }
   const FleetFigures& f = r.fleet;
   std::string preempting = f.preempting.empty() ? "none" : "";

@@ -37,6 +37,7 @@ struct Fake {
   std::vector<double> output_len;
   bool caching = true;
   int blocks = 1000;
+  int block_size = 16;
 };
 
 std::string Hist(const std::string& name, const std::vector<double>& bounds,
@@ -76,7 +77,8 @@ std::string Text(const Fake& f) {
   if (!f.output_len.empty())
     o += Hist("vllm:request_generation_tokens", {10, 100, 1000}, f.output_len);
   o += std::string(
-           "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",") +
+           "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"") +
+       std::to_string(f.block_size) + "\"," +
        "enable_prefix_caching=\"" + (f.caching ? "True" : "False") +
        "\",engine=\"0\",num_gpu_blocks=\"" + std::to_string(f.blocks) + "\"} 1.0\n";
   return o;
@@ -760,7 +762,7 @@ TEST(RenderTest, JsonHasExactlyTheDocumentedKeys) {
                "tokens_per_s",   "requests_per_s",
                "ttft_s",         "prefix_caching",
                "block_size",     "num_gpu_blocks",
-               "garbage"}));
+               "garbage",        "kv_events"}));
   EXPECT_EQ(keys(doc["replicas"].at(0)["kv"]), (V{"now", "mean", "max"}));
   EXPECT_EQ(keys(doc["replicas"].at(0)["ttft_s"]), (V{"p50", "p99"}));
   EXPECT_EQ(keys(doc["fleet"]), (V{"replicas", "reachable", "hit_rate", "hit_rate_source",
@@ -860,6 +862,180 @@ TEST(ScenarioYamlTest, LengthsFromTheRequestSizeHistograms) {
       << y;
   EXPECT_NE(y.find("  kv_blocks: 1000"), std::string::npos) << y;
   EXPECT_NE(y.find("policies: [round-robin, kvroute]\n"), std::string::npos) << y;
+}
+
+// --- KV-cache events: what the event probe saw against what the scrapes say was computed.
+
+// A replica scraped at t = 0, 1, 2, ... with cumulative prompt tokens prompt[i] (and
+// prefix-cache hits hits[i], 0 when not given), its KV events probed at tcp://<name>:5557:
+// one batch storing blocks of `event_block` tokens at each of `batch_times`.
+ReplicaHistory Probed(const std::string& name, const std::vector<double>& prompt,
+                      const std::vector<double>& batch_times, int32_t event_block = 16,
+                      const std::vector<double>& hits = {}, int cache_block = 16) {
+  ReplicaHistory h{name, name + ":8000", {}, EventProbe{}};
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    Fake f;
+    f.prompt_tokens = f.queries = prompt[i];
+    f.hits = i < hits.size() ? hits[i] : 0;
+    f.block_size = cache_block;
+    h.scrapes.push_back(ParseScrape(Text(f), static_cast<double>(i)));
+  }
+  h.events->address = "tcp://" + name + ":5557";
+  for (double t : batch_times) h.events->batches.push_back(EventBatchSeen{t, {event_block}});
+  return h;
+}
+
+TEST(DoctorKvEvents, SilentWhenTokensWereComputedAndNoBatchCame) {
+  const Report r = Diagnose({Probed("a", {0, 100, 200, 300, 400}, {}),
+                             Probed("b", {0, 100, 200, 300, 400}, {0.5, 1.5, 2.5, 3.5})},
+                            DoctorOptions{});
+  ASSERT_EQ(Rules(r), std::vector<std::string>{"kv-events-silent"});
+  EXPECT_EQ(r.ExitCode(), 1);
+  const Finding* f = Get(r, "kv-events-silent");
+  EXPECT_EQ(f->replicas, std::vector<std::string>{"a"});
+  EXPECT_EQ(f->severity, "warning");
+  EXPECT_FALSE(f->routing);
+  EXPECT_NE(f->summary.find("a (tcp://a:5557) published no batch in 4.0s while it computed 400.0 "
+                            "prompt tokens (25.0 blocks of 16)"),
+            std::string::npos)
+      << f->summary;
+  EXPECT_NE(f->remedy.find("enable_kv_cache_events"), std::string::npos);
+  EXPECT_NE(f->remedy.find("firewall"), std::string::npos);
+  EXPECT_NE(f->remedy.find("approximate model"), std::string::npos);
+  ASSERT_TRUE(r.replicas[0].events.has_value());
+  EXPECT_EQ(r.replicas[0].events->batches, 0);
+  EXPECT_EQ(r.replicas[0].events->tokens_computed, 400.0);
+  EXPECT_EQ(r.replicas[1].events->batches, 4);
+  EXPECT_EQ(r.replicas[1].events->last_batch_s, 3.5);
+  EXPECT_EQ(r.replicas[1].events->block_sizes, std::vector<int32_t>{16});
+}
+
+TEST(DoctorKvEvents, SilentNeedsOneBlockOfComputedTokens) {
+  // 15 new tokens: not a full block, so not a block the engine must have stored.
+  EXPECT_TRUE(Diagnose({Probed("a", {0, 15}, {})}, DoctorOptions{}).findings.empty());
+  EXPECT_TRUE(Has(Diagnose({Probed("a", {0, 16}, {})}, DoctorOptions{}), "kv-events-silent"));
+  // The replica's own block size sets the block: 32 tokens of a 64-token block are not one.
+  EXPECT_TRUE(Diagnose({Probed("a", {0, 32}, {}, 64, {}, 64)}, DoctorOptions{}).findings.empty());
+  DoctorOptions o;
+  o.event_min_blocks = 4;
+  EXPECT_TRUE(Diagnose({Probed("a", {0, 63}, {})}, o).findings.empty());
+  EXPECT_TRUE(Has(Diagnose({Probed("a", {0, 64}, {})}, o), "kv-events-silent"));
+}
+
+TEST(DoctorKvEvents, CachedPromptTokensAreNotComputed) {
+  // 1,000 prompt tokens, 995 of them prefix-cache hits: 5 computed, nothing to store.
+  EXPECT_TRUE(
+      Diagnose({Probed("a", {0, 1000}, {}, 16, {0, 995})}, DoctorOptions{}).findings.empty());
+  const Report r = Diagnose({Probed("a", {0, 1000}, {}, 16, {0, 984})}, DoctorOptions{});
+  EXPECT_TRUE(Has(r, "kv-events-silent"));
+  EXPECT_EQ(r.replicas[0].events->tokens_computed, 16.0);
+}
+
+TEST(DoctorKvEvents, NoRuleOnUnknownOrUnconfigured) {
+  // Not configured: no probe, no event rule, kv_events null in JSON.
+  ReplicaHistory plain = Probed("a", {0, 400}, {});
+  plain.events.reset();
+  Report r = Diagnose({plain}, DoctorOptions{});
+  EXPECT_TRUE(r.findings.empty());
+  EXPECT_FALSE(r.replicas[0].events.has_value());
+  EXPECT_NE(ReportJson(r).find("\"kv_events\": null"), std::string::npos);
+  // A counter that went down (a restart): the computed tokens are unknown.
+  r = Diagnose({Probed("a", {500, 100}, {})}, DoctorOptions{});
+  EXPECT_TRUE(r.findings.empty());
+  EXPECT_FALSE(r.replicas[0].events->tokens_computed.has_value());
+  // One scrape: no window.
+  EXPECT_TRUE(Diagnose({Probed("a", {400}, {})}, DoctorOptions{}).findings.empty());
+  // Unreachable at the end: the usable scrapes still bound the window.
+  ReplicaHistory down = Probed("a", {0, 100}, {});
+  down.scrapes.push_back(FailedScrape("connect: Connection refused", 2));
+  r = Diagnose({down}, DoctorOptions{});
+  EXPECT_EQ(Rules(r), (std::vector<std::string>{"unreachable", "kv-events-silent"}));
+}
+
+TEST(DoctorKvEvents, StaleWhenBatchesStopHalfwayWhileTokensGrow) {
+  // Scrapes at 0..4: the second half starts at the scrape at t=2.
+  const std::vector<double> prompt = {0, 100, 200, 300, 400};
+  Report r = Diagnose({Probed("a", prompt, {0.5, 1.5})}, DoctorOptions{});
+  ASSERT_EQ(Rules(r), std::vector<std::string>{"kv-events-stale"});
+  const Finding* f = Get(r, "kv-events-stale");
+  EXPECT_EQ(f->replicas, std::vector<std::string>{"a"});
+  EXPECT_NE(f->summary.find("a (tcp://a:5557): 2 batches, the last at t=1.5s, none in the last "
+                            "2.0s while it computed 200.0 prompt tokens (12.5 blocks of 16)"),
+            std::string::npos)
+      << f->summary;
+  // A batch at the mid scrape's time is still the first half; one after it is not stale.
+  EXPECT_TRUE(Has(Diagnose({Probed("a", prompt, {0.5, 2.0})}, DoctorOptions{}), "kv-events-stale"));
+  EXPECT_TRUE(Diagnose({Probed("a", prompt, {0.5, 2.1})}, DoctorOptions{}).findings.empty());
+  // Idle in the second half (15 tokens, under a block): nothing to publish, not stale.
+  EXPECT_TRUE(
+      Diagnose({Probed("a", {0, 100, 200, 210, 215}, {0.5, 1.5})}, DoctorOptions{}).findings.empty());
+  // Two scrapes: no second half to read.
+  EXPECT_TRUE(Diagnose({Probed("a", {0, 400}, {0.5})}, DoctorOptions{}).findings.empty());
+}
+
+TEST(DoctorKvEvents, BlockSizeMismatch) {
+  // Events in blocks of 32 from a replica whose cache_config_info says 16.
+  Report r = Diagnose({Probed("a", {0, 100}, {0.5}, 32)}, DoctorOptions{});
+  ASSERT_EQ(Rules(r), std::vector<std::string>{"kv-events-block-size"});
+  const Finding* f = Get(r, "kv-events-block-size");
+  EXPECT_EQ(f->replicas, std::vector<std::string>{"a"});
+  EXPECT_NE(f->summary.find("a (tcp://a:5557): events say block_size 32, cache_config_info says 16"),
+            std::string::npos)
+      << f->summary;
+  EXPECT_NE(f->remedy.find("pool.kv_events.block_size"), std::string::npos);
+  // Engines in blocks of 16, the router's index in blocks of 48: not a multiple.
+  DoctorOptions o;
+  o.router_block_size = 48;
+  r = Diagnose({Probed("a", {0, 100}, {0.5})}, o);
+  ASSERT_EQ(Rules(r), std::vector<std::string>{"kv-events-block-size"});
+  EXPECT_NE(Get(r, "kv-events-block-size")
+                ->summary.find("events' block_size 16 is not a multiple of the router's "
+                               "pool.kv_events.block_size 48"),
+            std::string::npos);
+  // 32 everywhere and a router at 16: a multiple, usable.
+  o.router_block_size = 16;
+  EXPECT_TRUE(Diagnose({Probed("a", {0, 100}, {0.5}, 32, {}, 32)}, o).findings.empty());
+  // Batches that stored nothing (removals, a clear) say nothing about block sizes.
+  ReplicaHistory h = Probed("a", {0, 100}, {0.5});
+  h.events->batches[0].block_sizes.clear();
+  EXPECT_TRUE(Diagnose({h}, o).findings.empty());
+  // Both reasons on one replica: one finding that gives both.
+  o.router_block_size = 48;
+  r = Diagnose({Probed("a", {0, 100}, {0.5}, 32)}, o);
+  ASSERT_EQ(Rules(r), std::vector<std::string>{"kv-events-block-size"});
+  EXPECT_NE(Get(r, "kv-events-block-size")->summary.find(" and "), std::string::npos);
+}
+
+TEST(DoctorKvEvents, RenderedInJsonAndText) {
+  DoctorOptions o;
+  o.router_block_size = 16;
+  ReplicaHistory h = Probed("a", {0, 100, 200}, {0.5, 1.5}, 16);
+  h.events->decode_errors = 2;
+  const Report r = Diagnose({h, Probed("b", {0, 100, 200}, {})}, o);
+  const std::string json = ReportJson(r);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS) << json;
+  simdjson::dom::element e = doc["replicas"].at(0)["kv_events"];
+  std::vector<std::string> keys;
+  for (auto field : simdjson::dom::object(e)) keys.emplace_back(field.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"address", "error", "batches", "decode_errors",
+                                            "last_batch_s", "block_sizes", "tokens_computed"}));
+  EXPECT_EQ(std::string_view(e["address"].get_string()), "tcp://a:5557");
+  EXPECT_EQ(int64_t(e["batches"].get_int64()), 2);
+  EXPECT_EQ(int64_t(e["decode_errors"].get_int64()), 2);
+  EXPECT_EQ(double(e["last_batch_s"].get_double()), 1.5);
+  EXPECT_EQ(int64_t(e["block_sizes"].at(0).get_int64()), 16);
+  EXPECT_EQ(double(e["tokens_computed"].get_double()), 200.0);
+  EXPECT_TRUE(e["error"].is_null());
+  EXPECT_TRUE(doc["replicas"].at(1)["kv_events"]["last_batch_s"].is_null());
+  EXPECT_EQ(std::string_view(doc["findings"].at(0)["rule"].get_string()), "kv-events-silent");
+  const std::string text = ReportText(r);
+  EXPECT_NE(text.find("a KV events tcp://a:5557: 2 batches (last at 1.5s), block size 16, tokens "
+                      "computed 200"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("FINDING kv-events-silent: b (tcp://b:5557)"), std::string::npos) << text;
 }
 
 }  // namespace
