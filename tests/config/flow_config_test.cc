@@ -5,14 +5,12 @@
 
 #include "config/router_config.h"
 
+#include "router_config_util.h"
+
 namespace kvroute::config {
 namespace {
 
-std::string ParseErr(std::string_view text) {
-  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
-  EXPECT_FALSE(r.ok()) << text;
-  return r.error.ToString();
-}
+using config_test::ParseErr;
 
 TEST(FlowConfigTest, OffWithTheQueueDefaultsWhenAbsent) {
   ConfigOr<RouterConfig> r = ParseRouterConfig("pool: {endpoints: [127.0.0.1:1]}\n", "t.yaml");

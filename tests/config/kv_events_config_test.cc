@@ -8,20 +8,13 @@
 #include "config/endpoints_file.h"
 #include "config/router_config.h"
 
+#include "router_config_util.h"
+
 namespace kvroute::config {
 namespace {
 
-RouterConfig ParseOk(std::string_view text) {
-  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
-  EXPECT_TRUE(r.ok()) << r.error.ToString();
-  return r.ok() ? *r.value : RouterConfig{};
-}
-
-std::string ParseErr(std::string_view text) {
-  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
-  EXPECT_FALSE(r.ok()) << text;
-  return r.error.ToString();
-}
+using config_test::ParseErr;
+using config_test::ParseOk;
 
 TEST(KvEventsConfig, PerEndpointAddressesAndPoolDefaults) {
   RouterConfig c = ParseOk(R"(pool:

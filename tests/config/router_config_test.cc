@@ -9,20 +9,13 @@
 #include "core/sched/registry.h"
 #include "support/test_paths.h"
 
+#include "router_config_util.h"
+
 namespace kvroute::config {
 namespace {
 
-RouterConfig ParseOk(std::string_view text) {
-  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
-  EXPECT_TRUE(r.ok()) << r.error.ToString();
-  return r.ok() ? *r.value : RouterConfig{};
-}
-
-std::string ParseErr(std::string_view text) {
-  ConfigOr<RouterConfig> r = ParseRouterConfig(text, "t.yaml");
-  EXPECT_FALSE(r.ok()) << text;
-  return r.error.ToString();
-}
+using config_test::ParseErr;
+using config_test::ParseOk;
 
 TEST(RouterConfig, SeedYamlLoadsExactly) {
   const std::string path = kvroute::test_support::SourceDir() + "/examples/seed.yaml";

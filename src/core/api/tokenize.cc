@@ -44,19 +44,30 @@ void AppendUint(std::string& out, uint64_t v) {
 
 // ---- Server side ----
 
-TokenizeParse ParseTokenizeRequest(std::string_view body) {
-  TokenizeParse result;
+namespace {
+
+// `body` as a JSON object (parsed by this thread's parser: valid until its next use), or
+// false with the 400 saying why.
+bool ParseObject(std::string_view body, simdjson::dom::object* obj, ApiError* error) {
   thread_local simdjson::dom::parser parser;
   element root;
   if (auto ec = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(root)) {
-    result.error = BadRequest(std::string("Invalid JSON body: ") + simdjson::error_message(ec));
-    return result;
+    *error = BadRequest(std::string("Invalid JSON body: ") + simdjson::error_message(ec));
+    return false;
   }
+  if (root.get_object().get(*obj)) {
+    *error = BadRequest("Request body must be a JSON object");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TokenizeParse ParseTokenizeRequest(std::string_view body) {
+  TokenizeParse result;
   simdjson::dom::object obj;
-  if (root.get_object().get(obj)) {
-    result.error = BadRequest("Request body must be a JSON object");
-    return result;
-  }
+  if (!ParseObject(body, &obj, &result.error)) return result;
   element ignored;
   const bool chat = obj["messages"].get(ignored) == simdjson::SUCCESS;
 
@@ -124,17 +135,8 @@ TokenizeParse ParseTokenizeRequest(std::string_view body) {
 
 DetokenizeParse ParseDetokenizeRequest(std::string_view body) {
   DetokenizeParse result;
-  thread_local simdjson::dom::parser parser;
-  element root;
-  if (auto ec = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(root)) {
-    result.error = BadRequest(std::string("Invalid JSON body: ") + simdjson::error_message(ec));
-    return result;
-  }
   simdjson::dom::object obj;
-  if (root.get_object().get(obj)) {
-    result.error = BadRequest("Request body must be a JSON object");
-    return result;
-  }
+  if (!ParseObject(body, &obj, &result.error)) return result;
   DetokenizeRequest req;
   bool have_model = false, have_tokens = false;
   for (auto [key, value] : obj) {
