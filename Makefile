@@ -27,7 +27,7 @@ demo: build-kvroute
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
-ASAN_TESTS := api_tests engine_tests sched_tests health_tests routing_tests flow_tests extproc_tests k8s_tests fault_tests workload_tests report_tests metrics_tests config_tests doctor_core_tests
+ASAN_TESTS := api_tests engine_tests kvevents_core_tests sched_tests health_tests routing_tests flow_tests extproc_tests k8s_tests fault_tests workload_tests report_tests metrics_tests config_tests doctor_core_tests
 
 # Unit tests (pure core, no sockets) under AddressSanitizer + UBSan.
 test-asan: deps
