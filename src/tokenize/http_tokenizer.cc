@@ -97,7 +97,9 @@ void OnDone(Call& call, const http::UpstreamResult& r, std::chrono::milliseconds
                              ErrorMessageOf(call.answer)),
                   TokenizeFailure::kStatus);
   }
-  Result<api::TokenizeAnswer> answer = api::ParseTokenizeAnswer(call.answer);
+  // Reserved with padding (below): parsed in place, without copying the answer.
+  const bool padded = call.answer.capacity() >= call.answer.size() + api::kJsonPadding;
+  Result<api::TokenizeAnswer> answer = api::ParseTokenizeAnswer(call.answer, padded);
   if (!answer.ok()) {
     return Finish(call, Status::Internal(t + ": " + answer.status().message()),
                   TokenizeFailure::kBadAnswer);
@@ -175,7 +177,9 @@ void HttpTokenizer::Tokenize(const TokenizeInput& input, TokenizeCallback done) 
       c->handle.Cancel();
       return;
     }
-    if (head.content_length) c->answer.reserve(static_cast<std::size_t>(*head.content_length));
+    if (head.content_length) {
+      c->answer.reserve(static_cast<std::size_t>(*head.content_length) + api::kJsonPadding);
+    }
   };
   cb.on_data = [c, max_bytes](std::string_view piece) {
     if (c->answer.size() + piece.size() > max_bytes) {

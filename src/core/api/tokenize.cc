@@ -370,10 +370,11 @@ Result<std::string> BuildTokenizeBody(const TokenizeSource& source) {
   return out;
 }
 
-Result<TokenizeAnswer> ParseTokenizeAnswer(std::string_view body) {
+Result<TokenizeAnswer> ParseTokenizeAnswer(std::string_view body, bool padded) {
+  static_assert(kJsonPadding >= simdjson::SIMDJSON_PADDING);
   thread_local simdjson::dom::parser parser;
   element root;
-  if (auto ec = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(root)) {
+  if (auto ec = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/!padded).get(root)) {
     return Status::InvalidArgument(std::string("tokenize answer is not JSON: ") +
                                    simdjson::error_message(ec));
   }

@@ -121,7 +121,8 @@ struct TokenizeAnswer {
 // Reads a /tokenize answer: a JSON object whose "tokens" is an array of integers in
 // [0, 2^32); "count", when present, must equal their number; "max_model_len" is read when
 // it is an integer. Anything else (not JSON, not an object, no tokens, a wrong type, a
-// count that disagrees) is InvalidArgument saying what was wrong.
-Result<TokenizeAnswer> ParseTokenizeAnswer(std::string_view body);
+// count that disagrees) is InvalidArgument saying what was wrong. `padded`: body.data() is
+// followed by at least kJsonPadding readable bytes, so it is parsed in place (no copy).
+Result<TokenizeAnswer> ParseTokenizeAnswer(std::string_view body, bool padded = false);
 
 }  // namespace kvroute::api
