@@ -213,6 +213,8 @@ TEST_F(KvEventFaults, EventsStallTurnsStaleThenLiveAgainByReplay) {
   bool saw_stale = false;
   while (Clock::now() < start + 1500ms) {
     if (IsState(Metrics(), "stale")) saw_stale = true;
+    // Batches r0 computes meanwhile get their seq and are never sent: the gap to repair.
+    Direct(0, Prompt("during-stall" + std::to_string(warm_++), 40));
     std::this_thread::sleep_for(20ms);
   }
   // After the stall: the gap is seen and repaired, r0 is live again (traffic still on).
@@ -260,6 +262,9 @@ TEST_F(KvEventFaults, EventsDropRepairedByReplayStaysLive) {
         if (IsState(m, s)) not_live.push_back(s);
       }
     }
+    // Batches of r0's own (one at least a request) besides the traffic's: enough of them
+    // that some are dropped whatever seqs the run reaches.
+    Direct(0, Prompt("during-drop" + std::to_string(warm_++), 40));
     std::this_thread::sleep_for(20ms);
   }
   std::this_thread::sleep_for(300ms);  // traffic after the fault: the last loss is revealed
