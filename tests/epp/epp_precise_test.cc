@@ -63,15 +63,19 @@ class EppPreciseRouting : public ::testing::Test {
     }
     fleet_ = std::make_unique<sim::Fleet>(std::move(replicas), 2);
     ASSERT_TRUE(fleet_->Start().ok());
+  }
 
+  // The picker over the fleet; `kv_events_extra`: more keys of pool.kv_events; `extra`:
+  // more top-level YAML.
+  void StartEpp(const std::string& kv_events_extra = "", const std::string& extra = "") {
     std::string y = "pool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
-                    "  kv_events: {speculative_ttl: 100ms}\n  endpoints:\n";
+                    "  kv_events: {speculative_ttl: 100ms" + kv_events_extra + "}\n  endpoints:\n";
     for (int i = 0; i < fleet_->size(); ++i) {
       y += "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(i)) + ", name: r" + std::to_string(i) +
            ", kv_events: \"" + fleet_->kv_events_endpoint(i) + "\", kv_events_replay: \"" +
            fleet_->kv_events_replay_endpoint(i) + "\"}\n";
     }
-    y += "scheduling:\n  policy: kvroute\n";
+    y += "scheduling:\n  policy: kvroute\n" + extra;
     config::ConfigOr<config::RouterConfig> c = config::ParseRouterConfig(y, "epp.yaml");
     ASSERT_TRUE(c.ok()) << c.error.ToString() << "\n" << y;
     EppOptions o;
@@ -179,6 +183,7 @@ class EppPreciseRouting : public ::testing::Test {
 };
 
 TEST_F(EppPreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
+  StartEpp();
   WaitAllLive();
   // Replica 3 computes a long prompt for a client that never went through the gateway.
   const std::string p = Prompt("shared-context", 800);  // 50 blocks
@@ -213,6 +218,31 @@ TEST_F(EppPreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
   m = Metrics();
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_total"), 2);
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
+}
+
+TEST_F(EppPreciseRouting, WithFlowControlTheHeldPickIsPreciseToo) {
+  StartEpp("", "flow:\n  enabled: true\n");
+  WaitAllLive();
+  const std::string p = Prompt("flow-context", 800);
+  const double before = Blocks(2);
+  Direct(2, p);
+  ASSERT_TRUE(WaitFor([&] { return Blocks(2) >= before + 49; }));
+  EXPECT_EQ(Through(p + " and a question"), "r2");
+  const std::string m = Metrics();
+  EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_total"), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
+}
+
+TEST_F(EppPreciseRouting, ATokenizerThatCannotBeReachedLeavesTheApproximatePick) {
+  // Nothing listens on port 1: every tokenize call fails to connect.
+  StartEpp(", tokenizer: 127.0.0.1:1");
+  WaitAllLive();
+  EXPECT_FALSE(Through(Prompt("no-ids", 100)).empty());
+  const std::string m = Metrics();
+  EXPECT_GE(MetricSum(m, "kvroute_tokenize_requests_total"), 1);
+  EXPECT_GE(MetricSum(m, "kvroute_tokenize_failures_total", {{"kind", "connect"}}), 1);
+  // No ids: no prediction, so no receipt.
+  EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_total"), 0);
 }
 
 }  // namespace
