@@ -235,16 +235,15 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
   // through TokensDone, which takes mu_).
   void StartTokenizeLocked() {
     tokenizing_ = true;
-    std::weak_ptr<Stream> weak = weak_from_this();
-    auto done = [weak](std::vector<uint32_t> ids) {
-      if (std::shared_ptr<Stream> st = weak.lock()) st->TokensDone(std::move(ids));
-    };
     if (!server_->tokenize_) {
-      // No tokenizer: an approximate pick, on this stream's next step (not under mu_).
+      // No tokenizer: no ids, the pick goes on at once (the caller admits or answers).
       exchange_.OnTokenIds({}, server_->clock_(), out_);
       return;
     }
-    server_->tokenize_(exchange_.token_input(), std::move(done));
+    std::weak_ptr<Stream> weak = weak_from_this();
+    server_->tokenize_(exchange_.token_input(), [weak](std::vector<uint32_t> ids) {
+      if (std::shared_ptr<Stream> st = weak.lock()) st->TokensDone(std::move(ids));
+    });
   }
 
   // The exchange holds its pick: admit it into the flow queue.

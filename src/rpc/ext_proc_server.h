@@ -29,6 +29,12 @@
 // gate's lock is never held while calling into a stream or gRPC; a stream's lock may be
 // held while taking it (stream, then gate), never the other way round.
 //
+// Precise prefix routing (ExtProcServerOptions::tokenize, want_token_ids): a stream whose
+// exchange waits for its prompt's token ids (Exchange::awaiting_token_ids) hands the
+// prompt to `tokenize` and keeps reading; the answer comes back on the tokenizer's thread,
+// where the exchange gets the ids (or none) and goes on to flow admission or its pick.
+// Like a held answer, a stream half-closed meanwhile stays open for it.
+//
 // Health (grpc.health.v1, gRPC's DefaultHealthCheckService on the health port):
 // "liveness" and "" SERVING while the server runs; "readiness" and
 // "envoy.service.ext_proc.v3.ExternalProcessor" SERVING while RoutingCore::Ready (polled
