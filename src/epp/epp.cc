@@ -2,7 +2,9 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <csignal>
 #include <cstdio>
@@ -16,6 +18,8 @@
 #include "core/metrics/prom_writer.h"
 #include "pool/pool.h"
 #include "rpc/ext_proc_server.h"
+#include "tokenize/http_tokenizer.h"
+#include "tokenize/tokenize_metrics.h"
 
 namespace kvroute::epp {
 
@@ -201,6 +205,17 @@ struct Epp::Impl {
     const flow::FlowOptions flow_options = cfg.flow.options;
     const double timeout_s = cfg.epp.stream_timeout_s;
     const uint64_t max_body = cfg.limits.max_body_bytes;
+    // Precise prefix routing: prompts are tokenized on the io thread, through its own
+    // client, while some endpoint has KV events configured (read at start, as serve does).
+    tokenize::HttpTokenizerOptions to;
+    to.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(0.001, cfg.pool.kv_events.tokenize_timeout_s) * 1000.0));
+    if (cfg.pool.kv_events.tokenizer) {
+      to.default_host = cfg.pool.kv_events.tokenizer->host;
+      to.default_port = cfg.pool.kv_events.tokenizer->port;
+    }
+    tokenize_client = std::make_unique<http::UpstreamClient>(io->context(0));
+    tokenizer = std::make_unique<tokenize::HttpTokenizer>(io->context(0), *tokenize_client, to);
     if (Status st = Apply(std::move(cfg)); !st.ok()) return st;
 
     grpc = std::make_unique<rpc::ExtProcServer>(
@@ -211,6 +226,10 @@ struct Epp::Impl {
     go.health_port = options.health_port;
     go.stream_timeout_s = timeout_s;
     go.max_message_bytes = static_cast<std::size_t>(max_body) + (1u << 20);
+    go.want_token_ids = [p = pool.get()] { return p->core().kv_events_active(); };
+    go.tokenize = [this](extproc::TokenInput in, std::function<void(std::vector<uint32_t>)> done) {
+      Tokenize(std::move(in), std::move(done));
+    };
     if (flow_on) {
       // Flow admission is this front end's call into the gate, as in serve; the transport
       // holds streams in it.
@@ -236,6 +255,30 @@ struct Epp::Impl {
       WaitSignal();
     }
     return Status::Ok();
+  }
+
+  // On the io thread: the prompt's ids from a ready replica's POST /tokenize (or
+  // pool.kv_events.tokenizer); empty ids on any failure (the pick is then approximate).
+  void Tokenize(extproc::TokenInput in, std::function<void(std::vector<uint32_t>)> done) {
+    asio::post(io->context(0), [this, in = std::move(in), done = std::move(done)]() mutable {
+      tokenize::TokenizeInput ti;  // views of `in`, valid through the call
+      ti.endpoint = in.endpoint;
+      ti.model = in.model;
+      ti.prompt = in.prompt;
+      ti.body = in.body;
+      ti.add_special_tokens = in.add_special_tokens;
+      auto table = pool->core().table();
+      uint32_t target = 0;
+      if (tokenizer->options().default_host.empty() && pool->core().AnyUsable(pool->Now(), &target, 1) == 1) {
+        if (const routing::Endpoint* ep = table->Find(target)) {
+          ti.target_host = ep->spec.host;
+          ti.target_port = ep->spec.port;
+        }
+      }
+      tokenizer->Tokenize(ti, [done = std::move(done)](Result<tokenize::TokenIds> ids) {
+        done(ids.ok() ? std::move(ids).value() : std::vector<uint32_t>());
+      });
+    });
   }
 
   void WaitSignal() {
@@ -293,6 +336,9 @@ struct Epp::Impl {
     stats.AppendMetrics(out, name, pool->core().Load(now));
     if (grpc) AppendServerMetrics(out, grpc->stats());
     if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
+    if (tokenizer && pool->core().kv_events_active()) {
+      tokenize::AppendTokenizerMetrics(out, tokenizer->stats().Read());
+    }
     return out;
   }
 
@@ -330,6 +376,9 @@ struct Epp::Impl {
   // Declared first among the owners of sockets and timers: destroyed last.
   std::unique_ptr<http::IoPool> io;
   std::unique_ptr<pool::Pool> pool;
+  // Precise prefix routing's tokenizer and its connections (io thread).
+  std::unique_ptr<http::UpstreamClient> tokenize_client;
+  std::unique_ptr<tokenize::HttpTokenizer> tokenizer;
   // Flow control (flow.enabled at start): over pool's core; outlives grpc, which holds
   // streams in it.
   std::unique_ptr<flow::FlowGate> flow_gate;

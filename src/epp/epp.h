@@ -16,8 +16,12 @@
 // Reload (SIGHUP or Reload()): the pool is re-applied (surviving endpoints keep their
 // state), new streams get the new epp settings and stream timeout; ports stay.
 //
-// Threads: one IoPool thread for scraping, the metrics server and signals; gRPC's own
-// threads for streams.
+// Precise prefix routing: while some endpoint has kv_events, each completions or chat
+// body is tokenized before its pick (README "Precise prefix routing"; the tokenizer's
+// options, pool.kv_events.tokenizer and tokenize_timeout, are read at start).
+//
+// Threads: one IoPool thread for scraping, tokenizing, the metrics server and signals;
+// gRPC's own threads for streams.
 #pragma once
 
 #include <condition_variable>

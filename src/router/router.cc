@@ -24,6 +24,7 @@
 #include "core/metrics/prom_writer.h"
 #include "pool/pool.h"
 #include "tokenize/http_tokenizer.h"
+#include "tokenize/tokenize_metrics.h"
 
 namespace kvroute::router {
 
@@ -321,29 +322,8 @@ struct Router::Impl {
   // kvroute_tokenize_*: every worker's tokenizer calls, failures and latency, summed.
   void AppendTokenizerMetrics(std::string& out) {
     tokenize::TokenizerStats::Snapshot sum;
-    for (const auto& t : tokenizers) {
-      tokenize::TokenizerStats::Snapshot s = t->stats().Read();
-      sum.calls += s.calls;
-      sum.failures += s.failures;
-      for (std::size_t i = 0; i < s.failures_by_kind.size(); ++i) sum.failures_by_kind[i] += s.failures_by_kind[i];
-      for (std::size_t i = 0; i < s.buckets.size(); ++i) sum.buckets[i] += s.buckets[i];
-      sum.latency_sum_s += s.latency_sum_s;
-    }
-    metrics::AppendCounter(out, "kvroute_tokenize_requests_total",
-                           "Prompts tokenized for precise prefix routing (POST /tokenize).", {},
-                           static_cast<double>(sum.calls));
-    metrics::AppendHeader(out, "kvroute_tokenize_failures_total",
-                          "Tokenize calls that failed, by kind (the request was then routed by "
-                          "the approximate model).", metrics::MetricType::kCounter);
-    for (std::size_t i = 0; i < tokenize::kNumTokenizeFailures; ++i) {
-      const metrics::Label kind{"kind", tokenize::TokenizeFailureName(static_cast<tokenize::TokenizeFailure>(i))};
-      metrics::AppendSample(out, "kvroute_tokenize_failures_total", {&kind, 1},
-                            static_cast<double>(sum.failures_by_kind[i]));
-    }
-    metrics::AppendHeader(out, "kvroute_tokenize_duration_seconds", "Time to tokenize one prompt.",
-                          metrics::MetricType::kHistogram);
-    metrics::AppendHistogramSeries(out, "kvroute_tokenize_duration_seconds", {},
-                                   tokenize::TokenizerStats::kBuckets, sum.buckets, sum.latency_sum_s);
+    for (const auto& t : tokenizers) tokenize::AddSnapshot(sum, t->stats().Read());
+    tokenize::AppendTokenizerMetrics(out, sum);
   }
 
   RouterOptions options;

@@ -41,7 +41,8 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
   Stream(ExtProcServer* server, grpc::CallbackServerContext* ctx)
       : server_(server),
         ctx_(ctx),
-        exchange_(extproc::ExchangeEnv{&server->core_, server->epp_stats_, server->clock_},
+        exchange_(extproc::ExchangeEnv{&server->core_, server->epp_stats_, server->clock_,
+                                       server->want_token_ids_},
                   server->settings_()),
         deadline_s_(server->clock_() + server->timeout_s_.load(std::memory_order_relaxed)) {}
 
@@ -80,7 +81,8 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
         server_->stats_.messages_in.fetch_add(1, std::memory_order_relaxed);
         out_.clear();
         exchange_.OnRequest(request_, server_->clock_(), out_);
-        if (exchange_.held() && !flow_decided_) AdmitLocked(a);
+        if (exchange_.awaiting_token_ids() && !tokenizing_) StartTokenizeLocked();
+        if (!exchange_.awaiting_token_ids() && exchange_.held() && !flow_decided_) AdmitLocked(a);
         TakeOutLocked(a);
         if (exchange_.done()) {
           RequestFinishLocked(grpc::Status::OK, a);  // after the immediate response
@@ -154,6 +156,24 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     Act(a);
   }
 
+  // The prompt's token ids arrived (empty: none): the pick goes on.
+  void TokensDone(std::vector<uint32_t> ids) {
+    Actions a;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finish_wanted_ || !exchange_.awaiting_token_ids()) return;  // ended meanwhile
+      exchange_.OnTokenIds(std::move(ids), server_->clock_(), out_);
+      if (exchange_.held() && !flow_decided_) AdmitLocked(a);
+      TakeOutLocked(a);
+      if (half_closed_ && !exchange_.held()) {
+        CloseLocked(false, a);  // as a half-close after the pick
+        RequestFinishLocked(grpc::Status::OK, a);
+      }
+      NextWriteLocked(a);
+    }
+    Act(a);
+  }
+
   // The held request waited past its TTL (429) or its no-endpoint TTL (503).
   void FlowExpired(flow::ExpireReason reason) {
     Actions a;
@@ -209,6 +229,21 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
     }
     exchange_.Close(server_->clock_(), cancelled);
     NoteFinishedLocked(a);
+  }
+
+  // The exchange waits for token ids: asks the tokenizer (never inline: the answer comes
+  // through TokensDone, which takes mu_).
+  void StartTokenizeLocked() {
+    tokenizing_ = true;
+    if (!server_->tokenize_) {
+      // No tokenizer: no ids, the pick goes on at once (the caller admits or answers).
+      exchange_.OnTokenIds({}, server_->clock_(), out_);
+      return;
+    }
+    std::weak_ptr<Stream> weak = weak_from_this();
+    server_->tokenize_(exchange_.token_input(), [weak](std::vector<uint32_t> ids) {
+      if (std::shared_ptr<Stream> st = weak.lock()) st->TokensDone(std::move(ids));
+    });
   }
 
   // The exchange holds its pick: admit it into the flow queue.
@@ -295,6 +330,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
   bool finish_called_ = false;
   bool done_ = false;
   bool flow_decided_ = false;  // admission ran (once per stream)
+  bool tokenizing_ = false;    // the prompt went to the tokenizer (once per stream)
   bool half_closed_ = false;   // Envoy half-closed while the answer was held
   bool finish_noted_ = false;  // the picked request's end was reported to the pump
   flow::RequestId flow_id_ = 0;  // waiting in the flow queue under this id; 0: not
@@ -344,6 +380,8 @@ void ExtProcServer::Unregister(Stream* s) {
 Status ExtProcServer::Start(const ExtProcServerOptions& options) {
   timeout_s_.store(options.stream_timeout_s, std::memory_order_relaxed);
   flow_ = options.flow_gate;
+  tokenize_ = options.tokenize;
+  want_token_ids_ = options.want_token_ids;
   service_ = std::make_unique<Service>(this);
 
   // The ext_proc port serves only ExternalProcessor: no health service there.

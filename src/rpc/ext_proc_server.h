@@ -29,6 +29,12 @@
 // gate's lock is never held while calling into a stream or gRPC; a stream's lock may be
 // held while taking it (stream, then gate), never the other way round.
 //
+// Precise prefix routing (ExtProcServerOptions::tokenize, want_token_ids): a stream whose
+// exchange waits for its prompt's token ids (Exchange::awaiting_token_ids) hands the
+// prompt to `tokenize` and keeps reading; the answer comes back on the tokenizer's thread,
+// where the exchange gets the ids (or none) and goes on to flow admission or its pick.
+// Like a held answer, a stream half-closed meanwhile stays open for it.
+//
 // Health (grpc.health.v1, gRPC's DefaultHealthCheckService on the health port):
 // "liveness" and "" SERVING while the server runs; "readiness" and
 // "envoy.service.ext_proc.v3.ExternalProcessor" SERVING while RoutingCore::Ready (polled
@@ -77,6 +83,13 @@ struct ExtProcServerOptions {
   // saturated. Needs streams whose settings have defer_pick (without it the exchange
   // picks on its own); a held exchange without a gate is resumed at once. Null: off.
   flow::FlowGate* flow_gate = nullptr;
+  // Precise prefix routing: tokenizes a held exchange's prompt (Exchange::
+  // awaiting_token_ids) and calls `done` exactly once, on any thread but never inside
+  // this call, with the ids (empty: failed or timed out; the pick is then approximate).
+  // Never blocks. Unset: such exchanges are given no ids at once.
+  std::function<void(extproc::TokenInput, std::function<void(std::vector<uint32_t>)>)> tokenize;
+  // Asked at each pick: whether to tokenize first (RoutingCore::kv_events_active).
+  std::function<bool()> want_token_ids;
 };
 
 // Counters of the adapter itself, any thread may read them.
@@ -157,6 +170,9 @@ class ExtProcServer {
 
   // Flow control; null when off.
   flow::FlowGate* flow_ = nullptr;
+  // ExtProcServerOptions::tokenize and want_token_ids (set before streams start).
+  std::function<void(extproc::TokenInput, std::function<void(std::vector<uint32_t>)>)> tokenize_;
+  std::function<bool()> want_token_ids_;
 };
 
 }  // namespace kvroute::rpc

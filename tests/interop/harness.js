@@ -89,11 +89,14 @@ async function closedPorts(n) {
 }
 
 let configCount = 0;
-function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2 }) {
+// endpoints: "ip:port" or a YAML flow mapping ("{address: ..., kv_events: ...}");
+// poolExtra: more lines under pool: (e.g. '  kv_events: {speculative_ttl: 100ms}').
+function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2, poolExtra = [] }) {
   return [
     'pool:',
     '  scrape_interval: 50ms',
     '  staleness: 2s',
+    ...poolExtra,
     // No endpoints: the pool comes from the command line (--pool-name, Kubernetes).
     ...(endpoints.length ? ['  endpoints:', ...endpoints.map((e) => `    - ${e}`)] : []),
     'scheduling:',
@@ -147,4 +150,26 @@ async function waitForHealth(address, service, want = 'SERVING', timeoutMs = 150
   }
 }
 
-module.exports = { startSim, startEpp, stop, closedPorts, waitForHealth, tempDir };
+// `kvroute sim` with `replicas` replicas publishing KV-cache events (ZMQ PUB and replay on
+// free ports), `kvBlocks` blocks each and prompt_tokens_details in usage. Resolves with
+// {proc, endpoints: ["ip:port"], kvEvents: ["tcp://..."], kvReplay: ["tcp://..."]}.
+async function startSimWithEvents(replicas, kvBlocks) {
+  const { proc, matches } = await startKvroute(
+    ['sim', '--replicas', String(replicas), '--port', '0', '--host', '127.0.0.1',
+      '--kv-blocks', String(kvBlocks), '--time-scale', '0.01', '--threads', '1',
+      '--kv-events-port', '0', '--kv-events-replay-port', '0', '--enable-prompt-tokens-details'],
+    {
+      stream: 'stdout',
+      pattern: /^replica-(\d+) (?:http:\/\/(127\.0\.0\.1:\d+) |kv-events (\S+) replay (\S+) )/,
+      count: 2 * replicas,
+    });
+  const out = { proc, endpoints: [], kvEvents: [], kvReplay: [] };
+  for (const m of matches) {
+    const i = Number(m[1]);
+    if (m[2]) out.endpoints[i] = m[2];
+    else { out.kvEvents[i] = m[3]; out.kvReplay[i] = m[4]; }
+  }
+  return out;
+}
+
+module.exports = { startSim, startSimWithEvents, startEpp, stop, closedPorts, waitForHealth, tempDir };

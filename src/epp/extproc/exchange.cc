@@ -109,6 +109,8 @@ Usage FindUsage(std::string_view tail) {
   if (end != std::string_view::npos) rest = rest.substr(0, end);
   u.prompt_tokens = IntAfter(rest, "\"prompt_tokens\"");
   u.completion_tokens = IntAfter(rest, "\"completion_tokens\"");
+  // Nested (prompt_tokens_details): past the first '}' the cut above stops at.
+  u.cached_tokens = IntAfter(tail.substr(at), "\"cached_tokens\"");
   return u;
 }
 
@@ -292,6 +294,8 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
     }
     model_ = parsed_.request->model;
     sr_ = sched::FromParsed(*parsed_.request);
+    kind_ = kind;
+    awaiting_tokens_ = env_.want_token_ids && env_.want_token_ids();
   } else {
     model_ = model_header_;
     if (model_.empty() && has_body) model_ = ModelField(body_);
@@ -305,13 +309,17 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
     auto it = settings_->objectives.find(objective_);
     if (it != settings_->objectives.end()) priority_ = it->second;
   }
-  if (settings_->defer_pick) {
-    // The caller (flow control) decides when; body_ and parsed_ stay as they are.
+  if (settings_->defer_pick || awaiting_tokens_) {
+    // The caller (tokenizing, flow control) decides when; body_ and parsed_ stay as they are.
     held_with_body_ = with_body;
     held_trailers_ = trailers;
     phase_ = Phase::kHeld;
     return;
   }
+  PickUnlessShed(with_body, trailers, out);
+}
+
+void Exchange::PickUnlessShed(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out) {
   if (priority_ < 0 && env_.core->Load(now_s_).saturated_pool()) {
     return Fail(429, "The pool is saturated and objective '" + objective_ +
                          "' is sheddable (priority " + std::to_string(priority_) + ").", out);
@@ -319,8 +327,36 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
   PickNow(with_body, trailers, out);
 }
 
+TokenInput Exchange::token_input() const {
+  TokenInput in;
+  if (!parsed_.ok() || !parsed_.request) return in;
+  in.endpoint = kind_;
+  in.model = parsed_.request->model;
+  in.prompt = parsed_.request->prompt_text;
+  if (kind_ == api::Endpoint::kChatCompletions) in.body = body_;
+  in.add_special_tokens = parsed_.request->add_special_tokens;
+  return in;
+}
+
+void Exchange::OnTokenIds(std::vector<uint32_t> ids, double now_s, std::vector<pb::ProcessingResponse>& out) {
+  if (phase_ != Phase::kHeld || closed_ || !awaiting_tokens_) return;
+  now_s_ = now_s;
+  awaiting_tokens_ = false;
+  token_ids_ = std::move(ids);
+  sr_.token_ids = token_ids_;
+  if (settings_->defer_pick) return;  // held on, for flow control
+  phase_ = Phase::kBody;
+  PickUnlessShed(held_with_body_, held_trailers_, out);
+  if (held_trailers_ && !immediate_sent_) {
+    // What OnRequestTrailers emits after the pick.
+    pb::ProcessingResponse r;
+    r.mutable_request_trailers();
+    Emit(std::move(r), out);
+  }
+}
+
 void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out) {
-  if (phase_ != Phase::kHeld || closed_) return;
+  if (phase_ != Phase::kHeld || closed_ || awaiting_tokens_) return;
   now_s_ = now_s;
   phase_ = Phase::kBody;
   PickNow(held_with_body_, held_trailers_, out);
@@ -336,6 +372,7 @@ void Exchange::Refuse(int status, std::string message, std::string_view retry_af
                       std::vector<pb::ProcessingResponse>& out) {
   if (phase_ != Phase::kHeld || closed_) return;
   now_s_ = now_s;
+  awaiting_tokens_ = false;
   FailParsed(status, api::ErrorBody(api::MakeError(status, std::move(message))), out, retry_after);
 }
 
@@ -455,9 +492,11 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
       response_tail_.append(chunk);
     }
     if (b.end_of_stream()) {
-      if (env_.stats) {
-        Usage u = FindUsage(response_tail_);
-        env_.stats->OnUsage(model_, u.prompt_tokens, u.completion_tokens);
+      Usage u = FindUsage(response_tail_);
+      if (env_.stats) env_.stats->OnUsage(model_, u.prompt_tokens, u.completion_tokens);
+      if (pick_.predicted_cached_tokens >= 0 && (status_ == 0 || status_ == 200) &&
+          pick_.n_ranked > 0 && served_ == pick_.ranked[0]) {
+        env_.core->OnRouteReceipt(served_, pick_.predicted_cached_tokens, u.cached_tokens);
       }
       FinishRequest(status_ != 0 ? status_ : 200);
     }

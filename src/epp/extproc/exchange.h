@@ -66,6 +66,18 @@
 // held, request messages get no answer (Envoy waits for the held one); Close finishes the
 // request as 499 without an endpoint.
 //
+// Precise prefix routing (ExchangeEnv::want_token_ids true at the pick, i.e. the core has
+// KV-cache events configured): a parsed /v1/completions or /v1/chat/completions body is
+// held for its prompt's token ids before the pick: awaiting_token_ids() and held() turn
+// true; the caller tokenizes (token_input()) off the stream's thread and calls
+// OnTokenIds with the ids (empty: tokenizing failed, the pick is approximate). Then the
+// exchange continues as it would have at the pick: with defer_pick it stays held for
+// flow control, else it picks (the sheddable 429 included) and emits the answers.
+// Route receipts: a response of a pick with a prediction
+// (PickResult::predicted_cached_tokens >= 0) whose body Envoy sends ends with
+// RoutingCore::OnRouteReceipt(served endpoint, prediction, the body's
+// usage.prompt_tokens_details.cached_tokens or -1) when its status is 200.
+//
 // In observability_mode Envoy expects no answers: the exchange still picks and accounts
 // but emits nothing.
 //
@@ -81,6 +93,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -125,6 +138,18 @@ struct ExchangeEnv {
   routing::RoutingCore* core = nullptr;
   EppStats* stats = nullptr;
   std::function<double()> timer;
+  // Asked once per request at the pick: hold the pick for the prompt's token ids (see
+  // above). Unset: never.
+  std::function<bool()> want_token_ids;
+};
+
+// What to tokenize, owned (the exchange's own strings may go with its stream).
+struct TokenInput {
+  api::Endpoint endpoint = api::Endpoint::kCompletions;
+  std::string model;
+  std::string prompt;  // completions: the prompt text
+  std::string body;    // chat: the client's body
+  std::optional<bool> add_special_tokens;
 };
 
 class Exchange {
@@ -158,6 +183,12 @@ class Exchange {
   // Deferred pick (settings.defer_pick). True from the moment the exchange would have
   // picked until Resume, Refuse or Close.
   bool held() const { return phase_ == Phase::kHeld && !closed_; }
+  // Held for token ids (precise prefix routing): token_input() says what to tokenize.
+  bool awaiting_token_ids() const { return awaiting_tokens_ && held(); }
+  TokenInput token_input() const;
+  // The prompt's token ids (empty: none, pick approximately). Continues the held request:
+  // stays held for flow control with defer_pick, else picks and appends the answers.
+  void OnTokenIds(std::vector<uint32_t> ids, double now_s, std::vector<pb::ProcessingResponse>& out);
   // The request as the pick will see it (model, prompt, ...); valid while held().
   const sched::SchedRequest& held_request() const { return sr_; }
   // The endpoint the request went to (the pick's winner, or the one Envoy reported it
@@ -195,6 +226,8 @@ class Exchange {
   void PickAndAnswer(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
   // The pick itself, from sr_ (PickAndAnswer, or Resume after a deferral).
   void PickNow(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
+  // The sheddable 429 while the pool is saturated, else PickNow.
+  void PickUnlessShed(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
   // Emits the ImmediateResponse and finishes the request (kNoEndpoint).
   void Fail(int status, std::string message, std::vector<pb::ProcessingResponse>& out);
   void FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out,
@@ -235,6 +268,10 @@ class Exchange {
   // A deferred pick: how PickAndAnswer was called.
   bool held_with_body_ = false;
   bool held_trailers_ = false;
+  // Precise prefix routing: held for the ids; the ids (sr_.token_ids views them).
+  bool awaiting_tokens_ = false;
+  api::Endpoint kind_ = api::Endpoint::kCompletions;
+  std::vector<uint32_t> token_ids_;
 
   // The pick.
   routing::PickResult pick_;
@@ -254,6 +291,7 @@ class Exchange {
 struct Usage {
   int64_t prompt_tokens = -1;
   int64_t completion_tokens = -1;
+  int64_t cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens
 };
 Usage FindUsage(std::string_view body_tail);
 

@@ -818,3 +818,66 @@ TEST(FindUsageTest, ReadsTheLastUsageObject) {
 
 }  // namespace
 }  // namespace kvroute::extproc
+
+namespace kvroute::extproc {
+namespace {
+
+TEST(FindUsageTest, ReadsTheNestedCachedTokens) {
+  Usage u = FindUsage(
+      R"(data: {"choices":[],"usage":{"prompt_tokens":800,"total_tokens":801,"completion_tokens":1,)"
+      R"("prompt_tokens_details":{"cached_tokens":784}}})"
+      "\n\ndata: [DONE]\n\n");
+  EXPECT_EQ(u.prompt_tokens, 800);
+  EXPECT_EQ(u.completion_tokens, 1);
+  EXPECT_EQ(u.cached_tokens, 784);
+  EXPECT_EQ(FindUsage(R"({"usage":{"prompt_tokens":3}})").cached_tokens, -1);
+}
+
+TEST_F(ExchangeTest, WithTokenIdsWantedThePickWaitsForThem) {
+  ExchangeEnv env;
+  env.core = &core_;
+  env.stats = &stats_;
+  env.want_token_ids = [] { return true; };
+  Exchange ex(env, settings_);
+  const std::string prompt = LongPrompt(200, 't');
+  EXPECT_TRUE(Feed(ex, Headers("/v1/completions")).empty());
+  EXPECT_TRUE(Feed(ex, Body(Completion(prompt), true)).empty());
+  EXPECT_TRUE(ex.awaiting_token_ids());
+  EXPECT_TRUE(ex.held());
+  const TokenInput in = ex.token_input();
+  EXPECT_EQ(in.endpoint, api::Endpoint::kCompletions);
+  EXPECT_EQ(in.model, kModel);
+  EXPECT_EQ(in.prompt, prompt);
+  EXPECT_TRUE(in.body.empty());
+  // Resume does nothing while the ids are awaited.
+  Responses out;
+  ex.Resume(now_, out);
+  EXPECT_TRUE(out.empty());
+  ex.OnTokenIds({1, 2, 3}, now_, out);
+  EXPECT_FALSE(ex.held());
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_TRUE(out[0].has_request_headers());
+  CheckPick(out[0], out[0].request_headers().response(), 3);
+  EXPECT_EQ(Inflight(), 1.0);
+  ex.Close(now_, false);
+  EXPECT_EQ(Inflight(), 0.0);
+}
+
+TEST_F(ExchangeTest, ClosedWhileAwaitingTokenIdsFinishesAs499) {
+  ExchangeEnv env;
+  env.core = &core_;
+  env.want_token_ids = [] { return true; };
+  Exchange ex(env, settings_);
+  Feed(ex, Headers("/v1/completions"));
+  Feed(ex, Body(Completion("hello"), true));
+  ASSERT_TRUE(ex.awaiting_token_ids());
+  ex.Close(now_, true);
+  Responses out;
+  ex.OnTokenIds({}, now_, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(Requests("499"), 1.0);
+  EXPECT_EQ(Inflight(), 0.0);
+}
+
+}  // namespace
+}  // namespace kvroute::extproc
