@@ -193,8 +193,9 @@ TEST_F(EppPreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
   // The first request with that prefix through the picker goes there, and its receipt
   // (predicted against the engine's reported cached tokens) agrees.
   EXPECT_EQ(Through(p + " and a question"), "r3");
-  std::string m = Metrics();
-  EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_total"), 1);
+  // The receipt is counted when the picker has read the response body's end.
+  std::string m;
+  EXPECT_TRUE(WaitFor([&] { return MetricSum(m = Metrics(), "kvroute_route_receipts_total") == 1; }));
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_reported_tokens_total"), 800);
   EXPECT_GE(MetricSum(m, "kvroute_tokenize_requests_total"), 1);
@@ -215,8 +216,7 @@ TEST_F(EppPreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
   Direct(1, p);
   ASSERT_TRUE(WaitFor([&] { return Blocks(1) >= before1 + 49; }));
   EXPECT_EQ(Through(p + " and another question"), "r1");
-  m = Metrics();
-  EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_total"), 2);
+  EXPECT_TRUE(WaitFor([&] { return MetricSum(m = Metrics(), "kvroute_route_receipts_total") == 2; }));
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
 }
 
@@ -228,8 +228,8 @@ TEST_F(EppPreciseRouting, WithFlowControlTheHeldPickIsPreciseToo) {
   Direct(2, p);
   ASSERT_TRUE(WaitFor([&] { return Blocks(2) >= before + 49; }));
   EXPECT_EQ(Through(p + " and a question"), "r2");
-  const std::string m = Metrics();
-  EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_total"), 1);
+  std::string m;
+  EXPECT_TRUE(WaitFor([&] { return MetricSum(m = Metrics(), "kvroute_route_receipts_total") == 1; }));
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
 }
 

@@ -131,8 +131,9 @@ TEST_F(PreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
   // The first request with that prefix through the router goes there, and its receipt
   // (predicted against the engine's reported cached tokens) agrees.
   EXPECT_EQ(Through(router, p + " and a question"), "r3");
-  std::string m = Metrics(router);
-  EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_total"), 1);
+  // The receipt is counted when the exchange finishes, just after the client has the answer.
+  std::string m;
+  EXPECT_TRUE(WaitFor([&] { return MetricSum(m = Metrics(router), "kvroute_route_receipts_total") == 1; }));
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_reported_tokens_total"), 800);
   EXPECT_GE(MetricSum(m, "kvroute_tokenize_requests_total"), 1);
@@ -152,8 +153,7 @@ TEST_F(PreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
   Direct(1, p);
   ASSERT_TRUE(WaitFor([&] { return Blocks(router, 1) >= before1 + 49; }));
   EXPECT_EQ(Through(router, p + " and another question"), "r1");
-  m = Metrics(router);
-  EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_total"), 2);
+  EXPECT_TRUE(WaitFor([&] { return MetricSum(m = Metrics(router), "kvroute_route_receipts_total") == 2; }));
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
 }
 
