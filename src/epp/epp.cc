@@ -268,9 +268,9 @@ struct Epp::Impl {
       ti.body = in.body;
       ti.add_special_tokens = in.add_special_tokens;
       auto table = pool->core().table();
-      uint32_t target = 0;
-      if (tokenizer->options().default_host.empty() && pool->core().AnyUsable(pool->Now(), &target, 1) == 1) {
-        if (const routing::Endpoint* ep = table->Find(target)) {
+      // A replica that is not down, from published health (no scheduler lock).
+      if (tokenizer->options().default_host.empty()) {
+        if (const routing::Endpoint* ep = table->Find(pool->core().AnyUp(pool->Now()))) {
           ti.target_host = ep->spec.host;
           ti.target_port = ep->spec.port;
         }

@@ -264,18 +264,6 @@ struct Router::Impl {
 
   void Handle(std::shared_ptr<http::Exchange> ex);
   void Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint kind);
-  // A replica to ask for token ids: round-robin over the endpoints that are not down,
-  // from published health (no scheduler lock on the request path); null when none is.
-  const routing::Endpoint* TokenizeTarget(const routing::EndpointTable& table) {
-    const std::size_t n = table.by_id.size();
-    const std::size_t start = tokenize_rr.fetch_add(1, std::memory_order_relaxed);
-    const double now = Now();
-    for (std::size_t k = 0; k < n; ++k) {
-      const routing::Endpoint* ep = table.Find(static_cast<uint32_t>((start + k) % n));
-      if (ep && core().Health(ep->id, now).treatment != health::Treatment::kDown) return ep;
-    }
-    return nullptr;
-  }
   // After parsing (and tokenizing, for precise prefix routing): flow control, then pick.
   void Route(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
              api::ParsedRequest& parsed);
@@ -333,7 +321,6 @@ struct Router::Impl {
   std::unique_ptr<http::IoPool> io;
   std::vector<std::unique_ptr<http::UpstreamClient>> clients;  // one per worker
   std::vector<std::unique_ptr<tokenize::HttpTokenizer>> tokenizers;  // one per worker
-  std::atomic<std::size_t> tokenize_rr{0};
   std::unique_ptr<pool::Pool> core_pool;
   std::unique_ptr<http::Server> server;
   std::unique_ptr<asio::signal_set> signals;
@@ -682,7 +669,7 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
   in.add_special_tokens = held->add_special_tokens;
   auto table = core().table();
   if (tokenizers[0]->options().default_host.empty()) {
-    if (const routing::Endpoint* ep = TokenizeTarget(*table)) {
+    if (const routing::Endpoint* ep = table->Find(core().AnyUp(Now()))) {
       in.target_host = ep->spec.host;
       in.target_port = ep->spec.port;
     }

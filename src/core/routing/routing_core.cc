@@ -1162,6 +1162,18 @@ std::size_t RoutingCore::AnyUsable(double now_s, uint32_t* out, std::size_t max)
   return k;
 }
 
+uint32_t RoutingCore::AnyUp(double now_s) const {
+  auto table = table_.load();
+  const std::size_t n = table->by_id.size();
+  if (n == 0) return kNoEndpoint;
+  const std::size_t first = models_rr_.fetch_add(1, std::memory_order_relaxed) % n;
+  for (std::size_t j = 0; j < n; ++j) {
+    const uint32_t id = static_cast<uint32_t>((first + j) % n);
+    if (table->Find(id) && Health(id, now_s).treatment != health::Treatment::kDown) return id;
+  }
+  return kNoEndpoint;
+}
+
 health::Verdict RoutingCore::Health(uint32_t id, double now_s) const {
   auto slots = slots_.load();
   auto options = options_.load();

@@ -256,6 +256,10 @@ class RoutingCore {
   // Up to `max` endpoint ids usable at `now_s` (round-robin start), for requests that
   // need any endpoint (GET /v1/models). Returns how many were written.
   std::size_t AnyUsable(double now_s, uint32_t* out, std::size_t max);
+  // An endpoint that is not down at `now_s` (round-robin start), from published health
+  // only: no scheduler lock, fit for a request's path (the replica asked to tokenize a
+  // prompt). kNoEndpoint when every endpoint is down or there is none.
+  uint32_t AnyUp(double now_s) const;
   // True when at least one endpoint's metrics are fresh (readiness).
   bool Ready(double now_s) const;
 
@@ -383,7 +387,7 @@ class RoutingCore {
   std::unique_ptr<Counters> counters_;
   std::atomic<uint64_t> reloads_ok_{0};
   std::mutex eject_mu_;  // serialises ejection decisions (the panic threshold's count)
-  std::atomic<uint64_t> models_rr_{0};
+  mutable std::atomic<uint64_t> models_rr_{0};
   // Measured round trips (SetRegionRtt), sorted by region. Written under sched_mu_
   // exclusively; published for AppendMetrics.
   Published<std::vector<std::pair<std::string, double>>> measured_rtt_;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -243,6 +244,25 @@ TEST(PreciseCorePolicies, GieDefaultIgnoresEventsPreciseScorerUsesThem) {
       EXPECT_LT(to_one, 30) << policy;
     }
   }
+}
+
+// The replica a front end asks for token ids: any endpoint that is not down, rotating.
+TEST(RoutingCoreAnyUp, SkipsDownEndpointsAndRotates) {
+  RoutingCore core;
+  EXPECT_EQ(core.AnyUp(0), RoutingCore::kNoEndpoint);
+  std::vector<EndpointSpec> eps;
+  for (int i = 0; i < 3; ++i) eps.push_back(TestEndpoint("r" + std::to_string(i), 9100 + i));
+  CoreOptions o;
+  o.health.staleness_s = 1e9;
+  ASSERT_TRUE(core.Configure(o, eps, 0).ok());
+  for (uint32_t id = 0; id < 3; ++id) core.OnScrape(id, ScrapedLoad("0", "0", "0.1", 0), 0);
+  core.OnUpstreamFailure(1, {"connect_refused", true}, 0);
+  std::set<uint32_t> seen;
+  for (int i = 0; i < 6; ++i) seen.insert(core.AnyUp(0));
+  EXPECT_EQ(seen, (std::set<uint32_t>{0, 2}));
+  core.OnUpstreamFailure(0, {"connect_refused", true}, 0);
+  core.OnUpstreamFailure(2, {"connect_refused", true}, 0);
+  EXPECT_EQ(core.AnyUp(0), RoutingCore::kNoEndpoint);
 }
 
 }  // namespace
