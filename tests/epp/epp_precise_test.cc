@@ -21,6 +21,7 @@
 #include "sim/fleet.h"
 #include "support/openai_body.h"
 #include "support/sim_replica.h"
+#include "support/kv_events_fleet.h"
 #include "support/wait.h"
 
 namespace kvroute::epp {
@@ -36,12 +37,7 @@ using test_support::CompletionBody;
 using test_support::WaitFor;
 
 // A prompt of exactly `tokens` tokens, distinct per `tag`.
-std::string Prompt(const std::string& tag, int tokens) {
-  std::string s = tag + "-";
-  while (s.size() < static_cast<size_t>(tokens) * engine::kBytesPerToken) s += 'x';
-  s.resize(static_cast<size_t>(tokens) * engine::kBytesPerToken);
-  return s;
-}
+std::string Prompt(const std::string& tag, int tokens) { return test_support::TokensPrompt(tag, tokens); }
 
 void AddHeader(pb::HttpHeaders* h, std::string k, std::string v) {
   core_pb::HeaderValue* hv = h->mutable_headers()->add_headers();
@@ -52,29 +48,17 @@ void AddHeader(pb::HttpHeaders* h, std::string k, std::string v) {
 class EppPreciseRouting : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::vector<sim::ReplicaConfig> replicas;
-    for (int i = 0; i < 4; ++i) {
-      // 128 blocks of 16 tokens: a few long prompts evict the oldest.
-      sim::ReplicaConfig r = test_support::SimReplica({.name = "r" + std::to_string(i), .kv_blocks = 128});
-      r.kv_events.port = 0;
-      r.kv_events.replay_port = 0;
-      r.enable_prompt_tokens_details = true;
-      replicas.push_back(r);
-    }
-    fleet_ = std::make_unique<sim::Fleet>(std::move(replicas), 2);
-    ASSERT_TRUE(fleet_->Start().ok());
+    // 128 blocks of 16 tokens: a few long prompts evict the oldest.
+    fleet_ = test_support::StartPublishingFleet(4, {.kv_blocks = 128});
+    ASSERT_TRUE(fleet_);
   }
 
   // The picker over the fleet; `kv_events_extra`: more keys of pool.kv_events; `extra`:
   // more top-level YAML.
   void StartEpp(const std::string& kv_events_extra = "", const std::string& extra = "") {
     std::string y = "pool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
-                    "  kv_events: {speculative_ttl: 100ms" + kv_events_extra + "}\n  endpoints:\n";
-    for (int i = 0; i < fleet_->size(); ++i) {
-      y += "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(i)) + ", name: r" + std::to_string(i) +
-           ", kv_events: \"" + fleet_->kv_events_endpoint(i) + "\", kv_events_replay: \"" +
-           fleet_->kv_events_replay_endpoint(i) + "\"}\n";
-    }
+                    "  kv_events: {speculative_ttl: 100ms" + kv_events_extra + "}\n  endpoints:\n" +
+                    test_support::EventsEndpointsYaml(*fleet_);
     y += "scheduling:\n  policy: kvroute\n" + extra;
     config::ConfigOr<config::RouterConfig> c = config::ParseRouterConfig(y, "epp.yaml");
     ASSERT_TRUE(c.ok()) << c.error.ToString() << "\n" << y;
@@ -103,27 +87,10 @@ class EppPreciseRouting : public ::testing::Test {
   }
 
   // Directly to replica i, not through the picker.
-  void Direct(int i, const std::string& prompt) {
-    auto r = Fetch("127.0.0.1", fleet_->port(i), "POST", "/v1/completions", CompletionBody(prompt, 1));
-    ASSERT_TRUE(r && r->status == 200);
-  }
+  void Direct(int i, const std::string& prompt) { ASSERT_TRUE(test_support::DirectCompletion(*fleet_, i, prompt)); }
 
-  // Every replica's events are live in the picker (see precise_routing_test.cc).
-  void WaitAllLive() {
-    int n = 0;
-    ASSERT_TRUE(WaitFor([&] {
-      const std::string m = Metrics();
-      if (MetricSum(m, "kvroute_endpoint_metrics_fresh") < fleet_->size()) return false;
-      bool all = true;
-      for (int i = 0; i < fleet_->size(); ++i) {
-        const std::string name = "r" + std::to_string(i);
-        if (MetricSum(m, "kvroute_kv_events_state", {{"endpoint", name}, {"state", "live"}}) == 1) continue;
-        all = false;
-        Direct(i, Prompt("warm" + std::to_string(n++), 20));
-      }
-      return all;
-    }));
-  }
+  // Every replica's events are live in the picker.
+  void WaitAllLive() { ASSERT_TRUE(test_support::WaitAllEventsLive(*fleet_, [&] { return Metrics(); })); }
 
   double Blocks(int i) { return MetricSum(Metrics(), "kvroute_kv_events_blocks", {{"endpoint", "r" + std::to_string(i)}}); }
 

@@ -27,6 +27,7 @@
 #include "sim/fleet.h"
 #include "support/openai_body.h"
 #include "support/sim_replica.h"
+#include "support/kv_events_fleet.h"
 #include "support/wait.h"
 
 namespace kvroute {
@@ -43,13 +44,7 @@ constexpr int kReplicas = 3;
 constexpr int kClients = 3;
 constexpr int kGroups = 6;  // shared contexts the traffic cycles through
 
-// A text of exactly `tokens` tokens, distinct per `tag`.
-std::string Prompt(const std::string& tag, int tokens) {
-  std::string s = tag + "-";
-  while (s.size() < static_cast<size_t>(tokens) * engine::kBytesPerToken) s += 'x';
-  s.resize(static_cast<size_t>(tokens) * engine::kBytesPerToken);
-  return s;
-}
+std::string Prompt(const std::string& tag, int tokens) { return test_support::TokensPrompt(tag, tokens); }
 
 // Request i: one of kGroups shared 256-token contexts (16 blocks), then a 48-token
 // question of its own (3 new full blocks), so every request needs new blocks and most
@@ -72,26 +67,13 @@ struct Tally {
 class KvEventFaults : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::vector<sim::ReplicaConfig> replicas;
-    for (int i = 0; i < kReplicas; ++i) {
-      // Real time (~6 ms a step), so requests and batches overlap the faults.
-      sim::ReplicaConfig r = test_support::SimReplica(
-          {.name = "r" + std::to_string(i), .kv_blocks = 2048, .time_scale = 1.0});
-      r.kv_events.port = 0;
-      r.kv_events.replay_port = 0;
-      r.enable_prompt_tokens_details = true;
-      replicas.push_back(r);
-    }
-    fleet_ = std::make_unique<sim::Fleet>(std::move(replicas), 2);
-    ASSERT_TRUE(fleet_->Start().ok());
+    // Real time (~6 ms a step), so requests and batches overlap the faults.
+    fleet_ = test_support::StartPublishingFleet(kReplicas, {.kv_blocks = 2048, .time_scale = 1.0});
+    ASSERT_TRUE(fleet_);
     std::string y =
         "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
-        "  kv_events: {speculative_ttl: 100ms, stale_after: 300ms, resync: 300ms}\n  endpoints:\n";
-    for (int i = 0; i < kReplicas; ++i) {
-      y += "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(i)) + ", name: r" +
-           std::to_string(i) + ", kv_events: \"" + fleet_->kv_events_endpoint(i) +
-           "\", kv_events_replay: \"" + fleet_->kv_events_replay_endpoint(i) + "\"}\n";
-    }
+        "  kv_events: {speculative_ttl: 100ms, stale_after: 300ms, resync: 300ms}\n  endpoints:\n" +
+        test_support::EventsEndpointsYaml(*fleet_);
     y += "scheduling:\n  policy: kvroute\n"
          "timeouts: {connect: 200ms, first_byte: 3s, idle: 2s}\n"
          "retries: {max_attempts: 3}\n";

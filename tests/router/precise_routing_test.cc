@@ -14,6 +14,7 @@
 #include "sim/fleet.h"
 #include "support/openai_body.h"
 #include "support/sim_replica.h"
+#include "support/kv_events_fleet.h"
 #include "support/wait.h"
 
 namespace kvroute::router {
@@ -24,28 +25,14 @@ using metrics::testing::MetricSum;
 using test_support::CompletionBody;
 using test_support::WaitFor;
 
-// A prompt of exactly `tokens` tokens, distinct per `tag`.
-std::string Prompt(const std::string& tag, int tokens) {
-  std::string s = tag + "-";
-  while (s.size() < static_cast<size_t>(tokens) * engine::kBytesPerToken) s += 'x';
-  s.resize(static_cast<size_t>(tokens) * engine::kBytesPerToken);
-  return s;
-}
+std::string Prompt(const std::string& tag, int tokens) { return test_support::TokensPrompt(tag, tokens); }
 
 class PreciseRouting : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::vector<sim::ReplicaConfig> replicas;
-    for (int i = 0; i < 4; ++i) {
-      // 128 blocks of 16 tokens: a few long prompts evict the oldest.
-      sim::ReplicaConfig r = test_support::SimReplica({.name = "r" + std::to_string(i), .kv_blocks = 128});
-      r.kv_events.port = 0;
-      r.kv_events.replay_port = 0;
-      r.enable_prompt_tokens_details = true;
-      replicas.push_back(r);
-    }
-    fleet_ = std::make_unique<sim::Fleet>(std::move(replicas), 2);
-    ASSERT_TRUE(fleet_->Start().ok());
+    // 128 blocks of 16 tokens: a few long prompts evict the oldest.
+    fleet_ = test_support::StartPublishingFleet(4, {.kv_blocks = 128});
+    ASSERT_TRUE(fleet_);
   }
   void TearDown() override {
     for (auto& r : routers_) r->Stop();
@@ -55,12 +42,8 @@ class PreciseRouting : public ::testing::Test {
 
   std::string Yaml(const std::string& policy = "kvroute") const {
     std::string y = "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
-                    "  kv_events: {speculative_ttl: 100ms}\n  endpoints:\n";
-    for (int i = 0; i < fleet_->size(); ++i) {
-      y += "    - {address: 127.0.0.1:" + std::to_string(fleet_->port(i)) + ", name: r" + std::to_string(i) +
-           ", kv_events: \"" + fleet_->kv_events_endpoint(i) + "\", kv_events_replay: \"" +
-           fleet_->kv_events_replay_endpoint(i) + "\"}\n";
-    }
+                    "  kv_events: {speculative_ttl: 100ms}\n  endpoints:\n" +
+                    test_support::EventsEndpointsYaml(*fleet_);
     return y + "scheduling:\n  policy: " + policy + "\n";
   }
 
@@ -82,28 +65,11 @@ class PreciseRouting : public ::testing::Test {
   }
 
   // Directly to replica i, not through the router.
-  void Direct(int i, const std::string& prompt) {
-    auto r = Fetch("127.0.0.1", fleet_->port(i), "POST", "/v1/completions", CompletionBody(prompt, 1));
-    ASSERT_TRUE(r && r->status == 200);
-  }
+  void Direct(int i, const std::string& prompt) { ASSERT_TRUE(test_support::DirectCompletion(*fleet_, i, prompt)); }
 
-  // Every replica's events are live in `r`: each replica gets fresh prompts directly
-  // until the router has applied a batch of it (a SUB socket misses what was published
-  // before its subscription reached the publisher).
+  // Every replica's events are live in `r`.
   void WaitAllLive(Router& r) {
-    int n = 0;
-    ASSERT_TRUE(WaitFor([&] {
-      const std::string m = Metrics(r);
-      if (MetricSum(m, "kvroute_endpoint_metrics_fresh") < fleet_->size()) return false;
-      bool all = true;
-      for (int i = 0; i < fleet_->size(); ++i) {
-        const std::string name = "r" + std::to_string(i);
-        if (MetricSum(m, "kvroute_kv_events_state", {{"endpoint", name}, {"state", "live"}}) == 1) continue;
-        all = false;
-        Direct(i, Prompt("warm" + std::to_string(n++), 20));
-      }
-      return all;
-    }));
+    ASSERT_TRUE(test_support::WaitAllEventsLive(*fleet_, [&] { return Metrics(r); }));
   }
 
   double Blocks(Router& r, int i) {
