@@ -44,7 +44,8 @@ constexpr std::string_view kSectionKeys[] = {"name",
                                              "kv_events_replay_port",
                                              "kv_events_format",
                                              "kv_events_hash",
-                                             "kv_events_topic"};
+                                             "kv_events_topic",
+                                             "kv_events_connect"};
 
 // Reads one `defaults:` or `replicas[i]` section, key by key in file order.
 ReplicaOverrides ReadSection(const ConfigNode& section) {
@@ -85,6 +86,10 @@ ReplicaOverrides ReadSection(const ConfigNode& section) {
       o.kv_events_hash = v.String();
       if (*o.kv_events_hash != "int" && *o.kv_events_hash != "bytes") v.Fail("must be int or bytes");
     } else if (key == "kv_events_topic") o.kv_events_topic = v.String();
+    else if (key == "kv_events_connect") {
+      o.kv_events_connect = v.String();
+      if (o.kv_events_connect->rfind("tcp://", 0) != 0) v.Fail("must be a tcp://HOST:PORT address");
+    }
     else if (key == "step") {
       v.ForEachKey({"base_us", "per_prefill_token_us", "per_decode_seq_us",
                     "per_context_token_us"},
@@ -186,6 +191,7 @@ void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
   Set(kv_events_format, r.kv_events.format);
   Set(kv_events_hash, r.kv_events.hash);
   Set(kv_events_topic, r.kv_events.topic);
+  Set(kv_events_connect, r.kv_events.connect);
   Set(step_base_us, r.engine.step.base_us);
   Set(step_per_prefill_token_us, r.engine.step.per_prefill_token_us);
   Set(step_per_decode_seq_us, r.engine.step.per_decode_seq_us);

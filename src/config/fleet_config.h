@@ -29,6 +29,9 @@
 //     kv_events_replay_port: 5657  #   +i when set in defaults or on the command line;
 //     kv_events_format: array #   array | map; kv_events_hash: int | bytes;
 //     kv_events_topic: ""     #   the topic frame
+//     kv_events_connect: tcp://10.0.0.9:5557  # or publish by connecting there (a router's
+//                             #   pool.kv_events.bind, centralized mode); topic default
+//                             #   kv@<host>@<model>
 //     faults:                 # fault schedule (simkit/fault/fault.h, docs/FAULTS.md):
 //       - {kind: http_error, at: 10s, duration: 5s, status: 503}   # at: default 0;
 //       - {kind: slow, at: 30s, factor: 3}   # no duration: until the run ends
@@ -61,6 +64,10 @@ struct KvPublishConfig {
   std::string format = "array";    // "array" | "map": how events are encoded
   std::string hash = "int";        // "int" | "bytes": how block hashes are encoded
   std::string topic;               // the topic frame ("" by default, as vLLM)
+  // Publish by connecting to this address (vLLM's endpoint without `*`: a router binds it,
+  // llm-d's centralized mode) instead of binding `port`; the topic then defaults to
+  // kv@<host>@<model>. Empty: bind `port`.
+  std::string connect;
 };
 
 struct ReplicaConfig {
@@ -100,7 +107,7 @@ struct ReplicaConfig {
 struct ReplicaOverrides {
   std::optional<std::string> name, host, preset, model;
   std::optional<int> kv_events_port, kv_events_replay_port;
-  std::optional<std::string> kv_events_format, kv_events_hash, kv_events_topic;
+  std::optional<std::string> kv_events_format, kv_events_hash, kv_events_topic, kv_events_connect;
   std::optional<int> port, kv_blocks, block_size, max_num_seqs, max_batched_tokens, max_model_len,
       fixed_output_tokens, default_max_tokens;
   std::optional<double> time_scale, latency_ms, mean_output_tokens, step_base_us,

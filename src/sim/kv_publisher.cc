@@ -18,10 +18,13 @@ double WallNow() {
 
 }  // namespace
 
-Result<std::unique_ptr<KvPublisher>> KvPublisher::Start(const std::string& host,
+Result<std::unique_ptr<KvPublisher>> KvPublisher::Start(const std::string& host, const std::string& model,
                                                         const config::KvPublishConfig& config) {
   std::unique_ptr<KvPublisher> p(new KvPublisher(host, config));
-  const std::string pub = Endpoint(host, config.port.value_or(0));
+  if (!config.connect.empty() && p->config_.topic.empty()) {
+    p->config_.topic = "kv@" + host + "@" + model;  // what a centralized router matches
+  }
+  const std::string pub = config.connect.empty() ? Endpoint(host, config.port.value_or(0)) : config.connect;
   const std::string replay = config.replay_port ? Endpoint(host, *config.replay_port) : "";
   if (Status s = p->Open(pub, replay); !s.ok()) return s;
   return p;
@@ -29,9 +32,10 @@ Result<std::unique_ptr<KvPublisher>> KvPublisher::Start(const std::string& host,
 
 Status KvPublisher::Open(const std::string& pub, const std::string& replay) {
   kvevents::PublisherOptions o;
-  // vLLM's rule would connect to a named host; the sim's flags mean "listen on this port".
+  // vLLM's rule would connect to a named host; the sim's port means "listen on this port",
+  // and only `connect` connects.
   o.endpoint = pub;
-  o.bind = true;
+  o.bind = config_.connect.empty();
   o.replay_endpoint = replay;
   o.topic = config_.topic;
   o.format = config_.format == "map" ? kvevents::Format::kMap : kvevents::Format::kArray;

@@ -26,9 +26,10 @@ namespace kvroute::sim {
 
 class KvPublisher {
  public:
-  // Binds PUB on tcp://<host>:<port> (port 0: any free port) and, with a replay port,
+  // Binds PUB on tcp://<host>:<port> (port 0: any free port), or connects it to
+  // config.connect (topic default kv@<host>@<model>), and, with a replay port, binds
   // ROUTER on tcp://<host>:<replay_port>. Unavailable when a port cannot be bound.
-  static Result<std::unique_ptr<KvPublisher>> Start(const std::string& host,
+  static Result<std::unique_ptr<KvPublisher>> Start(const std::string& host, const std::string& model,
                                                     const config::KvPublishConfig& config);
 
   // Publishes one step's events (nothing when empty) under `faults`.

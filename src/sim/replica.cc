@@ -60,7 +60,7 @@ std::optional<std::string_view> QueryParam(std::string_view target, std::string_
 
 // Events on: the engine records them for the publisher.
 ReplicaConfig WithKvEvents(ReplicaConfig c) {
-  if (c.kv_events.port) c.engine.record_kv_events = true;
+  if (c.kv_events.port || !c.kv_events.connect.empty()) c.engine.record_kv_events = true;
   return c;
 }
 
@@ -844,8 +844,9 @@ void Replica::RestartEngine() {
 }
 
 Status Replica::StartKvEvents() {
-  if (!config_.kv_events.port || kv_) return Status::Ok();
-  Result<std::unique_ptr<KvPublisher>> p = KvPublisher::Start(config_.host, config_.kv_events);
+  if ((!config_.kv_events.port && config_.kv_events.connect.empty()) || kv_) return Status::Ok();
+  Result<std::unique_ptr<KvPublisher>> p =
+      KvPublisher::Start(config_.host, config_.engine.model_name, config_.kv_events);
   if (!p.ok()) return p.status();
   kv_ = std::move(*p);
   return Status::Ok();

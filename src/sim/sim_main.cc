@@ -109,6 +109,11 @@ int SimMain(int argc, char** argv) {
                         ->check(CLI::IsMember({"int", "bytes"}));
   auto* o_kv_topic = app.add_option("--kv-events-topic", kv_topic,
                                     "Topic frame of every message (default: empty)");
+  std::string kv_connect;
+  auto* o_kv_connect = app.add_option("--kv-events-connect", kv_connect,
+                                      "Publish by connecting to tcp://HOST:PORT (a router's "
+                                      "pool.kv_events.bind) instead of binding a port; topic "
+                                      "default kv@<host>@<model>");
   app.add_option("--threads", threads,
                  "Event-loop threads shared by the replicas (default: one per replica, at most "
                  "the CPU count)")
@@ -148,6 +153,7 @@ int SimMain(int argc, char** argv) {
   if (o_kv_format->count()) cli.kv_events_format = kv_format;
   if (o_kv_hash->count()) cli.kv_events_hash = kv_hash;
   if (o_kv_topic->count()) cli.kv_events_topic = kv_topic;
+  if (o_kv_connect->count()) cli.kv_events_connect = kv_connect;
   int base_port = port;
   if (!app.get_option("--port")->count() && file.base_port) base_port = *file.base_port;
   if (threads == 0 && file.threads) threads = *file.threads;

@@ -109,6 +109,14 @@ TEST(FleetConfigTest, KvEventsPortsAreBasePlusIndexUnlessTheReplicaSetsThem) {
   auto bad = ParseFleetYaml("defaults:\n  kv_events_format: json\n", "f.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error.ToString(), "f.yaml:2: defaults.kv_events_format: must be array or map");
+  FleetFile central = MustParse("defaults:\n  kv_events_connect: tcp://10.0.0.9:5557\n");
+  ASSERT_TRUE(ResolveFleet(central, {}, 2, 9000, &out).ok());
+  EXPECT_EQ(out[1].kv_events.connect, "tcp://10.0.0.9:5557");
+  EXPECT_FALSE(out[1].kv_events.port.has_value());
+  auto bad_connect = ParseFleetYaml("defaults:\n  kv_events_connect: 10.0.0.9:5557\n", "f.yaml");
+  ASSERT_FALSE(bad_connect.ok());
+  EXPECT_EQ(bad_connect.error.ToString(),
+            "f.yaml:2: defaults.kv_events_connect: must be a tcp://HOST:PORT address");
   FleetFile replay_only = MustParse("defaults:\n  kv_events_replay_port: 5657\n");
   EXPECT_EQ(ResolveFleet(replay_only, {}, 1, 0, &out).message(),
             "replica-0: kv_events_replay_port needs kv_events_port");
@@ -157,7 +165,8 @@ TEST(FleetConfigTest, ErrorsNameFileLineAndField) {
             "fixed_output_tokens, mean_output_tokens, default_max_tokens, time_scale, "
             "latency_ms, old_metric_names, enable_prefix_caching, priority_scheduling, "
             "enable_prompt_tokens_details, hash_seed, output_seed, max_body_bytes, step, labels, faults, kv_events_port, "
-            "kv_events_replay_port, kv_events_format, kv_events_hash, kv_events_topic)");
+            "kv_events_replay_port, kv_events_format, kv_events_hash, kv_events_topic, "
+            "kv_events_connect)");
   EXPECT_EQ(ErrorOf("defaults:\n  kv_blocks: 1\n  kv_blocks: 2\n"),
             "f.yaml:3: defaults.kv_blocks: duplicate key 'kv_blocks'");
   // YAML syntax.

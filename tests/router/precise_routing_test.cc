@@ -15,6 +15,7 @@
 #include "support/openai_body.h"
 #include "support/sim_replica.h"
 #include "support/kv_events_fleet.h"
+#include "support/stub_server.h"
 #include "support/wait.h"
 
 namespace kvroute::router {
@@ -121,6 +122,40 @@ TEST_F(PreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
   EXPECT_EQ(Through(router, p + " and another question"), "r1");
   EXPECT_TRUE(WaitFor([&] { return MetricSum(m = Metrics(router), "kvroute_route_receipts_total") == 2; }));
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
+}
+
+// The centralized form: the router binds one socket (pool.kv_events.bind), the replicas
+// connect to it and name themselves by topic kv@<host>@<model>.
+TEST(PreciseRoutingCentralized, ReplicasPublishToTheRoutersSocket) {
+  const std::string bind = "tcp://127.0.0.1:" + std::to_string(test_support::ClosedPort());
+  auto fleet = test_support::StartPublishingFleet(3, {.kv_blocks = 128}, bind);
+  ASSERT_TRUE(fleet);
+  const std::string yaml = "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
+                           "  kv_events: {bind: \"" + bind + "\", speculative_ttl: 100ms}\n"
+                           "  endpoints:\n" + test_support::EventsEndpointsYaml(*fleet) +
+                           "scheduling:\n  policy: kvroute\n";
+  config::ConfigOr<config::RouterConfig> c = config::ParseRouterConfig(yaml, "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.error.ToString() << "\n" << yaml;
+  RouterOptions o;
+  o.listen = config::HostPort{"127.0.0.1", 0};
+  o.log = false;
+  Router router(std::move(*c.value), o);
+  ASSERT_TRUE(router.Start().ok());
+  auto metrics = [&] {
+    auto m = Fetch("127.0.0.1", router.port(), "GET", "/metrics");
+    return m ? m->body : std::string();
+  };
+  ASSERT_TRUE(test_support::WaitAllEventsLive(*fleet, metrics));
+  const std::string p = Prompt("central-context", 800);
+  const double before = MetricSum(metrics(), "kvroute_kv_events_blocks", {{"endpoint", "r1"}});
+  ASSERT_TRUE(test_support::DirectCompletion(*fleet, 1, p));
+  ASSERT_TRUE(WaitFor([&] {
+    return MetricSum(metrics(), "kvroute_kv_events_blocks", {{"endpoint", "r1"}}) >= before + 49;
+  }));
+  auto resp = Fetch("127.0.0.1", router.port(), "POST", "/v1/completions", CompletionBody(p + " and a question", 1));
+  ASSERT_TRUE(resp && resp->status == 200);
+  EXPECT_EQ(resp->Header("x-kvroute-endpoint"), "r1");
+  router.Stop();
 }
 
 // The fleet's prefix-cache hit rate (hits / queries, from the replicas' own counters)

@@ -27,14 +27,22 @@ inline std::string TokensPrompt(const std::string& tag, int tokens) {
 }
 
 // `n` replicas r0..r<n-1> publishing events on free ports, with replay and
-// --enable-prompt-tokens-details, started.
-inline std::unique_ptr<sim::Fleet> StartPublishingFleet(int n, SimReplicaOptions o = {}) {
+// --enable-prompt-tokens-details, started. With `connect` (a router's bound address),
+// they publish by connecting there instead (centralized mode), replica i listening on
+// 127.0.0.<i+2> so each has its own host in its topic.
+inline std::unique_ptr<sim::Fleet> StartPublishingFleet(int n, SimReplicaOptions o = {},
+                                                        const std::string& connect = "") {
   std::vector<sim::ReplicaConfig> replicas;
   for (int i = 0; i < n; ++i) {
     o.name = "r" + std::to_string(i);
     sim::ReplicaConfig r = SimReplica(o);
-    r.kv_events.port = 0;
-    r.kv_events.replay_port = 0;
+    if (connect.empty()) {
+      r.kv_events.port = 0;
+      r.kv_events.replay_port = 0;
+    } else {
+      r.host = "127.0.0." + std::to_string(i + 2);
+      r.kv_events.connect = connect;
+    }
     r.enable_prompt_tokens_details = true;
     replicas.push_back(r);
   }
@@ -47,16 +55,21 @@ inline std::unique_ptr<sim::Fleet> StartPublishingFleet(int n, SimReplicaOptions
 inline std::string EventsEndpointsYaml(const sim::Fleet& fleet) {
   std::string y;
   for (int i = 0; i < fleet.size(); ++i) {
-    y += "    - {address: 127.0.0.1:" + std::to_string(fleet.port(i)) + ", name: r" + std::to_string(i) +
-         ", kv_events: \"" + fleet.kv_events_endpoint(i) + "\", kv_events_replay: \"" +
-         fleet.kv_events_replay_endpoint(i) + "\"}\n";
+    y += "    - {address: " + fleet.config(i).host + ":" + std::to_string(fleet.port(i)) + ", name: r" +
+         std::to_string(i);
+    // Publishers that connect to the router (centralized) are found by their topic.
+    if (fleet.config(i).kv_events.connect.empty()) {
+      y += ", kv_events: \"" + fleet.kv_events_endpoint(i) + "\", kv_events_replay: \"" +
+           fleet.kv_events_replay_endpoint(i) + "\"";
+    }
+    y += "}\n";
   }
   return y;
 }
 
 // A completion sent to replica i directly, not through a router; true on 200.
 inline bool DirectCompletion(const sim::Fleet& fleet, int i, const std::string& prompt) {
-  auto r = http::Fetch("127.0.0.1", fleet.port(i), "POST", "/v1/completions", CompletionBody(prompt, 1), {},
+  auto r = http::Fetch(fleet.config(i).host, fleet.port(i), "POST", "/v1/completions", CompletionBody(prompt, 1), {},
                        std::chrono::seconds(10));
   return r && r->status == 200;
 }
