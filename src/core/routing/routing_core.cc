@@ -852,7 +852,11 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
   // The request as the scheduler sees it: with the precise index and its keys when
   // events are configured and the front end tokenized the prompt.
   sched::SchedRequest req = request.request;
-  const bool precise = !req.token_ids.empty() && events_active_.load(std::memory_order_relaxed);
+  // A request with a cache_salt shares no block with unsalted ones in the engine (the
+  // salt is in its first block's hash), and the events do not carry salts: precise state
+  // would over-predict, so such requests use the approximate model (its keys hold the salt).
+  const bool precise = !req.token_ids.empty() && req.cache_salt.empty() &&
+                       events_active_.load(std::memory_order_relaxed);
   sc.event_keys.clear();
   std::shared_lock<RwSpinLock> events_lock(events_mu_, std::defer_lock);
   auto with_events = [&] {

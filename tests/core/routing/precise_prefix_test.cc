@@ -130,6 +130,24 @@ TEST_F(PreciseCore, EvictedBlocksStopAttractingRequests) {
   EXPECT_EQ(predicted, 304);
 }
 
+TEST_F(PreciseCore, SaltedRequestsAreNotPredictedFromUnsaltedEvents) {
+  const auto prompt = Tokens(320, 1000);
+  core.OnKvEvents(2, StoredBatch(prompt, 500), 0);
+  std::string text(1280, 'x');
+  PickRequest pr;
+  pr.request.model = "m";
+  pr.request.prompt = text;
+  pr.request.token_ids = prompt;
+  pr.request.cache_salt = "tenant-a";
+  pr.dispatch_first = true;
+  PickResult r = core.Pick(pr, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.predicted_cached_tokens, -1);
+  core.OnFinished(r.handle, r.ranked[0], 200, 0);
+  // No speculative entries either: the unsalted prompt finds only what the events said.
+  EXPECT_EQ(core.KvEventStats(2, 0).blocks, 20u);
+}
+
 TEST_F(PreciseCore, UnknownOrStaleEndpointsUseTheApproximateModel) {
   const auto prompt = Tokens(320, 1000);
   // Nothing heard from anyone: the approximate model learns the first dispatch and keeps
