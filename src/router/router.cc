@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/api/json_scan.h"
 #include "core/api/openai.h"
 #include "core/flow/flow_gate.h"
 #include "core/flow/flow_metrics.h"
@@ -340,23 +341,9 @@ struct Router::Impl {
 
 namespace {
 
-// The integer after the first `"cached_tokens":` in `text` (vLLM's
-// usage.prompt_tokens_details.cached_tokens, in a body or the final usage chunk of a
-// stream); -1 when there is none.
-int64_t CachedTokensIn(std::string_view text) {
-  static constexpr std::string_view kKey = "\"cached_tokens\"";
-  std::size_t at = text.find(kKey);
-  if (at == std::string_view::npos) return -1;
-  at += kKey.size();
-  while (at < text.size() && (text[at] == ' ' || text[at] == ':')) ++at;
-  int64_t v = 0;
-  std::size_t digits = 0;
-  while (at < text.size() && text[at] >= '0' && text[at] <= '9' && digits < 12) {
-    v = v * 10 + (text[at++] - '0');
-    ++digits;
-  }
-  return digits == 0 ? -1 : v;
-}
+// vLLM's usage.prompt_tokens_details.cached_tokens in a body or the final usage chunk of a
+// stream; -1 when there is none.
+int64_t CachedTokensIn(std::string_view text) { return api::IntAfterKey(text, "\"cached_tokens\""); }
 
 // One proxied request: tries the ranked endpoints in order and relays the response.
 // Lives as long as its upstream call or its exchange needs it; runs on one worker.

@@ -1,5 +1,7 @@
 #include "epp/extproc/exchange.h"
 
+#include "core/api/json_scan.h"
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -83,17 +85,6 @@ void SetDestinationMetadata(pb::ProcessingResponse& r, const std::string& destin
       destination);
 }
 
-int64_t IntAfter(std::string_view s, std::string_view key) {
-  std::size_t at = s.find(key);
-  if (at == std::string_view::npos) return -1;
-  at += key.size();
-  while (at < s.size() && (s[at] == '"' || s[at] == ' ' || s[at] == ':' || s[at] == '\t')) ++at;
-  int64_t v = -1;
-  auto [ptr, ec] = std::from_chars(s.data() + at, s.data() + s.size(), v);
-  if (ec != std::errc()) return -1;
-  return v;
-}
-
 }  // namespace
 
 std::string_view HeaderValueOf(const core_pb::HeaderValue& h) {
@@ -107,10 +98,10 @@ Usage FindUsage(std::string_view tail) {
   std::string_view rest = tail.substr(at);
   std::size_t end = rest.find('}');
   if (end != std::string_view::npos) rest = rest.substr(0, end);
-  u.prompt_tokens = IntAfter(rest, "\"prompt_tokens\"");
-  u.completion_tokens = IntAfter(rest, "\"completion_tokens\"");
+  u.prompt_tokens = api::IntAfterKey(rest, "\"prompt_tokens\"");
+  u.completion_tokens = api::IntAfterKey(rest, "\"completion_tokens\"");
   // Nested (prompt_tokens_details): past the first '}' the cut above stops at.
-  u.cached_tokens = IntAfter(tail.substr(at), "\"cached_tokens\"");
+  u.cached_tokens = api::IntAfterKey(tail.substr(at), "\"cached_tokens\"");
   return u;
 }
 
