@@ -48,7 +48,8 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
                                 #   until it exists; kvroute_k8s_* on /metrics
   scheduling:                   # or the same keys at top level (EndpointPickerConfig style)
     policy: kvroute             # round-robin | random | least-request | gie-default |
-                                #   sglang-cache-aware | dynamo-cost | kvroute
+                                #   sglang-cache-aware | dynamo-cost | dynamo-kv |
+                                #   llm-d-sticky | llm-d-precise | kvroute
     plugins: [{type, name?, parameters?}]
     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
   limits:                       # client side, read at start; each refusal has an

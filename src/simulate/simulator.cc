@@ -21,6 +21,7 @@
 #include "core/flow/flow_queue.h"
 #include "simkit/report/summary.h"
 #include "core/routing/routing_core.h"
+#include "core/sched/registry.h"
 #include "simkit/workload/oracle.h"
 #include "simkit/workload/workload.h"
 #include "simulate/event_transport.h"
@@ -1188,7 +1189,17 @@ SimulationResult RunSimulationWith(const config::Scenario& requested,
       return result;
     }
   }
-  const config::Scenario& scenario = IsLocalOnly(label) ? local : requested;
+  const config::Scenario* chosen = IsLocalOnly(label) ? &local : &requested;
+  // The policies defined by the engines' KV-cache events (llm-d-precise, dynamo-kv) run
+  // with them even when the scenario leaves them off (the transport's defaults): without
+  // events they would only repeat their approximate twins.
+  config::Scenario with_events;
+  if (sched::PolicyNeedsEvents(BasePolicy(label)) && !chosen->kv_events.enabled) {
+    with_events = *chosen;
+    with_events.kv_events.enabled = true;
+    chosen = &with_events;
+  }
+  const config::Scenario& scenario = *chosen;
   const bool flow = scenario.flow.enabled || HasFlowSuffix(label);
   Status configured;
   Simulation sim(scenario, options, progress, flow, tap, &configured);

@@ -242,7 +242,7 @@ TEST(FleetConfigTest, ResolveErrors) {
   std::vector<ReplicaConfig> out;
   Status s = ResolveFleet(MustParse("defaults:\n  preset: nope\n"), {}, 1, 0, &out);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "replica 0: unknown preset 'nope' (known: llama3-8b-h100, small-kv)");
+  EXPECT_EQ(s.message(), "replica 0: unknown preset 'nope' (known: llama3-8b-h100, small-kv, qwen3-32b-tp2-h100)");
   s = ResolveFleet(MustParse("defaults:\n  preset: smal-kv\n"), {}, 1, 0, &out);
   EXPECT_EQ(s.message(), "replica 0: unknown preset 'smal-kv' (did you mean 'small-kv'?)");
   s = ResolveFleet(MustParse("replicas:\n  - max_num_seqs: 0\n"), {}, 1, 0, &out);

@@ -263,7 +263,8 @@ TEST(RouterConfigErrors, BadParameterFromScheduler) {
 TEST(RouterConfigErrors, PolicyErrors) {
   EXPECT_EQ(ParseErr("scheduling:\n  policy: fastest\n"),
             "t.yaml:2: scheduling.policy: unknown policy 'fastest' (known: round-robin, random, "
-            "least-request, gie-default, sglang-cache-aware, dynamo-cost, kvroute)");
+            "least-request, gie-default, sglang-cache-aware, dynamo-cost, dynamo-kv, llm-d-sticky, "
+            "llm-d-precise, kvroute)");
   EXPECT_EQ(ParseErr("policy: random\nplugins:\n  - type: random-picker\n"),
             "t.yaml:3: policy: a named policy cannot be combined with plugins or "
             "schedulingProfiles");

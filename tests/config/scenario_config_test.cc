@@ -133,7 +133,7 @@ TEST(ScenarioTest, ErrorsNameFileLineAndField) {
   EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
                     "  engine_preset: a100\n"),
             "test.yaml:4: fleet.engine_preset: unknown preset 'a100' (known: llama3-8b-h100, "
-            "small-kv)");
+            "small-kv, qwen3-32b-tp2-h100)");
   EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
                     "  replicas: 0\n"),
             "test.yaml:4: fleet.replicas: must be >= 1 (got 0)");
@@ -310,7 +310,7 @@ TEST(ScenarioConfigTest, FleetGroupAndRouterErrorsNameFileLineAndField) {
        "test.yaml:5: fleet.groups[0].replicas: must be >= 1 (got 0)"},
       {"fleet:\n  groups:\n    - {replicas: 1, engine_preset: h200}\n",
        "test.yaml:5: fleet.groups[0].engine_preset: unknown preset 'h200' (known: "
-       "llama3-8b-h100, small-kv)"},
+       "llama3-8b-h100, small-kv, qwen3-32b-tp2-h100)"},
       {"fleet:\n  groups:\n    - {replicas: 1, kv_blocks: 1}\n",
        "test.yaml:5: fleet.groups[0].kv_blocks: must be 0 (the preset's) or >= 2 (got 1)"},
       {"fleet:\n  groups:\n    - {replicas: 1, region: ''}\n",

@@ -55,11 +55,12 @@ class EppPreciseRouting : public ::testing::Test {
 
   // The picker over the fleet; `kv_events_extra`: more keys of pool.kv_events; `extra`:
   // more top-level YAML.
-  void StartEpp(const std::string& kv_events_extra = "", const std::string& extra = "") {
+  void StartEpp(const std::string& kv_events_extra = "", const std::string& extra = "",
+                const std::string& policy = "kvroute") {
     std::string y = "pool:\n  scrape_interval: 20ms\n  staleness: 1s\n"
                     "  kv_events: {speculative_ttl: 100ms" + kv_events_extra + "}\n  endpoints:\n" +
                     test_support::EventsEndpointsYaml(*fleet_);
-    y += "scheduling:\n  policy: kvroute\n" + extra;
+    y += "scheduling:\n  policy: " + policy + "\n" + extra;
     config::ConfigOr<config::RouterConfig> c = config::ParseRouterConfig(y, "epp.yaml");
     ASSERT_TRUE(c.ok()) << c.error.ToString() << "\n" << y;
     EppOptions o;
@@ -185,6 +186,26 @@ TEST_F(EppPreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
   EXPECT_EQ(Through(p + " and another question"), "r1");
   EXPECT_TRUE(WaitFor([&] { return MetricSum(m = Metrics(), "kvroute_route_receipts_total") == 2; }));
   EXPECT_EQ(MetricSum(m, "kvroute_route_receipts_mispredicted_total"), 0);
+}
+
+// The peers that route on events, by name in the picker: llm-d Router's precise mode and
+// Dynamo's default mode follow the engines' reports as kvroute does.
+TEST_F(EppPreciseRouting, PeerPoliciesOnEventsRunByName) {
+  int replica = 1;
+  for (const std::string policy : {"llm-d-precise", "dynamo-kv"}) {
+    SCOPED_TRACE(policy);
+    StartEpp("", "", policy);
+    WaitAllLive();
+    const std::string p = Prompt("peer-context-" + policy, 800);
+    const double before = Blocks(replica);
+    Direct(replica, p);
+    ASSERT_TRUE(WaitFor([&] { return Blocks(replica) >= before + 49; }));
+    EXPECT_EQ(Through(p + " and a question"), "r" + std::to_string(replica));
+    EXPECT_EQ(Through(p + " and another question"), "r" + std::to_string(replica));
+    epp_->Stop();
+    epp_.reset();
+    ++replica;
+  }
 }
 
 TEST_F(EppPreciseRouting, WithFlowControlTheHeldPickIsPreciseToo) {

@@ -126,6 +126,30 @@ TEST_F(PreciseRouting, FollowsWhatTheReplicasReportTheyCache) {
 
 // The centralized form: the router binds one socket (pool.kv_events.bind), the replicas
 // connect to it and name themselves by topic kv@<host>@<model>.
+// The peers by name in serve: llm-d Router's precise mode and Dynamo's default mode follow
+// the engines' reports; llm-d Router's default (approximate) mode keeps a prefix where it
+// sent it first.
+TEST_F(PreciseRouting, PeerPoliciesRunByName) {
+  int replica = 1;
+  for (const std::string policy : {"llm-d-precise", "dynamo-kv"}) {
+    SCOPED_TRACE(policy);
+    Router& router = StartRouter(Yaml(policy));
+    WaitAllLive(router);
+    const std::string p = Prompt("peer-context-" + policy, 800);
+    const double before = Blocks(router, replica);
+    Direct(replica, p);
+    ASSERT_TRUE(WaitFor([&] { return Blocks(router, replica) >= before + 49; }));
+    EXPECT_EQ(Through(router, p + " and a question"), "r" + std::to_string(replica));
+    EXPECT_EQ(Through(router, p + " and another question"), "r" + std::to_string(replica));
+    ++replica;
+  }
+  Router& sticky = StartRouter(Yaml("llm-d-sticky"));
+  const std::string p = Prompt("sticky-context", 800);
+  const std::string first = Through(sticky, p + " first");
+  ASSERT_FALSE(first.empty());
+  for (const char* q : {" second", " third", " fourth"}) EXPECT_EQ(Through(sticky, p + q), first);
+}
+
 TEST(PreciseRoutingCentralized, ReplicasPublishToTheRoutersSocket) {
   const std::string bind = "tcp://127.0.0.1:" + std::to_string(test_support::ClosedPort());
   auto fleet = test_support::StartPublishingFleet(3, {.kv_blocks = 128}, bind);

@@ -94,6 +94,31 @@ TEST(SimulateTest, KvrouteBeatsRoundRobinOnSharedPrefixes) {
   EXPECT_LT(kv.report.ttft_s.p50, rr.report.ttft_s.p50);
 }
 
+// The 2026 peers in virtual time: llm-d-precise and dynamo-kv are defined by the engines'
+// KV-cache events, so they run with events even when the scenario leaves them off (and
+// report them); llm-d-sticky runs without. All three keep the prefix groups together.
+TEST(SimulateTest, PeersOnEventsRunWithEventsOthersWithout) {
+  Scenario s = MustParse(kSharedPrefix);
+  ASSERT_FALSE(s.kv_events.enabled);
+  const double oracle = ComputeOracleHitRate(s);
+  SimulationResult rr = RunSimulation(s, "round-robin", oracle);
+  for (const char* policy : {"llm-d-sticky", "llm-d-precise", "dynamo-kv"}) {
+    SCOPED_TRACE(policy);
+    SimulationResult r = RunSimulation(s, policy, oracle);
+    ASSERT_EQ(r.error, "");
+    EXPECT_EQ(r.report.policy, policy);
+    EXPECT_EQ(r.report.succeeded, 300);
+    const bool events = std::string(policy) != "llm-d-sticky";
+    EXPECT_EQ(r.report.kv_events_enabled, events);
+    if (events) {
+      EXPECT_GT(r.report.kv_batches, 0);
+      EXPECT_GE(r.report.receipts, r.report.receipt_picks * 9 / 10);  // live after the first batches
+    }
+    EXPECT_GT(r.report.prefix_hit_rate, rr.report.prefix_hit_rate + 0.1)
+        << r.report.prefix_hit_rate << " vs " << rr.report.prefix_hit_rate;
+  }
+}
+
 // The simulator tells the scheduler, through the routing core (RoutingCore::OnTokens),
 // each request's output as it grows: one OnTokens per generated token (one per engine
 // step), cumulative, before the request finishes.

@@ -44,10 +44,21 @@ std::optional<EngineConfig> PresetConfig(std::string_view name) {
     c.num_gpu_blocks = 2048;
     return c;
   }
+  if (name == "qwen3-32b-tp2-h100") {
+    c.model_name = "Qwen/Qwen3-32B";
+    c.num_gpu_blocks = 17920;
+    c.step.base_us = 11500.0;
+    c.step.per_prefill_token_us = 62.8;
+    c.step.per_decode_seq_us = 12.0;
+    c.step.per_context_token_us = 0.05;
+    return c;
+  }
   return std::nullopt;
 }
 
-std::vector<std::string> PresetNames() { return {"llama3-8b-h100", "small-kv"}; }
+std::vector<std::string> PresetNames() {
+  return {"llama3-8b-h100", "small-kv", "qwen3-32b-tp2-h100"};
+}
 
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {

@@ -76,6 +76,12 @@ struct EngineConfig {
 //       and prefill runs ~50k tokens/s (an 8192-token chunk ~0.15 s).
 //   "small-kv": same speed and limits but 2048 blocks (~32k tokens), so KV pressure,
 //       eviction and preemption are easy to reach.
+//   "qwen3-32b-tp2-h100": Qwen3-32B bf16, tensor-parallel on two H100 80 GB (the llm-d
+//       guides' replica): 256 KiB of KV per token, half on each GPU; at 0.9 memory
+//       utilisation each GPU keeps ~35 GiB for KV after its half of the 65.5 GB of
+//       weights: 17920 blocks of 16 tokens (~287k tokens). Step model: 11.5 ms + 62.8
+//       us/prefill token (15,928 tokens/s, the prefill throughput llm-d's guide calibrates
+//       its release to) + 12 us/decode seq + 0.05 us per resident context token.
 // Returns nullopt for an unknown name.
 std::optional<EngineConfig> PresetConfig(std::string_view name);
 std::vector<std::string> PresetNames();

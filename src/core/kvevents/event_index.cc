@@ -439,15 +439,22 @@ SourceState EventIndex::State(uint32_t endpoint, double now_s) const {
   return s == nullptr ? SourceState::kOff : Effective(*s, now_s, options_);
 }
 
-double EventIndex::Weight(const Holder& h, double now_s) const {
-  if (h.count[0] > 0 || h.spec_until > now_s) return 1.0;
-  if (h.count[1] > 0) return options_.cpu_weight;
-  if (h.count[2] > 0) return options_.disk_weight;
-  return 0.0;
+double EventIndex::Weight(const Holder& h, double now_s, const TierWeights& w) {
+  double best = 0.0;
+  if (h.count[0] > 0) best = w.gpu;
+  else if (h.count[1] > 0) best = w.cpu;
+  else if (h.count[2] > 0) best = w.disk;
+  if (h.spec_until > now_s) best = std::max(best, w.speculative);
+  return best;
 }
 
 void EventIndex::Match(std::span<const uint64_t> keys, double now_s, std::vector<double>& weighted,
                        std::vector<uint32_t>& run) const {
+  Match(keys, now_s, OwnTiers(), weighted, run);
+}
+
+void EventIndex::Match(std::span<const uint64_t> keys, double now_s, const TierWeights& tiers,
+                       std::vector<double>& weighted, std::vector<uint32_t>& run) const {
   const size_t n = sources_.size();
   if (weighted.size() < n) weighted.resize(n);
   if (run.size() < n) run.resize(n);
@@ -459,7 +466,7 @@ void EventIndex::Match(std::span<const uint64_t> keys, double now_s, std::vector
     bool any = false;
     for (const Holder& h : it->second) {
       if (h.endpoint >= n || run[h.endpoint] != i) continue;
-      const double w = Weight(h, now_s);
+      const double w = Weight(h, now_s, tiers);
       if (w <= 0) continue;
       run[h.endpoint] = static_cast<uint32_t>(i + 1);
       weighted[h.endpoint] += w;
@@ -478,7 +485,7 @@ uint32_t EventIndex::MatchOne(std::span<const uint64_t> keys, uint32_t endpoint,
     if (it == keys_.end()) break;
     double w = 0.0;
     for (const Holder& h : it->second) {
-      if (h.endpoint == endpoint) w = Weight(h, now_s);
+      if (h.endpoint == endpoint) w = Weight(h, now_s, OwnTiers());
     }
     if (w <= 0) break;
     sum += w;

@@ -64,6 +64,16 @@ struct IndexOptions {
   double disk_weight = 0.25;
 };
 
+// How Match weighs a held block by its best tier; a policy that models a peer passes the
+// peer's weights. `speculative`: the weight of a block held only by a speculative entry
+// (0: not held, so a peer without speculative entries sees only what the engines report).
+struct TierWeights {
+  double gpu = 1.0;
+  double cpu = 0.8;
+  double disk = 0.25;
+  double speculative = 1.0;
+};
+
 enum class SourceState : uint8_t { kOff, kUnknown, kLive, kStale, kResync, kMismatch };
 inline constexpr size_t kSourceStates = 6;
 // "off", "unknown", "live", "stale", "resync", "mismatch".
@@ -155,6 +165,9 @@ class EventIndex {
   // Endpoints that are not Usable are matched too; callers decide what to trust.
   void Match(std::span<const uint64_t> keys, double now_s, std::vector<double>& weighted,
              std::vector<uint32_t>& run) const;
+  // The same with explicit tier weights (the options' cpu_weight and disk_weight above).
+  void Match(std::span<const uint64_t> keys, double now_s, const TierWeights& tiers,
+             std::vector<double>& weighted, std::vector<uint32_t>& run) const;
   // The same for one endpoint: the run length (weighted into `*weighted` when not null).
   uint32_t MatchOne(std::span<const uint64_t> keys, uint32_t endpoint, double now_s,
                     double* weighted = nullptr) const;
@@ -185,7 +198,10 @@ class EventIndex {
   void AddHolder(uint64_t key, uint32_t endpoint, Medium m);
   void DropHolder(uint64_t key, uint32_t endpoint, Medium m);
   static SourceState Effective(const Source& s, double now_s, const IndexOptions& o);
-  double Weight(const Holder& h, double now_s) const;
+  static double Weight(const Holder& h, double now_s, const TierWeights& w);
+  TierWeights OwnTiers() const {
+    return TierWeights{1.0, options_.cpu_weight, options_.disk_weight, 1.0};
+  }
 
   IndexOptions options_;
   std::vector<std::unique_ptr<Source>> sources_;  // by endpoint id

@@ -164,15 +164,34 @@ PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
 
   const int64_t bs = config_.block_size;
   const double prompt_blocks = static_cast<double>(hashes.size());
+  // dynamo-kv: the engines' reported overlap (tier-weighted blocks of the index's size).
+  const bool events = config_.events && req.events != nullptr && !req.event_keys.empty();
+  const int64_t n_tokens =
+      events ? static_cast<int64_t>(req.token_ids.size()) : pending.prompt_tokens;
+  Sequence& seq = SequenceOf(pending.slot);
+  seq.pick_tokens = n_tokens;
+  seq.event_cached_by_id.clear();
+  double key_tokens = 0.0;
+  if (events) {
+    key_tokens = static_cast<double>(req.events->options().block_tokens);
+    req.events->Match(req.event_keys, now_s, config_.tiers, weighted_, run_);
+    seq.event_cached_by_id.assign(max_id + 1, -1.0);
+  }
   scores_.resize(2 * n);
   totals_.resize(n);
   double lo = 1e300, hi = -1e300;
   for (size_t c = 0; c < n; ++c) {
     const uint32_t id = endpoints[candidates_[c]].id;
-    const int64_t overlap = match_[id];
+    double overlap = match_[id];
+    if (events && req.events->Usable(id, now_s)) {
+      const double cached = (id < weighted_.size() ? weighted_[id] : 0.0) * key_tokens;
+      seq.event_cached_by_id[id] = cached;
+      overlap = cached / static_cast<double>(bs);
+    }
     // Prefill: the worker's outstanding prefill plus this request's uncached tokens
     // (Dynamo's new_tokens: prompt tokens minus overlap blocks times the block size).
-    const int64_t new_tokens = std::max<int64_t>(0, pending.prompt_tokens - overlap * bs);
+    const int64_t new_tokens = std::max<int64_t>(
+        0, n_tokens - static_cast<int64_t>(std::llround(overlap * static_cast<double>(bs))));
     const int64_t queued = id < workers_.size() ? workers_[id].prefill_tokens : 0;
     const double prefill = static_cast<double>(new_tokens + queued) / static_cast<double>(bs);
     // Decode: active blocks plus the prompt blocks this worker's in-flight requests do
@@ -185,8 +204,7 @@ PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
     const double decode = static_cast<double>(ActiveBlocks(id) + new_blocks);
     const double cost = config_.overlap_weight * prefill + decode;
     scores_[c] = cost;
-    scores_[n + c] = prompt_blocks > 0 ? std::min<double>(overlap, prompt_blocks) / prompt_blocks
-                                       : 0.0;
+    scores_[n + c] = prompt_blocks > 0 ? std::min(overlap, prompt_blocks) / prompt_blocks : 0.0;
     totals_[c] = -cost;
     lo = std::min(lo, cost);
     hi = std::max(hi, cost);
@@ -232,6 +250,12 @@ void DynamoCostScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_i
   const int64_t overlap =
       static_cast<int64_t>(index_->OnRouted(p->hashes[0], endpoint_id, capacity, now_s));
   const int64_t bs = config_.block_size;
+  // With events live there at the pick, the engines' overlap; else the predicted index's.
+  int64_t cached_tokens = overlap * bs;
+  if (endpoint_id < s.event_cached_by_id.size() && s.event_cached_by_id[endpoint_id] >= 0) {
+    cached_tokens = std::llround(s.event_cached_by_id[endpoint_id]);
+  }
+  const int64_t prompt_tokens = s.pick_tokens >= 0 ? s.pick_tokens : p->prompt_tokens;
 
   Worker& w = WorkerOf(endpoint_id);
   s.active = true;
@@ -240,9 +264,9 @@ void DynamoCostScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_i
   for (uint64_t h : s.blocks) {
     if (w.blocks.Acquire(h) == 1) w.weighted_blocks += 1.0;
   }
-  s.prompt_tokens = p->prompt_tokens;
+  s.prompt_tokens = prompt_tokens;
   s.expected_output_tokens = p->expected_output_tokens;
-  s.prefill_tokens = std::max<int64_t>(0, p->prompt_tokens - overlap * bs);
+  s.prefill_tokens = std::max<int64_t>(0, prompt_tokens - cached_tokens);
   s.prefill_pending = true;
   w.prefill_tokens += s.prefill_tokens;
   ++w.requests;

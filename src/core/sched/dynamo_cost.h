@@ -1,6 +1,11 @@
 // A re-implementation of NVIDIA Dynamo's KV router (docs/POLICIES.md names the sources and
-// the version), without KV events: the block index is predicted from the router's own
-// decisions with a TTL, as Dynamo's approximate mode does.
+// the version). dynamo-cost is its mode without KV events: the block index is predicted
+// from the router's own decisions with a TTL, as Dynamo's approximate mode does. dynamo-kv
+// is its default mode: the overlap comes from what the engines report (the routing core's
+// KV-event index, SchedRequest::events), each block weighed by its tier as Dynamo does
+// (GPU 1.0, host 0.75, disk 0.25), with no speculative entries (Dynamo's indexer has none:
+// its in-flight requests are in the active blocks and prefill tokens below). An endpoint
+// whose events are not live is matched by the predicted index instead.
 //   cost(worker) = overlap_weight * potential_prefill_blocks + potential_active_blocks
 // potential_prefill_blocks: (prefill tokens of the worker's requests that have no first
 //   token yet + this request's prompt tokens minus overlap blocks * block size) / block size;
@@ -13,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/kvevents/event_index.h"
 #include "core/sched/prefix_model.h"
 #include "core/sched/scheduler_base.h"
 
@@ -63,10 +69,14 @@ class DynamoCostScheduler : public SchedulerBase {
     // re-weight the request's single-reference blocks by 1 - generated / expected output
     // (kvroute's expected output: max_tokens capped, else the default) at each one.
     bool track_output_blocks = false;
+    // dynamo-kv: overlap from the KV-event index where the endpoint's events are live.
+    bool events = false;
+    kvevents::TierWeights tiers{1.0, 0.75, 0.25, 0.0};
   };
   DynamoCostScheduler(const Config& config, const SchedulerOptions& options);
 
   std::string_view policy() const override {
+    if (config_.events) return "dynamo-kv";
     return config_.track_output_blocks ? "dynamo-cost-output-blocks" : "dynamo-cost";
   }
   // Scores reported: row "cost" (raw block count, not clamped) and row "overlap"
@@ -130,6 +140,10 @@ class DynamoCostScheduler : public SchedulerBase {
     int64_t total_blocks = 0;   // ceil((prompt + generated) / block size) last counted
     int64_t output_blocks = 0;  // single-owner blocks added during generation
     double output_weight = 1.0;
+    // Set at the pick: the prompt's tokens (the engines' count when tokenized) and, with
+    // events, the reported overlap in tokens by endpoint id (-1: not live, use the index).
+    int64_t pick_tokens = -1;
+    std::vector<double> event_cached_by_id;
   };
 
   // Takes the previous dynamo-cost scheduler's index and active sequences when block_size
@@ -148,6 +162,8 @@ class DynamoCostScheduler : public SchedulerBase {
   std::vector<Sequence> sequences_;  // by request slot
   std::vector<uint32_t> match_;
   std::vector<double> keys_;
+  std::vector<double> weighted_;
+  std::vector<uint32_t> run_;
   std::vector<uint32_t> scratch_;
   std::vector<uint64_t> tiebreak_;
 };

@@ -31,6 +31,24 @@ void HashPromptBlocks(std::string_view model, std::string_view cache_salt,
   }
 }
 
+void HashPromptBlocksWithPartial(std::string_view model, std::string_view cache_salt,
+                                 std::string_view prompt, size_t block_chars, size_t max_blocks,
+                                 std::vector<uint64_t>& out) {
+  HashPromptBlocks(model, cache_salt, prompt, block_chars, max_blocks, out);
+  if (block_chars == 0 || out.size() >= max_blocks) return;
+  const size_t full = out.size() * block_chars;
+  if (full >= prompt.size()) return;
+  if (out.empty()) {
+    XXH64_state_t st;
+    XXH64_reset(&st, 0);
+    XXH64_update(&st, model.data(), model.size());
+    XXH64_update(&st, cache_salt.data(), cache_salt.size());
+    out.push_back(XXH3_64bits_withSeed(prompt.data(), prompt.size(), XXH64_digest(&st)));
+    return;
+  }
+  out.push_back(XXH3_64bits_withSeed(prompt.data() + full, prompt.size() - full, out.back()));
+}
+
 namespace {
 // Block hashes are already uniformly distributed; a cheap remix guards against structured
 // keys in tests and user-supplied hashes.
@@ -170,6 +188,21 @@ size_t ApproxPrefixIndex::Match(std::span<const uint64_t> hashes,
   return best;
 }
 
+size_t ApproxPrefixIndex::MatchWalk(std::span<const uint64_t> hashes,
+                                    std::vector<uint32_t>& held_by_endpoint) const {
+  if (held_by_endpoint.size() < lru_.size()) held_by_endpoint.resize(lru_.size());
+  std::fill(held_by_endpoint.begin(), held_by_endpoint.end(), 0u);
+  size_t i = 0;
+  for (; i < hashes.size(); ++i) {
+    const uint32_t first = FindChain(hashes[i]);
+    if (first == kNil) break;
+    for (uint32_t e = first; e != kNil; e = entries_[e].same_hash_next) {
+      ++held_by_endpoint[entries_[e].endpoint];
+    }
+  }
+  return i;
+}
+
 size_t ApproxPrefixIndex::MatchOne(std::span<const uint64_t> hashes, uint32_t endpoint_id) const {
   size_t i = 0;
   while (i < hashes.size() && FindEntry(hashes[i], endpoint_id) != kNil) ++i;
@@ -177,16 +210,18 @@ size_t ApproxPrefixIndex::MatchOne(std::span<const uint64_t> hashes, uint32_t en
 }
 
 size_t ApproxPrefixIndex::Record(std::span<const uint64_t> hashes, uint32_t endpoint_id,
-                                 size_t capacity, double now_s) {
+                                 size_t capacity, double now_s, RecordOrder order) {
   LruOf(endpoint_id);
-  size_t held = hashes.size();  // the lowest index found missing, walking from the tail
-  for (size_t k = hashes.size(); k-- > 0;) {
+  size_t held = hashes.size();  // the lowest index found missing
+  const size_t n = hashes.size();
+  for (size_t j = 0; j < n; ++j) {
+    const size_t k = order == RecordOrder::kHeadLast ? n - 1 - j : j;
     const uint64_t h = hashes[k];
     uint32_t e = FindEntry(h, endpoint_id);
     if (e != kNil) {
       Unlink(e);
     } else {
-      held = k;
+      held = std::min(held, k);
       if (!free_.empty()) {
         e = free_.back();
         free_.pop_back();

@@ -20,6 +20,11 @@ namespace kvroute::sched {
 void HashPromptBlocks(std::string_view model, std::string_view cache_salt,
                       std::string_view prompt, size_t block_chars, size_t max_blocks,
                       std::vector<uint64_t>& out);
+// The same chain with the trailing partial block included (llm-d Router's approximate
+// producer hashes it too): ceil(prompt.size() / block_chars) hashes, at most `max_blocks`.
+void HashPromptBlocksWithPartial(std::string_view model, std::string_view cache_salt,
+                                 std::string_view prompt, size_t block_chars, size_t max_blocks,
+                                 std::vector<uint64_t>& out);
 
 // Block hash -> endpoints that (probably) hold it, with one LRU per endpoint.
 // Capacity is per endpoint and may change between calls (Record passes it); an endpoint
@@ -38,6 +43,18 @@ class ApproxPrefixIndex {
   // Leading hashes of `hashes` held by one endpoint.
   size_t MatchOne(std::span<const uint64_t> hashes, uint32_t endpoint_id) const;
 
+  // llm-d Router's walk: through `hashes` in order until the first hash no endpoint holds;
+  // for each endpoint, how many of the walked hashes it holds (not necessarily a leading
+  // run). `held_by_endpoint` is resized and zeroed as in Match. Returns the walk's length.
+  size_t MatchWalk(std::span<const uint64_t> hashes, std::vector<uint32_t>& held_by_endpoint) const;
+
+  // Which end of a recorded chain becomes most recently used.
+  enum class RecordOrder : uint8_t {
+    kHeadLast,  // the first block last (most recent): a chain is evicted tail first (vLLM)
+    kInOrder,   // in chain order, the last block most recent: evicted head first (llm-d's
+                // approximate producer adds a request's hashes to its LRU in order)
+  };
+
   // Records that `endpoint_id` now holds every hash of `hashes` (a request's chain) and
   // marks them most recently used, the first block last so that a chain is evicted tail
   // first (as vLLM does): its shared head stays longest. Then evicts down to `capacity`.
@@ -45,7 +62,7 @@ class ApproxPrefixIndex {
   // expiry is used). Returns how many leading hashes the endpoint held before the call
   // (what MatchOne would have returned).
   size_t Record(std::span<const uint64_t> hashes, uint32_t endpoint_id, size_t capacity,
-              double now_s = 0.0);
+              double now_s = 0.0, RecordOrder order = RecordOrder::kHeadLast);
 
   // Drops every entry last recorded before `cutoff_s` (a TTL, as Dynamo's approximate
   // indexer uses). Cost: proportional to the entries dropped plus the number of endpoints.

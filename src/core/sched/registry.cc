@@ -9,6 +9,7 @@
 
 #include "core/sched/builtin_plugins.h"
 #include "core/sched/dynamo_cost.h"
+#include "core/sched/llmd_sticky.h"
 #include "core/sched/locality.h"
 #include "core/sched/profile_scheduler.h"
 #include "core/sched/sglang_cache_aware.h"
@@ -188,9 +189,10 @@ const PluginDef* FindDef(std::string_view type) {
   return nullptr;
 }
 
-constexpr std::string_view kPolicies[] = {"round-robin",        "random",      "least-request",
-                                          "gie-default",        "sglang-cache-aware",
-                                          "dynamo-cost",        "kvroute"};
+constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "least-request",
+                                          "gie-default",   "sglang-cache-aware",
+                                          "dynamo-cost",   "dynamo-kv",     "llm-d-sticky",
+                                          "llm-d-precise", "kvroute"};
 // Accepted by name but not in PolicyNames() (so default comparisons do not run them):
 // peer variants with a non-default option of the peer turned on.
 // kvroute-region-blind is kvroute without the locality-filter even when a region is set (the
@@ -471,9 +473,16 @@ BuildResult BuildScheduler(const SchedulingSpec& spec, const SchedulerOptions& o
                                                               options);
     return r;
   }
-  if (policy == "dynamo-cost" || policy == "dynamo-cost-output-blocks") {
+  if (policy == "llm-d-sticky" || policy == "llm-d-precise") {
+    LlmdStickyScheduler::Config config;
+    config.precise = policy == "llm-d-precise";
+    r.scheduler = std::make_unique<LlmdStickyScheduler>(config, options);
+    return r;
+  }
+  if (policy == "dynamo-cost" || policy == "dynamo-cost-output-blocks" || policy == "dynamo-kv") {
     DynamoCostScheduler::Config config;
     config.track_output_blocks = policy == "dynamo-cost-output-blocks";
+    config.events = policy == "dynamo-kv";
     r.scheduler = std::make_unique<DynamoCostScheduler>(config, options);
     return r;
   }
@@ -509,5 +518,9 @@ std::span<const std::string_view> PluginTypes() {
 }
 
 std::span<const std::string_view> PolicyNames() { return kPolicies; }
+
+bool PolicyNeedsEvents(std::string_view policy) {
+  return policy == "llm-d-precise" || policy == "dynamo-kv";
+}
 
 }  // namespace kvroute::sched

@@ -71,12 +71,17 @@ BuildResult BuildPolicy(std::string_view policy, const SchedulerOptions& options
 // Every registered plugin type, in registration order.
 std::span<const std::string_view> PluginTypes();
 // Every complete policy name: round-robin, random, least-request, gie-default,
-// sglang-cache-aware, dynamo-cost, kvroute.
+// sglang-cache-aware, dynamo-cost, dynamo-kv, llm-d-sticky, llm-d-precise, kvroute.
 std::span<const std::string_view> PolicyNames();
+// True for the policies defined by the engines' KV-cache events (llm-d-precise, dynamo-kv):
+// without events they fall back to their approximate mode, so a comparison runs them with
+// events on (kvroute simulate does).
+bool PolicyNeedsEvents(std::string_view policy);
 
 // The plugins+profile equivalent of a plugin-based policy (round-robin, random,
-// least-request, gie-default, kvroute); nullopt for the others (sglang-cache-aware and
-// dynamo-cost are dedicated schedulers) and unknown names.
+// least-request, gie-default, kvroute); nullopt for the others (sglang-cache-aware,
+// dynamo-cost, dynamo-kv, llm-d-sticky and llm-d-precise are dedicated schedulers) and
+// unknown names.
 std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy);
 // The spec BuildPolicy(policy, options) builds: as above, except that "kvroute" with
 // options.region set starts with a locality-filter (default parameters).

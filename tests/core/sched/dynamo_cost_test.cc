@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "core/kvevents/event_index.h"
 #include "core/sched/dynamo_cost.h"
 #include "sched_test_util.h"
 
@@ -243,6 +244,103 @@ TEST(DynamoCost, VariantPolicyIsBuiltByNameButNotListed) {
   EXPECT_EQ(s->policy(), "dynamo-cost-output-blocks");
   for (std::string_view name : PolicyNames()) EXPECT_NE(name, "dynamo-cost-output-blocks");
   EXPECT_EQ(MustBuildPolicy("dynamo-cost")->policy(), "dynamo-cost");
+}
+
+// ---- dynamo-kv: the same cost on what the engines report ----
+
+kvevents::KvEventBatch StoredOn(const std::vector<uint32_t>& tokens, uint64_t first_hash,
+                                kvevents::Medium medium) {
+  kvevents::KvEvent e;
+  e.kind = kvevents::EventKind::kBlockStored;
+  e.block_size = 16;
+  e.medium = medium;
+  for (size_t i = 0; i < tokens.size() / 16; ++i) e.block_hashes.push_back(first_hash + i);
+  if (medium == kvevents::Medium::kGpu) e.token_ids = tokens;  // offloaded copies carry none
+  kvevents::KvEventBatch b;
+  b.events.push_back(e);
+  return b;
+}
+
+TEST(DynamoKv, OverlapIsTheReportedCacheWeighedByTierWithoutSpeculativeEntries) {
+  DynamoCostScheduler::Config c;
+  c.events = true;
+  Fixture f(c, 3);
+  EXPECT_EQ(f.s.policy(), "dynamo-kv");
+  EXPECT_EQ(MustBuildPolicy("dynamo-kv")->policy(), "dynamo-kv");
+  EXPECT_TRUE(PolicyNeedsEvents("dynamo-kv"));
+  EXPECT_FALSE(PolicyNeedsEvents("dynamo-cost"));
+
+  std::vector<uint32_t> tokens(160);  // 10 blocks of 16
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(500 + i);
+  kvevents::EventIndex index;
+  for (uint32_t id = 0; id < 3; ++id) index.Expect(id, 0.0);
+  // 0: on the GPU. 1: offloaded to the host, then dropped from the GPU. 2: live, nothing
+  // reported, but a speculative entry from a dispatch a moment ago.
+  index.ApplyBatch(0, StoredOn(tokens, 100, kvevents::Medium::kGpu), 0.0);
+  index.ApplyBatch(1, StoredOn(tokens, 200, kvevents::Medium::kGpu), 0.0);
+  index.ApplyBatch(1, StoredOn(tokens, 200, kvevents::Medium::kCpu), 0.0);
+  kvevents::KvEvent rm;
+  rm.kind = kvevents::EventKind::kBlockRemoved;
+  for (uint64_t h = 200; h < 210; ++h) rm.block_hashes.push_back(h);
+  kvevents::KvEventBatch rmb;
+  rmb.events.push_back(rm);
+  index.ApplyBatch(1, rmb, 0.0);
+  index.ApplyBatch(2, kvevents::KvEventBatch{}, 0.0);
+  std::vector<uint64_t> keys;
+  index.RequestKeys("", tokens, &keys);
+  index.AddSpeculative(2, keys, 0.5);
+
+  const std::string prompt = Blocks('d', 10);  // 160 tokens of text: 10 blocks
+  SchedRequest r = Req(prompt);
+  r.max_tokens = 96;
+  r.token_ids = tokens;
+  r.events = &index;
+  r.event_keys = keys;
+  PickResult p = f.s.Pick(r, f.eps, 1.0);
+  ASSERT_TRUE(p.ok());
+  // Overlap: 10 GPU blocks; 10 host blocks at 0.75; none (speculative entries weigh 0).
+  EXPECT_DOUBLE_EQ(p.Score(1, 0), 1.0);
+  EXPECT_DOUBLE_EQ(p.Score(1, 1), 0.75);
+  EXPECT_DOUBLE_EQ(p.Score(1, 2), 0.0);
+  // Cost: (160 - overlap * 16) / 16 prefill blocks + 10 new active blocks.
+  EXPECT_DOUBLE_EQ(p.Score(0, 0), 0 + 10);
+  EXPECT_DOUBLE_EQ(p.Score(0, 1), 40 / 16.0 + 10);
+  EXPECT_DOUBLE_EQ(p.Score(0, 2), 160 / 16.0 + 10);
+  EXPECT_EQ(p.ranked[0], 0u);
+  // Dispatched to the host-tier holder: its prefill is the 40 tokens not weighed as held.
+  f.s.OnDispatched(p.handle, 1, 1.0);
+  EXPECT_EQ(f.s.ActivePrefillTokens(1), 40);
+  f.s.OnFinished(p.handle, 2.0);
+}
+
+TEST(DynamoKv, EndpointsWithoutLiveEventsUseThePredictedIndex) {
+  DynamoCostScheduler::Config c;
+  c.events = true;
+  Fixture f(c, 2);
+  std::vector<uint32_t> tokens(160);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(900 + i);
+  kvevents::EventIndex index;
+  index.Expect(0, 0.0);
+  index.Expect(1, 0.0);  // neither has sent a batch: unknown
+  std::vector<uint64_t> keys;
+  index.RequestKeys("", tokens, &keys);
+  SchedRequest r = Req(Blocks('e', 10));
+  r.token_ids = tokens;
+  r.events = &index;
+  r.event_keys = keys;
+  PickResult p = f.s.Pick(r, f.eps, 0.0);
+  f.s.OnDispatched(p.handle, 1, 0.0);
+  f.s.OnFinished(p.handle, 0.0);
+  // The predicted index remembers endpoint 1; no live events contradict it.
+  p = f.s.Pick(r, f.eps, 1.0);
+  EXPECT_DOUBLE_EQ(p.Score(1, 1), 1.0);
+  EXPECT_DOUBLE_EQ(p.Score(1, 0), 0.0);
+  f.s.OnFinished(p.handle, 1.0);
+  // Live and reporting nothing: the prediction no longer counts.
+  index.ApplyBatch(1, kvevents::KvEventBatch{}, 2.0);
+  p = f.s.Pick(r, f.eps, 2.0);
+  EXPECT_DOUBLE_EQ(p.Score(1, 1), 0.0);
+  f.s.OnFinished(p.handle, 2.0);
 }
 
 // ActiveBlockSet against a std::map, with hashes that all land in one bucket run so that

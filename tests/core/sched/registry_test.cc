@@ -37,7 +37,7 @@ TEST(Registry, BuildsEveryRegisteredPluginByName) {
 
 TEST(Registry, BuildsEveryPolicyByName) {
   auto eps = MakeEndpoints(4);
-  ASSERT_EQ(PolicyNames().size(), 7u);
+  ASSERT_EQ(PolicyNames().size(), 10u);
   for (std::string_view name : PolicyNames()) {
     BuildResult b = BuildPolicy(name);
     ASSERT_TRUE(b.ok()) << name;

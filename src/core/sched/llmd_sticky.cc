@@ -1,0 +1,196 @@
+#include "core/sched/llmd_sticky.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/kvevents/event_index.h"
+
+namespace kvroute::sched {
+
+LlmdStickyScheduler::LlmdStickyScheduler(const Config& config, const SchedulerOptions& options)
+    : SchedulerBase(options, 1), config_(config) {
+  scorer_names_ = {"affinity", "token-load"};
+  weights_ = {1.0, 1.0};
+  scorer_roles_ = {ScorerRole::kPrefix, ScorerRole::kLoad};
+}
+
+LlmdStickyScheduler::Sequence& LlmdStickyScheduler::SequenceOf(uint32_t slot) {
+  if (slot >= sequences_.size()) sequences_.resize(slot + 1);
+  return sequences_[slot];
+}
+
+void LlmdStickyScheduler::AdoptPolicyState(SchedulerBase& previous) {
+  auto* prev = dynamic_cast<LlmdStickyScheduler*>(&previous);
+  if (prev == nullptr || prev->BlockChars() != BlockChars() ||
+      prev->config_.max_blocks != config_.max_blocks) {
+    return;
+  }
+  std::swap(lru_, prev->lru_);
+  // Request slots moved with the handles, so the sequences keep their indexes.
+  inflight_tokens_ = std::move(prev->inflight_tokens_);
+  sequences_ = std::move(prev->sequences_);
+  prev->inflight_tokens_.clear();
+  prev->sequences_.clear();
+}
+
+PickResult LlmdStickyScheduler::Pick(const SchedRequest& req,
+                                     std::span<const EndpointState> endpoints, double now_s) {
+  candidates_.clear();
+  uint32_t max_id = 0;
+  for (uint32_t i = 0; i < endpoints.size(); ++i) {
+    if (!endpoints[i].healthy) continue;
+    candidates_.push_back(i);
+    max_id = std::max(max_id, endpoints[i].id);
+  }
+  if (candidates_.empty()) return Fail(PickStatus::kNoHealthyEndpoint);
+  PendingRequest& pending = NewRequest(req);
+  std::vector<uint64_t>& hashes = pending.hashes[0];
+  HashPromptBlocksWithPartial(req.model, req.cache_salt, req.prompt, BlockChars(),
+                              config_.max_blocks, hashes);
+  const int64_t bt = config_.block_tokens;
+  const bool precise = config_.precise && req.events != nullptr && !req.event_keys.empty();
+  // Prompt tokens: the engines' count when the front end tokenized (precise), else bytes / 4.
+  const int64_t cpt = std::max<int64_t>(1, config_.chars_per_token);
+  const int64_t estimated = (static_cast<int64_t>(req.prompt.size()) + cpt - 1) / cpt;
+  const int64_t n_tokens = precise ? static_cast<int64_t>(req.token_ids.size()) : estimated;
+
+  if (held_.size() <= max_id) held_.resize(max_id + 1);
+  lru_.MatchWalk(hashes, held_);
+  const double t_approx = static_cast<double>(hashes.size());
+  double t_precise = 0.0;
+  int64_t key_tokens = 0;
+  if (precise) {
+    key_tokens = req.events->options().block_tokens;
+    t_precise = static_cast<double>(
+        std::min<int64_t>((n_tokens + bt - 1) / bt, static_cast<int64_t>(config_.max_blocks)));
+    req.events->Match(req.event_keys, now_s, weighted_, run_);
+  }
+
+  Sequence& seq = SequenceOf(pending.slot);
+  seq.active = false;
+  seq.pending = false;
+  seq.prompt_tokens = n_tokens;
+  seq.uncached_by_id.assign(max_id + 1, -1);
+
+  const size_t n = candidates_.size();
+  affinity_.resize(n);
+  uncached_.resize(n);
+  bool any_in = false, any_out = false;
+  int64_t min_in = std::numeric_limits<int64_t>::max();
+  int64_t min_out = std::numeric_limits<int64_t>::max();
+  for (size_t c = 0; c < n; ++c) {
+    const uint32_t id = endpoints[candidates_[c]].id;
+    double a = 0.0;
+    int64_t cached = 0;
+    if (precise && req.events->Usable(id, now_s)) {
+      const double w = id < weighted_.size() ? weighted_[id] : 0.0;
+      const uint32_t r = id < run_.size() ? run_[id] : 0;
+      a = t_precise > 0 ? std::min(1.0, w * static_cast<double>(key_tokens) /
+                                            static_cast<double>(bt) / t_precise)
+                        : 0.0;
+      cached = static_cast<int64_t>(r) * key_tokens;
+    } else {
+      const uint32_t m = held_[id];
+      a = t_approx > 0 ? static_cast<double>(m) / t_approx : 0.0;
+      cached = static_cast<int64_t>(m) * bt;
+    }
+    const int64_t u = std::max<int64_t>(0, n_tokens - cached);
+    affinity_[c] = a;
+    uncached_[c] = u;
+    seq.uncached_by_id[id] = u;
+    const int64_t load = InflightTokens(id);
+    if (a >= config_.affinity_threshold) {
+      any_in = true;
+      min_in = std::min(min_in, load);
+    } else {
+      any_out = true;
+      min_out = std::min(min_out, load);
+    }
+  }
+  // prefix-cache-affinity-filter.
+  const bool keep_all =
+      !any_in || (any_out && static_cast<double>(min_in - min_out) > config_.release_tokens);
+  kept_.clear();
+  for (size_t c = 0; c < n; ++c) {
+    if (keep_all || affinity_[c] >= config_.affinity_threshold) kept_.push_back(static_cast<uint32_t>(c));
+  }
+  // token-load-scorer over the kept candidates (compacted in place, order kept).
+  const size_t k = kept_.size();
+  scores_.resize(2 * k);
+  totals_.resize(k);
+  for (size_t j = 0; j < k; ++j) {
+    const size_t c = kept_[j];
+    const uint32_t id = endpoints[candidates_[c]].id;
+    const double load = static_cast<double>(InflightTokens(id) + uncached_[c]);
+    const double score = 1.0 - std::min(1.0, load / config_.load_scale_tokens);
+    scores_[j] = affinity_[c];
+    scores_[k + j] = score;
+    totals_[j] = score;
+    candidates_[j] = candidates_[c];
+  }
+  candidates_.resize(k);
+  RankByMaxScore(totals_, options_.max_ranked, rng_, scratch_, tiebreak_, order_);
+  return Finish(HandleOf(pending), endpoints, order_);
+}
+
+void LlmdStickyScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {
+  PendingRequest* p = Find(handle);
+  if (p == nullptr) return;
+  const EndpointState& e = Known(endpoint_id);
+  Sequence& s = SequenceOf(p->slot);
+  if (s.active) Release(s);  // a retry elsewhere
+  const size_t capacity = e.num_gpu_blocks > 0 ? static_cast<size_t>(e.num_gpu_blocks)
+                                               : config_.default_lru_entries;
+  lru_.Record(p->hashes[0], endpoint_id, capacity, now_s,
+              ApproxPrefixIndex::RecordOrder::kInOrder);
+  const int64_t u = endpoint_id < s.uncached_by_id.size() && s.uncached_by_id[endpoint_id] >= 0
+                        ? s.uncached_by_id[endpoint_id]
+                        : s.prompt_tokens;
+  if (endpoint_id >= inflight_tokens_.size()) inflight_tokens_.resize(endpoint_id + 1, 0);
+  inflight_tokens_[endpoint_id] += u;
+  s.active = true;
+  s.pending = true;
+  s.endpoint = endpoint_id;
+  s.tokens = u;
+  const int64_t cached_chars = std::max<int64_t>(0, s.prompt_tokens - u) * config_.chars_per_token;
+  tracker_.Add(p->slot, endpoint_id, now_s, EstimateBlocks(*p, e, cached_chars));
+}
+
+void LlmdStickyScheduler::Release(Sequence& s) {
+  if (!s.active) return;
+  s.active = false;
+  if (s.pending && s.endpoint < inflight_tokens_.size()) inflight_tokens_[s.endpoint] -= s.tokens;
+  s.pending = false;
+}
+
+void LlmdStickyScheduler::OnFirstToken(RequestHandle handle, double now_s) {
+  SchedulerBase::OnFirstToken(handle, now_s);
+  PendingRequest* p = Find(handle);
+  if (p == nullptr || p->slot >= sequences_.size()) return;
+  Sequence& s = sequences_[p->slot];
+  if (!s.active || !s.pending) return;
+  s.pending = false;
+  if (s.endpoint < inflight_tokens_.size()) inflight_tokens_[s.endpoint] -= s.tokens;
+}
+
+void LlmdStickyScheduler::OnFinished(RequestHandle handle, double now_s) {
+  if (PendingRequest* p = Find(handle); p != nullptr && p->slot < sequences_.size()) {
+    Release(sequences_[p->slot]);
+  }
+  SchedulerBase::OnFinished(handle, now_s);
+}
+
+void LlmdStickyScheduler::OnEndpointRemoved(uint32_t endpoint_id) {
+  lru_.RemoveEndpoint(endpoint_id);
+  tracker_.ResetEndpoint(endpoint_id);
+  for (Sequence& s : sequences_) {
+    if (s.active && s.endpoint == endpoint_id) {
+      s.active = false;
+      s.pending = false;
+    }
+  }
+  if (endpoint_id < inflight_tokens_.size()) inflight_tokens_[endpoint_id] = 0;
+}
+
+}  // namespace kvroute::sched
