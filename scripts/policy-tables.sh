@@ -14,7 +14,7 @@ for s in seed-8x gie-prefix multi-turn hotspot no-sharing; do
   for seed in 1 2 3; do runs+=("$s-seed$seed|$s|--seed $seed"); done
 done
 for s in gie-prefix seed-8x multi-turn; do
-  runs+=("$s-dynamo|$s|--policies gie-default,dynamo-cost,dynamo-cost-output-blocks")
+  runs+=("$s-dynamo|$s|--policies gie-default,dynamo-cost,dynamo-cost-output-blocks,dynamo-kv")
 done
 for s in overload-many-2x overload-many-5x overload-many-10x overload-few-2x overload-few-5x \
          overload-few-10x overload-no-sharing-5x overload-multi-turn-5x two-tenant \

@@ -2,7 +2,9 @@
 # The runs behind docs/BENCHMARKS.md "Precise prefix routing in simulate (issue 23)": the
 # precise-edge scenario, seeds 1-3, router replicas 1 and 3, kvroute without KV-cache
 # events (approximate), with them (precise) at loss 0, 0.1 (replayed) and 0.1 without
-# replay, and random; prints the table of means over the seeds.
+# replay, and random; the peers beside them: llm-d-sticky and dynamo-cost without events,
+# llm-d-precise and dynamo-kv with them under the same losses. Prints the table of means
+# over the seeds.
 #   scripts/precise-tables.sh BINARY OUT
 set -euo pipefail
 bin=${1:?usage: precise-tables.sh BINARY OUT}
@@ -18,11 +20,11 @@ for seed in 1 2 3; do
       "$bin" simulate --scenario "$scenario" --seed "$seed" --router-replicas "$r" --quiet \
         --out "$out/$name-r$r-seed$seed" "$@" >"$out/$name-r$r-seed$seed.log" 2>&1
     }
-    run approx --kv-events off --policies kvroute,random
-    run precise --kv-events on --kv-events-loss 0 --policies kvroute
-    run precise-loss --kv-events on --kv-events-loss 0.1 --policies kvroute
+    run approx --kv-events off --policies kvroute,random,llm-d-sticky,dynamo-cost
+    run precise --kv-events on --kv-events-loss 0 --policies kvroute,llm-d-precise,dynamo-kv
+    run precise-loss --kv-events on --kv-events-loss 0.1 --policies kvroute,llm-d-precise,dynamo-kv
     run precise-loss-noreplay --kv-events on --kv-events-loss 0.1 --kv-events-replay off \
-      --policies kvroute
+      --policies kvroute,llm-d-precise,dynamo-kv
     echo "seed $seed, $r router replica(s): done"
   done
 done
@@ -32,7 +34,15 @@ out = sys.argv[1]
 rows = [("random", "approx", "random", ""), ("kvroute, approximate (no events)", "approx", "kvroute", ""),
         ("kvroute, precise, loss 0", "precise", "kvroute", ""),
         ("kvroute, precise, loss 0.1, replay", "precise-loss", "kvroute", ""),
-        ("kvroute, precise, loss 0.1, no replay", "precise-loss-noreplay", "kvroute", "")]
+        ("kvroute, precise, loss 0.1, no replay", "precise-loss-noreplay", "kvroute", ""),
+        ("llm-d-sticky (no events)", "approx", "llm-d-sticky", ""),
+        ("llm-d-precise, loss 0", "precise", "llm-d-precise", ""),
+        ("llm-d-precise, loss 0.1, replay", "precise-loss", "llm-d-precise", ""),
+        ("llm-d-precise, loss 0.1, no replay", "precise-loss-noreplay", "llm-d-precise", ""),
+        ("dynamo-cost (no events)", "approx", "dynamo-cost", ""),
+        ("dynamo-kv, loss 0", "precise", "dynamo-kv", ""),
+        ("dynamo-kv, loss 0.1, replay", "precise-loss", "dynamo-kv", ""),
+        ("dynamo-kv, loss 0.1, no replay", "precise-loss-noreplay", "dynamo-kv", "")]
 def ms(s): return f"{s*1000:.0f} ms" if s < 1 else f"{s:.2f} s"
 print("| policy | router replicas | hit rate | TTFT p50 | TTFT p99 | out tok/s | req/s | receipts / picks | receipts error (tokens) | receipts off > 1 block | gaps unrepaired |")
 print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")

@@ -107,6 +107,25 @@ const SweepPoint* PointAt(const PolicySweep& sweep, double rate) {
   return nullptr;
 }
 
+SweepPeak PeakOfSweep(const PolicySweep& sweep) {
+  SweepPeak peak;
+  for (const SweepPoint& p : sweep.points) {
+    if (peak.rate < 0 || p.report.output_tokens_per_s > peak.output_tokens_per_s) {
+      peak.output_tokens_per_s = p.report.output_tokens_per_s;
+      peak.rate = p.rate;
+    }
+    if (peak.steady_rate < 0 || p.steady.output_tokens_per_s > peak.steady_output_tokens_per_s) {
+      peak.steady_output_tokens_per_s = p.steady.output_tokens_per_s;
+      peak.steady_rate = p.rate;
+    }
+    if (p.rate >= peak.top_rate) {
+      peak.top_rate = p.rate;
+      peak.ttft_p90_at_top_s = p.report.ttft_s.p90;
+    }
+  }
+  return peak;
+}
+
 std::string SweepMarkdown(const std::string& scenario, std::span<const PolicySweep> sweeps,
                           double ttft_p99_bound_s, const std::string& baseline) {
   std::string md = "### " + scenario + ": rate sweep\n\n";
@@ -169,6 +188,24 @@ std::string SweepMarkdown(const std::string& scenario, std::span<const PolicySwe
       md += "- | - |\n";
     }
   }
+  // Peaks, as the llm-d guides compare policies (no TTFT bound).
+  const SweepPeak base_peak = base ? PeakOfSweep(*base) : SweepPeak{};
+  const double top = base_peak.top_rate;
+  md += "\nPeak output throughput over the swept rates (any TTFT), and TTFT p90 at the highest "
+        "rate:\n\n| policy | peak out tok/s | at rate | vs " + baseline +
+        " | peak steady out tok/s | at rate | vs " + baseline + " (steady) | TTFT p90 at " +
+        (top >= 0 ? Fmt("%g", top) : std::string("-")) + " req/s |\n"
+        "|---|--:|--:|--:|--:|--:|--:|--:|\n";
+  auto ratio = [](double a, double b) { return b > 0 ? Fmt("%.2fx", a / b) : std::string("-"); };
+  for (const PolicySweep& s : sweeps) {
+    const SweepPeak pk = PeakOfSweep(s);
+    if (pk.rate < 0) continue;
+    md += "| " + s.policy + " | " + Fmt("%.0f", pk.output_tokens_per_s) + " | " +
+          Fmt("%g", pk.rate) + " | " + ratio(pk.output_tokens_per_s, base_peak.output_tokens_per_s) +
+          " | " + Fmt("%.0f", pk.steady_output_tokens_per_s) + " | " + Fmt("%g", pk.steady_rate) +
+          " | " + ratio(pk.steady_output_tokens_per_s, base_peak.steady_output_tokens_per_s) +
+          " | " + Dur(pk.ttft_p90_at_top_s) + " |\n";
+  }
   return md;
 }
 
@@ -214,8 +251,23 @@ std::string SweepJson(const std::string& scenario, std::span<const PolicySweep> 
          (has && base_sum.max_rate > 0 && base_sum.steady.output_tokens_per_s > 0
               ? Num(sum.steady.output_tokens_per_s / base_sum.steady.output_tokens_per_s)
               : "null") +
-         ", \"ttft_p99_at_baseline_saturation_s\": " + (at ? Num(at->report.ttft_s.p99) : "null") +
-         ", \"points\": [";
+         ", \"ttft_p99_at_baseline_saturation_s\": " + (at ? Num(at->report.ttft_s.p99) : "null");
+    const SweepPeak pk = PeakOfSweep(s);
+    const SweepPeak bp = base ? PeakOfSweep(*base) : SweepPeak{};
+    if (pk.rate >= 0) {
+      j += ", \"peak\": {\"output_tokens_per_s\": " + Num(pk.output_tokens_per_s) +
+           ", \"rate\": " + Num(pk.rate) +
+           ", \"steady_output_tokens_per_s\": " + Num(pk.steady_output_tokens_per_s) +
+           ", \"steady_rate\": " + Num(pk.steady_rate) + ", \"vs_baseline\": " +
+           (bp.output_tokens_per_s > 0 ? Num(pk.output_tokens_per_s / bp.output_tokens_per_s)
+                                       : "null") +
+           ", \"steady_vs_baseline\": " +
+           (bp.steady_output_tokens_per_s > 0
+                ? Num(pk.steady_output_tokens_per_s / bp.steady_output_tokens_per_s)
+                : "null") +
+           ", \"ttft_p90_at_top_s\": " + Num(pk.ttft_p90_at_top_s) + "}";
+    }
+    j += ", \"points\": [";
     for (size_t k = 0; k < s.points.size(); ++k) {
       const report::PolicyReport& r = s.points[k].report;
       j += std::string(k ? "," : "") + "\n      {\"rate\": " + Num(s.points[k].rate) +

@@ -65,6 +65,19 @@ struct SweepSummary {
 };
 SweepSummary SummarizeSweep(const PolicySweep& sweep, double ttft_p99_bound_s);
 
+// The highest throughput over every swept rate, whatever the TTFT (what the llm-d guides
+// report as a policy's peak): over the run's span and in steady state, each with the rate
+// it was measured at (-1 when the sweep is empty), and the TTFT p90 at the highest rate.
+struct SweepPeak {
+  double output_tokens_per_s = 0.0;
+  double rate = -1.0;
+  double steady_output_tokens_per_s = 0.0;
+  double steady_rate = -1.0;
+  double top_rate = -1.0;
+  double ttft_p90_at_top_s = 0.0;
+};
+SweepPeak PeakOfSweep(const PolicySweep& sweep);
+
 // The lowest swept rate at which `sweep` misses the bound (where it saturates), or -1.
 double FirstFailingRate(const PolicySweep& sweep, double ttft_p99_bound_s);
 
@@ -74,11 +87,14 @@ const SweepPoint* PointAt(const PolicySweep& sweep, double rate);
 // Markdown: one table of every (policy, rate) run, then the summary table (max rate under
 // the bound, output tok/s there over the span and in steady state, their ratios to
 // `baseline`'s, and each policy's TTFT p99 at
-// the rate where `baseline` first misses the bound, with its ratio to baseline's).
+// the rate where `baseline` first misses the bound, with its ratio to baseline's), then the
+// peak table (PeakOfSweep, with ratios to `baseline`'s peaks).
 std::string SweepMarkdown(const std::string& scenario, std::span<const PolicySweep> sweeps,
                           double ttft_p99_bound_s, const std::string& baseline = "round-robin");
 // The same as JSON: {"scenario", "ttft_p99_bound_s", "baseline", "baseline_saturation_rate",
 // "policies": [{"policy", "max_rate", "output_tokens_per_s", ..., "vs_baseline",
+// "peak": {"output_tokens_per_s", "rate", "steady_output_tokens_per_s", "steady_rate",
+// "vs_baseline", "steady_vs_baseline", "ttft_p90_at_top_s"},
 // "points": [{"rate", "requests_per_s", ...}]}]}.
 std::string SweepJson(const std::string& scenario, std::span<const PolicySweep> sweeps,
                       double ttft_p99_bound_s, const std::string& baseline = "round-robin");

@@ -72,6 +72,35 @@ TEST(SweepTest, MarkdownAndJsonCompareToTheBaseline) {
       << json;
 }
 
+TEST(SweepTest, PeakIsTheHighestThroughputAtAnyRate) {
+  std::vector<PolicySweep> sweeps{
+      {"round-robin", {Point(10, 0.5, 1000), Point(20, 8.0, 1500), Point(30, 20.0, 1400)}},
+      {"sticky", {Point(10, 0.1, 1000), Point(20, 3.0, 3300), Point(30, 9.0, 3000)}}};
+  sweeps[1].points[2].report.ttft_s.p90 = 4.5;
+  sweeps[0].points[2].report.ttft_s.p90 = 15.0;
+  const SweepPeak pk = PeakOfSweep(sweeps[1]);
+  EXPECT_EQ(pk.output_tokens_per_s, 3300);
+  EXPECT_EQ(pk.rate, 20);
+  EXPECT_EQ(pk.steady_output_tokens_per_s, 4950);
+  EXPECT_EQ(pk.steady_rate, 20);
+  EXPECT_EQ(pk.top_rate, 30);
+  EXPECT_EQ(pk.ttft_p90_at_top_s, 4.5);
+  // Over round-robin's peak (1500 at 20): 2.20x, whatever the TTFT bound says.
+  const std::string md = SweepMarkdown("s", sweeps, 2.0);
+  EXPECT_NE(md.find("| sticky | 3300 | 20 | 2.20x | 4950 | 20 | 2.20x | 4.50 s |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| round-robin | 1500 | 20 | 1.00x | 2250 | 20 | 1.00x | 15.00 s |"),
+            std::string::npos)
+      << md;
+  const std::string json = SweepJson("s", sweeps, 2.0);
+  EXPECT_NE(json.find("\"peak\": {\"output_tokens_per_s\": 3300, \"rate\": 20, "
+                      "\"steady_output_tokens_per_s\": 4950, \"steady_rate\": 20, "
+                      "\"vs_baseline\": 2.2"),
+            std::string::npos)
+      << json;
+  EXPECT_EQ(PeakOfSweep(PolicySweep{"empty", {}}).rate, -1);
+}
+
 report::RequestRecord Rec(double send, double e2e, int64_t out, bool ok = true) {
   report::RequestRecord r;
   r.send_s = send;
