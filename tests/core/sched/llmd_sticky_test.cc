@@ -222,6 +222,22 @@ TEST(LlmdSticky, LruDefaultsTo31250EntriesWhenTheEngineDoesNotSay) {
   EXPECT_EQ(f.s.lru().Size(0), 31250u);
 }
 
+TEST(LlmdSticky, AReloadKeepsTheLruAndTheLoadInFlight) {
+  Fixture old_f;
+  old_f.Send(Blocks('a', 10), 1, 0.0);
+  const RequestHandle h = old_f.Send(Blocks('b', 4), 2, 0.5, /*hold=*/true);
+  LlmdStickyScheduler next(Fixture::Config(/*precise=*/true), SchedulerOptions{});
+  ASSERT_TRUE(next.AdoptStateFrom(old_f.s));
+  EXPECT_EQ(next.InflightTokens(2), 256);
+  PickResult r = next.Pick(Req(Blocks('a', 10)), old_f.eps, 1.0);
+  EXPECT_EQ(std::vector<uint32_t>(r.candidates.begin(), r.candidates.end()),
+            std::vector<uint32_t>({1}));
+  next.OnFinished(r.handle, 1.0);
+  next.OnFirstToken(h, 1.5);  // the old scheduler's handle, on the new one
+  EXPECT_EQ(next.InflightTokens(2), 0);
+  next.OnFinished(h, 2.0);
+}
+
 // ---- llm-d-precise ----
 
 std::vector<uint32_t> Tokens(size_t n, uint32_t first) {
