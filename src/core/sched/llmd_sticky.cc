@@ -157,21 +157,23 @@ void LlmdStickyScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_i
   tracker_.Add(p->slot, endpoint_id, now_s, EstimateBlocks(*p, e, cached_chars));
 }
 
+void LlmdStickyScheduler::EndPending(Sequence& s) {
+  if (s.pending && s.endpoint < inflight_tokens_.size()) inflight_tokens_[s.endpoint] -= s.tokens;
+  s.pending = false;
+}
+
 void LlmdStickyScheduler::Release(Sequence& s) {
   if (!s.active) return;
   s.active = false;
-  if (s.pending && s.endpoint < inflight_tokens_.size()) inflight_tokens_[s.endpoint] -= s.tokens;
-  s.pending = false;
+  EndPending(s);
 }
 
 void LlmdStickyScheduler::OnFirstToken(RequestHandle handle, double now_s) {
   SchedulerBase::OnFirstToken(handle, now_s);
   PendingRequest* p = Find(handle);
-  if (p == nullptr || p->slot >= sequences_.size()) return;
-  Sequence& s = sequences_[p->slot];
-  if (!s.active || !s.pending) return;
-  s.pending = false;
-  if (s.endpoint < inflight_tokens_.size()) inflight_tokens_[s.endpoint] -= s.tokens;
+  if (p != nullptr && p->slot < sequences_.size() && sequences_[p->slot].active) {
+    EndPending(sequences_[p->slot]);
+  }
 }
 
 void LlmdStickyScheduler::OnFinished(RequestHandle handle, double now_s) {

@@ -97,6 +97,9 @@ class LlmdStickyScheduler : public SchedulerBase {
     return static_cast<size_t>(config_.block_tokens * config_.chars_per_token);
   }
   Sequence& SequenceOf(uint32_t slot);
+  // The request's tokens leave I (first token, or the end without one).
+  void EndPending(Sequence& s);
+  // Not on its endpoint any more (finished, moved, or the endpoint removed).
   void Release(Sequence& s);
   void AdoptPolicyState(SchedulerBase& previous) override;
 
