@@ -324,7 +324,8 @@ TEST(DynamoKv, EndpointsWithoutLiveEventsUseThePredictedIndex) {
   index.Expect(1, 0.0);  // neither has sent a batch: unknown
   std::vector<uint64_t> keys;
   index.RequestKeys("", tokens, &keys);
-  SchedRequest r = Req(Blocks('e', 10));
+  const std::string prompt = Blocks('e', 10);  // outlives r, which views it
+  SchedRequest r = Req(prompt);
   r.token_ids = tokens;
   r.events = &index;
   r.event_keys = keys;

@@ -269,7 +269,8 @@ TEST(LlmdPrecise, AffinityAndUncachedTokensComeFromTheEventIndex) {
   std::vector<uint64_t> keys;
   index.RequestKeys("", tokens, &keys);
   ASSERT_EQ(keys.size(), 40u);
-  SchedRequest r = Req(std::string(640 * 4, 'x'));
+  const std::string prompt(640 * 4, 'x');  // outlives r, which views it
+  SchedRequest r = Req(prompt);
   r.token_ids = tokens;
   r.events = &index;
   r.event_keys = keys;
