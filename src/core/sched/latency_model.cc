@@ -1,0 +1,154 @@
+#include "core/sched/latency_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvroute::sched {
+
+template <size_t D>
+void OnlineLinearFit<D>::Reset() {
+  w_.fill(0.0);
+  for (size_t i = 0; i < D; ++i) {
+    p_[i].fill(0.0);
+    p_[i][i] = o_.initial_variance;
+  }
+  samples_ = 0;
+}
+
+template <size_t D>
+bool OnlineLinearFit<D>::Update(const Vec& x, double y) {
+  if (!std::isfinite(y)) return false;
+  for (double v : x) {
+    if (!std::isfinite(v)) return false;
+  }
+  // k = P x / (lambda + x' P x); w += k (y - w'x); P = (P - k x' P) / lambda.
+  Vec px{};
+  for (size_t i = 0; i < D; ++i) {
+    double s = 0.0;
+    for (size_t j = 0; j < D; ++j) s += p_[i][j] * x[j];
+    px[i] = s;
+  }
+  double denom = o_.forgetting;
+  for (size_t i = 0; i < D; ++i) denom += x[i] * px[i];
+  if (!(denom > 0.0) || !std::isfinite(denom)) return false;
+  const double err = y - Predict(x);
+  for (size_t i = 0; i < D; ++i) w_[i] += px[i] / denom * err;
+  // P is symmetric, so x'P = (Px)'.
+  double trace = 0.0;
+  for (size_t i = 0; i < D; ++i) {
+    for (size_t j = 0; j < D; ++j) {
+      p_[i][j] = (p_[i][j] - px[i] * px[j] / denom) / o_.forgetting;
+    }
+    trace += p_[i][i];
+  }
+  if (trace > o_.max_trace) {
+    const double scale = o_.max_trace / trace;
+    for (auto& row : p_) {
+      for (double& v : row) v *= scale;
+    }
+  }
+  ++samples_;
+  return true;
+}
+
+template class OnlineLinearFit<5>;
+template class OnlineLinearFit<6>;
+
+namespace {
+bool Known(double v) { return std::isfinite(v) && v >= 0.0; }
+}  // namespace
+
+LatencyModel::LatencyModel(const Options& o) : o_(o) {
+  TtftFit::Options t;
+  t.forgetting = o.forgetting;
+  fleet_ttft_ = TtftFit(t);
+  TpotFit::Options p;
+  p.forgetting = o.forgetting;
+  fleet_tpot_ = TpotFit(p);
+}
+
+std::optional<TtftFit::Vec> LatencyModel::Encode(const TtftFeatures& f) {
+  if (!Known(f.uncached_tokens) || !Known(f.queued_prefill_tokens) || !Known(f.waiting) ||
+      !Known(f.running) || !Known(f.kv_usage)) {
+    return std::nullopt;
+  }
+  return TtftFit::Vec{1.0, f.uncached_tokens / 1000.0, f.queued_prefill_tokens / 1000.0,
+                      f.waiting / 100.0, f.running / 100.0, f.kv_usage};
+}
+
+std::optional<TpotFit::Vec> LatencyModel::Encode(const TpotFeatures& f) {
+  if (!Known(f.batch) || !Known(f.context_tokens) || !Known(f.prefill_tokens_inflight) ||
+      !Known(f.kv_usage)) {
+    return std::nullopt;
+  }
+  return TpotFit::Vec{1.0, f.batch / 100.0, f.context_tokens / 1000.0,
+                      f.prefill_tokens_inflight / 1000.0, f.kv_usage};
+}
+
+LatencyModel::PerEndpoint& LatencyModel::At(uint32_t endpoint) {
+  if (endpoint >= endpoints_.size()) {
+    TtftFit::Options t;
+    t.forgetting = o_.forgetting;
+    TpotFit::Options p;
+    p.forgetting = o_.forgetting;
+    endpoints_.resize(endpoint + 1, PerEndpoint{TtftFit(t), TpotFit(p)});
+  }
+  return endpoints_[endpoint];
+}
+
+bool LatencyModel::ObserveTtft(uint32_t endpoint, const TtftFeatures& f, double ttft_s) {
+  const auto x = Encode(f);
+  if (!x || !Known(ttft_s)) return false;
+  At(endpoint).ttft.Update(*x, ttft_s);
+  fleet_ttft_.Update(*x, ttft_s);
+  return true;
+}
+
+bool LatencyModel::ObserveTpot(uint32_t endpoint, const TpotFeatures& f, double tpot_s) {
+  const auto x = Encode(f);
+  if (!x || !Known(tpot_s)) return false;
+  At(endpoint).tpot.Update(*x, tpot_s);
+  fleet_tpot_.Update(*x, tpot_s);
+  return true;
+}
+
+template <typename Fit>
+std::optional<double> LatencyModel::Predict(const Fit* own, const Fit& fleet,
+                                            const typename Fit::Vec& x) const {
+  const Fit* use = own != nullptr && own->samples() >= o_.min_samples ? own
+                   : fleet.samples() >= o_.min_samples                ? &fleet
+                                                                      : nullptr;
+  if (use == nullptr) return std::nullopt;
+  const double y = use->Predict(x);
+  if (!std::isfinite(y)) return std::nullopt;
+  return std::max(0.0, y);
+}
+
+std::optional<double> LatencyModel::PredictTtft(uint32_t endpoint, const TtftFeatures& f) const {
+  const auto x = Encode(f);
+  if (!x) return std::nullopt;
+  return Predict<TtftFit>(endpoint < endpoints_.size() ? &endpoints_[endpoint].ttft : nullptr,
+                          fleet_ttft_, *x);
+}
+
+std::optional<double> LatencyModel::PredictTpot(uint32_t endpoint, const TpotFeatures& f) const {
+  const auto x = Encode(f);
+  if (!x) return std::nullopt;
+  return Predict<TpotFit>(endpoint < endpoints_.size() ? &endpoints_[endpoint].tpot : nullptr,
+                          fleet_tpot_, *x);
+}
+
+uint64_t LatencyModel::TtftSamples(uint32_t endpoint) const {
+  return endpoint < endpoints_.size() ? endpoints_[endpoint].ttft.samples() : 0;
+}
+uint64_t LatencyModel::TpotSamples(uint32_t endpoint) const {
+  return endpoint < endpoints_.size() ? endpoints_[endpoint].tpot.samples() : 0;
+}
+
+void LatencyModel::ForgetEndpoint(uint32_t endpoint) {
+  if (endpoint >= endpoints_.size()) return;
+  endpoints_[endpoint].ttft.Reset();
+  endpoints_[endpoint].tpot.Reset();
+}
+
+}  // namespace kvroute::sched
