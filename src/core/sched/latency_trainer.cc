@@ -1,0 +1,123 @@
+#include "core/sched/latency_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvroute::sched {
+
+namespace {
+bool Finite(double v) { return std::isfinite(v); }
+}  // namespace
+
+TtftFeatures LatencyTrainer::TtftFeaturesOf(const Dispatch& d) const {
+  TtftFeatures f;
+  f.uncached_tokens = d.uncached_tokens;
+  f.queued_prefill_tokens = QueuedPrefill(d.endpoint);
+  f.waiting = d.waiting;
+  f.running = d.running;
+  f.kv_usage = d.kv_usage;
+  return f;
+}
+
+TpotFeatures LatencyTrainer::TpotFeaturesOf(const Dispatch& d) const {
+  TpotFeatures f;
+  f.batch = d.running + 1.0;
+  // Tokens resident in the batch it joins: what the KV cache holds now, plus its prompt.
+  // Unknown (NaN) when the endpoint does not report its cache size.
+  f.context_tokens = d.capacity_tokens > 0 ? d.kv_usage * d.capacity_tokens + d.prompt_tokens
+                                           : std::nan("");
+  f.prefill_tokens_inflight = QueuedPrefill(d.endpoint) + d.uncached_tokens;
+  f.kv_usage = d.kv_usage;
+  return f;
+}
+
+LatencyTrainer::Record* LatencyTrainer::Find(RequestHandle handle) {
+  const uint32_t slot = static_cast<uint32_t>(handle & 0xffffffffu);
+  if (handle == kNoHandle || slot >= records_.size() || records_[slot].handle != handle) {
+    return nullptr;
+  }
+  return &records_[slot];
+}
+
+void LatencyTrainer::Dequeue(Record& r) {
+  if (!r.queued) return;
+  r.queued = false;
+  if (r.endpoint < queued_.size()) queued_[r.endpoint] = std::max(0.0, queued_[r.endpoint] - r.uncached);
+}
+
+void LatencyTrainer::Score(Errors& e, double predicted, double observed) {
+  if (predicted < 0 || !(observed > 0)) return;
+  ++e.n;
+  e.abs_s += std::abs(predicted - observed);
+  e.abs_rel += std::abs(predicted - observed) / observed;
+}
+
+void LatencyTrainer::OnDispatched(RequestHandle handle, const Dispatch& d, double now_s) {
+  if (handle == kNoHandle) return;
+  const uint32_t slot = static_cast<uint32_t>(handle & 0xffffffffu);
+  if (slot >= records_.size()) records_.resize(slot + 1);
+  Record& r = records_[slot];
+  if (r.handle == handle) Dequeue(r);  // a retry elsewhere: off the first endpoint's queue
+  r = Record{};
+  r.handle = handle;
+  r.endpoint = d.endpoint;
+  r.dispatch_s = now_s;
+  r.ttft = TtftFeaturesOf(d);
+  r.tpot = TpotFeaturesOf(d);
+  r.known = LatencyModel::Encode(r.ttft).has_value();
+  if (const auto p = model_.PredictTtft(d.endpoint, r.ttft)) r.predicted_ttft = *p;
+  if (const auto p = model_.PredictTpot(d.endpoint, r.tpot)) r.predicted_tpot = *p;
+  if (Finite(d.uncached_tokens) && d.uncached_tokens >= 0) {
+    if (d.endpoint >= queued_.size()) queued_.resize(d.endpoint + 1, 0.0);
+    r.uncached = d.uncached_tokens;
+    r.queued = true;
+    queued_[d.endpoint] += r.uncached;
+  }
+}
+
+void LatencyTrainer::OnFirstToken(RequestHandle handle, double now_s) {
+  Record* r = Find(handle);
+  if (r == nullptr || r->first_token_s >= 0) return;
+  r->first_token_s = now_s;
+  Dequeue(*r);
+  if (!r->known) return;
+  const double ttft = now_s - r->dispatch_s;
+  if (model_.ObserveTtft(r->endpoint, r->ttft, ttft)) {
+    ++ttft_samples_;
+    Score(ttft_errors_, r->predicted_ttft, ttft);
+  }
+}
+
+void LatencyTrainer::OnTokens(RequestHandle handle, int64_t generated_tokens, double now_s) {
+  Record* r = Find(handle);
+  if (r == nullptr) return;
+  r->generated = std::max(r->generated, generated_tokens);
+}
+
+void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, double now_s) {
+  Record* r = Find(handle);
+  if (r == nullptr) return;
+  Dequeue(*r);
+  const int64_t n = generated_tokens >= 0 ? generated_tokens : r->generated;
+  if (r->first_token_s >= 0 && n >= 2) {
+    const double tpot = (now_s - r->first_token_s) / static_cast<double>(n - 1);
+    if (model_.ObserveTpot(r->endpoint, r->tpot, tpot)) {
+      ++tpot_samples_;
+      Score(tpot_errors_, r->predicted_tpot, tpot);
+    }
+  }
+  r->handle = kNoHandle;
+}
+
+void LatencyTrainer::ForgetEndpoint(uint32_t endpoint) {
+  model_.ForgetEndpoint(endpoint);
+  if (endpoint < queued_.size()) queued_[endpoint] = 0.0;
+  for (Record& r : records_) {
+    if (r.handle != kNoHandle && r.endpoint == endpoint) {
+      r.queued = false;
+      r.known = false;  // its dispatch-time features describe the endpoint before
+    }
+  }
+}
+
+}  // namespace kvroute::sched

@@ -1,0 +1,104 @@
+// Trains the latency model (latency_model.h) from the lifecycle of the requests a front end
+// routes, and measures how well it predicts (issue 24). Driven by the routing core under
+// its exclusive lock, with the handles the scheduler issued:
+//   OnDispatched  the request was sent: its features at that moment, and the predictions
+//                 for it (kept to score them against what comes back)
+//   OnFirstToken  TTFT = now - dispatch: a TTFT sample (and its prediction error)
+//   OnTokens      generated tokens so far, as the stream shows them
+//   OnFinished    TPOT = (now - first token) / (generated - 1): a TPOT sample, when the
+//                 request produced at least two tokens and the front end reported them
+// The clock starts at dispatch, so time a request waits in the router is not in TTFT.
+// It also keeps, per endpoint, the uncached prompt tokens sent there that have no first
+// token yet (the prefill queued ahead of the next request: a TTFT feature).
+//
+// Pure logic, no clock, no allocation once the request slots and endpoints have been seen.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/sched/latency_model.h"
+#include "core/sched/types.h"
+
+namespace kvroute::sched {
+
+class LatencyTrainer {
+ public:
+  // What the router knows at dispatch. Unknown values are NaN (then nothing is learned
+  // from the request, and nothing is predicted for it).
+  struct Dispatch {
+    uint32_t endpoint = 0;
+    double prompt_tokens = 0.0;
+    double uncached_tokens = 0.0;  // by the policy's prefix model
+    double waiting = 0.0;
+    double running = 0.0;
+    double kv_usage = 0.0;
+    double capacity_tokens = 0.0;  // the endpoint's KV cache (blocks x block size); 0 unknown
+  };
+  // Prediction error counters since the trainer was built (each prediction scored when its
+  // observation arrives).
+  struct Errors {
+    uint64_t n = 0;
+    double abs_s = 0.0;     // sum of |predicted - observed|, seconds
+    double abs_rel = 0.0;   // sum of |predicted - observed| / observed
+    double Mape() const { return n > 0 ? abs_rel / static_cast<double>(n) : 0.0; }
+  };
+
+  explicit LatencyTrainer(LatencyModel::Options options = {}) : model_(options) {}
+
+  void OnDispatched(RequestHandle handle, const Dispatch& d, double now_s);
+  void OnFirstToken(RequestHandle handle, double now_s);
+  void OnTokens(RequestHandle handle, int64_t generated_tokens, double now_s);
+  // `generated_tokens` when the front end knows the final count (-1: use OnTokens's).
+  void OnFinished(RequestHandle handle, int64_t generated_tokens, double now_s);
+  // The endpoint left the pool or restarted: its model and its queue start again.
+  void ForgetEndpoint(uint32_t endpoint);
+
+  // The features the model would see for a request sent now with `d`, and its predictions.
+  TtftFeatures TtftFeaturesOf(const Dispatch& d) const;
+  TpotFeatures TpotFeaturesOf(const Dispatch& d) const;
+  std::optional<double> PredictTtft(const Dispatch& d) const {
+    return model_.PredictTtft(d.endpoint, TtftFeaturesOf(d));
+  }
+  std::optional<double> PredictTpot(const Dispatch& d) const {
+    return model_.PredictTpot(d.endpoint, TpotFeaturesOf(d));
+  }
+
+  // Uncached prompt tokens dispatched to `endpoint` and not yet at their first token.
+  double QueuedPrefill(uint32_t endpoint) const {
+    return endpoint < queued_.size() ? queued_[endpoint] : 0.0;
+  }
+  const LatencyModel& model() const { return model_; }
+  const Errors& ttft_errors() const { return ttft_errors_; }
+  const Errors& tpot_errors() const { return tpot_errors_; }
+  uint64_t ttft_samples() const { return ttft_samples_; }
+  uint64_t tpot_samples() const { return tpot_samples_; }
+
+ private:
+  struct Record {
+    RequestHandle handle = kNoHandle;  // kNoHandle: slot free
+    uint32_t endpoint = 0;
+    bool known = false;     // features known: learn from it
+    bool queued = false;    // its uncached tokens count in queued_
+    double uncached = 0.0;
+    double dispatch_s = 0.0;
+    double first_token_s = -1.0;
+    int64_t generated = 0;
+    TtftFeatures ttft;
+    TpotFeatures tpot;
+    double predicted_ttft = -1.0;
+    double predicted_tpot = -1.0;
+  };
+  Record* Find(RequestHandle handle);
+  void Dequeue(Record& r);
+  static void Score(Errors& e, double predicted, double observed);
+
+  LatencyModel model_;
+  std::vector<Record> records_;  // by the handle's slot (its low 32 bits)
+  std::vector<double> queued_;   // by endpoint id
+  Errors ttft_errors_, tpot_errors_;
+  uint64_t ttft_samples_ = 0, tpot_samples_ = 0;
+};
+
+}  // namespace kvroute::sched

@@ -1,0 +1,104 @@
+// The latency trainer: samples from the request lifecycle (dispatch, first token, tokens,
+// end), the prefill queued per endpoint, and prediction errors scored as answers come back.
+#include "core/sched/latency_trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/common/rng.h"
+
+namespace kvroute::sched {
+namespace {
+
+RequestHandle H(uint32_t slot, uint32_t gen = 1) { return (uint64_t{gen} << 32) | slot; }
+
+LatencyTrainer::Dispatch D(uint32_t endpoint, double uncached, double waiting = 0) {
+  LatencyTrainer::Dispatch d;
+  d.endpoint = endpoint;
+  d.prompt_tokens = uncached + 100;
+  d.uncached_tokens = uncached;
+  d.waiting = waiting;
+  d.running = 10;
+  d.kv_usage = 0.3;
+  d.capacity_tokens = 400000;
+  return d;
+}
+
+TEST(LatencyTrainer, QueuedPrefillIsUncachedTokensUntilTheFirstToken) {
+  LatencyTrainer t;
+  t.OnDispatched(H(0), D(2, 1000), 0.0);
+  t.OnDispatched(H(1), D(2, 500), 0.0);
+  EXPECT_EQ(t.QueuedPrefill(2), 1500);
+  // The features of the next request see it queued ahead.
+  EXPECT_EQ(t.TtftFeaturesOf(D(2, 10)).queued_prefill_tokens, 1500);
+  EXPECT_EQ(t.TpotFeaturesOf(D(2, 10)).prefill_tokens_inflight, 1510);
+  EXPECT_EQ(t.TpotFeaturesOf(D(2, 10)).batch, 11);
+  EXPECT_EQ(t.TpotFeaturesOf(D(2, 10)).context_tokens, 0.3 * 400000 + 110);
+  t.OnFirstToken(H(0), 0.1);
+  EXPECT_EQ(t.QueuedPrefill(2), 500);
+  // A retry of request 1 on endpoint 3 moves its tokens there.
+  t.OnDispatched(H(1), D(3, 800), 0.2);
+  EXPECT_EQ(t.QueuedPrefill(2), 0);
+  EXPECT_EQ(t.QueuedPrefill(3), 800);
+  // The end without a first token (a failure) releases it too.
+  t.OnFinished(H(1), -1, 0.5);
+  EXPECT_EQ(t.QueuedPrefill(3), 0);
+  // A stale handle (another generation of slot 0) changes nothing.
+  t.OnDispatched(H(0, 2), D(2, 300), 1.0);
+  t.OnFirstToken(H(0, 1), 1.1);
+  EXPECT_EQ(t.QueuedPrefill(2), 300);
+}
+
+TEST(LatencyTrainer, LearnsFromTheLifecycleAndScoresItsPredictions) {
+  LatencyTrainer t;
+  Rng rng(2);
+  double now = 0;
+  // One replica: TTFT = 10 ms + uncached / 40k tokens/s; 20 ms a token.
+  auto ttft_of = [](double uncached) { return 0.010 + uncached / 40000.0; };
+  for (uint32_t i = 0; i < 300; ++i) {
+    const double uncached = std::floor(rng.Uniform() * 6000);
+    const RequestHandle h = H(i % 7, 1 + i);  // slots reused, generations new
+    t.OnDispatched(h, D(0, uncached), now);
+    const double first = now + ttft_of(uncached);
+    t.OnFirstToken(h, first);
+    for (int k = 1; k <= 50; ++k) t.OnTokens(h, k, first + 0.020 * (k - 1));
+    t.OnFinished(h, -1, first + 0.020 * 49);
+    now += 1.0;  // one at a time: nothing queued ahead
+  }
+  EXPECT_EQ(t.ttft_samples(), 300u);
+  EXPECT_EQ(t.tpot_samples(), 300u);
+  const auto p = t.PredictTtft(D(0, 4000));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_NEAR(*p, ttft_of(4000), 1e-3);
+  EXPECT_NEAR(*t.PredictTpot(D(0, 4000)), 0.020, 1e-4);
+  // Scored from the 17th sample on (the model's min_samples), and good once trained.
+  EXPECT_EQ(t.ttft_errors().n, 300u - 16u);
+  EXPECT_LT(t.ttft_errors().Mape(), 0.02);
+  EXPECT_LT(t.tpot_errors().Mape(), 0.01);
+}
+
+TEST(LatencyTrainer, UnknownFeaturesTeachNothingAndCountOneTokenNoTpot) {
+  LatencyTrainer t;
+  LatencyTrainer::Dispatch d = D(0, 100);
+  d.kv_usage = std::nan("");  // stale or missing scrape
+  t.OnDispatched(H(0), d, 0.0);
+  t.OnFirstToken(H(0), 0.1);
+  t.OnFinished(H(0), 40, 1.0);
+  EXPECT_EQ(t.ttft_samples(), 0u);
+  EXPECT_EQ(t.tpot_samples(), 0u);
+  // Known features, but one token only: a TTFT sample, no TPOT.
+  t.OnDispatched(H(1), D(0, 100), 2.0);
+  t.OnFirstToken(H(1), 2.1);
+  t.OnFinished(H(1), 1, 2.1);
+  EXPECT_EQ(t.ttft_samples(), 1u);
+  EXPECT_EQ(t.tpot_samples(), 0u);
+  // The final count given at the end, without OnTokens.
+  t.OnDispatched(H(2), D(0, 100), 3.0);
+  t.OnFirstToken(H(2), 3.1);
+  t.OnFinished(H(2), 11, 3.6);
+  EXPECT_EQ(t.tpot_samples(), 1u);
+}
+
+}  // namespace
+}  // namespace kvroute::sched
