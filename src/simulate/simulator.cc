@@ -279,6 +279,22 @@ class Simulation {
     double abs_error_sum = 0.0;
     int64_t off_by_block = 0;  // |predicted - actual| > the engine's block size
   };
+  // The latency models of every router replica, summed.
+  routing::LatencyStats latency() const {
+    routing::LatencyStats t;
+    for (const auto& c : cores_) {
+      const routing::LatencyStats s = c->latency_stats();
+      t.ttft_samples += s.ttft_samples;
+      t.tpot_samples += s.tpot_samples;
+      for (auto [to, from] : {std::pair{&t.ttft_errors, &s.ttft_errors},
+                              std::pair{&t.tpot_errors, &s.tpot_errors}}) {
+        to->n += from->n;
+        to->abs_s += from->abs_s;
+        to->abs_rel += from->abs_rel;
+      }
+    }
+    return t;
+  }
   KvTotals kv_totals() const {
     KvTotals t = kv_totals_;
     for (const auto& per_router : receivers_) {
@@ -1244,6 +1260,15 @@ SimulationResult RunSimulationWith(const config::Scenario& requested,
     rep.tenants.push_back(std::move(t));
   }
   rep.regions = ByRegion(scenario, sim.records());
+  {
+    const routing::LatencyStats lat = sim.latency();
+    rep.latency_ttft_samples = static_cast<int64_t>(lat.ttft_samples);
+    rep.latency_tpot_samples = static_cast<int64_t>(lat.tpot_samples);
+    rep.latency_ttft_scored = static_cast<int64_t>(lat.ttft_errors.n);
+    rep.latency_tpot_scored = static_cast<int64_t>(lat.tpot_errors.n);
+    if (lat.ttft_errors.n > 0) rep.latency_ttft_mape = lat.ttft_errors.Mape();
+    if (lat.tpot_errors.n > 0) rep.latency_tpot_mape = lat.tpot_errors.Mape();
+  }
   if (scenario.kv_events.enabled || scenario.router_replicas > 1) {
     const auto kv = sim.kv_totals();
     rep.kv_events_reported = true;

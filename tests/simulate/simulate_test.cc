@@ -119,6 +119,25 @@ TEST(SimulateTest, PeersOnEventsRunWithEventsOthersWithout) {
   }
 }
 
+// The routing core's latency model trains in virtual time from the engines' first tokens
+// and token cadence, and the report scores its predictions (issue 24, step 1).
+TEST(SimulateTest, ReportsTheLatencyModelsTrainingAndError) {
+  Scenario s = MustParse(kSharedPrefix);
+  SimulationResult r = RunSimulation(s, "kvroute", -1);
+  ASSERT_EQ(r.error, "");
+  const auto& rep = r.report;
+  // Every request dispatched after the first scrape is a TTFT sample; nearly all of them
+  // produce two tokens or more (TPOT).
+  EXPECT_GE(rep.latency_ttft_samples, rep.succeeded * 9 / 10);
+  EXPECT_LE(rep.latency_ttft_samples, rep.succeeded);
+  EXPECT_GE(rep.latency_tpot_samples, rep.succeeded * 8 / 10);
+  EXPECT_GT(rep.latency_ttft_scored, rep.latency_ttft_samples - 40);
+  EXPECT_GE(rep.latency_ttft_mape, 0.0);
+  EXPECT_LT(rep.latency_ttft_mape, 1.0);
+  EXPECT_GE(rep.latency_tpot_mape, 0.0);
+  EXPECT_LT(rep.latency_tpot_mape, 1.0);
+}
+
 // The simulator tells the scheduler, through the routing core (RoutingCore::OnTokens),
 // each request's output as it grows: one OnTokens per generated token (one per engine
 // step), cumulative, before the request finishes.

@@ -151,10 +151,19 @@ struct RoutingCore::SchedState {
   std::function<double()> timer;
   RetryBudget budget;
   RetryBudgetOptions budget_options;
+  // The latency model, trained from every dispatched request's lifecycle (issue 24);
+  // kept across reloads (endpoint ids survive them), reset per endpoint on removal and
+  // restart.
+  sched::LatencyTrainer latency;
 };
 
 struct RoutingCore::Counters {
   CodeCounts no_endpoint;  // requests answered without an endpoint
+  // The latency trainer's counters, copied after each of its updates (under the
+  // scheduler's lock) so that latency_stats and AppendMetrics read them lock-free.
+  // Index 0: TTFT, 1: TPOT.
+  std::array<std::atomic<uint64_t>, 2> latency_samples{}, latency_scored{};
+  std::array<std::atomic<double>, 2> latency_abs_s{}, latency_abs_rel{};
   std::atomic<uint64_t> retries{0}, retries_free{0}, retries_denied{0}, picks_failed{0},
       reloads_failed{0}, ejections_skipped{0};
   AtomicHistogram sched_seconds;
@@ -366,7 +375,10 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
         const Endpoint* prev = old_table->Find(id);
         bool survives = prev && id < taken.size() && taken[id] && table->by_id[id] &&
                         table->by_id[id]->spec.address == prev->spec.address;
-        if (prev && !survives) built.scheduler->OnEndpointRemoved(id);
+        if (prev && !survives) {
+          built.scheduler->OnEndpointRemoved(id);
+          s.latency.ForgetEndpoint(id);
+        }
       }
     }
     old_scheduler = std::move(s.scheduler);
@@ -619,6 +631,7 @@ void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
       // in flight there keep their handles until they finish.
       const int64_t dropped = s.scheduler->PrefixEntries(id);
       s.scheduler->OnEndpointRemoved(id);
+      s.latency.ForgetEndpoint(id);
       Bump(slot.stats->restarts);
       if (logs) {
         logs->push_back("endpoint " + st.name +
@@ -937,6 +950,10 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       s.scheduler->OnDispatched(out.handle, out.ranked[0], now_s);
       UpdateStatsLocked(out.ranked[0]);
       out.dispatched = true;
+      const sched::LatencyTrainer::Dispatch d = LatencyDispatchLocked(req, r, out.ranked[0]);
+      if (const auto p = s.latency.PredictTtft(d)) out.predicted_ttft_s = *p;
+      if (const auto p = s.latency.PredictTpot(d)) out.predicted_tpot_s = *p;
+      s.latency.OnDispatched(out.handle, d, now_s);
     }
   }
   if (out.dispatched && !sc.event_keys.empty()) {
@@ -969,6 +986,12 @@ void RoutingCore::OnDispatched(sched::RequestHandle handle, uint32_t endpoint_id
   SchedState& s = *sched_;
   s.scheduler->OnDispatched(handle, endpoint_id, now_s);
   UpdateStatsLocked(endpoint_id);
+  // A dispatch outside the pick (a retry): the prefix model's view of this endpoint for
+  // the request is not at hand, so its features are unknown (nothing learned from it).
+  sched::LatencyTrainer::Dispatch d;
+  d.endpoint = endpoint_id;
+  d.uncached_tokens = std::nan("");
+  s.latency.OnDispatched(handle, d, now_s);
   // A re-dispatch moved the request off another endpoint: refresh that one's published
   // gauges too (found by comparing counts: the scheduler does not say where it was).
   const sched::InflightTracker& t = s.scheduler->inflight();
@@ -982,12 +1005,15 @@ void RoutingCore::OnFirstToken(sched::RequestHandle handle, double now_s) {
   if (handle == sched::kNoHandle) return;
   std::unique_lock<RwSpinLock> lock(sched_mu_);
   sched_->scheduler->OnFirstToken(handle, now_s);
+  sched_->latency.OnFirstToken(handle, now_s);
+  PublishLatencyLocked();
 }
 
 void RoutingCore::OnTokens(sched::RequestHandle handle, int64_t generated_tokens, double now_s) {
   if (handle == sched::kNoHandle) return;
   std::unique_lock<RwSpinLock> lock(sched_mu_);
   sched_->scheduler->OnTokens(handle, generated_tokens, now_s);
+  sched_->latency.OnTokens(handle, generated_tokens, now_s);
 }
 
 void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code,
@@ -996,6 +1022,8 @@ void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, 
     if (handle != sched::kNoHandle) {
       std::unique_lock<RwSpinLock> lock(sched_mu_);
       sched_->scheduler->OnFinished(handle, now_s);
+      sched_->latency.OnFinished(handle, -1, now_s);
+      PublishLatencyLocked();
     }
     counters_->no_endpoint.Add(code);
     return;
@@ -1004,12 +1032,74 @@ void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, 
     std::unique_lock<RwSpinLock> lock(sched_mu_);
     SchedState& s = *sched_;
     s.scheduler->OnFinished(handle, now_s);
+    s.latency.OnFinished(handle, -1, now_s);
+    PublishLatencyLocked();
     UpdateStatsLocked(endpoint_id);
     if (const Endpoint* ep = s.table->Find(endpoint_id)) CountFinished(*ep, code);
     return;
   }
   auto table = table_.load();
   if (const Endpoint* ep = table->Find(endpoint_id)) CountFinished(*ep, code);
+}
+
+sched::LatencyTrainer::Dispatch RoutingCore::LatencyDispatchLocked(const sched::SchedRequest& req,
+                                                                 const sched::PickResult& r,
+                                                                 uint32_t id) const {
+  const SchedState& s = *sched_;
+  sched::LatencyTrainer::Dispatch d;
+  d.endpoint = id;
+  d.prompt_tokens = req.token_ids.empty() ? static_cast<double>(req.EstimatedPromptTokens())
+                                          : static_cast<double>(req.token_ids.size());
+  // The share of the prompt the policy's prefix model believes cached there (its first
+  // prefix row); none for policies without a prefix model.
+  double cached = 0.0;
+  const auto roles = s.scheduler->scorer_roles();
+  for (size_t row = 0; row < roles.size() && row < r.scorer_names.size(); ++row) {
+    if (roles[row] != sched::Scheduler::ScorerRole::kPrefix) continue;
+    for (size_t c = 0; c < r.candidates.size(); ++c) {
+      if (r.candidates[c] == id) cached = std::clamp(r.Score(row, c), 0.0, 1.0);
+    }
+    break;
+  }
+  d.uncached_tokens = d.prompt_tokens * (1.0 - cached);
+  const double nan = std::nan("");
+  const sched::EndpointState* e = id < s.states.size() ? &s.states[id] : nullptr;
+  const bool scraped = e != nullptr && e->scrape_ok && e->scraped_at_s >= 0;
+  using F = metrics::EngineMetrics;
+  d.waiting = scraped && e->engine.Has(F::kWaiting) ? e->engine.waiting : nan;
+  d.running = scraped && e->engine.Has(F::kRunning) ? e->engine.running : nan;
+  d.kv_usage = scraped && e->engine.Has(F::kKvUsage) ? e->engine.kv_usage : nan;
+  d.capacity_tokens = scraped && e->num_gpu_blocks > 0 && e->block_size > 0
+                          ? static_cast<double>(e->num_gpu_blocks * e->block_size)
+                          : 0.0;
+  return d;
+}
+
+void RoutingCore::PublishLatencyLocked() {
+  const sched::LatencyTrainer& t = sched_->latency;
+  Counters& c = *counters_;
+  const sched::LatencyTrainer::Errors* errors[] = {&t.ttft_errors(), &t.tpot_errors()};
+  const uint64_t samples[] = {t.ttft_samples(), t.tpot_samples()};
+  for (size_t k = 0; k < 2; ++k) {
+    c.latency_samples[k].store(samples[k], std::memory_order_relaxed);
+    c.latency_scored[k].store(errors[k]->n, std::memory_order_relaxed);
+    c.latency_abs_s[k].store(errors[k]->abs_s, std::memory_order_relaxed);
+    c.latency_abs_rel[k].store(errors[k]->abs_rel, std::memory_order_relaxed);
+  }
+}
+
+LatencyStats RoutingCore::latency_stats() const {
+  const Counters& c = *counters_;
+  LatencyStats st;
+  sched::LatencyTrainer::Errors* errors[] = {&st.ttft_errors, &st.tpot_errors};
+  uint64_t* samples[] = {&st.ttft_samples, &st.tpot_samples};
+  for (size_t k = 0; k < 2; ++k) {
+    *samples[k] = c.latency_samples[k].load(std::memory_order_relaxed);
+    errors[k]->n = c.latency_scored[k].load(std::memory_order_relaxed);
+    errors[k]->abs_s = c.latency_abs_s[k].load(std::memory_order_relaxed);
+    errors[k]->abs_rel = c.latency_abs_rel[k].load(std::memory_order_relaxed);
+  }
+  return st;
 }
 
 void RoutingCore::CountFinished(const Endpoint& ep, int code) {
@@ -1306,6 +1396,36 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
   }
   AppendCounter(out, "kvroute_retries_total", "Attempts sent to a fallback endpoint.", {},
                 GetU(c.retries));
+  {
+    // The latency model (issue 24): what it learned from and how far its predictions were
+    // from what came back; mean absolute error = rate(abs_error) / rate(scored).
+    const LatencyStats lat = latency_stats();
+    const struct {
+      const char* kind;
+      uint64_t samples;
+      const sched::LatencyTrainer::Errors* e;
+    } kinds[] = {{"ttft", lat.ttft_samples, &lat.ttft_errors},
+                 {"tpot", lat.tpot_samples, &lat.tpot_errors}};
+    auto family = [&](const char* name, const char* help, auto value) {
+      AppendHeader(out, name, help, MetricType::kCounter);
+      for (const auto& k : kinds) {
+        Label labels[] = {{"kind", k.kind}};
+        AppendSample(out, name, labels, value(k));
+      }
+    };
+    family("kvroute_latency_model_samples_total",
+           "Observed TTFT (dispatch to first token) and TPOT samples the latency model learned from.",
+           [](const auto& k) { return static_cast<double>(k.samples); });
+    family("kvroute_latency_predictions_scored_total",
+           "Dispatched requests whose predicted TTFT or TPOT was compared with the observed one.",
+           [](const auto& k) { return static_cast<double>(k.e->n); });
+    family("kvroute_latency_prediction_abs_error_seconds_total",
+           "Sum of |predicted - observed| over the scored predictions, in seconds.",
+           [](const auto& k) { return k.e->abs_s; });
+    family("kvroute_latency_prediction_abs_relative_error_total",
+           "Sum of |predicted - observed| / observed over the scored predictions.",
+           [](const auto& k) { return k.e->abs_rel; });
+  }
   AppendCounter(out, "kvroute_retries_free_total",
                 "Retries after a connect failure (no engine work lost; not charged to the budget).",
                 {}, GetU(c.retries_free));

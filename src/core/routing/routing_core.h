@@ -56,6 +56,7 @@
 #include "core/kvevents/event_index.h"
 #include "core/health/outlier.h"
 #include "core/routing/retry_budget.h"
+#include "core/sched/latency_trainer.h"
 #include "core/sched/profile_spec.h"
 #include "core/sched/scheduler.h"
 #include "core/metrics/engine_metrics.h"
@@ -161,6 +162,10 @@ struct PickResult {
   // reported cache says ranked[0] holds (a multiple of the index's block size, before this
   // request's speculative entries), when its KV-cache events are live; -1 otherwise.
   int64_t predicted_cached_tokens = -1;
+  // The latency model's prediction for the dispatched request on ranked[0] (seconds), once
+  // it has samples and the endpoint's signals are known; -1 otherwise (issue 24).
+  double predicted_ttft_s = -1.0;
+  double predicted_tpot_s = -1.0;
 
   bool ok() const { return status.ok(); }
   const Endpoint& endpoint(std::size_t i) const { return *table->by_id[ranked[i]]; }
@@ -172,6 +177,14 @@ struct UpstreamFailure {
   // answer.
   std::string_view kind;
   bool connect_failed = false;   // the endpoint did not accept the connection
+};
+
+// The latency model's training and accuracy so far (RoutingCore::latency_stats).
+struct LatencyStats {
+  uint64_t ttft_samples = 0;
+  uint64_t tpot_samples = 0;
+  sched::LatencyTrainer::Errors ttft_errors;
+  sched::LatencyTrainer::Errors tpot_errors;
 };
 
 class RoutingCore {
@@ -237,6 +250,9 @@ class RoutingCore {
   // 499 for a client that left).
   static constexpr uint32_t kNoEndpoint = 0xffffffffu;
   void OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code, double now_s);
+  // How many TTFT and TPOT samples the latency model has learned from, and its prediction
+  // errors (each dispatched pick's prediction against what came back). Lock-free.
+  LatencyStats latency_stats() const;
   // An attempt on `endpoint_id` failed (counted by kind); a connect failure marks the
   // endpoint down until its next good scrape. Every failure counts toward passive outlier
   // ejection (CoreOptions::outlier): the endpoint's consecutive failures reaching the
@@ -348,6 +364,14 @@ class RoutingCore {
   // The front end's ranking: hinted endpoints (not down) first, then the scheduler's.
   // Caller holds sched_mu_ (either side).
   void RankLocked(const PickRequest& request, const sched::PickResult& r, PickResult& out) const;
+  // Copies the latency trainer's counters to their atomics (caller holds sched_mu_
+  // exclusively).
+  void PublishLatencyLocked();
+  // What the latency trainer sees of a dispatch to `id` from pick `r` (caller holds
+  // sched_mu_).
+  sched::LatencyTrainer::Dispatch LatencyDispatchLocked(const sched::SchedRequest& req,
+                                                        const sched::PickResult& r,
+                                                        uint32_t id) const;
   void Log(std::vector<std::string>& logs);
 
   std::function<void(std::string_view)> log_;

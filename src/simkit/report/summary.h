@@ -216,6 +216,14 @@ struct PolicyReport {
   int64_t receipts = 0;            // of which had a prediction (and an admission to compare)
   double receipt_mae_tokens = -1;  // mean |predicted - actual cached tokens|; -1 none
   double receipt_off_block_share = -1;  // share of receipts off by more than one block
+  // The routing core's latency model (issue 24): samples learned from, and its predictions
+  // scored against what came back (mean absolute percentage error; -1 when none scored).
+  int64_t latency_ttft_samples = 0;
+  int64_t latency_tpot_samples = 0;
+  int64_t latency_ttft_scored = 0;
+  int64_t latency_tpot_scored = 0;
+  double latency_ttft_mape = -1;
+  double latency_tpot_mape = -1;
   // For charts: up to 200 (ttft, cumulative fraction) points, ascending.
   std::vector<std::pair<double, double>> ttft_cdf;
   std::vector<double> kv_times;

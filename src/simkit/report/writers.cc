@@ -202,6 +202,17 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
       w.Close('}');
     }
     w.Close(']');
+    w.Key("latency_model");
+    w.Open('{');
+    w.FieldInt("ttft_samples", p.latency_ttft_samples);
+    w.FieldInt("tpot_samples", p.latency_tpot_samples);
+    w.FieldInt("ttft_scored", p.latency_ttft_scored);
+    w.FieldInt("tpot_scored", p.latency_tpot_scored);
+    w.Key("ttft_mape");
+    w.out() += p.latency_ttft_mape >= 0 ? Num(p.latency_ttft_mape) : "null";
+    w.Key("tpot_mape");
+    w.out() += p.latency_tpot_mape >= 0 ? Num(p.latency_tpot_mape) : "null";
+    w.Close('}');
     if (p.kv_events_reported) {
       w.Key("kv_events");
       w.Open('{');
@@ -282,6 +293,15 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
     }
   }
   if (!kv.empty()) out += "\nKV events:" + kv + ".\n";
+  std::string lat;
+  for (const PolicyReport& p : policies) {
+    if (p.latency_ttft_scored == 0 && p.latency_tpot_scored == 0) continue;
+    lat += fmt::format("{} {}: TTFT {:.1f}% over {} predictions, TPOT {:.1f}% over {}",
+                       lat.empty() ? "" : ";", p.policy, std::max(0.0, p.latency_ttft_mape) * 100,
+                       p.latency_ttft_scored, std::max(0.0, p.latency_tpot_mape) * 100,
+                       p.latency_tpot_scored);
+  }
+  if (!lat.empty()) out += "\nLatency model (mean absolute error of its predictions):" + lat + ".\n";
   std::string tenants;
   for (const PolicyReport& p : policies) {
     for (const TenantReport& t : p.tenants) {

@@ -1,0 +1,92 @@
+// The routing core trains its latency model from the lifecycle front ends report (issue 24,
+// step 1), in virtual time: a fleet of two endpoints, one twice as slow to prefill, requests
+// picked, dispatched, answered at the TTFT and cadence the endpoint would give.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../../metrics/metric_sum.h"
+#include "core/routing/routing_core.h"
+#include "support/routing_fixture.h"
+
+namespace kvroute::routing {
+namespace {
+
+using metrics::testing::MetricSum;
+using test_support::ScrapedLoad;
+using test_support::TestEndpoint;
+
+struct Fleet {
+  RoutingCore core;
+  Fleet() {
+    CoreOptions o;
+    o.scheduling.policy = "round-robin";  // no prefix model: every prompt token uncached
+    o.health.staleness_s = 1e9;
+    EXPECT_TRUE(core.Configure(o, {TestEndpoint("fast", 9100), TestEndpoint("slow", 9101)}, 0).ok());
+  }
+  // True TTFT: a 10 ms step plus the prompt at 40k (fast) or 20k (slow) tokens/s.
+  static double Ttft(uint32_t id, double tokens) { return 0.010 + tokens / (id == 0 ? 40000 : 20000); }
+  // One request of `tokens` prompt tokens (4 characters each), answered with 20 tokens 15 ms
+  // apart. Returns the pick.
+  PickResult Run(double tokens, double now) {
+    const std::string prompt(static_cast<size_t>(tokens) * 4, 'x');
+    PickRequest pr;
+    pr.request.model = "m";
+    pr.request.prompt = prompt;
+    pr.dispatch_first = true;
+    PickResult r = core.Pick(pr, now);
+    EXPECT_TRUE(r.ok());
+    const double first = now + Ttft(r.ranked[0], tokens);
+    core.OnFirstToken(r.handle, first);
+    for (int k = 1; k <= 20; ++k) core.OnTokens(r.handle, k, first + 0.015 * (k - 1));
+    core.OnFinished(r.handle, r.ranked[0], 200, first + 0.015 * 19);
+    return r;
+  }
+};
+
+TEST(LatencyCore, LearnsEachEndpointsTtftAndTpotFromTheLifecycle) {
+  Fleet f;
+  double now = 0;
+  for (uint32_t id = 0; id < 2; ++id) f.core.OnScrape(id, ScrapedLoad("4", "0", "0.2", 0), 0);
+  // Cold: no prediction until the model has its samples.
+  PickResult first = f.Run(1000, now);
+  EXPECT_EQ(first.predicted_ttft_s, -1.0);
+  EXPECT_EQ(first.predicted_tpot_s, -1.0);
+  for (int i = 0; i < 200; ++i) {
+    now += 1.0;
+    f.Run(200 + (i * 397) % 4000, now);
+  }
+  const LatencyStats st = f.core.latency_stats();
+  EXPECT_EQ(st.ttft_samples, 201u);
+  EXPECT_EQ(st.tpot_samples, 201u);
+  // Each endpoint's own model: round-robin alternates, so both have about 100 samples.
+  for (int i = 0; i < 2; ++i) {
+    now += 1.0;
+    PickResult r = f.Run(3000, now);
+    EXPECT_NEAR(r.predicted_ttft_s, Fleet::Ttft(r.ranked[0], 3000), 0.002) << r.ranked[0];
+    EXPECT_NEAR(r.predicted_tpot_s, 0.015, 0.0005);
+  }
+  // Scored predictions: all but the cold ones, and accurate.
+  const LatencyStats end = f.core.latency_stats();
+  EXPECT_GT(end.ttft_errors.n, 150u);
+  EXPECT_LT(end.ttft_errors.Mape(), 0.05);
+  std::string m;
+  f.core.AppendMetrics(m, now);
+  EXPECT_EQ(MetricSum(m, "kvroute_latency_model_samples_total", {{"kind", "ttft"}}), 203);
+  EXPECT_EQ(MetricSum(m, "kvroute_latency_predictions_scored_total", {{"kind", "ttft"}}),
+            static_cast<double>(end.ttft_errors.n));
+  EXPECT_NEAR(MetricSum(m, "kvroute_latency_prediction_abs_error_seconds_total", {{"kind", "ttft"}}),
+              end.ttft_errors.abs_s, 1e-9);
+}
+
+TEST(LatencyCore, EndpointsWithoutUsableSignalsTeachNothing) {
+  Fleet f;  // never scraped: waiting, running and KV usage unknown
+  for (int i = 0; i < 30; ++i) f.Run(500, i);
+  EXPECT_EQ(f.core.latency_stats().ttft_samples, 0u);
+  EXPECT_EQ(f.core.latency_stats().tpot_samples, 0u);
+}
+
+}  // namespace
+}  // namespace kvroute::routing
