@@ -1266,8 +1266,14 @@ SimulationResult RunSimulationWith(const config::Scenario& requested,
     rep.latency_tpot_samples = static_cast<int64_t>(lat.tpot_samples);
     rep.latency_ttft_scored = static_cast<int64_t>(lat.ttft_errors.n);
     rep.latency_tpot_scored = static_cast<int64_t>(lat.tpot_errors.n);
-    if (lat.ttft_errors.n > 0) rep.latency_ttft_mape = lat.ttft_errors.Mape();
-    if (lat.tpot_errors.n > 0) rep.latency_tpot_mape = lat.tpot_errors.Mape();
+    if (lat.ttft_errors.n > 0) {
+      rep.latency_ttft_mape = lat.ttft_errors.Mape();
+      rep.latency_ttft_mae_s = lat.ttft_errors.abs_s / static_cast<double>(lat.ttft_errors.n);
+    }
+    if (lat.tpot_errors.n > 0) {
+      rep.latency_tpot_mape = lat.tpot_errors.Mape();
+      rep.latency_tpot_mae_s = lat.tpot_errors.abs_s / static_cast<double>(lat.tpot_errors.n);
+    }
   }
   if (scenario.kv_events.enabled || scenario.router_replicas > 1) {
     const auto kv = sim.kv_totals();

@@ -224,6 +224,8 @@ struct PolicyReport {
   int64_t latency_tpot_scored = 0;
   double latency_ttft_mape = -1;
   double latency_tpot_mape = -1;
+  double latency_ttft_mae_s = -1;  // mean |predicted - observed|, seconds; -1 none scored
+  double latency_tpot_mae_s = -1;
   // For charts: up to 200 (ttft, cumulative fraction) points, ascending.
   std::vector<std::pair<double, double>> ttft_cdf;
   std::vector<double> kv_times;

@@ -212,6 +212,10 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.out() += p.latency_ttft_mape >= 0 ? Num(p.latency_ttft_mape) : "null";
     w.Key("tpot_mape");
     w.out() += p.latency_tpot_mape >= 0 ? Num(p.latency_tpot_mape) : "null";
+    w.Key("ttft_mae_s");
+    w.out() += p.latency_ttft_mae_s >= 0 ? Num(p.latency_ttft_mae_s) : "null";
+    w.Key("tpot_mae_s");
+    w.out() += p.latency_tpot_mae_s >= 0 ? Num(p.latency_tpot_mae_s) : "null";
     w.Close('}');
     if (p.kv_events_reported) {
       w.Key("kv_events");
@@ -296,10 +300,11 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
   std::string lat;
   for (const PolicyReport& p : policies) {
     if (p.latency_ttft_scored == 0 && p.latency_tpot_scored == 0) continue;
-    lat += fmt::format("{} {}: TTFT {:.1f}% over {} predictions, TPOT {:.1f}% over {}",
+    lat += fmt::format("{} {}: TTFT {:.1f}% ({}) over {} predictions, TPOT {:.1f}% ({}) over {}",
                        lat.empty() ? "" : ";", p.policy, std::max(0.0, p.latency_ttft_mape) * 100,
-                       p.latency_ttft_scored, std::max(0.0, p.latency_tpot_mape) * 100,
-                       p.latency_tpot_scored);
+                       Ms(std::max(0.0, p.latency_ttft_mae_s)), p.latency_ttft_scored,
+                       std::max(0.0, p.latency_tpot_mape) * 100,
+                       Ms(std::max(0.0, p.latency_tpot_mae_s)), p.latency_tpot_scored);
   }
   if (!lat.empty()) out += "\nLatency model (mean absolute error of its predictions):" + lat + ".\n";
   std::string tenants;
