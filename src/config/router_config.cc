@@ -184,8 +184,14 @@ class Loader {
           } else if (key == "scheduling") {
             nested.line = v.key_line();
             v.ForEachKey(
-                {"policy", "plugins", "schedulingProfiles", "schedulingProfile"},
-                [&](const std::string& k, const ConfigNode& sv) { SchedKey(nested, k, sv); });
+                {"policy", "plugins", "schedulingProfiles", "schedulingProfile", "slo"},
+                [&](const std::string& k, const ConfigNode& sv) {
+                  if (k == "slo") {
+                    LoadSlo(sv, cfg.slo);
+                  } else {
+                    SchedKey(nested, k, sv);
+                  }
+                });
           } else if (key == "limits") {
             LoadLimits(v, cfg.limits);
           } else if (key == "timeouts") {
@@ -243,6 +249,12 @@ class Loader {
     std::optional<HostPort> hp = ParseHostPort(s, &why);
     if (!hp) at.FailAt(line, field, "bad address '" + s + "': " + why);
     return *hp;
+  }
+
+  static void LoadSlo(const ConfigNode& node, SloConfig& slo) {
+    node.ForEachKey({"ttft", "tpot"}, [&](const std::string& key, const ConfigNode& v) {
+      (key == "ttft" ? slo.ttft_s : slo.tpot_s) = v.Duration();
+    });
   }
 
   void LoadDiscovery(const ConfigNode& node, KubernetesDiscoveryConfig& k) {

@@ -63,6 +63,7 @@
 //     plugins: [{type, name?, parameters?}]
 //     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
 //     schedulingProfile: [{pluginRef, weight?}]   # the seed article's form, one profile
+//     slo: {ttft: 2s, tpot: 50ms}   # objectives of requests without SLO headers (issue 24)
 //   limits:                       # client side, read at start (a reload keeps the running
 //                                 #   ones); each refusal answers with an OpenAI-shaped error
 //                                 #   body and closes the connection
@@ -295,12 +296,19 @@ struct LocalityConfig {
   bool measure_rtt = true;
 };
 
+// scheduling.slo: the latency objectives of requests that state none (issue 24).
+struct SloConfig {
+  double ttft_s = 0.0;  // 0: none
+  double tpot_s = 0.0;
+};
+
 struct RouterConfig {
   std::string listen = "0.0.0.0:8080";
   HostPort listen_addr{"0.0.0.0", 8080};
   int threads = 0;
   PoolConfig pool;
   sched::SchedulingSpec scheduling;  // empty = the kvroute default policy
+  SloConfig slo;                     // scheduling.slo
   LimitsConfig limits;
   TimeoutsConfig timeouts;
   RetryConfig retries;

@@ -643,6 +643,17 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
     core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, parsed.error.status, Now());
     return;
   }
+  // Latency objectives (issue 24): consumed here, never forwarded (only the headers in
+  // the forwarding list reach a replica).
+  const http::Request& req = ex->request();
+  if (auto slo_error = api::ParseSloHeaders(
+          HeaderValue(req, api::kSloTtftHeader), HeaderValue(req, api::kSloTtftHeaderOld),
+          HeaderValue(req, api::kSloTpotHeader), HeaderValue(req, api::kSloTpotHeaderOld),
+          &*parsed.request)) {
+    ex->Respond(slo_error->status, api::ErrorBody(*slo_error));
+    core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, slo_error->status, Now());
+    return;
+  }
   if (!core().kv_events_active()) return Route(std::move(ex), std::move(fs), *parsed.request);
   // Precise prefix routing: the prompt's token ids from the engines' tokenizer (a ready
   // replica, or pool.kv_events.tokenizer), then the pick. Without them (no replica ready,

@@ -52,6 +52,8 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
                                 #   llm-d-sticky | llm-d-precise | kvroute
     plugins: [{type, name?, parameters?}]
     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
+    slo: {ttft: 2s, tpot: 50ms}  # objectives of requests without x-llm-d-slo-ttft-ms /
+                                #   x-llm-d-slo-tpot-ms headers (counted on /metrics)
   limits:                       # client side, read at start; each refusal has an
     max_connections: 16384      #   OpenAI-shaped body and closes. 0 = unlimited; past it 503
     max_body_bytes: 16MiB       # -> 413

@@ -1188,6 +1188,9 @@ routing::CoreOptions SimulationCoreOptions(const config::Scenario& scenario,
   opts.scheduling = sched::SchedulingSpec{};
   opts.scheduling.policy = policy;
   opts.seed = scenario.seed;
+  // The scenario's SLOs are the pool default (requests carry none of their own).
+  opts.default_slo_ttft_s = scenario.slo.ttft_s;
+  opts.default_slo_tpot_s = scenario.slo.tpot_s;
   ApplyRouterRegion(scenario, &opts);
   return opts;
 }

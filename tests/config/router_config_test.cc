@@ -1,3 +1,4 @@
+#include "config/core_options.h"
 #include "config/router_config.h"
 
 #include <gtest/gtest.h>
@@ -258,6 +259,19 @@ TEST(RouterConfigErrors, BadParameterFromScheduler) {
             "t.yaml:3: plugins[1].parameters.blokSize: unknown parameter 'blokSize' for plugin "
             "type 'prefix-cache-scorer' (known: blockSize, maxPrefixBlocksToMatch, "
             "lruCapacityPerServer, preciseEvents)");
+}
+
+TEST(RouterConfigTest, SchedulingSloIsThePoolDefaultObjective) {
+  RouterConfig c = ParseOk("scheduling:\n  policy: kvroute\n  slo: {ttft: 2s, tpot: 50ms}\n");
+  EXPECT_DOUBLE_EQ(c.slo.ttft_s, 2.0);
+  EXPECT_DOUBLE_EQ(c.slo.tpot_s, 0.05);
+  EXPECT_EQ(c.scheduling.policy, "kvroute");
+  const routing::CoreOptions o = CoreOptionsFrom(c);
+  EXPECT_DOUBLE_EQ(o.default_slo_ttft_s, 2.0);
+  EXPECT_DOUBLE_EQ(o.default_slo_tpot_s, 0.05);
+  EXPECT_EQ(ParseOk("").slo.ttft_s, 0.0);
+  EXPECT_EQ(ParseErr("scheduling:\n  slo: {ttft: 0s}\n").substr(0, 27), "t.yaml:2: scheduling.slo.tt");
+  EXPECT_NE(ParseErr("scheduling:\n  slo: {e2e: 1s}\n").find("scheduling.slo"), std::string::npos);
 }
 
 TEST(RouterConfigErrors, PolicyErrors) {

@@ -328,6 +328,31 @@ TEST_F(EppTest, MalformedBodyIsImmediate400) {
   EXPECT_EQ(Immediate(o), 400);
 }
 
+// Latency objectives (issue 24): read from the request headers, removed from what Envoy
+// forwards to the engine; a bad value is an immediate 400 naming the header.
+TEST_F(EppTest, SloHeadersAreConsumedAndRemoved) {
+  StartAll(2);
+  std::vector<pb::ProcessingRequest> msgs =
+      Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("slo"));
+  auto add = [&](std::vector<pb::ProcessingRequest>& m, std::string k, std::string v) {
+    auto* h = m[0].mutable_request_headers()->mutable_headers()->add_headers();
+    h->set_key(std::move(k));
+    h->set_raw_value(std::move(v));
+  };
+  add(msgs, "x-llm-d-slo-ttft-ms", "500");
+  add(msgs, "x-slo-tpot-ms", "50");
+  Outcome o = Run(msgs);
+  Pick(o);
+  ASSERT_TRUE(o.responses[0].has_request_headers());
+  const auto& removed = o.responses[0].request_headers().response().header_mutation().remove_headers();
+  EXPECT_EQ(std::vector<std::string>(removed.begin(), removed.end()),
+            (std::vector<std::string>{"x-llm-d-slo-ttft-ms", "x-slo-tpot-ms"}));
+  std::vector<pb::ProcessingRequest> bad =
+      Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, Completion("slo"));
+  add(bad, "x-llm-d-slo-tpot-ms", "fast");
+  EXPECT_EQ(Immediate(Run(bad)), 400);
+}
+
 TEST_F(EppTest, EveryEndpointDownIsImmediate503) {
   StartEpp({ClosedPort(), ClosedPort()});
   int code = -1;

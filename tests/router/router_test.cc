@@ -143,6 +143,29 @@ TEST_F(RouterTest, ProxiesCompletionAndNamesTheEndpoint) {
   EXPECT_EQ(health->status, 200);
 }
 
+// Latency objectives (issue 24) in request headers: counted against what the replica
+// answered (a 1 ms TTFT objective is missed over loopback HTTP, a 60 s one met); a value
+// that is not a positive number of milliseconds is a 400 naming the header.
+TEST_F(RouterTest, SloHeadersAreCountedAndBadOnesRefused) {
+  StartFleet({Replica()});
+  StartRouter(Yaml(FleetEndpoints()));
+  WaitReady();
+  auto met = Post(CompletionBody("slo one", 3), {{"x-llm-d-slo-ttft-ms", "60000"}});
+  ASSERT_TRUE(met && met->status == 200);
+  auto missed = Post(CompletionBody("slo two", 3), {{"x-slo-ttft-ms", "0.001"}});
+  ASSERT_TRUE(missed && missed->status == 200);
+  std::string m;
+  ASSERT_TRUE(WaitFor([&] {
+    return MetricSum(m = RouterMetrics(), "kvroute_slo_requests_total", {{"type", "ttft"}}) == 2;
+  })) << m;
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "ttft"}}), 1);
+  auto bad = Post(CompletionBody("slo three", 3), {{"x-llm-d-slo-tpot-ms", "soon"}});
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("\"param\":\"x-llm-d-slo-tpot-ms\""), std::string::npos) << bad->body;
+  EXPECT_NE(bad->body.find("\"type\":\"BadRequestError\""), std::string::npos) << bad->body;
+}
+
 TEST_F(RouterTest, StreamsChunkByChunkAndCancelsOnDisconnect) {
   // ~6 ms per token in real time: 400 tokens would take ~2.4 s.
   StartFleet({Replica(/*time_scale=*/1.0)});

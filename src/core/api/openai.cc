@@ -2,6 +2,8 @@
 
 #include <simdjson.h>
 
+#include <charconv>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -368,6 +370,29 @@ ParseResult ParseRequest(Endpoint endpoint, std::string_view body) {
 
 ParseResult ParseRequestPadded(Endpoint endpoint, std::string_view body) {
   return ParseImpl(endpoint, body, /*padded=*/true);
+}
+
+std::optional<ApiError> ParseSloHeaders(std::string_view ttft_ms, std::string_view ttft_ms_old,
+                                        std::string_view tpot_ms, std::string_view tpot_ms_old,
+                                        ParsedRequest* out) {
+  auto one = [](std::string_view v, std::string_view old, std::string_view name,
+                std::string_view old_name, double* seconds) -> std::optional<ApiError> {
+    const std::string_view value = !v.empty() ? v : old;
+    const std::string_view header = !v.empty() ? name : old_name;
+    if (value.empty()) return std::nullopt;
+    double ms = 0.0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+    if (ec != std::errc() || end != value.data() + value.size() || !std::isfinite(ms) || ms <= 0) {
+      return MakeError(400, "Header " + std::string(header) +
+                                " must be a positive number of milliseconds, got '" +
+                                std::string(value.substr(0, 64)) + "'.",
+                       std::string(header));
+    }
+    *seconds = ms / 1000.0;
+    return std::nullopt;
+  };
+  if (auto e = one(ttft_ms, ttft_ms_old, kSloTtftHeader, kSloTtftHeaderOld, &out->slo_ttft_s)) return e;
+  return one(tpot_ms, tpot_ms_old, kSloTpotHeader, kSloTpotHeaderOld, &out->slo_tpot_s);
 }
 
 }  // namespace kvroute::api

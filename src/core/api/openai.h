@@ -35,7 +35,19 @@ struct ParsedRequest {
   // The prompt's token ids from the engines' tokenizer, when a front end tokenized it for
   // precise prefix routing (never set by parsing).
   std::vector<uint32_t> token_ids;
+  // The request's latency objectives in seconds from its headers (ParseSloHeaders); 0 when
+  // it stated none (never set by body parsing).
+  double slo_ttft_s = 0.0;
+  double slo_tpot_s = 0.0;
 };
+
+// Request headers that carry latency objectives, in milliseconds (llm-d Router's names;
+// the x-slo-* ones are their older spelling). The router consumes them: they are not
+// forwarded to the engines.
+inline constexpr std::string_view kSloTtftHeader = "x-llm-d-slo-ttft-ms";
+inline constexpr std::string_view kSloTpotHeader = "x-llm-d-slo-tpot-ms";
+inline constexpr std::string_view kSloTtftHeaderOld = "x-slo-ttft-ms";
+inline constexpr std::string_view kSloTpotHeaderOld = "x-slo-tpot-ms";
 
 // An error in the shape vLLM and OpenAI use:
 // {"error":{"message":...,"type":...,"param":...,"code":<status>}}.
@@ -58,6 +70,13 @@ std::string ErrorBody(const ApiError& e);
 // ErrorBody(MakeError(status, message)): the body an HTTP server of kvroute's answers its
 // own errors with (http::ServerOptions::error_body).
 std::string ErrorBodyFor(int status, std::string_view message);
+
+// Reads the objectives from header values (empty: absent; the current name wins over the
+// older one) into `out` (seconds). A value that is not a finite positive number of
+// milliseconds is a 400 naming the header (the body ErrorBody makes).
+std::optional<ApiError> ParseSloHeaders(std::string_view ttft_ms, std::string_view ttft_ms_old,
+                                        std::string_view tpot_ms, std::string_view tpot_ms_old,
+                                        ParsedRequest* out);
 
 // Result of parsing: either a request or an error (status 400 for malformed JSON,
 // missing or wrong-typed fields). Never throws.

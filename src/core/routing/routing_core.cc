@@ -155,6 +155,8 @@ struct RoutingCore::SchedState {
   // kept across reloads (endpoint ids survive them), reset per endpoint on removal and
   // restart.
   sched::LatencyTrainer latency;
+  double default_slo_ttft_s = 0.0;  // CoreOptions::default_slo_*
+  double default_slo_tpot_s = 0.0;
 };
 
 struct RoutingCore::Counters {
@@ -164,6 +166,7 @@ struct RoutingCore::Counters {
   // Index 0: TTFT, 1: TPOT.
   std::array<std::atomic<uint64_t>, 2> latency_samples{}, latency_scored{};
   std::array<std::atomic<double>, 2> latency_abs_s{}, latency_abs_rel{};
+  std::array<std::atomic<uint64_t>, 2> slo_requests{}, slo_violations{};
   std::atomic<uint64_t> retries{0}, retries_free{0}, retries_denied{0}, picks_failed{0},
       reloads_failed{0}, ejections_skipped{0};
   AtomicHistogram sched_seconds;
@@ -425,6 +428,8 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     s.slots = slots;
     s.health = options.health;
     s.budget_options = options.retry_budget;
+    s.default_slo_ttft_s = options.default_slo_ttft_s;
+    s.default_slo_tpot_s = options.default_slo_tpot_s;
     s.max_ranked = so.max_ranked;
     s.next_change.store(-kInf);  // full health pass at the next pick
     s.seen_epoch.store(~uint64_t{0});
@@ -1069,6 +1074,8 @@ sched::LatencyTrainer::Dispatch RoutingCore::LatencyDispatchLocked(const sched::
   d.waiting = scraped && e->engine.Has(F::kWaiting) ? e->engine.waiting : nan;
   d.running = scraped && e->engine.Has(F::kRunning) ? e->engine.running : nan;
   d.kv_usage = scraped && e->engine.Has(F::kKvUsage) ? e->engine.kv_usage : nan;
+  d.slo_ttft_s = req.slo_ttft_s > 0 ? req.slo_ttft_s : s.default_slo_ttft_s;
+  d.slo_tpot_s = req.slo_tpot_s > 0 ? req.slo_tpot_s : s.default_slo_tpot_s;
   d.capacity_tokens = scraped && e->num_gpu_blocks > 0 && e->block_size > 0
                           ? static_cast<double>(e->num_gpu_blocks * e->block_size)
                           : 0.0;
@@ -1086,6 +1093,11 @@ void RoutingCore::PublishLatencyLocked() {
     c.latency_abs_s[k].store(errors[k]->abs_s, std::memory_order_relaxed);
     c.latency_abs_rel[k].store(errors[k]->abs_rel, std::memory_order_relaxed);
   }
+  const sched::LatencyTrainer::SloCounts* slo[] = {&t.ttft_slo(), &t.tpot_slo()};
+  for (size_t k = 0; k < 2; ++k) {
+    c.slo_requests[k].store(slo[k]->observed, std::memory_order_relaxed);
+    c.slo_violations[k].store(slo[k]->violated, std::memory_order_relaxed);
+  }
 }
 
 LatencyStats RoutingCore::latency_stats() const {
@@ -1099,6 +1111,10 @@ LatencyStats RoutingCore::latency_stats() const {
     errors[k]->abs_s = c.latency_abs_s[k].load(std::memory_order_relaxed);
     errors[k]->abs_rel = c.latency_abs_rel[k].load(std::memory_order_relaxed);
   }
+  st.ttft_slo.observed = c.slo_requests[0].load(std::memory_order_relaxed);
+  st.ttft_slo.violated = c.slo_violations[0].load(std::memory_order_relaxed);
+  st.tpot_slo.observed = c.slo_requests[1].load(std::memory_order_relaxed);
+  st.tpot_slo.violated = c.slo_violations[1].load(std::memory_order_relaxed);
   return st;
 }
 
@@ -1425,6 +1441,21 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
     family("kvroute_latency_prediction_abs_relative_error_total",
            "Sum of |predicted - observed| / observed over the scored predictions.",
            [](const auto& k) { return k.e->abs_rel; });
+    const sched::LatencyTrainer::SloCounts* slo[] = {&lat.ttft_slo, &lat.tpot_slo};
+    AppendHeader(out, "kvroute_slo_requests_total",
+                 "Requests with a TTFT or TPOT objective (headers or scheduling.slo) whose "
+                 "observed value was measured.", MetricType::kCounter);
+    for (size_t k = 0; k < 2; ++k) {
+      Label labels[] = {{"type", kinds[k].kind}};
+      AppendSample(out, "kvroute_slo_requests_total", labels, static_cast<double>(slo[k]->observed));
+    }
+    AppendHeader(out, "kvroute_slo_violations_total",
+                 "Of those, requests whose observed TTFT or TPOT exceeded the objective.",
+                 MetricType::kCounter);
+    for (size_t k = 0; k < 2; ++k) {
+      Label labels[] = {{"type", kinds[k].kind}};
+      AppendSample(out, "kvroute_slo_violations_total", labels, static_cast<double>(slo[k]->violated));
+    }
   }
   AppendCounter(out, "kvroute_retries_free_total",
                 "Retries after a connect failure (no engine work lost; not charged to the budget).",

@@ -100,6 +100,10 @@ struct CoreOptions {
   // The precise prefix index fed by KV-cache events (OnKvEvents): key block size,
   // speculative TTL, staleness, bounds (kvevents::IndexOptions).
   kvevents::IndexOptions kv_events;
+  // Latency objectives of requests that state none (seconds; <= 0: none): scheduling.slo,
+  // or a simulate scenario's slo block (issue 24).
+  double default_slo_ttft_s = 0.0;
+  double default_slo_tpot_s = 0.0;
 };
 
 // The outcome of one scrape attempt, as the scraper adapter reports it.
@@ -185,6 +189,8 @@ struct LatencyStats {
   uint64_t tpot_samples = 0;
   sched::LatencyTrainer::Errors ttft_errors;
   sched::LatencyTrainer::Errors tpot_errors;
+  sched::LatencyTrainer::SloCounts ttft_slo;
+  sched::LatencyTrainer::SloCounts tpot_slo;
 };
 
 class RoutingCore {

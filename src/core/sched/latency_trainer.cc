@@ -57,11 +57,17 @@ void LatencyTrainer::OnDispatched(RequestHandle handle, const Dispatch& d, doubl
   const uint32_t slot = static_cast<uint32_t>(handle & 0xffffffffu);
   if (slot >= records_.size()) records_.resize(slot + 1);
   Record& r = records_[slot];
-  if (r.handle == handle) Dequeue(r);  // a retry elsewhere: off the first endpoint's queue
+  // A retry elsewhere: off the first endpoint's queue, objectives kept.
+  const bool retry = r.handle == handle;
+  if (retry) Dequeue(r);
+  const double slo_ttft = d.slo_ttft_s > 0 ? d.slo_ttft_s : retry ? r.slo_ttft_s : 0.0;
+  const double slo_tpot = d.slo_tpot_s > 0 ? d.slo_tpot_s : retry ? r.slo_tpot_s : 0.0;
   r = Record{};
   r.handle = handle;
   r.endpoint = d.endpoint;
   r.dispatch_s = now_s;
+  r.slo_ttft_s = slo_ttft;
+  r.slo_tpot_s = slo_tpot;
   r.ttft = TtftFeaturesOf(d);
   r.tpot = TpotFeaturesOf(d);
   r.known = LatencyModel::Encode(r.ttft).has_value();
@@ -80,8 +86,12 @@ void LatencyTrainer::OnFirstToken(RequestHandle handle, double now_s) {
   if (r == nullptr || r->first_token_s >= 0) return;
   r->first_token_s = now_s;
   Dequeue(*r);
-  if (!r->known) return;
   const double ttft = now_s - r->dispatch_s;
+  if (r->slo_ttft_s > 0) {
+    ++ttft_slo_.observed;
+    if (ttft > r->slo_ttft_s) ++ttft_slo_.violated;
+  }
+  if (!r->known) return;
   if (model_.ObserveTtft(r->endpoint, r->ttft, ttft)) {
     ++ttft_samples_;
     Score(ttft_errors_, r->predicted_ttft, ttft);
@@ -101,6 +111,10 @@ void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, 
   const int64_t n = generated_tokens >= 0 ? generated_tokens : r->generated;
   if (r->first_token_s >= 0 && n >= 2) {
     const double tpot = (now_s - r->first_token_s) / static_cast<double>(n - 1);
+    if (r->slo_tpot_s > 0) {
+      ++tpot_slo_.observed;
+      if (tpot > r->slo_tpot_s) ++tpot_slo_.violated;
+    }
     if (model_.ObserveTpot(r->endpoint, r->tpot, tpot)) {
       ++tpot_samples_;
       Score(tpot_errors_, r->predicted_tpot, tpot);

@@ -35,6 +35,13 @@ class LatencyTrainer {
     double running = 0.0;
     double kv_usage = 0.0;
     double capacity_tokens = 0.0;  // the endpoint's KV cache (blocks x block size); 0 unknown
+    double slo_ttft_s = 0.0;       // the request's objectives; <= 0: none
+    double slo_tpot_s = 0.0;
+  };
+  // Requests with an objective whose observation came back, and those that missed it.
+  struct SloCounts {
+    uint64_t observed = 0;
+    uint64_t violated = 0;
   };
   // Prediction error counters since the trainer was built (each prediction scored when its
   // observation arrives).
@@ -74,6 +81,8 @@ class LatencyTrainer {
   const Errors& tpot_errors() const { return tpot_errors_; }
   uint64_t ttft_samples() const { return ttft_samples_; }
   uint64_t tpot_samples() const { return tpot_samples_; }
+  const SloCounts& ttft_slo() const { return ttft_slo_; }
+  const SloCounts& tpot_slo() const { return tpot_slo_; }
 
  private:
   struct Record {
@@ -89,6 +98,8 @@ class LatencyTrainer {
     TpotFeatures tpot;
     double predicted_ttft = -1.0;
     double predicted_tpot = -1.0;
+    double slo_ttft_s = 0.0;
+    double slo_tpot_s = 0.0;
   };
   Record* Find(RequestHandle handle);
   void Dequeue(Record& r);
@@ -99,6 +110,7 @@ class LatencyTrainer {
   std::vector<double> queued_;   // by endpoint id
   Errors ttft_errors_, tpot_errors_;
   uint64_t ttft_samples_ = 0, tpot_samples_ = 0;
+  SloCounts ttft_slo_, tpot_slo_;
 };
 
 }  // namespace kvroute::sched

@@ -86,6 +86,8 @@ SchedRequest FromParsed(const api::ParsedRequest& r) {
   s.priority = r.priority;
   s.max_tokens = r.max_tokens.value_or(-1);
   s.token_ids = r.token_ids;
+  s.slo_ttft_s = r.slo_ttft_s;
+  s.slo_tpot_s = r.slo_tpot_s;
   return s;
 }
 

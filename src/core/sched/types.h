@@ -137,6 +137,10 @@ struct SchedRequest {
   int64_t priority = 0;       // vLLM extra; lower is more important; < 0 is sheddable
   int64_t max_tokens = -1;    // -1 when the request did not say
   int64_t prompt_tokens = -1; // -1: estimated from the text (about 4 characters a token)
+  // The request's latency objectives in seconds (headers x-llm-d-slo-ttft-ms and
+  // x-llm-d-slo-tpot-ms, or the pool default scheduling.slo); <= 0: none.
+  double slo_ttft_s = 0.0;
+  double slo_tpot_s = 0.0;
   // The prompt's token ids as the engines' tokenizer gives them (a front end's tokenizer
   // adapter, or the simulated engine's); empty when unknown. Precise prefix scoring keys
   // them; without them policies use their approximate model.

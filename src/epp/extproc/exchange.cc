@@ -207,6 +207,14 @@ void Exchange::OnRequestHeaders(const pb::HttpHeaders& h, std::vector<pb::Proces
       objective_ = Trim(HeaderValueOf(hv));
     } else if (Is(key, "x-gateway-model-name")) {
       model_header_ = Trim(HeaderValueOf(hv));
+    } else if (Is(key, api::kSloTtftHeader)) {
+      slo_headers_[0] = Trim(HeaderValueOf(hv));
+    } else if (Is(key, api::kSloTtftHeaderOld)) {
+      slo_headers_[1] = Trim(HeaderValueOf(hv));
+    } else if (Is(key, api::kSloTpotHeader)) {
+      slo_headers_[2] = Trim(HeaderValueOf(hv));
+    } else if (Is(key, api::kSloTpotHeaderOld)) {
+      slo_headers_[3] = Trim(HeaderValueOf(hv));
     }
     if (!settings_->flow_header.empty() && Is(key, settings_->flow_header)) {
       flow_value_ = Trim(HeaderValueOf(hv));
@@ -284,6 +292,10 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
       return FailParsed(parsed_.error.status, api::ErrorBody(parsed_.error), out);
     }
     model_ = parsed_.request->model;
+    if (auto e = api::ParseSloHeaders(slo_headers_[0], slo_headers_[1], slo_headers_[2],
+                                      slo_headers_[3], &*parsed_.request)) {
+      return FailParsed(e->status, api::ErrorBody(*e), out);
+    }
     sr_ = sched::FromParsed(*parsed_.request);
     kind_ = kind;
     awaiting_tokens_ = env_.want_token_ids && env_.want_token_ids();
@@ -407,6 +419,14 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
                                        : r.mutable_request_headers()->mutable_response();
   common->set_clear_route_cache(true);
   SetHeader(common->mutable_header_mutation(), kDestinationHeader, destination_);
+  // The latency objectives are the router's: not forwarded to the engine.
+  static constexpr std::string_view kSloNames[] = {api::kSloTtftHeader, api::kSloTtftHeaderOld,
+                                                   api::kSloTpotHeader, api::kSloTpotHeaderOld};
+  for (size_t i = 0; i < slo_headers_.size(); ++i) {
+    if (!slo_headers_[i].empty()) {
+      common->mutable_header_mutation()->add_remove_headers(std::string(kSloNames[i]));
+    }
+  }
   if (in_body && trailers) {
     // The body's last chunk is already answered: the pick rides on the trailers response
     // (dynamic metadata only; Envoy has forwarded the headers by now).

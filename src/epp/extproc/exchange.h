@@ -95,6 +95,7 @@
 #include <map>
 #include <optional>
 #include <memory>
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -253,6 +254,9 @@ class Exchange {
   std::string path_;
   std::string model_header_;
   std::string objective_;
+  // Latency objective headers as sent (api::kSlo*Header, current and older names), in
+  // that order; the router consumes them and removes them from the forwarded request.
+  std::array<std::string, 4> slo_headers_;
   std::string flow_value_;
   std::string request_id_;
   std::string content_type_;

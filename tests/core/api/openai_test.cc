@@ -286,5 +286,35 @@ TEST(ParseRequest, EveryTruncationIsACleanError) {
   }
 }
 
+TEST(SloHeaders, MillisecondsToSecondsCurrentNameFirst) {
+  ParsedRequest r;
+  EXPECT_FALSE(ParseSloHeaders("250", "900", "", "40.5", &r).has_value());
+  EXPECT_DOUBLE_EQ(r.slo_ttft_s, 0.25);
+  EXPECT_DOUBLE_EQ(r.slo_tpot_s, 0.0405);
+  ParsedRequest none;
+  EXPECT_FALSE(ParseSloHeaders("", "", "", "", &none).has_value());
+  EXPECT_EQ(none.slo_ttft_s, 0.0);
+  EXPECT_EQ(none.slo_tpot_s, 0.0);
+}
+
+TEST(SloHeaders, BadValuesAre400NamingTheHeader) {
+  for (std::string_view v : {"fast", "-5", "0", "12ms", "nan", "inf", "1e999"}) {
+    ParsedRequest r;
+    auto e = ParseSloHeaders("", "", "", v, &r);
+    ASSERT_TRUE(e.has_value()) << v;
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->param, "x-slo-tpot-ms");
+    EXPECT_NE(e->message.find("x-slo-tpot-ms"), std::string::npos);
+  }
+  ParsedRequest r;
+  auto e = ParseSloHeaders("x", "", "", "", &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->param, "x-llm-d-slo-ttft-ms");
+  EXPECT_EQ(ErrorBody(*e),
+            "{\"error\":{\"message\":\"Header x-llm-d-slo-ttft-ms must be a positive number of "
+            "milliseconds, got 'x'.\",\"type\":\"BadRequestError\",\"param\":\"x-llm-d-slo-ttft-ms\","
+            "\"code\":400}}");
+}
+
 }  // namespace
 }  // namespace kvroute::api

@@ -81,6 +81,41 @@ TEST(LatencyCore, LearnsEachEndpointsTtftAndTpotFromTheLifecycle) {
               end.ttft_errors.abs_s, 1e-9);
 }
 
+TEST(LatencyCore, ObjectivesFromTheRequestOrThePoolDefaultCountViolations) {
+  RoutingCore core;
+  CoreOptions o;
+  o.scheduling.policy = "round-robin";
+  o.health.staleness_s = 1e9;
+  o.default_slo_ttft_s = 0.05;  // scheduling.slo: {ttft: 50ms}
+  ASSERT_TRUE(core.Configure(o, {TestEndpoint("a", 9100)}, 0).ok());
+  core.OnScrape(0, ScrapedLoad("0", "0", "0.1", 0), 0);
+  auto run = [&](double ttft, double slo_ttft, double slo_tpot, double now) {
+    PickRequest pr;
+    pr.request.model = "m";
+    pr.request.prompt = "hello";
+    pr.request.slo_ttft_s = slo_ttft;
+    pr.request.slo_tpot_s = slo_tpot;
+    pr.dispatch_first = true;
+    PickResult r = core.Pick(pr, now);
+    core.OnFirstToken(r.handle, now + ttft);
+    core.OnTokens(r.handle, 11, now + ttft + 0.2);  // TPOT 20 ms
+    core.OnFinished(r.handle, r.ranked[0], 200, now + ttft + 0.2);
+  };
+  run(0.04, 0, 0, 1);      // default 50 ms: met; no TPOT objective
+  run(0.06, 0, 0, 2);      // default: missed
+  run(0.06, 0.1, 0.01, 3); // its own 100 ms: met; TPOT 10 ms: missed
+  const LatencyStats st = core.latency_stats();
+  EXPECT_EQ(st.ttft_slo.observed, 3u);
+  EXPECT_EQ(st.ttft_slo.violated, 1u);
+  EXPECT_EQ(st.tpot_slo.observed, 1u);
+  EXPECT_EQ(st.tpot_slo.violated, 1u);
+  std::string m;
+  core.AppendMetrics(m, 4);
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_requests_total", {{"type", "ttft"}}), 3);
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "ttft"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "tpot"}}), 1);
+}
+
 TEST(LatencyCore, EndpointsWithoutUsableSignalsTeachNothing) {
   Fleet f;  // never scraped: waiting, running and KV usage unknown
   for (int i = 0; i < 30; ++i) f.Run(500, i);
