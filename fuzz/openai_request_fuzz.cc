@@ -6,9 +6,13 @@
 // Invariants: both entry points agree on every input; an error is a 400 BadRequestError
 // with a message whose ErrorBody is valid JSON that carries the message back; a parsed
 // request has what the contract promises (a model, non-negative max_tokens, a chat prompt
-// ending with the generation prompt) and FromParsed views exactly its strings.
+// ending with the generation prompt) and FromParsed views exactly its strings. The first
+// line of the input is also read as the value of every latency objective header
+// (ParseSloHeaders): either a 400 naming the header, or finite positive seconds.
 #include <simdjson.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -102,6 +106,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       CheckRequest(*a.request, ep);
     } else {
       CheckError(a.error);
+    }
+  }
+  const std::string_view header = body.substr(0, std::min(body.find('\n'), body.size()));
+  for (int which = 0; which < 4; ++which) {
+    std::string_view v[4] = {};
+    v[which] = header;
+    api::ParsedRequest r;
+    if (const auto e = api::ParseSloHeaders(v[0], v[1], v[2], v[3], &r)) {
+      CheckError(*e);
+      Check(!e->param.empty(), "an SLO header error that names no header");
+      Check(r.slo_ttft_s == 0.0 && r.slo_tpot_s == 0.0, "an SLO set from a refused header");
+    } else {
+      const double s = which < 2 ? r.slo_ttft_s : r.slo_tpot_s;
+      Check(header.empty() ? s == 0.0 : (std::isfinite(s) && s > 0), "an SLO that is not finite and positive");
     }
   }
   return 0;
