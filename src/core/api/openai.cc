@@ -383,9 +383,12 @@ std::optional<ApiError> ParseSloHeaders(std::string_view ttft_ms, std::string_vi
     double ms = 0.0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
     if (ec != std::errc() || end != value.data() + value.size() || !std::isfinite(ms) || ms <= 0) {
+      // Echo at most 64 bytes, printable ASCII only: a header may carry any byte, and the
+      // error body must stay valid JSON (UTF-8).
+      std::string shown;
+      for (char c : value.substr(0, 64)) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
       return MakeError(400, "Header " + std::string(header) +
-                                " must be a positive number of milliseconds, got '" +
-                                std::string(value.substr(0, 64)) + "'.",
+                                " must be a positive number of milliseconds, got '" + shown + "'.",
                        std::string(header));
     }
     *seconds = ms / 1000.0;

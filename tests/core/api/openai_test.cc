@@ -306,6 +306,14 @@ TEST(SloHeaders, BadValuesAre400NamingTheHeader) {
     EXPECT_EQ(e->param, "x-slo-tpot-ms");
     EXPECT_NE(e->message.find("x-slo-tpot-ms"), std::string::npos);
   }
+  // Bytes that are not printable ASCII are not echoed (the body must stay valid UTF-8 JSON:
+  // a fuzz finding, the header value "\xff\"\n" in the OpenAI request target).
+  {
+    ParsedRequest r;
+    auto e = ParseSloHeaders(std::string_view("\xff\"\x01", 3), "", "", "", &r);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->message, "Header x-llm-d-slo-ttft-ms must be a positive number of milliseconds, got '?\"?'.");
+  }
   ParsedRequest r;
   auto e = ParseSloHeaders("x", "", "", "", &r);
   ASSERT_TRUE(e.has_value());
