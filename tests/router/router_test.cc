@@ -150,10 +150,14 @@ TEST_F(RouterTest, SloHeadersAreCountedAndBadOnesRefused) {
   StartFleet({Replica()});
   StartRouter(Yaml(FleetEndpoints()));
   WaitReady();
-  auto met = Post(CompletionBody("slo one", 3), {{"x-llm-d-slo-ttft-ms", "60000"}});
+  // Streamed: the first chunk is the first token. A non-streamed answer has no observable
+  // TTFT and is not counted.
+  auto met = Post(CompletionBody("slo one", 3, true), {{"x-llm-d-slo-ttft-ms", "60000"}});
   ASSERT_TRUE(met && met->status == 200);
-  auto missed = Post(CompletionBody("slo two", 3), {{"x-slo-ttft-ms", "0.001"}});
+  auto missed = Post(CompletionBody("slo two", 3, true), {{"x-slo-ttft-ms", "0.001"}});
   ASSERT_TRUE(missed && missed->status == 200);
+  auto whole = Post(CompletionBody("slo whole", 3), {{"x-slo-ttft-ms", "0.001"}});
+  ASSERT_TRUE(whole && whole->status == 200);
   std::string m;
   ASSERT_TRUE(WaitFor([&] {
     return MetricSum(m = RouterMetrics(), "kvroute_slo_requests_total", {{"type", "ttft"}}) == 2;

@@ -1074,6 +1074,7 @@ sched::LatencyTrainer::Dispatch RoutingCore::LatencyDispatchLocked(const sched::
   d.waiting = scraped && e->engine.Has(F::kWaiting) ? e->engine.waiting : nan;
   d.running = scraped && e->engine.Has(F::kRunning) ? e->engine.running : nan;
   d.kv_usage = scraped && e->engine.Has(F::kKvUsage) ? e->engine.kv_usage : nan;
+  d.streaming = req.streaming;
   d.slo_ttft_s = req.slo_ttft_s > 0 ? req.slo_ttft_s : s.default_slo_ttft_s;
   d.slo_tpot_s = req.slo_tpot_s > 0 ? req.slo_tpot_s : s.default_slo_tpot_s;
   d.capacity_tokens = scraped && e->num_gpu_blocks > 0 && e->block_size > 0

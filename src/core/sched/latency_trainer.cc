@@ -62,12 +62,14 @@ void LatencyTrainer::OnDispatched(RequestHandle handle, const Dispatch& d, doubl
   if (retry) Dequeue(r);
   const double slo_ttft = d.slo_ttft_s > 0 ? d.slo_ttft_s : retry ? r.slo_ttft_s : 0.0;
   const double slo_tpot = d.slo_tpot_s > 0 ? d.slo_tpot_s : retry ? r.slo_tpot_s : 0.0;
+  const bool r_streaming = r.streaming;  // a retry is the same request
   r = Record{};
   r.handle = handle;
   r.endpoint = d.endpoint;
   r.dispatch_s = now_s;
   r.slo_ttft_s = slo_ttft;
   r.slo_tpot_s = slo_tpot;
+  r.streaming = retry ? r_streaming : d.streaming;
   r.ttft = TtftFeaturesOf(d);
   r.tpot = TpotFeaturesOf(d);
   r.known = LatencyModel::Encode(r.ttft).has_value();
@@ -86,6 +88,7 @@ void LatencyTrainer::OnFirstToken(RequestHandle handle, double now_s) {
   if (r == nullptr || r->first_token_s >= 0) return;
   r->first_token_s = now_s;
   Dequeue(*r);
+  if (!r->streaming) return;  // the whole answer, not its first token
   const double ttft = now_s - r->dispatch_s;
   if (r->slo_ttft_s > 0) {
     ++ttft_slo_.observed;
@@ -109,7 +112,7 @@ void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, 
   if (r == nullptr) return;
   Dequeue(*r);
   const int64_t n = generated_tokens >= 0 ? generated_tokens : r->generated;
-  if (r->first_token_s >= 0 && n >= 2) {
+  if (r->streaming && r->first_token_s >= 0 && n >= 2) {
     const double tpot = (now_s - r->first_token_s) / static_cast<double>(n - 1);
     if (r->slo_tpot_s > 0) {
       ++tpot_slo_.observed;

@@ -37,6 +37,9 @@ class LatencyTrainer {
     double capacity_tokens = 0.0;  // the endpoint's KV cache (blocks x block size); 0 unknown
     double slo_ttft_s = 0.0;       // the request's objectives; <= 0: none
     double slo_tpot_s = 0.0;
+    // The answer streams (SchedRequest::streaming): first token and cadence observable.
+    // Otherwise the first byte is the whole answer: no TTFT or TPOT sample, no SLO count.
+    bool streaming = true;
   };
   // Requests with an objective whose observation came back, and those that missed it.
   struct SloCounts {
@@ -100,6 +103,7 @@ class LatencyTrainer {
     double predicted_tpot = -1.0;
     double slo_ttft_s = 0.0;
     double slo_tpot_s = 0.0;
+    bool streaming = true;
   };
   Record* Find(RequestHandle handle);
   void Dequeue(Record& r);

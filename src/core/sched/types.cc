@@ -88,6 +88,7 @@ SchedRequest FromParsed(const api::ParsedRequest& r) {
   s.token_ids = r.token_ids;
   s.slo_ttft_s = r.slo_ttft_s;
   s.slo_tpot_s = r.slo_tpot_s;
+  s.streaming = r.stream;
   return s;
 }
 

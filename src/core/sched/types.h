@@ -141,6 +141,10 @@ struct SchedRequest {
   // x-llm-d-slo-tpot-ms, or the pool default scheduling.slo); <= 0: none.
   double slo_ttft_s = 0.0;
   double slo_tpot_s = 0.0;
+  // The answer streams its tokens, so the first response byte is the first token (TTFT and
+  // the token cadence are observable). A non-streamed answer arrives whole: its first byte
+  // is the end, and the latency model learns nothing from it.
+  bool streaming = true;
   // The prompt's token ids as the engines' tokenizer gives them (a front end's tokenizer
   // adapter, or the simulated engine's); empty when unknown. Precise prefix scoring keys
   // them; without them policies use their approximate model.

@@ -78,6 +78,27 @@ TEST(LatencyTrainer, LearnsFromTheLifecycleAndScoresItsPredictions) {
   EXPECT_LT(t.tpot_errors().Mape(), 0.01);
 }
 
+TEST(LatencyTrainer, ANonStreamedAnswerIsNoObservation) {
+  LatencyTrainer t;
+  LatencyTrainer::Dispatch d = D(0, 100);
+  d.streaming = false;
+  d.slo_ttft_s = 0.001;
+  t.OnDispatched(H(0), d, 0.0);
+  EXPECT_EQ(t.QueuedPrefill(0), 100);
+  t.OnFirstToken(H(0), 1.0);  // the whole answer at once
+  EXPECT_EQ(t.QueuedPrefill(0), 0);
+  t.OnFinished(H(0), 20, 1.0);
+  EXPECT_EQ(t.ttft_samples(), 0u);
+  EXPECT_EQ(t.tpot_samples(), 0u);
+  EXPECT_EQ(t.ttft_slo().observed, 0u);
+  // A retry of a non-streamed request stays non-streamed.
+  t.OnDispatched(H(1), d, 2.0);
+  LatencyTrainer::Dispatch retry = D(1, 100);
+  t.OnDispatched(H(1), retry, 2.1);
+  t.OnFirstToken(H(1), 3.0);
+  EXPECT_EQ(t.ttft_samples(), 0u);
+}
+
 TEST(LatencyTrainer, UnknownFeaturesTeachNothingAndCountOneTokenNoTpot) {
   LatencyTrainer t;
   LatencyTrainer::Dispatch d = D(0, 100);
