@@ -58,14 +58,15 @@ namespace {
 bool Known(double v) { return std::isfinite(v) && v >= 0.0; }
 }  // namespace
 
-LatencyModel::LatencyModel(const Options& o) : o_(o) {
+LatencyModel::PerEndpoint LatencyModel::Fresh(double forgetting) {
   TtftFit::Options t;
-  t.forgetting = o.forgetting;
-  fleet_ttft_ = TtftFit(t);
+  t.forgetting = forgetting;
   TpotFit::Options p;
-  p.forgetting = o.forgetting;
-  fleet_tpot_ = TpotFit(p);
+  p.forgetting = forgetting;
+  return PerEndpoint{TtftFit(t), TpotFit(p)};
 }
+
+LatencyModel::LatencyModel(const Options& o) : o_(o), fleet_(Fresh(o.forgetting)) {}
 
 std::optional<TtftFit::Vec> LatencyModel::Encode(const TtftFeatures& f) {
   if (!Known(f.uncached_tokens) || !Known(f.queued_prefill_tokens) || !Known(f.waiting) ||
@@ -86,13 +87,7 @@ std::optional<TpotFit::Vec> LatencyModel::Encode(const TpotFeatures& f) {
 }
 
 LatencyModel::PerEndpoint& LatencyModel::At(uint32_t endpoint) {
-  if (endpoint >= endpoints_.size()) {
-    TtftFit::Options t;
-    t.forgetting = o_.forgetting;
-    TpotFit::Options p;
-    p.forgetting = o_.forgetting;
-    endpoints_.resize(endpoint + 1, PerEndpoint{TtftFit(t), TpotFit(p)});
-  }
+  if (endpoint >= endpoints_.size()) endpoints_.resize(endpoint + 1, Fresh(o_.forgetting));
   return endpoints_[endpoint];
 }
 
@@ -100,7 +95,7 @@ bool LatencyModel::ObserveTtft(uint32_t endpoint, const TtftFeatures& f, double 
   const auto x = Encode(f);
   if (!x || !Known(ttft_s)) return false;
   At(endpoint).ttft.Update(*x, ttft_s);
-  fleet_ttft_.Update(*x, ttft_s);
+  fleet_.ttft.Update(*x, ttft_s);
   return true;
 }
 
@@ -108,7 +103,7 @@ bool LatencyModel::ObserveTpot(uint32_t endpoint, const TpotFeatures& f, double 
   const auto x = Encode(f);
   if (!x || !Known(tpot_s)) return false;
   At(endpoint).tpot.Update(*x, tpot_s);
-  fleet_tpot_.Update(*x, tpot_s);
+  fleet_.tpot.Update(*x, tpot_s);
   return true;
 }
 
@@ -128,14 +123,14 @@ std::optional<double> LatencyModel::PredictTtft(uint32_t endpoint, const TtftFea
   const auto x = Encode(f);
   if (!x) return std::nullopt;
   return Predict<TtftFit>(endpoint < endpoints_.size() ? &endpoints_[endpoint].ttft : nullptr,
-                          fleet_ttft_, *x);
+                          fleet_.ttft, *x);
 }
 
 std::optional<double> LatencyModel::PredictTpot(uint32_t endpoint, const TpotFeatures& f) const {
   const auto x = Encode(f);
   if (!x) return std::nullopt;
   return Predict<TpotFit>(endpoint < endpoints_.size() ? &endpoints_[endpoint].tpot : nullptr,
-                          fleet_tpot_, *x);
+                          fleet_.tpot, *x);
 }
 
 uint64_t LatencyModel::TtftSamples(uint32_t endpoint) const {

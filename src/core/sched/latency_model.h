@@ -117,14 +117,14 @@ class LatencyModel {
     TtftFit ttft;
     TpotFit tpot;
   };
+  static PerEndpoint Fresh(double forgetting);
   PerEndpoint& At(uint32_t endpoint);
   template <typename Fit>
   std::optional<double> Predict(const Fit* own, const Fit& fleet, const typename Fit::Vec& x) const;
 
   Options o_;
   std::vector<PerEndpoint> endpoints_;
-  TtftFit fleet_ttft_;
-  TpotFit fleet_tpot_;
+  PerEndpoint fleet_;  // fed by every sample
 };
 
 }  // namespace kvroute::sched
