@@ -138,6 +138,29 @@ TEST(SimulateTest, ReportsTheLatencyModelsTrainingAndError) {
   EXPECT_LT(rep.latency_tpot_mape, 1.0);
 }
 
+// kvroute-slo (issue 24) runs on the routing core simulate shares with serve and epp: with
+// no objective it never consults the latency model and every pick is kvroute's; with one,
+// it runs the same workload to the end.
+TEST(SimulateTest, KvrouteSloIsKvrouteWithoutAnObjective) {
+  std::string yaml = kSharedPrefix;
+  yaml.replace(yaml.find("slo: {ttft_s: 0.5}"), 18, "");
+  Scenario none = MustParse(yaml);
+  const SimulationResult a = RunSimulation(none, "kvroute", -1);
+  const SimulationResult b = RunSimulation(none, "kvroute-slo", -1);
+  ASSERT_EQ(a.error, "");
+  ASSERT_EQ(b.error, "");
+  EXPECT_EQ(a.report.succeeded, 300);
+  EXPECT_EQ(b.report.succeeded, a.report.succeeded);
+  EXPECT_EQ(b.report.ttft_s.p99, a.report.ttft_s.p99);
+  EXPECT_EQ(b.report.prefix_hit_rate, a.report.prefix_hit_rate);
+  EXPECT_EQ(b.report.span_s, a.report.span_s);
+  Scenario with = MustParse(kSharedPrefix);
+  const SimulationResult c = RunSimulation(with, "kvroute-slo", -1);
+  ASSERT_EQ(c.error, "");
+  EXPECT_EQ(c.report.succeeded, 300);
+  EXPECT_GT(c.report.latency_ttft_scored, 200);
+}
+
 // The simulator tells the scheduler, through the routing core (RoutingCore::OnTokens),
 // each request's output as it grows: one OnTokens per generated token (one per engine
 // step), cumulative, before the request finishes.

@@ -884,6 +884,13 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
     req.events = events_.get();
     req.event_keys = sc.event_keys;
   };
+  // The latency model and the request's objectives (the pool default where it states
+  // none), for pickers that use predictions; under sched_mu_, shared or exclusive.
+  auto with_latency = [&](const SchedState& s) {
+    if (req.slo_ttft_s <= 0) req.slo_ttft_s = s.default_slo_ttft_s;
+    if (req.slo_tpot_s <= 0) req.slo_tpot_s = s.default_slo_tpot_s;
+    req.latency = &s.latency;
+  };
   {
     // Rank concurrently with other picks when the policy allows it.
     std::shared_lock<RwSpinLock> lock(sched_mu_);
@@ -894,6 +901,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       generation = s.generation;
       out.table = s.table;
       with_events();
+      with_latency(s);
       const double t0 = s.timer ? s.timer() : 0.0;
       r = s.scheduler->Rank(req, s.states, now_s, sc);
       if (events_lock.owns_lock()) events_lock.unlock();
@@ -936,6 +944,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
         states = subset;
       }
       with_events();
+      with_latency(s);
       const double t0 = s.timer ? s.timer() : 0.0;
       r = s.scheduler->Pick(req, states, now_s);
       if (s.timer) pick_s = s.timer() - t0;
@@ -956,7 +965,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       UpdateStatsLocked(out.ranked[0]);
       out.dispatched = true;
       const sched::LatencyTrainer::Dispatch d = LatencyDispatchLocked(req, r, out.ranked[0]);
-      if (const auto p = s.latency.PredictTtft(d)) out.predicted_ttft_s = *p;
+      if (const auto p = s.latency.PredictTtft(d, now_s)) out.predicted_ttft_s = *p;
       if (const auto p = s.latency.PredictTpot(d)) out.predicted_tpot_s = *p;
       s.latency.OnDispatched(out.handle, d, now_s);
     }
@@ -1051,10 +1060,6 @@ sched::LatencyTrainer::Dispatch RoutingCore::LatencyDispatchLocked(const sched::
                                                                  const sched::PickResult& r,
                                                                  uint32_t id) const {
   const SchedState& s = *sched_;
-  sched::LatencyTrainer::Dispatch d;
-  d.endpoint = id;
-  d.prompt_tokens = req.token_ids.empty() ? static_cast<double>(req.EstimatedPromptTokens())
-                                          : static_cast<double>(req.token_ids.size());
   // The share of the prompt the policy's prefix model believes cached there (its first
   // prefix row); none for policies without a prefix model.
   double cached = 0.0;
@@ -1066,20 +1071,10 @@ sched::LatencyTrainer::Dispatch RoutingCore::LatencyDispatchLocked(const sched::
     }
     break;
   }
-  d.uncached_tokens = d.prompt_tokens * (1.0 - cached);
-  const double nan = std::nan("");
-  const sched::EndpointState* e = id < s.states.size() ? &s.states[id] : nullptr;
-  const bool scraped = e != nullptr && e->scrape_ok && e->scraped_at_s >= 0;
-  using F = metrics::EngineMetrics;
-  d.waiting = scraped && e->engine.Has(F::kWaiting) ? e->engine.waiting : nan;
-  d.running = scraped && e->engine.Has(F::kRunning) ? e->engine.running : nan;
-  d.kv_usage = scraped && e->engine.Has(F::kKvUsage) ? e->engine.kv_usage : nan;
-  d.streaming = req.streaming;
-  d.slo_ttft_s = req.slo_ttft_s > 0 ? req.slo_ttft_s : s.default_slo_ttft_s;
-  d.slo_tpot_s = req.slo_tpot_s > 0 ? req.slo_tpot_s : s.default_slo_tpot_s;
-  d.capacity_tokens = scraped && e->num_gpu_blocks > 0 && e->block_size > 0
-                          ? static_cast<double>(e->num_gpu_blocks * e->block_size)
-                          : 0.0;
+  if (id < s.states.size()) return sched::LatencyTrainer::DispatchOf(req, s.states[id], cached);
+  sched::LatencyTrainer::Dispatch d;  // not in the table: nothing known
+  d.endpoint = id;
+  d.uncached_tokens = std::nan("");
   return d;
 }
 

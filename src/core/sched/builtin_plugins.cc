@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/kvevents/event_index.h"
+#include "core/sched/latency_trainer.h"
 
 namespace kvroute::sched {
 
@@ -234,6 +235,57 @@ void MaxScorePicker::Rank(const PickContext& ctx, std::span<const uint32_t> cand
                           std::span<const double> totals, size_t max_ranked,
                           std::vector<uint32_t>& ranked) {
   RankByMaxScore(totals, max_ranked, *ctx.rng, ctx.scratch->u32_b, ctx.scratch->u64, ranked);
+}
+
+void SloHeadroomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
+                             std::span<const double> totals, size_t max_ranked,
+                             std::vector<uint32_t>& ranked) {
+  PickScratch& sc = *ctx.scratch;
+  auto blend = [&] { RankByMaxScore(totals, max_ranked, *ctx.rng, sc.u32_b, sc.u64, ranked); };
+  const SchedRequest& req = *ctx.request;
+  const LatencyTrainer* model = req.latency;
+  const bool ttft_slo = req.slo_ttft_s > 0;
+  const bool tpot_slo = req.slo_tpot_s > 0 && p_.use_tpot;
+  const size_t n = candidates.size();
+  if (model == nullptr || (!ttft_slo && !tpot_slo) || n < 2) return blend();
+  // Predicted latency over objective, per candidate: NaN when unknown.
+  std::vector<double>& ratio = sc.f64;
+  ratio.resize(n);
+  for (size_t c = 0; c < n; ++c) {
+    const double cached =
+        ctx.prefix_row >= 0 ? sc.scores[static_cast<size_t>(ctx.prefix_row) * n + c] : 0.0;
+    const LatencyTrainer::Dispatch d =
+        LatencyTrainer::DispatchOf(req, ctx.endpoints[candidates[c]], cached);
+    std::optional<double> ttft, tpot;
+    if (ttft_slo) ttft = model->PredictTtft(d, ctx.now_s);
+    if (tpot_slo) tpot = model->PredictTpot(d);
+    if ((ttft_slo && !ttft) || (tpot_slo && !tpot)) {
+      ratio[c] = std::nan("");
+      continue;
+    }
+    ratio[c] = std::max(ttft_slo ? *ttft / req.slo_ttft_s : 0.0,
+                        tpot_slo ? *tpot / req.slo_tpot_s : 0.0);
+  }
+  // The blend's choice (the first of the best totals; ties are broken at random below
+  // only when nothing moves).
+  size_t best = 0;
+  for (size_t c = 1; c < n; ++c) {
+    if (totals[c] > totals[best]) best = c;
+  }
+  if (!(ratio[best] > 1.0)) return blend();  // predicted to fit, or unknown: keep it
+  bool any_room = false;
+  for (size_t c = 0; c < n; ++c) any_room = any_room || ratio[c] <= p_.fit_fraction;
+  if (!any_room) return blend();  // nowhere clearly better: the blend's choice
+  // Candidates with room first, then the rest, each by the blend. Keys shift the room
+  // tier above every total (totals are finite and >= 0).
+  double top = 0.0;
+  for (double t : totals) top = std::max(top, std::isfinite(t) ? t : 0.0);
+  std::vector<double>& key = ratio;  // reused in place
+  for (size_t c = 0; c < n; ++c) {
+    const double t = std::isfinite(totals[c]) ? std::max(totals[c], 0.0) : 0.0;
+    key[c] = (ratio[c] <= p_.fit_fraction ? top + 1.0 : 0.0) + t;
+  }
+  RankByMaxScore(key, max_ranked, *ctx.rng, sc.u32_b, sc.u64, ranked);
 }
 
 void WeightedRandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,

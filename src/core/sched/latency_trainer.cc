@@ -9,6 +9,30 @@ namespace {
 bool Finite(double v) { return std::isfinite(v); }
 }  // namespace
 
+LatencyTrainer::Dispatch LatencyTrainer::DispatchOf(const SchedRequest& req,
+                                                    const EndpointState& e,
+                                                    double cached_fraction) {
+  Dispatch d;
+  d.endpoint = e.id;
+  d.prompt_tokens = req.token_ids.empty() ? static_cast<double>(req.EstimatedPromptTokens())
+                                          : static_cast<double>(req.token_ids.size());
+  const double cached = Finite(cached_fraction) ? std::clamp(cached_fraction, 0.0, 1.0) : 0.0;
+  d.uncached_tokens = d.prompt_tokens * (1.0 - cached);
+  const double nan = std::nan("");
+  const bool scraped = e.scrape_ok && e.scraped_at_s >= 0;
+  using F = metrics::EngineMetrics;
+  d.waiting = scraped && e.engine.Has(F::kWaiting) ? e.engine.waiting : nan;
+  d.running = scraped && e.engine.Has(F::kRunning) ? e.engine.running : nan;
+  d.kv_usage = scraped && e.engine.Has(F::kKvUsage) ? e.engine.kv_usage : nan;
+  d.capacity_tokens = scraped && e.num_gpu_blocks > 0 && e.block_size > 0
+                          ? static_cast<double>(e.num_gpu_blocks * e.block_size)
+                          : 0.0;
+  d.streaming = req.streaming;
+  d.slo_ttft_s = req.slo_ttft_s;
+  d.slo_tpot_s = req.slo_tpot_s;
+  return d;
+}
+
 TtftFeatures LatencyTrainer::TtftFeaturesOf(const Dispatch& d) const {
   TtftFeatures f;
   f.uncached_tokens = d.uncached_tokens;
@@ -39,7 +63,39 @@ LatencyTrainer::Record* LatencyTrainer::Find(RequestHandle handle) {
   return &records_[slot];
 }
 
+LatencyTrainer::Queue& LatencyTrainer::QueueOf(uint32_t endpoint) {
+  if (endpoint >= queue_.size()) queue_.resize(endpoint + 1);
+  return queue_[endpoint];
+}
+
+double LatencyTrainer::FirstTokenRate(uint32_t endpoint, double now_s) const {
+  if (endpoint >= queue_.size()) return 0.0;
+  const Queue& q = queue_[endpoint];
+  const double age = std::max(0.0, now_s - q.last_s);
+  return q.events * std::exp(-age / kRateTau) / kRateTau;
+}
+
+std::optional<double> LatencyTrainer::QueueWait(uint32_t endpoint, double now_s) const {
+  const uint32_t n = QueuedRequests(endpoint);
+  if (n == 0) return 0.0;
+  const double rate = FirstTokenRate(endpoint, now_s);
+  if (!(rate * kRateTau >= kMinRateEvents)) return std::nullopt;
+  return static_cast<double>(n) / rate;
+}
+
+std::optional<double> LatencyTrainer::PredictTtft(const Dispatch& d, double now_s) const {
+  const auto linear = model_.PredictTtft(d.endpoint, TtftFeaturesOf(d));
+  if (!linear) return std::nullopt;
+  const auto wait = QueueWait(d.endpoint, now_s);
+  return wait ? std::max(*linear, *wait) : *linear;
+}
+
 void LatencyTrainer::Dequeue(Record& r) {
+  if (r.in_queue) {
+    r.in_queue = false;
+    Queue& q = QueueOf(r.endpoint);
+    if (q.requests > 0) --q.requests;
+  }
   if (!r.queued) return;
   r.queued = false;
   if (r.endpoint < queued_.size()) queued_[r.endpoint] = std::max(0.0, queued_[r.endpoint] - r.uncached);
@@ -73,8 +129,10 @@ void LatencyTrainer::OnDispatched(RequestHandle handle, const Dispatch& d, doubl
   r.ttft = TtftFeaturesOf(d);
   r.tpot = TpotFeaturesOf(d);
   r.known = LatencyModel::Encode(r.ttft).has_value();
-  if (const auto p = model_.PredictTtft(d.endpoint, r.ttft)) r.predicted_ttft = *p;
+  if (const auto p = PredictTtft(d, now_s)) r.predicted_ttft = *p;
   if (const auto p = model_.PredictTpot(d.endpoint, r.tpot)) r.predicted_tpot = *p;
+  r.in_queue = true;
+  ++QueueOf(d.endpoint).requests;
   if (Finite(d.uncached_tokens) && d.uncached_tokens >= 0) {
     if (d.endpoint >= queued_.size()) queued_.resize(d.endpoint + 1, 0.0);
     r.uncached = d.uncached_tokens;
@@ -88,6 +146,9 @@ void LatencyTrainer::OnFirstToken(RequestHandle handle, double now_s) {
   if (r == nullptr || r->first_token_s >= 0) return;
   r->first_token_s = now_s;
   Dequeue(*r);
+  Queue& q = QueueOf(r->endpoint);
+  q.events = q.events * std::exp(-std::max(0.0, now_s - q.last_s) / kRateTau) + 1.0;
+  q.last_s = std::max(q.last_s, now_s);
   if (!r->streaming) return;  // the whole answer, not its first token
   const double ttft = now_s - r->dispatch_s;
   if (r->slo_ttft_s > 0) {
@@ -129,9 +190,11 @@ void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, 
 void LatencyTrainer::ForgetEndpoint(uint32_t endpoint) {
   model_.ForgetEndpoint(endpoint);
   if (endpoint < queued_.size()) queued_[endpoint] = 0.0;
+  if (endpoint < queue_.size()) queue_[endpoint] = Queue{};
   for (Record& r : records_) {
     if (r.handle != kNoHandle && r.endpoint == endpoint) {
       r.queued = false;
+      r.in_queue = false;
       r.known = false;  // its dispatch-time features describe the endpoint before
     }
   }

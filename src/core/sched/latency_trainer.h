@@ -68,9 +68,10 @@ class LatencyTrainer {
   // The features the model would see for a request sent now with `d`, and its predictions.
   TtftFeatures TtftFeaturesOf(const Dispatch& d) const;
   TpotFeatures TpotFeaturesOf(const Dispatch& d) const;
-  std::optional<double> PredictTtft(const Dispatch& d) const {
-    return model_.PredictTtft(d.endpoint, TtftFeaturesOf(d));
-  }
+  // TTFT: the larger of the linear model's prediction and the wait for the requests
+  // already queued there (QueueWait), when that is known. nullopt when the model does
+  // not predict.
+  std::optional<double> PredictTtft(const Dispatch& d, double now_s) const;
   std::optional<double> PredictTpot(const Dispatch& d) const {
     return model_.PredictTpot(d.endpoint, TpotFeaturesOf(d));
   }
@@ -79,6 +80,22 @@ class LatencyTrainer {
   double QueuedPrefill(uint32_t endpoint) const {
     return endpoint < queued_.size() ? queued_[endpoint] : 0.0;
   }
+  // Requests dispatched to `endpoint` and not yet at their first token (all of them,
+  // whatever is known of their prompts).
+  uint32_t QueuedRequests(uint32_t endpoint) const {
+    return endpoint < queue_.size() ? queue_[endpoint].requests : 0;
+  }
+  // First tokens per second from `endpoint` lately (an exponentially decayed count with a
+  // time constant of kRateTau seconds), at time now_s.
+  double FirstTokenRate(uint32_t endpoint, double now_s) const;
+  // The wait, by Little's law, until the requests queued at `endpoint` have their first
+  // tokens: QueuedRequests / FirstTokenRate. 0 with nothing queued; nullopt when fewer
+  // than kMinRateEvents first tokens are in the rate (nothing to measure the pace by).
+  // Router-side and exact at dispatch, so a burst raises it at once, before any answer
+  // comes back to teach the linear model.
+  std::optional<double> QueueWait(uint32_t endpoint, double now_s) const;
+  static constexpr double kRateTau = 1.0;
+  static constexpr double kMinRateEvents = 2.0;
   const LatencyModel& model() const { return model_; }
   const Errors& ttft_errors() const { return ttft_errors_; }
   const Errors& tpot_errors() const { return tpot_errors_; }
@@ -87,12 +104,20 @@ class LatencyTrainer {
   const SloCounts& ttft_slo() const { return ttft_slo_; }
   const SloCounts& tpot_slo() const { return tpot_slo_; }
 
+  // What the router knows of a request sent to endpoint `e`, with `cached_fraction` of its
+  // prompt (0..1) cached there by the policy's prefix model. Engine signals come from e's
+  // last good scrape; one it did not report is NaN (unknown). The objectives are the
+  // request's (the routing core has already put the pool default in).
+  static Dispatch DispatchOf(const SchedRequest& req, const EndpointState& e,
+                             double cached_fraction);
+
  private:
   struct Record {
     RequestHandle handle = kNoHandle;  // kNoHandle: slot free
     uint32_t endpoint = 0;
     bool known = false;     // features known: learn from it
     bool queued = false;    // its uncached tokens count in queued_
+    bool in_queue = false;  // counted in queue_[endpoint].requests
     double uncached = 0.0;
     double dispatch_s = 0.0;
     double first_token_s = -1.0;
@@ -112,6 +137,13 @@ class LatencyTrainer {
   LatencyModel model_;
   std::vector<Record> records_;  // by the handle's slot (its low 32 bits)
   std::vector<double> queued_;   // by endpoint id
+  struct Queue {
+    uint32_t requests = 0;   // dispatched, no first token yet
+    double events = 0.0;     // first tokens, decayed with kRateTau, as of last_s
+    double last_s = 0.0;
+  };
+  std::vector<Queue> queue_;     // by endpoint id
+  Queue& QueueOf(uint32_t endpoint);
   Errors ttft_errors_, tpot_errors_;
   uint64_t ttft_samples_ = 0, tpot_samples_ = 0;
   SloCounts ttft_slo_, tpot_slo_;

@@ -75,6 +75,9 @@ struct PickContext {
   PendingRequest* pending = nullptr;
   Rng* rng = nullptr;
   PickScratch* scratch = nullptr;  // never null in a pick
+  // The row of scratch->scores holding the first prefix scorer's scores (the share of the
+  // prompt cached on each candidate), or -1 when the profile has none. Pickers read it.
+  int prefix_row = -1;
 };
 
 class Plugin {

@@ -152,6 +152,12 @@ PickResult ProfileScheduler::Rank(const SchedRequest& req,
   ctx.pending = &sc.pending;
   ctx.rng = &sc.rng;
   ctx.scratch = &sc;
+  for (size_t s = 0; s < scorer_roles_.size(); ++s) {
+    if (scorer_roles_[s] == Scheduler::ScorerRole::kPrefix) {
+      ctx.prefix_row = static_cast<int>(s);
+      break;
+    }
+  }
 
   for (auto& f : filters_) {
     f->Apply(ctx, sc.candidates);

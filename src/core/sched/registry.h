@@ -85,7 +85,9 @@ bool PolicyNeedsEvents(std::string_view policy);
 std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy);
 // The spec BuildPolicy(policy, options) builds: as above, except that "kvroute" with
 // options.region set starts with a locality-filter (default parameters).
-// "kvroute-region-blind" (accepted, not in PolicyNames) is kvroute without it, always.
+// "kvroute-region-blind" (accepted, not in PolicyNames) is kvroute without it, always;
+// "kvroute-slo" (accepted, not in PolicyNames) is kvroute with the slo-headroom-picker
+// (issue 24), the locality-filter as kvroute's.
 std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
                                            const SchedulerOptions& options);
 

@@ -24,6 +24,8 @@ class EventIndex;
 
 namespace kvroute::sched {
 
+class LatencyTrainer;  // latency_trainer.h
+
 // Identifies one request between Pick and OnFinished. 0 is never a valid handle.
 using RequestHandle = uint64_t;
 inline constexpr RequestHandle kNoHandle = 0;
@@ -155,6 +157,10 @@ struct SchedRequest {
   // read under the index's shared lock. Null/empty: no precise state for this pick.
   const kvevents::EventIndex* events = nullptr;
   std::span<const uint64_t> event_keys;
+  // Set by the routing core for one pick: the latency model's predictions (read under the
+  // core's scheduler lock, shared). Null: no predictions (a picker that uses them falls
+  // back to its scores). slo_ttft_s/slo_tpot_s then already hold the pool default.
+  const LatencyTrainer* latency = nullptr;
 
   // prompt_tokens when given, else ceil(prompt.size() / 4).
   int64_t EstimatedPromptTokens() const;
