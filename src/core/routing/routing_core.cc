@@ -965,7 +965,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       UpdateStatsLocked(out.ranked[0]);
       out.dispatched = true;
       const sched::LatencyTrainer::Dispatch d = LatencyDispatchLocked(req, r, out.ranked[0]);
-      if (const auto p = s.latency.PredictTtft(d, now_s)) out.predicted_ttft_s = *p;
+      if (const auto p = s.latency.PredictTtft(d)) out.predicted_ttft_s = *p;
       if (const auto p = s.latency.PredictTpot(d)) out.predicted_tpot_s = *p;
       s.latency.OnDispatched(out.handle, d, now_s);
     }

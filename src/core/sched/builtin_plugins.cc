@@ -257,7 +257,7 @@ void SloHeadroomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> c
     const LatencyTrainer::Dispatch d =
         LatencyTrainer::DispatchOf(req, ctx.endpoints[candidates[c]], cached);
     std::optional<double> ttft, tpot;
-    if (ttft_slo) ttft = model->PredictTtft(d, ctx.now_s);
+    if (ttft_slo) ttft = model->PredictTtft(d);
     if (tpot_slo) tpot = model->PredictTpot(d);
     if ((ttft_slo && !ttft) || (tpot_slo && !tpot)) {
       ratio[c] = std::nan("");
@@ -273,6 +273,15 @@ void SloHeadroomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> c
     if (totals[c] > totals[best]) best = c;
   }
   if (!(ratio[best] > 1.0)) return blend();  // predicted to fit, or unknown: keep it
+  // Room: predicted within fit_fraction of the objective, and holding about as much of the
+  // prompt as the blend's choice (moving to a colder replica makes the fleet prefill again).
+  auto cached_at = [&](size_t c) {
+    return ctx.prefix_row >= 0 ? sc.scores[static_cast<size_t>(ctx.prefix_row) * n + c] : 0.0;
+  };
+  const double floor_cached = cached_at(best) - p_.max_cached_loss;
+  for (size_t c = 0; c < n; ++c) {
+    if (ratio[c] <= p_.fit_fraction && cached_at(c) < floor_cached) ratio[c] = std::nan("");
+  }
   bool any_room = false;
   for (size_t c = 0; c < n; ++c) any_room = any_room || ratio[c] <= p_.fit_fraction;
   if (!any_room) return blend();  // nowhere clearly better: the blend's choice

@@ -213,17 +213,19 @@ class RoundRobinPicker : public Picker {
 // each candidate, TTFT from the prompt tokens not cached there (by the profile's prefix
 // scorer) and the queue ahead of it, and optionally TPOT. The picker keeps the weighted
 // blend's choice unless that endpoint is predicted to miss the objective and another is
-// predicted to meet it with room (at most fit_fraction of it); then the endpoints with
-// room come first, each group by the blend. With no model, no objective, or no prediction
+// predicted to meet it with room (at most fit_fraction of it, and holding as much of the
+// prompt within max_cached_loss); then the endpoints with room come first, each group by
+// the blend. With no model, no objective, or no prediction
 // for the blend's choice, it ranks as max-score-picker does: a cold start picks exactly as
 // the blend, and an endpoint without a prediction is never chosen for it.
 //
 // Why so conservative (measured in docs/BENCHMARKS.md, issue 24): moving a request off
 // its prefix holder costs the fleet the prefill of its cached tokens, and the model errs
-// most (MAPE 70% and more) in the bursts where the move would matter; ranking every
-// predicted fit first and every miss by its predicted violation, as first built, lost up
-// to 10% goodput against the blend, and TPOT predictions (MAPE 50-100% in overload) moved
-// requests off prefix-warm replicas for nothing.
+// most (MAPE 70% in bursts) where the move would matter; ranking every predicted fit
+// first and every miss by its predicted violation, as first built, lost up to 12% goodput
+// against the blend; moves to colder replicas won 8% on one burst and lost 31% on
+// another; and TPOT predictions (MAPE 50-100% in overload) moved requests off prefix-warm
+// replicas for nothing.
 class SloHeadroomPicker : public Picker {
  public:
   struct Params {
@@ -232,6 +234,10 @@ class SloHeadroomPicker : public Picker {
     double fit_fraction = 0.25;
     // Judge the TPOT objective too (off: TTFT only; the TPOT model is not good enough).
     bool use_tpot = false;
+    // An endpoint with room must hold at least the blend choice's cached share of the
+    // prompt minus this (0..1): by default, no colder replica (a move to one makes the
+    // fleet prefill the prompt again; measured, docs/BENCHMARKS.md).
+    double max_cached_loss = 0.0;
   };
   SloHeadroomPicker() = default;
   explicit SloHeadroomPicker(const Params& p) : p_(p) {}

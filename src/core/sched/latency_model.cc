@@ -51,6 +51,7 @@ bool OnlineLinearFit<D>::Update(const Vec& x, double y) {
   return true;
 }
 
+template class OnlineLinearFit<3>;
 template class OnlineLinearFit<5>;
 template class OnlineLinearFit<6>;
 
@@ -63,18 +64,31 @@ LatencyModel::PerEndpoint LatencyModel::Fresh(double forgetting) {
   t.forgetting = forgetting;
   TpotFit::Options p;
   p.forgetting = forgetting;
-  return PerEndpoint{TtftFit(t), TpotFit(p)};
+  QueuedTtftFit::Options q;
+  q.forgetting = kQueuedForgetting;
+  return PerEndpoint{TtftFit(t), QueuedTtftFit(q), TpotFit(p)};
 }
 
 LatencyModel::LatencyModel(const Options& o) : o_(o), fleet_(Fresh(o.forgetting)) {}
 
 std::optional<TtftFit::Vec> LatencyModel::Encode(const TtftFeatures& f) {
-  if (!Known(f.uncached_tokens) || !Known(f.queued_prefill_tokens) || !Known(f.waiting) ||
-      !Known(f.running) || !Known(f.kv_usage)) {
+  if (!Known(f.uncached_tokens) || !Known(f.queued_prefill_tokens) ||
+      !Known(f.queued_requests) || !Known(f.waiting) || !Known(f.running) ||
+      !Known(f.kv_usage)) {
     return std::nullopt;
   }
-  return TtftFit::Vec{1.0, f.uncached_tokens / 1000.0, f.queued_prefill_tokens / 1000.0,
-                      f.waiting / 100.0, f.running / 100.0, f.kv_usage};
+  // No waiting count: in this fit's regime the engine reported none.
+  return TtftFit::Vec{1.0,
+                      f.uncached_tokens / 1000.0,
+                      f.queued_prefill_tokens / 1000.0,
+                      f.queued_requests / 100.0,
+                      f.running / 100.0,
+                      f.kv_usage};
+}
+
+std::optional<QueuedTtftFit::Vec> LatencyModel::EncodeQueued(const TtftFeatures& f) {
+  if (!Known(f.queued_requests) || !Known(f.uncached_tokens)) return std::nullopt;
+  return QueuedTtftFit::Vec{1.0, f.queued_requests / 100.0, f.uncached_tokens / 1000.0};
 }
 
 std::optional<TpotFit::Vec> LatencyModel::Encode(const TpotFeatures& f) {
@@ -94,8 +108,15 @@ LatencyModel::PerEndpoint& LatencyModel::At(uint32_t endpoint) {
 bool LatencyModel::ObserveTtft(uint32_t endpoint, const TtftFeatures& f, double ttft_s) {
   const auto x = Encode(f);
   if (!x || !Known(ttft_s)) return false;
-  At(endpoint).ttft.Update(*x, ttft_s);
-  fleet_.ttft.Update(*x, ttft_s);
+  if (Queued(f)) {
+    const auto q = EncodeQueued(f);
+    if (!q) return false;
+    At(endpoint).ttft_queued.Update(*q, ttft_s);
+    fleet_.ttft_queued.Update(*q, ttft_s);
+  } else {
+    At(endpoint).ttft.Update(*x, ttft_s);
+    fleet_.ttft.Update(*x, ttft_s);
+  }
   return true;
 }
 
@@ -122,8 +143,13 @@ std::optional<double> LatencyModel::Predict(const Fit* own, const Fit& fleet,
 std::optional<double> LatencyModel::PredictTtft(uint32_t endpoint, const TtftFeatures& f) const {
   const auto x = Encode(f);
   if (!x) return std::nullopt;
-  return Predict<TtftFit>(endpoint < endpoints_.size() ? &endpoints_[endpoint].ttft : nullptr,
-                          fleet_.ttft, *x);
+  const PerEndpoint* own = endpoint < endpoints_.size() ? &endpoints_[endpoint] : nullptr;
+  if (Queued(f)) {
+    const auto q = EncodeQueued(f);
+    if (!q) return std::nullopt;
+    return Predict<QueuedTtftFit>(own ? &own->ttft_queued : nullptr, fleet_.ttft_queued, *q);
+  }
+  return Predict<TtftFit>(own ? &own->ttft : nullptr, fleet_.ttft, *x);
 }
 
 std::optional<double> LatencyModel::PredictTpot(uint32_t endpoint, const TpotFeatures& f) const {
@@ -134,7 +160,9 @@ std::optional<double> LatencyModel::PredictTpot(uint32_t endpoint, const TpotFea
 }
 
 uint64_t LatencyModel::TtftSamples(uint32_t endpoint) const {
-  return endpoint < endpoints_.size() ? endpoints_[endpoint].ttft.samples() : 0;
+  return endpoint < endpoints_.size()
+             ? endpoints_[endpoint].ttft.samples() + endpoints_[endpoint].ttft_queued.samples()
+             : 0;
 }
 uint64_t LatencyModel::TpotSamples(uint32_t endpoint) const {
   return endpoint < endpoints_.size() ? endpoints_[endpoint].tpot.samples() : 0;
@@ -143,6 +171,7 @@ uint64_t LatencyModel::TpotSamples(uint32_t endpoint) const {
 void LatencyModel::ForgetEndpoint(uint32_t endpoint) {
   if (endpoint >= endpoints_.size()) return;
   endpoints_[endpoint].ttft.Reset();
+  endpoints_[endpoint].ttft_queued.Reset();
   endpoints_[endpoint].tpot.Reset();
 }
 

@@ -37,6 +37,7 @@ TtftFeatures LatencyTrainer::TtftFeaturesOf(const Dispatch& d) const {
   TtftFeatures f;
   f.uncached_tokens = d.uncached_tokens;
   f.queued_prefill_tokens = QueuedPrefill(d.endpoint);
+  f.queued_requests = QueuedRequests(d.endpoint);
   f.waiting = d.waiting;
   f.running = d.running;
   f.kv_usage = d.kv_usage;
@@ -66,28 +67,6 @@ LatencyTrainer::Record* LatencyTrainer::Find(RequestHandle handle) {
 LatencyTrainer::Queue& LatencyTrainer::QueueOf(uint32_t endpoint) {
   if (endpoint >= queue_.size()) queue_.resize(endpoint + 1);
   return queue_[endpoint];
-}
-
-double LatencyTrainer::FirstTokenRate(uint32_t endpoint, double now_s) const {
-  if (endpoint >= queue_.size()) return 0.0;
-  const Queue& q = queue_[endpoint];
-  const double age = std::max(0.0, now_s - q.last_s);
-  return q.events * std::exp(-age / kRateTau) / kRateTau;
-}
-
-std::optional<double> LatencyTrainer::QueueWait(uint32_t endpoint, double now_s) const {
-  const uint32_t n = QueuedRequests(endpoint);
-  if (n == 0) return 0.0;
-  const double rate = FirstTokenRate(endpoint, now_s);
-  if (!(rate * kRateTau >= kMinRateEvents)) return std::nullopt;
-  return static_cast<double>(n) / rate;
-}
-
-std::optional<double> LatencyTrainer::PredictTtft(const Dispatch& d, double now_s) const {
-  const auto linear = model_.PredictTtft(d.endpoint, TtftFeaturesOf(d));
-  if (!linear) return std::nullopt;
-  const auto wait = QueueWait(d.endpoint, now_s);
-  return wait ? std::max(*linear, *wait) : *linear;
 }
 
 void LatencyTrainer::Dequeue(Record& r) {
@@ -129,7 +108,7 @@ void LatencyTrainer::OnDispatched(RequestHandle handle, const Dispatch& d, doubl
   r.ttft = TtftFeaturesOf(d);
   r.tpot = TpotFeaturesOf(d);
   r.known = LatencyModel::Encode(r.ttft).has_value();
-  if (const auto p = PredictTtft(d, now_s)) r.predicted_ttft = *p;
+  if (const auto p = PredictTtft(d)) r.predicted_ttft = *p;
   if (const auto p = model_.PredictTpot(d.endpoint, r.tpot)) r.predicted_tpot = *p;
   r.in_queue = true;
   ++QueueOf(d.endpoint).requests;
@@ -146,9 +125,6 @@ void LatencyTrainer::OnFirstToken(RequestHandle handle, double now_s) {
   if (r == nullptr || r->first_token_s >= 0) return;
   r->first_token_s = now_s;
   Dequeue(*r);
-  Queue& q = QueueOf(r->endpoint);
-  q.events = q.events * std::exp(-std::max(0.0, now_s - q.last_s) / kRateTau) + 1.0;
-  q.last_s = std::max(q.last_s, now_s);
   if (!r->streaming) return;  // the whole answer, not its first token
   const double ttft = now_s - r->dispatch_s;
   if (r->slo_ttft_s > 0) {

@@ -68,10 +68,9 @@ class LatencyTrainer {
   // The features the model would see for a request sent now with `d`, and its predictions.
   TtftFeatures TtftFeaturesOf(const Dispatch& d) const;
   TpotFeatures TpotFeaturesOf(const Dispatch& d) const;
-  // TTFT: the larger of the linear model's prediction and the wait for the requests
-  // already queued there (QueueWait), when that is known. nullopt when the model does
-  // not predict.
-  std::optional<double> PredictTtft(const Dispatch& d, double now_s) const;
+  std::optional<double> PredictTtft(const Dispatch& d) const {
+    return model_.PredictTtft(d.endpoint, TtftFeaturesOf(d));
+  }
   std::optional<double> PredictTpot(const Dispatch& d) const {
     return model_.PredictTpot(d.endpoint, TpotFeaturesOf(d));
   }
@@ -85,17 +84,6 @@ class LatencyTrainer {
   uint32_t QueuedRequests(uint32_t endpoint) const {
     return endpoint < queue_.size() ? queue_[endpoint].requests : 0;
   }
-  // First tokens per second from `endpoint` lately (an exponentially decayed count with a
-  // time constant of kRateTau seconds), at time now_s.
-  double FirstTokenRate(uint32_t endpoint, double now_s) const;
-  // The wait, by Little's law, until the requests queued at `endpoint` have their first
-  // tokens: QueuedRequests / FirstTokenRate. 0 with nothing queued; nullopt when fewer
-  // than kMinRateEvents first tokens are in the rate (nothing to measure the pace by).
-  // Router-side and exact at dispatch, so a burst raises it at once, before any answer
-  // comes back to teach the linear model.
-  std::optional<double> QueueWait(uint32_t endpoint, double now_s) const;
-  static constexpr double kRateTau = 1.0;
-  static constexpr double kMinRateEvents = 2.0;
   const LatencyModel& model() const { return model_; }
   const Errors& ttft_errors() const { return ttft_errors_; }
   const Errors& tpot_errors() const { return tpot_errors_; }
@@ -139,8 +127,6 @@ class LatencyTrainer {
   std::vector<double> queued_;   // by endpoint id
   struct Queue {
     uint32_t requests = 0;   // dispatched, no first token yet
-    double events = 0.0;     // first tokens, decayed with kRateTau, as of last_s
-    double last_s = 0.0;
   };
   std::vector<Queue> queue_;     // by endpoint id
   Queue& QueueOf(uint32_t endpoint);

@@ -164,11 +164,14 @@ void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
                   }});
   defs.push_back({"slo-headroom-picker",
                   Kind::kPicker,
-                  {{"fitFraction", 1e-3, 1, false}, {"useTpot", 0, 1, true}},
+                  {{"fitFraction", 1e-3, 1, false},
+                   {"useTpot", 0, 1, true},
+                   {"maxCachedLoss", 0, 1, false}},
                   [](const Params& p) -> std::unique_ptr<Plugin> {
                     SloHeadroomPicker::Params q;
                     q.fit_fraction = Get(p, "fitFraction", q.fit_fraction);
                     q.use_tpot = Get(p, "useTpot", q.use_tpot ? 1.0 : 0.0) != 0;
+                    q.max_cached_loss = Get(p, "maxCachedLoss", q.max_cached_loss);
                     return std::make_unique<SloHeadroomPicker>(q);
                   }});
   defs.push_back({"weighted-random-picker", Kind::kPicker, {}, [](const Params&) {

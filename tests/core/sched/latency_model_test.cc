@@ -19,7 +19,7 @@ struct Engine {
   double step_s = 0.006;
   double ttft(const TtftFeatures& f) const {
     return step_s + (f.queued_prefill_tokens + f.uncached_tokens) / prefill_tokens_per_s +
-           0.002 * f.waiting;
+           0.002 * f.queued_requests;
   }
   // Decode step: base, per sequence, per resident token, and prefill chunks sharing steps.
   double tpot(const TpotFeatures& f) const {
@@ -32,7 +32,8 @@ TtftFeatures RandomTtft(Rng& rng) {
   TtftFeatures f;
   f.uncached_tokens = std::floor(rng.Uniform() * 8000);
   f.queued_prefill_tokens = std::floor(rng.Uniform() * 40000);
-  f.waiting = std::floor(rng.Uniform() * 20);
+  f.queued_requests = std::floor(rng.Uniform() * 10);
+  f.waiting = 0;  // the engine reported no queue: the start-at-once fit (see below for the other)
   f.running = std::floor(rng.Uniform() * 200);
   f.kv_usage = rng.Uniform();
   return f;
@@ -74,7 +75,7 @@ TEST(LatencyModel, PredictsOnlyOnceTrainedAndThenWithinAFewPercent) {
   TtftFeatures probe;
   probe.uncached_tokens = 4000;
   probe.queued_prefill_tokens = 12000;
-  probe.waiting = 3;
+  probe.queued_requests = 3;
   probe.running = 40;
   probe.kv_usage = 0.5;
   for (int i = 0; i < 15; ++i) {
@@ -213,6 +214,45 @@ TEST(LatencyModel, NoWindUpWhenTheFeaturesStopVarying) {
   }
   const TtftFeatures probe = RandomTtft(rng);
   EXPECT_NEAR(*m.PredictTtft(0, probe), e.ttft(probe), 0.01 * e.ttft(probe));
+}
+
+// A request that queues in the engine (it reported waiting requests) is predicted by its
+// own fit, on the requests queued ahead of it: the first regime's milliseconds do not
+// drown the second's seconds, and a regime without samples does not predict.
+TEST(LatencyModel, QueuedRequestsHaveTheirOwnFit) {
+  LatencyModel m;
+  Rng rng(5);
+  auto starts_at_once = [](const TtftFeatures& f) { return 0.010 + f.uncached_tokens / 40000.0; };
+  auto queues = [](const TtftFeatures& f) { return 0.2 + 0.022 * f.queued_requests; };
+  TtftFeatures f;
+  f.running = 40;
+  f.kv_usage = 0.3;
+  for (int i = 0; i < 200; ++i) {
+    f.uncached_tokens = std::floor(rng.Uniform() * 3000);
+    f.queued_requests = std::floor(rng.Uniform() * 3);
+    f.queued_prefill_tokens = f.queued_requests * 200;
+    f.waiting = 0;
+    ASSERT_TRUE(m.ObserveTtft(0, f, starts_at_once(f)));
+  }
+  TtftFeatures q = f;
+  q.waiting = 30;
+  q.queued_requests = 300;
+  EXPECT_FALSE(m.PredictTtft(0, q).has_value());  // no queued sample yet
+  for (int i = 0; i < 200; ++i) {
+    q.queued_requests = 20 + std::floor(rng.Uniform() * 200);  // 20..220 ahead
+    q.uncached_tokens = std::floor(rng.Uniform() * 3000);
+    q.waiting = q.queued_requests;
+    ASSERT_TRUE(m.ObserveTtft(0, q, queues(q)));
+  }
+  // Past the trained range, linear in the queue: 500 ahead.
+  q.queued_requests = 500;
+  q.waiting = 480;
+  EXPECT_NEAR(*m.PredictTtft(0, q), queues(q), 0.01 * queues(q));
+  // The other regime kept its own law.
+  f.uncached_tokens = 2000;
+  f.queued_requests = 1;
+  EXPECT_NEAR(*m.PredictTtft(0, f), starts_at_once(f), 0.002);
+  EXPECT_EQ(m.TtftSamples(0), 400u);
 }
 
 }  // namespace

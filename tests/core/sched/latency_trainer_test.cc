@@ -68,7 +68,7 @@ TEST(LatencyTrainer, LearnsFromTheLifecycleAndScoresItsPredictions) {
   }
   EXPECT_EQ(t.ttft_samples(), 300u);
   EXPECT_EQ(t.tpot_samples(), 300u);
-  const auto p = t.PredictTtft(D(0, 4000), now);
+  const auto p = t.PredictTtft(D(0, 4000));
   ASSERT_TRUE(p.has_value());
   EXPECT_NEAR(*p, ttft_of(4000), 1e-3);
   EXPECT_NEAR(*t.PredictTpot(D(0, 4000)), 0.020, 1e-4);
@@ -121,62 +121,29 @@ TEST(LatencyTrainer, UnknownFeaturesTeachNothingAndCountOneTokenNoTpot) {
   EXPECT_EQ(t.tpot_samples(), 1u);
 }
 
-TEST(LatencyTrainer, QueueWaitIsTheQueueOverTheFirstTokenRate) {
+TEST(LatencyTrainer, QueuedRequestsCountEveryDispatchUntilItsFirstToken) {
   LatencyTrainer t;
-  // Nothing queued: no wait, whatever the rate.
-  EXPECT_EQ(t.QueueWait(0, 0.0), 0.0);
-  // One request queued, no first token yet: the pace is unknown.
   t.OnDispatched(H(0), D(0, 100), 0.0);
+  t.OnDispatched(H(1), D(0, 100), 0.0);
+  LatencyTrainer::Dispatch unknown = D(0, 0);
+  unknown.uncached_tokens = std::nan("");  // a retry: its prompt's share unknown
+  t.OnDispatched(H(2), unknown, 0.0);
+  EXPECT_EQ(t.QueuedRequests(0), 3u);
+  EXPECT_EQ(t.QueuedPrefill(0), 200);  // the unknown one adds no tokens
+  // The next request's features see them ahead of it.
+  EXPECT_EQ(t.TtftFeaturesOf(D(0, 5)).queued_requests, 3);
+  t.OnFirstToken(H(0), 0.1);
+  t.OnFirstToken(H(0), 0.2);  // twice: counted once
+  EXPECT_EQ(t.QueuedRequests(0), 2u);
+  t.OnDispatched(H(1), D(1, 100), 0.3);  // moved by a retry
   EXPECT_EQ(t.QueuedRequests(0), 1u);
-  EXPECT_FALSE(t.QueueWait(0, 0.0).has_value());
-  // First tokens at 10 a second for 3 s (decayed count: ~10 x (1 - e^-3) at the end).
-  uint32_t slot = 1;
-  double now = 0.0;
-  for (int i = 0; i < 30; ++i) {
-    now = 0.1 * (i + 1);
-    t.OnDispatched(H(slot), D(0, 100), now - 0.05);
-    t.OnFirstToken(H(slot), now);
-    ++slot;
-  }
-  const double rate = t.FirstTokenRate(0, now);
-  double expected = 0;
-  for (int i = 0; i < 30; ++i) expected += std::exp(-0.1 * i / LatencyTrainer::kRateTau);
-  EXPECT_NEAR(rate, expected / LatencyTrainer::kRateTau, 1e-9);
-  // Still the first request queued: 1 / rate.
-  EXPECT_EQ(t.QueuedRequests(0), 1u);
-  EXPECT_NEAR(*t.QueueWait(0, now), 1.0 / rate, 1e-12);
-  // A burst of 50 dispatches raises it at once, before any answer comes back.
-  for (int i = 0; i < 50; ++i) t.OnDispatched(H(slot++), D(0, 100), now);
-  EXPECT_EQ(t.QueuedRequests(0), 51u);
-  EXPECT_NEAR(*t.QueueWait(0, now), 51.0 / rate, 1e-9);
-  // The rate decays while nothing comes out: the wait grows with it.
-  EXPECT_NEAR(t.FirstTokenRate(0, now + 1.0), rate * std::exp(-1.0), 1e-9);
-  EXPECT_GT(*t.QueueWait(0, now + 1.0), *t.QueueWait(0, now));
-  // Another endpoint's queue is its own; a forgotten endpoint starts again.
-  EXPECT_EQ(t.QueueWait(1, now), 0.0);
-  t.ForgetEndpoint(0);
+  EXPECT_EQ(t.QueuedRequests(1), 1u);
+  t.OnFinished(H(2), -1, 0.4);  // failed before its first token
   EXPECT_EQ(t.QueuedRequests(0), 0u);
-  EXPECT_EQ(t.FirstTokenRate(0, now), 0.0);
-}
-
-TEST(LatencyTrainer, PredictedTtftIsAtLeastTheQueueWait) {
-  LatencyTrainer t;
-  double now = 0;
-  // Trained one at a time: TTFT = 10 ms + uncached / 40k tokens/s, nothing queued.
-  for (uint32_t i = 0; i < 100; ++i) {
-    const double uncached = 100 + (i * 577) % 5000;
-    t.OnDispatched(H(i % 5, 1 + i), D(0, uncached), now);
-    t.OnFirstToken(H(i % 5, 1 + i), now + 0.010 + uncached / 40000.0);
-    t.OnFinished(H(i % 5, 1 + i), 1, now + 0.5);
-    now += 0.2;  // 5 first tokens a second
-  }
-  const double linear = *t.PredictTtft(D(0, 1000), now);
-  EXPECT_NEAR(linear, 0.010 + 1000 / 40000.0, 2e-3);
-  // 20 requests queued and no answer yet: the queue's wait (20 / ~5 per second) rules.
-  for (uint32_t i = 0; i < 20; ++i) t.OnDispatched(H(100 + i, 1), D(0, 0), now);
-  const double wait = *t.QueueWait(0, now);
-  EXPECT_GT(wait, 3.0);
-  EXPECT_NEAR(*t.PredictTtft(D(0, 1000), now), wait, 1e-9);
+  t.ForgetEndpoint(1);
+  EXPECT_EQ(t.QueuedRequests(1), 0u);
+  t.OnFirstToken(H(1), 0.5);  // forgotten: no underflow
+  EXPECT_EQ(t.QueuedRequests(1), 0u);
 }
 
 }  // namespace

@@ -188,15 +188,30 @@ TEST(SloHeadroomPicker, FitFractionAndTpotAreParameters) {
   r.slo_ttft_s = 0.5;
   SloHeadroomPicker{}.Rank(ctx, cands, totals, 0, ranked);
   EXPECT_EQ(ranked, (std::vector<uint32_t>{1, 0, 2}));  // room: 0.11 <= 0.125
-  SloHeadroomPicker tight(SloHeadroomPicker::Params{0.2, false});
+  SloHeadroomPicker tight(SloHeadroomPicker::Params{0.2, false, 0.0});
   tight.Rank(ctx, cands, totals, 0, ranked);
   EXPECT_EQ(ranked, (std::vector<uint32_t>{2, 1, 0}));  // 0.11 > 0.1: the blend
+  // Prefix warmth: with the prefix scorer's row saying 2 holds 20% of the prompt (still
+  // 0.65 s there) and 0 and 1 none, they are colder and not taken, unless maxCachedLoss
+  // allows the loss.
+  sc.scores = {0.0, 0.0, 0.2};
+  ctx.prefix_row = 0;
+  SloHeadroomPicker{}.Rank(ctx, cands, totals, 0, ranked);
+  EXPECT_EQ(ranked, (std::vector<uint32_t>{2, 1, 0}));
+  SloHeadroomPicker lossy(SloHeadroomPicker::Params{0.25, false, 0.2});
+  lossy.Rank(ctx, cands, totals, 0, ranked);
+  EXPECT_EQ(ranked, (std::vector<uint32_t>{1, 0, 2}));
+  sc.scores = {0.2, 0.0, 0.2};  // 0 is as warm (0.09 s): only 0 has room
+  SloHeadroomPicker{}.Rank(ctx, cands, totals, 0, ranked);
+  EXPECT_EQ(ranked, (std::vector<uint32_t>{0, 2, 1}));
+  sc.scores.clear();
+  ctx.prefix_row = -1;
   // TPOT judged: 2 decodes at 80 ms, 0 and 1 at 4 ms; a 30 ms objective moves it.
   r.slo_ttft_s = 0;
   r.slo_tpot_s = 0.03;
   SloHeadroomPicker{}.Rank(ctx, cands, totals, 0, ranked);
   EXPECT_EQ(ranked, (std::vector<uint32_t>{2, 1, 0}));
-  SloHeadroomPicker with_tpot(SloHeadroomPicker::Params{0.25, true});
+  SloHeadroomPicker with_tpot(SloHeadroomPicker::Params{0.25, true, 0.0});
   with_tpot.Rank(ctx, cands, totals, 0, ranked);
   EXPECT_EQ(ranked, (std::vector<uint32_t>{1, 0, 2}));
 }
