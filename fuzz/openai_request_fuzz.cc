@@ -8,7 +8,9 @@
 // request has what the contract promises (a model, non-negative max_tokens, a chat prompt
 // ending with the generation prompt) and FromParsed views exactly its strings. The first
 // line of the input is also read as the value of every latency objective header
-// (ParseSloHeaders): either a 400 naming the header, or finite positive seconds.
+// (ParseSloHeaders): either a 400 naming the header, or finite positive seconds. And the
+// input is a response stream for ChoiceChunkCounter: the count does not depend on where
+// reads split it.
 #include <simdjson.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/api/json_scan.h"
 #include "core/api/openai.h"
 #include "core/sched/types.h"
 
@@ -122,5 +125,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(header.empty() ? s == 0.0 : (std::isfinite(s) && s > 0), "an SLO that is not finite and positive");
     }
   }
+  // The input as a response stream the front ends relay: the choice chunks counted in one
+  // read, in reads cut where the input's first byte says, and a byte at a time agree.
+  api::ChoiceChunkCounter whole, cut, bytes;
+  whole.Feed(body);
+  const size_t step = size > 0 ? 1 + data[0] % 17 : 1;
+  for (size_t at = 0; at < size; at += step) cut.Feed(body.substr(at, step));
+  for (size_t at = 0; at < size; ++at) bytes.Feed(body.substr(at, 1));
+  Check(whole.chunks() == cut.chunks() && whole.chunks() == bytes.chunks(),
+        "choice chunks counted differently when the stream is split");
   return 0;
 }

@@ -371,6 +371,8 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   // Route receipt: the engine's usage.prompt_tokens_details.cached_tokens (-1: not seen),
   // read only for picks with a prediction.
   int64_t reported_cached = -1;
+  // Chunks with a choice streamed back: the token count the latency model takes TPOT from.
+  api::ChoiceChunkCounter chunks;
 
   ~ProxyCall() {
     if (ex) ex->OnClientGone({});  // its callback points here
@@ -397,6 +399,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     streaming = error_status = truncated = false;
     status = 0;
     buffered.clear();
+    chunks.Reset();
     if (attempt > 0 || !pick.dispatched) core().OnDispatched(pick.handle, ep.id, router->Now());
     http::UpstreamRequest req;
     req.method = method;
@@ -459,6 +462,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     }
     if (streaming) {
       if (pick.predicted_cached_tokens >= 0 && reported_cached < 0) reported_cached = CachedTokensIn(d);
+      chunks.Feed(d);
       if (d.size() >= 2) {
         tail[0] = d[d.size() - 2];
         tail[1] = d[d.size() - 1];
@@ -567,7 +571,9 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     if (pick.predicted_cached_tokens >= 0 && code == 200 && attempt == 0) {
       core().OnRouteReceipt(endpoint_id(), pick.predicted_cached_tokens, reported_cached);
     }
-    core().OnFinished(pick.handle, endpoint_id(), code, router->Now());
+    const double now = router->Now();
+    if (streaming && chunks.chunks() > 0) core().OnTokens(pick.handle, chunks.chunks(), now);
+    core().OnFinished(pick.handle, endpoint_id(), code, now);
     pick.handle = sched::kNoHandle;
     router->PumpFlow(endpoint_id());  // its slot is free: a waiting request may go
   }

@@ -163,6 +163,15 @@ TEST_F(RouterTest, SloHeadersAreCountedAndBadOnesRefused) {
     return MetricSum(m = RouterMetrics(), "kvroute_slo_requests_total", {{"type", "ttft"}}) == 2;
   })) << m;
   EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "ttft"}}), 1);
+  // The streamed answers' chunks gave their token counts: 3 tokens each, so each is a TPOT
+  // observation (the whole one is not: no cadence).
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_requests_total", {{"type", "tpot"}}), 0);  // no objective
+  auto tpot = Post(CompletionBody("slo four", 3, true), {{"x-llm-d-slo-tpot-ms", "60000"}});
+  ASSERT_TRUE(tpot && tpot->status == 200);
+  ASSERT_TRUE(WaitFor([&] {
+    return MetricSum(m = RouterMetrics(), "kvroute_slo_requests_total", {{"type", "tpot"}}) == 1;
+  })) << m;
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "tpot"}}), 0);
   auto bad = Post(CompletionBody("slo three", 3), {{"x-llm-d-slo-tpot-ms", "soon"}});
   ASSERT_TRUE(bad.has_value());
   EXPECT_EQ(bad->status, 400);

@@ -494,6 +494,7 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
       env_.core->OnFirstToken(pick_.handle, now_s_);
     }
     std::string_view chunk = b.body();
+    chunks_.Feed(chunk);
     if (chunk.size() >= kResponseTail) {
       response_tail_.assign(chunk.substr(chunk.size() - kResponseTail));
     } else {
@@ -509,6 +510,7 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
           pick_.n_ranked > 0 && served_ == pick_.ranked[0]) {
         env_.core->OnRouteReceipt(served_, pick_.predicted_cached_tokens, u.cached_tokens);
       }
+      if (chunks_.chunks() > 0) env_.core->OnTokens(pick_.handle, chunks_.chunks(), now_s_);
       FinishRequest(status_ != 0 ? status_ : 200);
     }
   }

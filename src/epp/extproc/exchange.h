@@ -100,6 +100,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/api/json_scan.h"
 #include "core/api/openai.h"
 #include "epp/extproc/epp_stats.h"
 #include "core/routing/routing_core.h"
@@ -288,6 +289,7 @@ class Exchange {
   bool response_seen_ = false;
   bool first_token_ = false;
   std::string response_tail_;  // the response body's last bytes (usage)
+  api::ChoiceChunkCounter chunks_;  // streamed chunks with a choice (TPOT's token count)
 };
 
 // The usage a response body reports in its last "usage" object (the final SSE chunk of a

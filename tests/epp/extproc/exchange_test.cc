@@ -560,6 +560,35 @@ TEST_F(ExchangeTest, ResponsePathReadsServedEndpointStatusAndUsage) {
             std::string::npos);
 }
 
+// The streamed answer's chunks with a choice are its token count: with the first one's
+// time they give the latency model a TPOT observation, here against the request's
+// objective (20 ms a token asked, 50 ms a token served: one violation).
+TEST_F(ExchangeTest, StreamedChoiceChunksGiveTheTpotObservation) {
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetProtocol(h, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED);
+  AddHeader(h.mutable_request_headers(), "x-llm-d-slo-tpot-ms", "20");
+  Feed(*ex, h);
+  Feed(*ex, Body("{\"model\":\"test/model\",\"prompt\":\"tpot\",\"max_tokens\":3,\"stream\":true}", true));
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "200");
+  Feed(*ex, rh);
+  const std::string chunk = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n";
+  pb::ProcessingRequest b1;
+  b1.mutable_response_body()->set_body(chunk + chunk.substr(0, 20));  // a chunk and a half
+  now_ += 0.01;
+  Feed(*ex, b1);  // the first token
+  pb::ProcessingRequest b2;
+  b2.mutable_response_body()->set_body(chunk.substr(20) + chunk + "data: [DONE]\n\n");
+  b2.mutable_response_body()->set_end_of_stream(true);
+  now_ += 0.1;  // two more tokens in 100 ms
+  Feed(*ex, b2);
+  ASSERT_TRUE(ex->finished());
+  const routing::LatencyStats st = core_.latency_stats();
+  EXPECT_EQ(st.tpot_slo.observed, 1u);
+  EXPECT_EQ(st.tpot_slo.violated, 1u);
+}
+
 TEST_F(ExchangeTest, ServedEndpointFromMetadataAndStreamedResponseBodies) {
   auto ex = New();
   pb::ProcessingRequest h = Headers("/v1/completions");
