@@ -85,6 +85,19 @@ struct AtomicHistogram {
   }
 };
 
+// Predicted TTFT and TPOT at dispatch, seconds (llm_d_epp_request_predicted_*_seconds).
+template <std::size_t N>
+struct PredictionHistogram {
+  std::array<double, N> bounds;
+  std::array<std::atomic<uint64_t>, N + 1> counts{};
+  std::atomic<double> sum{0.0};
+  void Observe(double v) {  // single writer (under the scheduler's exclusive lock)
+    std::size_t i = std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin();
+    Bump(counts[i]);
+    Set(sum, Get(sum) + v);
+  }
+};
+
 // Route receipts: predicted against reported cached prompt tokens (many writers).
 struct ReceiptStats {
   static constexpr std::array<double, 8> kBounds = {0, 16, 64, 256, 1024, 4096, 16384, 65536};
@@ -170,6 +183,10 @@ struct RoutingCore::Counters {
   std::atomic<uint64_t> retries{0}, retries_free{0}, retries_denied{0}, picks_failed{0},
       reloads_failed{0}, ejections_skipped{0};
   AtomicHistogram sched_seconds;
+  PredictionHistogram<14> predicted_ttft{
+      {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120}};
+  PredictionHistogram<12> predicted_tpot{
+      {0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1}};
   ReceiptStats receipts;
   ScoreSummary prefix_hit;
   std::mutex scores_mu;  // guards the map's shape (Configure adds, AppendMetrics reads)
@@ -965,8 +982,14 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       UpdateStatsLocked(out.ranked[0]);
       out.dispatched = true;
       const sched::LatencyTrainer::Dispatch d = LatencyDispatchLocked(req, r, out.ranked[0]);
-      if (const auto p = s.latency.PredictTtft(d)) out.predicted_ttft_s = *p;
-      if (const auto p = s.latency.PredictTpot(d)) out.predicted_tpot_s = *p;
+      if (const auto p = s.latency.PredictTtft(d)) {
+        out.predicted_ttft_s = *p;
+        counters_->predicted_ttft.Observe(*p);
+      }
+      if (const auto p = s.latency.PredictTpot(d)) {
+        out.predicted_tpot_s = *p;
+        counters_->predicted_tpot.Observe(*p);
+      }
       s.latency.OnDispatched(out.handle, d, now_s);
     }
   }
@@ -1451,6 +1474,28 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
     for (size_t k = 0; k < 2; ++k) {
       Label labels[] = {{"type", kinds[k].kind}};
       AppendSample(out, "kvroute_slo_violations_total", labels, static_cast<double>(slo[k]->violated));
+    }
+    // The same under llm-d Router v1.0's names (REFERENCE section 17), for its dashboards:
+    // the predictions made at dispatch, and the violations.
+    auto predicted = [&](const char* name, const char* help, const auto& h) {
+      AppendHeader(out, name, help, MetricType::kHistogram);
+      std::array<uint64_t, std::tuple_size_v<std::decay_t<decltype(h.counts)>>> counts;
+      for (std::size_t i = 0; i < counts.size(); ++i) counts[i] = GetU(h.counts[i]);
+      metrics::AppendHistogramSeries(out, name, {}, h.bounds, counts, Get(h.sum));
+    };
+    predicted("llm_d_epp_request_predicted_ttft_seconds",
+              "TTFT the latency model predicted for each dispatched request (one with samples).",
+              c.predicted_ttft);
+    predicted("llm_d_epp_request_predicted_tpot_seconds",
+              "TPOT the latency model predicted for each dispatched request (one with samples).",
+              c.predicted_tpot);
+    AppendHeader(out, "llm_d_epp_request_slo_violation_total",
+                 "Requests whose observed TTFT or TPOT exceeded their objective "
+                 "(kvroute_slo_violations_total).", MetricType::kCounter);
+    for (size_t k = 0; k < 2; ++k) {
+      Label labels[] = {{"type", kinds[k].kind}};
+      AppendSample(out, "llm_d_epp_request_slo_violation_total", labels,
+                   static_cast<double>(slo[k]->violated));
     }
   }
   AppendCounter(out, "kvroute_retries_free_total",

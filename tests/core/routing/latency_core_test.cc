@@ -79,6 +79,16 @@ TEST(LatencyCore, LearnsEachEndpointsTtftAndTpotFromTheLifecycle) {
             static_cast<double>(end.ttft_errors.n));
   EXPECT_NEAR(MetricSum(m, "kvroute_latency_prediction_abs_error_seconds_total", {{"kind", "ttft"}}),
               end.ttft_errors.abs_s, 1e-9);
+  // llm-d Router's names: one prediction observed per dispatch that had one (each was
+  // scored when its answer came back); every TPOT prediction (15 ms) in the 10-20 ms bucket.
+  EXPECT_EQ(MetricSum(m, "llm_d_epp_request_predicted_ttft_seconds_count"),
+            static_cast<double>(end.ttft_errors.n));
+  EXPECT_EQ(MetricSum(m, "llm_d_epp_request_predicted_tpot_seconds_count"),
+            static_cast<double>(end.tpot_errors.n));
+  EXPECT_EQ(MetricSum(m, "llm_d_epp_request_predicted_tpot_seconds_bucket", {{"le", "0.01"}}), 0);
+  EXPECT_EQ(MetricSum(m, "llm_d_epp_request_predicted_tpot_seconds_bucket", {{"le", "0.02"}}),
+            static_cast<double>(end.tpot_errors.n));
+  EXPECT_EQ(MetricSum(m, "llm_d_epp_request_slo_violation_total"), 0);
 }
 
 TEST(LatencyCore, ObjectivesFromTheRequestOrThePoolDefaultCountViolations) {
@@ -114,6 +124,8 @@ TEST(LatencyCore, ObjectivesFromTheRequestOrThePoolDefaultCountViolations) {
   EXPECT_EQ(MetricSum(m, "kvroute_slo_requests_total", {{"type", "ttft"}}), 3);
   EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "ttft"}}), 1);
   EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "tpot"}}), 1);
+  EXPECT_EQ(MetricSum(m, "llm_d_epp_request_slo_violation_total", {{"type", "ttft"}}), 1);
+  EXPECT_EQ(MetricSum(m, "llm_d_epp_request_slo_violation_total", {{"type", "tpot"}}), 1);
 }
 
 TEST(LatencyCore, EndpointsWithoutUsableSignalsTeachNothing) {
