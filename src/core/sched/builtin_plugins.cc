@@ -248,10 +248,8 @@ void SloHeadroomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> c
   const bool tpot_slo = req.slo_tpot_s > 0 && p_.use_tpot;
   const size_t n = candidates.size();
   if (model == nullptr || (!ttft_slo && !tpot_slo) || n < 2) return blend();
-  // Predicted latency over objective, per candidate: NaN when unknown.
-  std::vector<double>& ratio = sc.f64;
-  ratio.resize(n);
-  for (size_t c = 0; c < n; ++c) {
+  // Predicted latency over objective of candidate c: NaN when unknown.
+  auto ratio_of = [&](size_t c) {
     const double cached =
         ctx.prefix_row >= 0 ? sc.scores[static_cast<size_t>(ctx.prefix_row) * n + c] : 0.0;
     const LatencyTrainer::Dispatch d =
@@ -259,20 +257,22 @@ void SloHeadroomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> c
     std::optional<double> ttft, tpot;
     if (ttft_slo) ttft = model->PredictTtft(d);
     if (tpot_slo) tpot = model->PredictTpot(d);
-    if ((ttft_slo && !ttft) || (tpot_slo && !tpot)) {
-      ratio[c] = std::nan("");
-      continue;
-    }
-    ratio[c] = std::max(ttft_slo ? *ttft / req.slo_ttft_s : 0.0,
-                        tpot_slo ? *tpot / req.slo_tpot_s : 0.0);
-  }
+    if ((ttft_slo && !ttft) || (tpot_slo && !tpot)) return std::nan("");
+    return std::max(ttft_slo ? *ttft / req.slo_ttft_s : 0.0,
+                    tpot_slo ? *tpot / req.slo_tpot_s : 0.0);
+  };
   // The blend's choice (the first of the best totals; ties are broken at random below
-  // only when nothing moves).
+  // only when nothing moves). Predicted first and alone: when it fits (the common case)
+  // nothing else is predicted, so a pick costs one prediction, not one per candidate.
   size_t best = 0;
   for (size_t c = 1; c < n; ++c) {
     if (totals[c] > totals[best]) best = c;
   }
-  if (!(ratio[best] > 1.0)) return blend();  // predicted to fit, or unknown: keep it
+  const double best_ratio = ratio_of(best);
+  if (!(best_ratio > 1.0)) return blend();  // predicted to fit, or unknown: keep it
+  std::vector<double>& ratio = sc.f64;
+  ratio.resize(n);
+  for (size_t c = 0; c < n; ++c) ratio[c] = c == best ? best_ratio : ratio_of(c);
   // Room: predicted within fit_fraction of the objective, and holding about as much of the
   // prompt as the blend's choice (moving to a colder replica makes the fleet prefill again).
   auto cached_at = [&](size_t c) {
