@@ -571,9 +571,8 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     if (pick.predicted_cached_tokens >= 0 && code == 200 && attempt == 0) {
       core().OnRouteReceipt(endpoint_id(), pick.predicted_cached_tokens, reported_cached);
     }
-    const double now = router->Now();
-    if (streaming && chunks.chunks() > 0) core().OnTokens(pick.handle, chunks.chunks(), now);
-    core().OnFinished(pick.handle, endpoint_id(), code, now);
+    core().OnFinished(pick.handle, endpoint_id(), code, router->Now(),
+                      streaming && chunks.chunks() > 0 ? chunks.chunks() : -1);
     pick.handle = sched::kNoHandle;
     router->PumpFlow(endpoint_id());  // its slot is free: a waiting request may go
   }

@@ -49,7 +49,8 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
   scheduling:                   # or the same keys at top level (EndpointPickerConfig style)
     policy: kvroute             # round-robin | random | least-request | gie-default |
                                 #   sglang-cache-aware | dynamo-cost | dynamo-kv |
-                                #   llm-d-sticky | llm-d-precise | kvroute
+                                #   llm-d-sticky | llm-d-precise | kvroute |
+                                #   kvroute-slo (kvroute, picking by predicted latency)
     plugins: [{type, name?, parameters?}]
     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
     slo: {ttft: 2s, tpot: 50ms}  # objectives of requests without x-llm-d-slo-ttft-ms /

@@ -1054,12 +1054,12 @@ void RoutingCore::OnTokens(sched::RequestHandle handle, int64_t generated_tokens
 }
 
 void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code,
-                             double now_s) {
+                             double now_s, int64_t generated_tokens) {
   if (endpoint_id == kNoEndpoint) {
     if (handle != sched::kNoHandle) {
       std::unique_lock<RwSpinLock> lock(sched_mu_);
       sched_->scheduler->OnFinished(handle, now_s);
-      sched_->latency.OnFinished(handle, -1, now_s);
+      sched_->latency.OnFinished(handle, generated_tokens, now_s);
       PublishLatencyLocked();
     }
     counters_->no_endpoint.Add(code);
@@ -1069,7 +1069,7 @@ void RoutingCore::OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, 
     std::unique_lock<RwSpinLock> lock(sched_mu_);
     SchedState& s = *sched_;
     s.scheduler->OnFinished(handle, now_s);
-    s.latency.OnFinished(handle, -1, now_s);
+    s.latency.OnFinished(handle, generated_tokens, now_s);
     PublishLatencyLocked();
     UpdateStatsLocked(endpoint_id);
     if (const Endpoint* ep = s.table->Find(endpoint_id)) CountFinished(*ep, code);

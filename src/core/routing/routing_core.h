@@ -253,9 +253,12 @@ class RoutingCore {
   void OnTokens(sched::RequestHandle handle, int64_t generated_tokens, double now_s);
   // Releases the handle (kNoHandle: only counts) and counts the request under
   // `endpoint_id` (kNoEndpoint: answered without an endpoint) and `code` (HTTP status;
-  // 499 for a client that left).
+  // 499 for a client that left). `generated_tokens`: the answer's final token count when the
+  // front end counted it only at the end (serve's and epp's streamed chunks), so it needs
+  // no OnTokens call (and no second exclusive section); -1: the last OnTokens holds it.
   static constexpr uint32_t kNoEndpoint = 0xffffffffu;
-  void OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code, double now_s);
+  void OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code, double now_s,
+                  int64_t generated_tokens = -1);
   // How many TTFT and TPOT samples the latency model has learned from, and its prediction
   // errors (each dispatched pick's prediction against what came back). Lock-free.
   LatencyStats latency_stats() const;

@@ -249,11 +249,13 @@ void SloHeadroomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> c
   const size_t n = candidates.size();
   if (model == nullptr || (!ttft_slo && !tpot_slo) || n < 2) return blend();
   // Predicted latency over objective of candidate c: NaN when unknown.
+  // The share of the prompt the profile's prefix scorer finds cached on candidate c.
+  auto cached_at = [&](size_t c) {
+    return ctx.prefix_row >= 0 ? sc.scores[static_cast<size_t>(ctx.prefix_row) * n + c] : 0.0;
+  };
   auto ratio_of = [&](size_t c) {
-    const double cached =
-        ctx.prefix_row >= 0 ? sc.scores[static_cast<size_t>(ctx.prefix_row) * n + c] : 0.0;
     const LatencyTrainer::Dispatch d =
-        LatencyTrainer::DispatchOf(req, ctx.endpoints[candidates[c]], cached);
+        LatencyTrainer::DispatchOf(req, ctx.endpoints[candidates[c]], cached_at(c));
     std::optional<double> ttft, tpot;
     if (ttft_slo) ttft = model->PredictTtft(d);
     if (tpot_slo) tpot = model->PredictTpot(d);
@@ -275,9 +277,6 @@ void SloHeadroomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> c
   for (size_t c = 0; c < n; ++c) ratio[c] = c == best ? best_ratio : ratio_of(c);
   // Room: predicted within fit_fraction of the objective, and holding about as much of the
   // prompt as the blend's choice (moving to a colder replica makes the fleet prefill again).
-  auto cached_at = [&](size_t c) {
-    return ctx.prefix_row >= 0 ? sc.scores[static_cast<size_t>(ctx.prefix_row) * n + c] : 0.0;
-  };
   const double floor_cached = cached_at(best) - p_.max_cached_loss;
   for (size_t c = 0; c < n; ++c) {
     if (ratio[c] <= p_.fit_fraction && cached_at(c) < floor_cached) ratio[c] = std::nan("");

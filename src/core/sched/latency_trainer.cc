@@ -70,14 +70,11 @@ LatencyTrainer::Queue& LatencyTrainer::QueueOf(uint32_t endpoint) {
 }
 
 void LatencyTrainer::Dequeue(Record& r) {
-  if (r.in_queue) {
-    r.in_queue = false;
-    Queue& q = QueueOf(r.endpoint);
-    if (q.requests > 0) --q.requests;
-  }
-  if (!r.queued) return;
-  r.queued = false;
-  if (r.endpoint < queued_.size()) queued_[r.endpoint] = std::max(0.0, queued_[r.endpoint] - r.uncached);
+  if (!r.in_queue) return;
+  r.in_queue = false;
+  Queue& q = QueueOf(r.endpoint);
+  if (q.requests > 0) --q.requests;
+  q.prefill_tokens = std::max(0.0, q.prefill_tokens - r.uncached);
 }
 
 void LatencyTrainer::Score(Errors& e, double predicted, double observed) {
@@ -111,13 +108,10 @@ void LatencyTrainer::OnDispatched(RequestHandle handle, const Dispatch& d, doubl
   if (const auto p = PredictTtft(d)) r.predicted_ttft = *p;
   if (const auto p = model_.PredictTpot(d.endpoint, r.tpot)) r.predicted_tpot = *p;
   r.in_queue = true;
-  ++QueueOf(d.endpoint).requests;
-  if (Finite(d.uncached_tokens) && d.uncached_tokens >= 0) {
-    if (d.endpoint >= queued_.size()) queued_.resize(d.endpoint + 1, 0.0);
-    r.uncached = d.uncached_tokens;
-    r.queued = true;
-    queued_[d.endpoint] += r.uncached;
-  }
+  if (Finite(d.uncached_tokens) && d.uncached_tokens >= 0) r.uncached = d.uncached_tokens;
+  Queue& q = QueueOf(d.endpoint);
+  ++q.requests;
+  q.prefill_tokens += r.uncached;
 }
 
 void LatencyTrainer::OnFirstToken(RequestHandle handle, double now_s) {
@@ -165,11 +159,9 @@ void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, 
 
 void LatencyTrainer::ForgetEndpoint(uint32_t endpoint) {
   model_.ForgetEndpoint(endpoint);
-  if (endpoint < queued_.size()) queued_[endpoint] = 0.0;
   if (endpoint < queue_.size()) queue_[endpoint] = Queue{};
   for (Record& r : records_) {
     if (r.handle != kNoHandle && r.endpoint == endpoint) {
-      r.queued = false;
       r.in_queue = false;
       r.known = false;  // its dispatch-time features describe the endpoint before
     }

@@ -77,7 +77,7 @@ class LatencyTrainer {
 
   // Uncached prompt tokens dispatched to `endpoint` and not yet at their first token.
   double QueuedPrefill(uint32_t endpoint) const {
-    return endpoint < queued_.size() ? queued_[endpoint] : 0.0;
+    return endpoint < queue_.size() ? queue_[endpoint].prefill_tokens : 0.0;
   }
   // Requests dispatched to `endpoint` and not yet at their first token (all of them,
   // whatever is known of their prompts).
@@ -104,9 +104,8 @@ class LatencyTrainer {
     RequestHandle handle = kNoHandle;  // kNoHandle: slot free
     uint32_t endpoint = 0;
     bool known = false;     // features known: learn from it
-    bool queued = false;    // its uncached tokens count in queued_
-    bool in_queue = false;  // counted in queue_[endpoint].requests
-    double uncached = 0.0;
+    bool in_queue = false;  // counted in queue_[endpoint], with its uncached tokens
+    double uncached = 0.0;  // 0 when unknown (then it adds no prefill)
     double dispatch_s = 0.0;
     double first_token_s = -1.0;
     int64_t generated = 0;
@@ -124,9 +123,10 @@ class LatencyTrainer {
 
   LatencyModel model_;
   std::vector<Record> records_;  // by the handle's slot (its low 32 bits)
-  std::vector<double> queued_;   // by endpoint id
+  // What an endpoint has been sent that has no first token yet.
   struct Queue {
-    uint32_t requests = 0;   // dispatched, no first token yet
+    double prefill_tokens = 0.0;  // their uncached prompt tokens (where known)
+    uint32_t requests = 0;
   };
   std::vector<Queue> queue_;     // by endpoint id
   Queue& QueueOf(uint32_t endpoint);

@@ -510,8 +510,7 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
           pick_.n_ranked > 0 && served_ == pick_.ranked[0]) {
         env_.core->OnRouteReceipt(served_, pick_.predicted_cached_tokens, u.cached_tokens);
       }
-      if (chunks_.chunks() > 0) env_.core->OnTokens(pick_.handle, chunks_.chunks(), now_s_);
-      FinishRequest(status_ != 0 ? status_ : 200);
+      FinishRequest(status_ != 0 ? status_ : 200, chunks_.chunks() > 0 ? chunks_.chunks() : -1);
     }
   }
   pb::ProcessingResponse r;
@@ -548,12 +547,12 @@ void Exchange::FailParsed(int status, std::string body, std::vector<pb::Processi
   out.push_back(std::move(r));
 }
 
-void Exchange::FinishRequest(int code) {
+void Exchange::FinishRequest(int code, int64_t generated_tokens) {
   if (finished_) return;
   finished_ = true;
   env_.core->OnFinished(pick_.handle, pick_.handle == sched::kNoHandle ? routing::RoutingCore::kNoEndpoint
                                                                        : served_,
-                        code, now_s_);
+                        code, now_s_, generated_tokens);
   pick_.handle = sched::kNoHandle;
 }
 

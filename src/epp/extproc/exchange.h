@@ -235,7 +235,8 @@ class Exchange {
   void FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out,
                   std::string_view retry_after = {});
   void ReadSubset(const pb::ProcessingRequest& request);
-  void FinishRequest(int code);
+  // generated_tokens: the streamed answer's chunk count when it ended whole (-1: none).
+  void FinishRequest(int code, int64_t generated_tokens = -1);
   void Emit(pb::ProcessingResponse&& r, std::vector<pb::ProcessingResponse>& out);
 
   ExchangeEnv env_;

@@ -43,6 +43,11 @@ class JsonWriter {
     Key(k);
     out_ += Num(v);
   }
+  // A figure that is negative when unknown (never measured): null then.
+  void FieldOrNull(std::string_view k, double v) {
+    Key(k);
+    out_ += v >= 0 ? Num(v) : "null";
+  }
   void FieldInt(std::string_view k, int64_t v) {
     Key(k);
     out_ += std::to_string(v);
@@ -140,10 +145,8 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.Field("max_itl_p99_s", p.max_itl_p99_s);
     w.Field("prefix_hit_rate", p.prefix_hit_rate);
     w.Field("request_cached_fraction", p.request_cached_fraction);
-    w.Key("oracle_hit_rate");
-    w.out() += p.oracle_hit_rate >= 0 ? Num(p.oracle_hit_rate) : "null";
-    w.Key("oracle_ratio");
-    w.out() += p.oracle_ratio >= 0 ? Num(p.oracle_ratio) : "null";
+    w.FieldOrNull("oracle_hit_rate", p.oracle_hit_rate);
+    w.FieldOrNull("oracle_ratio", p.oracle_ratio);
     w.Field("kv_usage_min", p.kv_usage_min);
     w.Field("kv_usage_max", p.kv_usage_max);
     w.Field("kv_usage_peak", p.kv_usage_peak);
@@ -208,14 +211,10 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.FieldInt("tpot_samples", p.latency_tpot_samples);
     w.FieldInt("ttft_scored", p.latency_ttft_scored);
     w.FieldInt("tpot_scored", p.latency_tpot_scored);
-    w.Key("ttft_mape");
-    w.out() += p.latency_ttft_mape >= 0 ? Num(p.latency_ttft_mape) : "null";
-    w.Key("tpot_mape");
-    w.out() += p.latency_tpot_mape >= 0 ? Num(p.latency_tpot_mape) : "null";
-    w.Key("ttft_mae_s");
-    w.out() += p.latency_ttft_mae_s >= 0 ? Num(p.latency_ttft_mae_s) : "null";
-    w.Key("tpot_mae_s");
-    w.out() += p.latency_tpot_mae_s >= 0 ? Num(p.latency_tpot_mae_s) : "null";
+    w.FieldOrNull("ttft_mape", p.latency_ttft_mape);
+    w.FieldOrNull("tpot_mape", p.latency_tpot_mape);
+    w.FieldOrNull("ttft_mae_s", p.latency_ttft_mae_s);
+    w.FieldOrNull("tpot_mae_s", p.latency_tpot_mae_s);
     w.Close('}');
     if (p.kv_events_reported) {
       w.Key("kv_events");
@@ -230,10 +229,8 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
       w.FieldInt("replayed", p.kv_replayed);
       w.FieldInt("picks", p.receipt_picks);
       w.FieldInt("receipts", p.receipts);
-      w.Key("receipt_mae_tokens");
-      w.out() += p.receipt_mae_tokens >= 0 ? Num(p.receipt_mae_tokens) : "null";
-      w.Key("receipt_off_block_share");
-      w.out() += p.receipt_off_block_share >= 0 ? Num(p.receipt_off_block_share) : "null";
+      w.FieldOrNull("receipt_mae_tokens", p.receipt_mae_tokens);
+      w.FieldOrNull("receipt_off_block_share", p.receipt_off_block_share);
       w.Close('}');
     }
     w.Close('}');
