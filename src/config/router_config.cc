@@ -502,7 +502,7 @@ class Loader {
     std::map<std::string, int, std::less<>> lines;  // key -> line, to place Validate's verdict
     v.ForEachKey({"enabled", "max_requests", "max_bytes", "ttl", "no_endpoint_ttl", "fairness",
                   "ordering", "flow_header", "affinity_window", "max_affinity_skips",
-                  "sheddable_reserve"},
+                  "sheddable_reserve", "slo_aware"},
                  [&](const std::string& key, const ConfigNode& fv) {
                    lines[key] = fv.line();
                    if (key == "enabled") {
@@ -532,6 +532,8 @@ class Loader {
                      o.affinity_window = static_cast<uint32_t>(fv.Int(1, flow::kMaxAffinityWindow));
                    } else if (key == "sheddable_reserve") {
                      o.sheddable_reserve = fv.Int(0, 4);
+                   } else if (key == "slo_aware") {
+                     o.slo_aware = fv.Bool();
                    } else {
                      o.max_affinity_skips = static_cast<uint32_t>(fv.Int(0, 1000000));
                    }

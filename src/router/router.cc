@@ -837,11 +837,15 @@ bool Router::Impl::AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const Fr
       parsed = std::move(w->parsed);  // the caller picks it now
       return false;
     case flow::AdmitOutcome::kRejected: {
-      std::string why = admitted.reason == flow::RejectReason::kSheddable
-                            ? "the pool is saturated and the request is sheddable (priority " +
-                                  std::to_string(priority) + ")"
-                            : "the flow queue is full (" +
-                                  std::string(flow::RejectReasonName(admitted.reason)) + ")";
+      std::string why =
+          admitted.reason == flow::RejectReason::kSheddable
+              ? "the pool is saturated and the request is sheddable (priority " +
+                    std::to_string(priority) + ")"
+          : admitted.reason == flow::RejectReason::kPredictedMiss
+              ? "the request is sheddable (priority " + std::to_string(priority) +
+                    ") and predicted to miss its time-to-first-token objective"
+              : "the flow queue is full (" +
+                    std::string(flow::RejectReasonName(admitted.reason)) + ")";
       RespondRateLimited(*ex, "Too many requests: " + why + ".");
       core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 429, Now());
       return true;

@@ -99,6 +99,11 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
                                 #   the most prefix of; passed over 8 times goes first
     sheddable_reserve: 0        # 0..4: sheddable requests are also shed unless some replica
                                 #   has more than this many of its 5 queue slots free
+    slo_aware: true             # with a TTFT objective (x-llm-d-slo-ttft-ms, scheduling.slo):
+                                #   a waiting request predicted to miss it (its wait plus the
+                                #   latency model's TTFT) goes behind those that can still
+                                #   meet theirs, and is served after them within ttl; a
+                                #   sheddable one already predicted to miss: 429 at once
     # Priority (strict; higher first): the objective in x-gateway-inference-objective or
     # x-llm-d-inference-objective (epp.objectives, Kubernetes InferenceObjectives; unknown:
     # 0), else minus the body's vLLM `priority`. Below 0 is sheddable: 429 at once while

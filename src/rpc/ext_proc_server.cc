@@ -265,11 +265,16 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
         exchange_.Resume(now, out_);
         return;
       case flow::AdmitOutcome::kRejected: {
-        std::string why = r.reason == flow::RejectReason::kSheddable
-                              ? "The pool is saturated and objective '" + exchange_.objective() +
-                                    "' is sheddable (priority " + std::to_string(fr.priority) + ")."
-                              : "Too many requests: the flow queue is full (" +
-                                    std::string(flow::RejectReasonName(r.reason)) + ").";
+        std::string why =
+            r.reason == flow::RejectReason::kSheddable
+                ? "The pool is saturated and objective '" + exchange_.objective() +
+                      "' is sheddable (priority " + std::to_string(fr.priority) + ")."
+            : r.reason == flow::RejectReason::kPredictedMiss
+                ? "Objective '" + exchange_.objective() + "' is sheddable (priority " +
+                      std::to_string(fr.priority) +
+                      ") and the request is predicted to miss its time-to-first-token objective."
+                : "Too many requests: the flow queue is full (" +
+                      std::string(flow::RejectReasonName(r.reason)) + ").";
         exchange_.Refuse(429, std::move(why), kRetryAfterS, now, out_);
         return;
       }

@@ -25,7 +25,17 @@ flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<Fl
   // The chain of a request that will probably wait, hashed outside the lock; an admission
   // into an idle pool skips it.
   std::vector<uint64_t> key;
-  if (state != flow::PoolState::kAvailable || waiting()) core_.PrefixKey(sched_request, key);
+  const bool sheddable = request.priority < options_.shed_below_priority;
+  if (state != flow::PoolState::kAvailable || waiting() || (sheddable && options_.slo_aware)) {
+    core_.PrefixKey(sched_request, key);
+    // By predicted miss (issue 24): when, still waiting, it would miss its TTFT objective
+    // (a sheddable request is refused if that is already now).
+    if (options_.slo_aware && !request.late_s) {
+      if (const auto budget = core_.SloWaitBudget(sched_request, key)) {
+        request.late_s = now + *budget;
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   request.id = next_id_++;
   const flow::AdmitResult r = queue_.Admit(request, now, state);

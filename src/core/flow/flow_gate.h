@@ -18,7 +18,11 @@
 // prefix it holds (FlowQueue::NextToDispatch); every other release is probed the same way
 // against the endpoint with the most room (PoolLoad::roomiest). A sheddable request is
 // admitted against flow::AdmissionState: shed unless some endpoint has more room than
-// FlowOptions::sheddable_reserve. Each released request is dispatched (its
+// FlowOptions::sheddable_reserve. With FlowOptions::slo_aware, a request that will
+// probably wait gets its late_s from RoutingCore::SloWaitBudget (the time after which it is
+// predicted to miss its TTFT objective): after that it goes behind the on-time ones; a
+// sheddable request is refused at admission when that time has already come (FlowQueue).
+// Each released request is dispatched (its
 // pick made) before the next verdict, which then counts it in flight.
 //
 // Threads: every call from any thread. One mutex guards the queue and the waiting map;

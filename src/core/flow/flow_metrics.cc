@@ -16,8 +16,9 @@ void AppendFlowMetrics(std::string& out, const flow::FlowStats& st) {
   using metrics::MetricType;
   std::vector<std::string> prios;
   for (const flow::BandStats& b : st.bands) prios.push_back(std::to_string(b.priority));
-  auto per_band = [&](std::string_view name, std::string_view help, auto value) {
-    AppendHeader(out, name, help, MetricType::kGauge);
+  auto per_band = [&](std::string_view name, std::string_view help, auto value,
+                      MetricType type = MetricType::kGauge) {
+    AppendHeader(out, name, help, type);
     for (std::size_t i = 0; i < st.bands.size(); ++i) {
       const Label l{"priority", prios[i]};
       AppendSample(out, name, {&l, 1}, static_cast<double>(value(st.bands[i])));
@@ -37,6 +38,14 @@ void AppendFlowMetrics(std::string& out, const flow::FlowStats& st) {
     metrics::AppendHistogramSeries(out, "kvroute_flow_wait_seconds", {&l, 1}, flow::kWaitBucketBoundsS,
                                    w.counts, w.sum_s);
   }
+  per_band("kvroute_flow_late_total",
+           "Waiting requests moved behind the on-time ones because they were predicted to miss "
+           "their time-to-first-token objective, by priority band.",
+           [](const flow::BandStats& b) { return b.went_late; }, MetricType::kCounter);
+  per_band("kvroute_flow_late_dispatched_total",
+           "Of those, the requests dispatched later all the same (the rest expired or were "
+           "cancelled, or still wait), by priority band.",
+           [](const flow::BandStats& b) { return b.dispatched_late; }, MetricType::kCounter);
   uint64_t at_once = 0, order = 0, affinity = 0, aged = 0, cancelled = 0;
   std::array<uint64_t, flow::kNumExpireReasons> expired{};
   for (const flow::BandStats& b : st.bands) {

@@ -16,6 +16,7 @@ std::string_view RejectReasonName(RejectReason r) {
     case RejectReason::kBandFullBytes: return "band_full_bytes";
     case RejectReason::kTooManyBands: return "too_many_bands";
     case RejectReason::kDuplicateId: return "duplicate_id";
+    case RejectReason::kPredictedMiss: return "predicted_miss";
   }
   return "unknown";
 }
@@ -84,7 +85,7 @@ FlowOptions Clamped(FlowOptions o) {
 }  // namespace
 
 FlowQueue::FlowQueue(const FlowOptions& options)
-    : options_(Clamped(options)), by_id_(&pool_), by_expiry_(&pool_) {}
+    : options_(Clamped(options)), by_id_(&pool_), by_expiry_(&pool_), by_late_(&pool_) {}
 
 FlowQueue::Band* FlowQueue::FindOrAddBand(int64_t priority) {
   if (auto it = bands_.find(priority); it != bands_.end()) return &it->second;
@@ -137,6 +138,11 @@ AdmitResult FlowQueue::Admit(const FlowRequest& req, double now_s, PoolState poo
     return result;
   }
   const bool sheddable = req.priority < options_.shed_below_priority;
+  const bool late_known = options_.slo_aware && req.late_s && !std::isnan(*req.late_s);
+  if (sheddable && late_known && *req.late_s <= now_s) {
+    Reject(band, RejectReason::kPredictedMiss, result);
+    return result;
+  }
   const bool must_wait = pool != PoolState::kAvailable || HigherOrEqualWaits(req.priority);
   if (!must_wait) {
     result = {AdmitOutcome::kDispatchNow, RejectReason::kNone};
@@ -171,6 +177,8 @@ AdmitResult FlowQueue::Admit(const FlowRequest& req, double now_s, PoolState poo
     n.expires_s = *req.deadline_s;
     n.expire_reason = ExpireReason::kDeadline;
   }
+  n.late = false;
+  n.late_s = late_known ? *req.late_s : std::numeric_limits<double>::infinity();
   n.order_key = options_.ordering == Ordering::kEarliestDeadline ? n.expires_s : 0.0;
   n.seq = next_seq_++;
   n.band = band;
@@ -194,6 +202,13 @@ AdmitResult FlowQueue::Admit(const FlowRequest& req, double now_s, PoolState poo
     }
   }
   n.flow = f;
+  if (n.late_s <= now_s) {
+    n.late = true;  // already predicted to miss: behind the on-time ones at once
+    ++band->stats.went_late;
+  } else {
+    ++band->on_time;
+    if (n.late_s < n.expires_s) by_late_.insert(&n);  // it may go late before it expires
+  }
   f->waiting.insert(&n);
   by_expiry_.insert(&n);
 
@@ -210,6 +225,12 @@ void FlowQueue::Remove(Node* n, bool took_turn) {
   Flow* f = n->flow;
   f->waiting.erase(n);
   by_expiry_.erase(n);
+  if (n->late) {
+    // Counted in went_late; nothing else to undo.
+  } else {
+    by_late_.erase(n);
+    band->on_time -= 1;
+  }
   band->stats.waiting_requests -= 1;
   band->stats.waiting_bytes -= n->bytes;
   waiting_bytes_ -= n->bytes;
@@ -242,15 +263,26 @@ std::optional<Dispatch> FlowQueue::Take(Node* n, double now_s, uint32_t held,
   ++s.dispatched;
   if (cause == DispatchCause::kAffinity) ++s.dispatched_by_affinity;
   if (cause == DispatchCause::kAged) ++s.dispatched_aged;
+  if (n->late) ++s.dispatched_late;
   s.wait.Record(d.waited_s);
   Remove(n, /*took_turn=*/true);
   return d;
 }
 
+FlowQueue::Flow* FlowQueue::TurnFlow(Band* band) {
+  Flow* f = band->turn;
+  if (band->on_time == 0 || !(*f->waiting.begin())->late) return f;
+  // Some flow has an on-time request (each flow's on-time requests sort first).
+  for (Flow* g = f->next; g != f; g = g->next) {
+    if (!(*g->waiting.begin())->late) return g;
+  }
+  return f;  // unreachable while on_time counts correctly
+}
+
 std::optional<Dispatch> FlowQueue::NextToDispatch(double now_s) {
   Band* band = HighestNonEmptyBand();
   if (band == nullptr) return std::nullopt;
-  Node* first = *band->turn->waiting.begin();
+  Node* first = *TurnFlow(band)->waiting.begin();
   return Take(first, now_s, 0, DispatchCause::kOrder);
 }
 
@@ -264,19 +296,23 @@ std::optional<Dispatch> FlowQueue::NextToDispatch(double now_s, PrefixProbe prob
   std::array<Node*, kMaxAffinityWindow> window;
   std::array<NodeSet::iterator, kMaxAffinityWindow> cursor;
   std::array<NodeSet::iterator, kMaxAffinityWindow> end;
+  // While on-time requests wait, the window holds only those (late ones sort last in each
+  // flow, so a flow's cursor stops at its first late request).
+  const bool on_time_only = band->on_time > 0;
   std::size_t n_flows = 0;
-  Flow* f = band->turn;
+  Flow* const first_flow = TurnFlow(band);
+  Flow* f = first_flow;
   do {
     cursor[n_flows] = f->waiting.begin();
     end[n_flows] = f->waiting.end();
     ++n_flows;
     f = f->next;
-  } while (f != band->turn && n_flows < k);
+  } while (f != first_flow && n_flows < k);
   std::size_t n = 0;
   for (bool progress = true; progress && n < k;) {
     progress = false;
     for (std::size_t i = 0; i < n_flows && n < k; ++i) {
-      if (cursor[i] == end[i]) continue;
+      if (cursor[i] == end[i] || (on_time_only && (*cursor[i])->late)) continue;
       window[n++] = *cursor[i]++;
       progress = true;
     }
@@ -331,6 +367,18 @@ std::size_t FlowQueue::Expire(double now_s, std::vector<Expired>& out) {
     ++n->band->stats.expired[static_cast<std::size_t>(n->expire_reason)];
     Remove(n, /*took_turn=*/false);
     ++removed;
+  }
+  // Predicted misses: behind every on-time request of the band, keeping their order.
+  while (!by_late_.empty()) {
+    Node* n = *by_late_.begin();
+    if (n->late_s > now_s) break;
+    by_late_.erase(by_late_.begin());
+    NodeSet& set = n->flow->waiting;
+    set.erase(n);
+    n->late = true;
+    set.insert(n);
+    n->band->on_time -= 1;
+    ++n->band->stats.went_late;
   }
   return removed;
 }

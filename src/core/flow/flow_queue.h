@@ -43,6 +43,20 @@
 // the round-robin turn does not consume the turn: the flow whose turn it was still goes
 // next.
 //
+// Latency objectives (issue 24). A request may carry `late_s`: the time after which, still
+// waiting, it is predicted to miss its TTFT objective (the front end's admission time plus
+// the objective minus the latency model's predicted TTFT were it dispatched; the objective
+// alone without a prediction). With `FlowOptions::slo_aware` (default on):
+// * a non-sheddable request that waits goes behind every on-time request of its band at
+//   the first Expire(t) with t >= late_s (at once if late_s has passed when it is queued).
+//   It still goes, after them, within its TTL: lateness never loses a request, and while
+//   capacity is short it goes to requests that can still meet their objectives. Late
+//   requests keep their order among themselves; round-robin across flows serves the flows
+//   with an on-time request first, and the affinity window holds only on-time requests
+//   while any waits;
+// * a sheddable request already late at admission (late_s <= now) is refused
+//   (kPredictedMiss), even when the pool has room: its work would not count.
+//
 // Expiry. Each queued request expires at min(now + ttl, deadline), ttl being
 // `no_endpoint_ttl_s` when it was admitted into an empty pool and `default_ttl_s`
 // otherwise; it is removed by the first Expire(t) with t >= that time (exactly at it, not
@@ -114,6 +128,9 @@ struct FlowOptions {
   // room, 5 - waiting), so a flood of sheddable work leaves the engines' queues short for
   // what arrives in a higher band. 0: sheddable requests are shed only when saturated.
   int64_t sheddable_reserve = 0;
+  // Order by predicted miss (FlowRequest::late_s, see the header comment); off: late_s is
+  // ignored.
+  bool slo_aware = true;
 };
 
 // Ok, or InvalidArgument naming the first bad field: bounds >= 1, TTLs > 0 and finite,
@@ -141,6 +158,7 @@ struct FlowRequest {
   std::optional<double> deadline_s;  // absolute; it expires then if not dispatched before
   uint64_t prefix_key = 0;           // opaque: handed back to the probe (the adapter's handle on
                                      // the request's prefix hashes)
+  std::optional<double> late_s;      // absolute: after it, predicted to miss its TTFT objective
 };
 
 enum class AdmitOutcome : uint8_t { kDispatchNow, kQueued, kRejected };
@@ -151,10 +169,12 @@ enum class RejectReason : uint8_t {
   kBandFullBytes,     // the band's bytes plus this request's exceed max_bytes
   kTooManyBands,      // a new priority beyond max_bands
   kDuplicateId,       // a request with this id is already waiting
+  kPredictedMiss,     // sheddable and already predicted to miss its TTFT objective (late_s)
 };
-inline constexpr std::size_t kNumRejectReasons = 6;
+inline constexpr std::size_t kNumRejectReasons = 7;
 std::string_view RejectReasonName(RejectReason r);  // "none", "sheddable",
-// "band_full_requests", "band_full_bytes", "too_many_bands", "duplicate_id"
+// "band_full_requests", "band_full_bytes", "too_many_bands", "duplicate_id",
+// "predicted_miss"
 
 struct AdmitResult {
   AdmitOutcome outcome = AdmitOutcome::kRejected;
@@ -239,6 +259,8 @@ struct BandStats {
   uint64_t dispatched = 0;              // left the queue through NextToDispatch
   uint64_t dispatched_by_affinity = 0;  // of those, cause kAffinity
   uint64_t dispatched_aged = 0;         // of those, cause kAged
+  uint64_t went_late = 0;               // moved behind the on-time ones (late_s passed)
+  uint64_t dispatched_late = 0;         // left through NextToDispatch after going late
   uint64_t cancelled = 0;
   std::array<uint64_t, kNumRejectReasons> rejected{};  // by RejectReason
   std::array<uint64_t, kNumExpireReasons> expired{};   // by ExpireReason
@@ -276,7 +298,8 @@ class FlowQueue {
   bool Cancel(RequestId id, double now_s);
 
   // Removes every waiting request whose expiry is <= now_s, earliest first, appending them
-  // to `out`; returns how many.
+  // to `out`; returns how many. Then moves every non-sheddable request whose late_s is
+  // <= now_s behind the on-time ones (slo_aware; not reported, it still waits).
   std::size_t Expire(double now_s, std::vector<Expired>& out);
 
   // The earliest expiry among waiting requests (arm one timer for it), or +inf when none
@@ -306,13 +329,21 @@ class FlowQueue {
     double order_key = 0.0;  // 0 for FCFS, expires_s for earliest deadline
     uint64_t seq = 0;        // admission order, unique
     uint32_t skips = 0;
+    bool late = false;      // past late_s: ordered after every on-time request
+    double late_s = 0.0;    // when it goes late (in by_late_ until then)
     ExpireReason expire_reason = ExpireReason::kTtl;
     Band* band = nullptr;
     Flow* flow = nullptr;
   };
   struct ByOrder {
     bool operator()(const Node* a, const Node* b) const {
+      if (a->late != b->late) return b->late;  // on-time first
       return a->order_key != b->order_key ? a->order_key < b->order_key : a->seq < b->seq;
+    }
+  };
+  struct ByLate {
+    bool operator()(const Node* a, const Node* b) const {
+      return a->late_s != b->late_s ? a->late_s < b->late_s : a->seq < b->seq;
     }
   };
   struct ByExpiry {
@@ -332,12 +363,16 @@ class FlowQueue {
     explicit Band(std::pmr::memory_resource* r) : flows(r) {}
     std::pmr::unordered_map<uint64_t, Flow> flows;  // only flows with waiting requests
     Flow* turn = nullptr;                           // whose turn it is; nullptr when nothing waits
+    uint64_t on_time = 0;                           // waiting requests not late
     BandStats stats;
   };
 
   Band* FindOrAddBand(int64_t priority);
   bool HigherOrEqualWaits(int64_t priority) const;
   Band* HighestNonEmptyBand();
+  // The flow to serve in `band`: the one whose turn it is, or, when its first request is
+  // late and the band has on-time requests, the next flow in the ring with an on-time one.
+  static Flow* TurnFlow(Band* band);
   // Unlinks `n` from every structure and destroys it. `took_turn`: it left by a
   // dispatch in its flow's turn, which then passes to the next flow.
   void Remove(Node* n, bool took_turn);
@@ -349,6 +384,7 @@ class FlowQueue {
   std::map<int64_t, Band, std::greater<>> bands_;  // highest priority first
   std::pmr::unordered_map<RequestId, Node> by_id_;
   std::pmr::set<Node*, ByExpiry> by_expiry_;
+  std::pmr::set<Node*, ByLate> by_late_;  // on-time requests with a late_s
   std::array<uint64_t, kNumRejectReasons> rejected_{};
   uint64_t waiting_bytes_ = 0;
   uint64_t next_seq_ = 0;

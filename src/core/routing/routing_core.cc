@@ -1391,6 +1391,43 @@ std::size_t RoutingCore::HeldBlocks(std::span<const uint64_t> key, uint32_t endp
   return sched_->scheduler == nullptr ? 0 : sched_->scheduler->HeldBlocks(key, endpoint_id);
 }
 
+std::optional<double> RoutingCore::SloWaitBudget(const sched::SchedRequest& request,
+                                                 std::span<const uint64_t> key) const {
+  std::shared_lock<RwSpinLock> lock(sched_mu_);
+  const SchedState& s = *sched_;
+  const double objective = request.slo_ttft_s > 0 ? request.slo_ttft_s : s.default_slo_ttft_s;
+  if (!(objective > 0) || !std::isfinite(objective)) return std::nullopt;
+  // The ready endpoint holding most of the chain: where the policy's pick likely lands.
+  uint32_t best = kNoEndpoint;
+  std::size_t best_held = 0;
+  uint32_t best_queued = 0;
+  for (uint32_t id = 0; id < s.states.size(); ++id) {
+    if (id < s.vacant.size() && s.vacant[id]) continue;
+    if (id >= s.verdicts.size()) continue;
+    const health::Verdict& v = s.verdicts[id];
+    if (v.condition != health::Condition::kUp || v.ejected ||
+        v.treatment == health::Treatment::kDown) {
+      continue;
+    }
+    const std::size_t held =
+        key.empty() || s.scheduler == nullptr ? 0 : s.scheduler->HeldBlocks(key, id);
+    const uint32_t queued = s.latency.QueuedRequests(id);
+    if (best == kNoEndpoint || held > best_held || (held == best_held && queued < best_queued)) {
+      best = id;
+      best_held = held;
+      best_queued = queued;
+    }
+  }
+  double predicted = 0.0;
+  if (best != kNoEndpoint) {
+    const double cached = key.empty() ? 0.0 : static_cast<double>(best_held) / key.size();
+    const auto p = s.latency.PredictTtft(
+        sched::LatencyTrainer::DispatchOf(request, s.states[best], cached));
+    if (p && std::isfinite(*p) && *p > 0) predicted = *p;
+  }
+  return std::max(0.0, objective - predicted);
+}
+
 // ---- observability ----
 
 void RoutingCore::AppendMetrics(std::string& out, double now_s) const {

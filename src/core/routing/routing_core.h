@@ -42,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -321,6 +322,15 @@ class RoutingCore {
   // configured policy or one without a hashed prefix model.
   void PrefixKey(const sched::SchedRequest& request, std::vector<uint64_t>& out) const;
   std::size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const;
+
+  // Flow control by predicted miss (issue 24): how long `request` (its prefix chain `key`)
+  // may still wait at the router and meet its TTFT objective, in seconds (>= 0): the
+  // objective (the request's, else the pool default) minus the latency model's TTFT for it
+  // on the ready endpoint holding most of its chain (ties: the fewest requests queued by
+  // the router), in that endpoint's present state; the objective alone when the model has
+  // no prediction. nullopt when the request has no objective.
+  std::optional<double> SloWaitBudget(const sched::SchedRequest& request,
+                                      std::span<const uint64_t> key) const;
 
   std::shared_ptr<const EndpointTable> table() const { return table_.load(); }
   // The verdict of endpoint `id` at `now_s` (from published state; no scheduler lock).

@@ -199,6 +199,7 @@ struct PolicyReport {
   int64_t flow_shed = 0;     // rejected at admission (sheddable, band full)
   int64_t flow_expired = 0;  // left the queue past their TTL
   int64_t flow_affinity = 0; // released to the replica that freed because it held their prefix
+  int64_t flow_late = 0;     // moved behind the on-time ones: predicted to miss their TTFT objective
   // Router wait of every request flow control dispatched (0 when dispatched at once).
   double router_wait_mean_s = 0.0, router_wait_p99_s = 0.0;
   std::vector<TenantReport> tenants;  // empty without tenants

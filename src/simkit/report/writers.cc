@@ -170,6 +170,7 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.FieldInt("shed", p.flow_shed);
     w.FieldInt("expired", p.flow_expired);
     w.FieldInt("affinity", p.flow_affinity);
+    w.FieldInt("late", p.flow_late);
     w.Field("router_wait_mean_s", p.router_wait_mean_s);
     w.Field("router_wait_p99_s", p.router_wait_p99_s);
     w.Close('}');
@@ -270,9 +271,10 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
   std::string flow;
   for (const PolicyReport& p : policies) {
     if (!p.flow_enabled) continue;
-    flow += fmt::format("{} {}: {} queued, {} shed, {} expired, router wait mean {} p99 {}",
-                        flow.empty() ? "" : ";", p.policy, p.flow_queued, p.flow_shed,
-                        p.flow_expired, Ms(p.router_wait_mean_s), Ms(p.router_wait_p99_s));
+    flow += fmt::format(
+        "{} {}: {} queued, {} shed, {} expired, {} predicted to miss, router wait mean {} p99 {}",
+        flow.empty() ? "" : ";", p.policy, p.flow_queued, p.flow_shed, p.flow_expired,
+        p.flow_late, Ms(p.router_wait_mean_s), Ms(p.router_wait_p99_s));
   }
   if (!flow.empty()) out += "\nFlow control:" + flow + ".\n";
   std::string kv;

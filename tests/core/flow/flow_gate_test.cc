@@ -211,6 +211,81 @@ TEST_F(FlowGateTest, OnePumpReleasesAtMostTheDetectorsRoom) {
   EXPECT_EQ(gate.stats().bands.at(0).waiting_requests, 3u);
 }
 
+// Issue 24: with a TTFT objective (here the pool default, 300 ms, and a cold latency
+// model: the whole objective is the budget), a request that waited past it goes behind
+// one that can still meet it; without slo_aware, arrival order.
+TEST_F(FlowGateTest, ARequestPredictedToMissYieldsToOneThatCanStillMeetItsObjective) {
+  for (const bool slo_aware : {true, false}) {
+    SCOPED_TRACE(slo_aware);
+    routing::RoutingCore core;
+    routing::CoreOptions co;
+    co.scheduling.policy = "kvroute";
+    co.health.staleness_s = 100.0;
+    co.default_slo_ttft_s = 0.3;
+    ASSERT_TRUE(core.Configure(co, Endpoints(2), 0.0).ok());
+    now_ = 1.0;
+    core.OnScrape(0, test_support::ScrapedLoad("4.0", "6.0", "0.30", now_), now_);
+    core.OnScrape(1, test_support::ScrapedLoad("4.0", "6.0", "0.30", now_), now_);
+    flow::FlowOptions o;
+    o.slo_aware = slo_aware;
+    FlowGate gate(o, core, Clock());
+    Log log;
+    auto admit = [&](const std::string& name, char g) {
+      const std::string prompt = Prompt(g, 1);
+      flow::FlowRequest fr;
+      return gate.Admit(fr, std::make_shared<Waiter>(core, log, name, prompt), Req(prompt));
+    };
+    ASSERT_EQ(admit("x1", 'x').outcome, flow::AdmitOutcome::kQueued);  // late from 1.3
+    now_ = 1.4;
+    ASSERT_EQ(admit("y1", 'y').outcome, flow::AdmitOutcome::kQueued);  // late from 1.7
+    now_ = 1.5;
+    core.OnScrape(1, test_support::ScrapedLoad("4.0", "4.0", "0.30", now_), now_);  // room 1
+    gate.Pump();
+    ASSERT_EQ(log.dispatched.size(), 1u);
+    EXPECT_EQ(log.dispatched[0], slo_aware ? "y1@b" : "x1@b");
+    const flow::BandStats b = gate.stats().bands.at(0);
+    EXPECT_EQ(b.went_late, slo_aware ? 1u : 0u);
+    EXPECT_TRUE(log.expired.empty());
+  }
+}
+
+// A sheddable request whose predicted TTFT already reaches its objective is refused at
+// admission although the pool has room; one with time left goes at once. The core's model
+// learns a constant 200 ms TTFT first.
+TEST_F(FlowGateTest, ASheddableRequestPredictedToMissIsRefusedAtOnce) {
+  Scrape(0, "0.0", "0.10");
+  Scrape(1, "0.0", "0.10");
+  for (int i = 0; i < 40; ++i) {
+    now_ += 0.5;
+    const std::string p = Prompt(static_cast<char>('a' + i % 20), i);
+    routing::PickRequest pr;
+    pr.request = Req(p);
+    pr.dispatch_first = true;
+    routing::PickResult r = core_.Pick(pr, now_);
+    ASSERT_TRUE(r.ok());
+    core_.OnFirstToken(r.handle, now_ + 0.2);
+    core_.OnFinished(r.handle, r.ranked[0], 200, now_ + 0.4, 20);
+  }
+  ASSERT_GE(core_.latency_stats().ttft_samples, 40u);
+  now_ += 1.0;
+  Scrape(0, "0.0", "0.10");
+  Scrape(1, "0.0", "0.10");
+  FlowGate gate(flow::FlowOptions{}, core_, Clock());
+  auto admit = [&](int64_t priority, double slo_ttft_s) {
+    const std::string prompt = Prompt('s', 1);
+    sched::SchedRequest r = Req(prompt);
+    r.slo_ttft_s = slo_ttft_s;
+    flow::FlowRequest fr;
+    fr.priority = priority;
+    return gate.Admit(fr, std::make_shared<Waiter>(core_, log_, "s", prompt), r);
+  };
+  EXPECT_EQ(admit(-1, 0.1), (flow::AdmitResult{flow::AdmitOutcome::kRejected,
+                                               flow::RejectReason::kPredictedMiss}));
+  EXPECT_EQ(admit(-1, 0.5).outcome, flow::AdmitOutcome::kDispatchNow);
+  EXPECT_EQ(admit(-1, 0).outcome, flow::AdmitOutcome::kDispatchNow);  // no objective
+  EXPECT_EQ(admit(0, 0.1).outcome, flow::AdmitOutcome::kDispatchNow);  // not sheddable
+}
+
 TEST_F(FlowGateTest, ExpiryAndCancelCallTheRightWaiterOnce) {
   Scrape(0, "6.0");
   Scrape(1, "6.0");

@@ -626,6 +626,128 @@ TEST(FlowQueue, AdmissionStateKeepsTheReserveForBandsThatMayWait) {
   EXPECT_EQ(AdmissionState(o, 0, PoolState::kAvailable, 2), PoolState::kSaturated);
 }
 
+// Issue 24: flow control by predicted miss. `late_s` is when the request, still waiting,
+// is predicted to miss its TTFT objective.
+FlowRequest LateReq(RequestId id, double late_s, int64_t priority = 0, uint64_t flow = 0) {
+  FlowRequest r = Req(id, priority, flow);
+  r.late_s = late_s;
+  return r;
+}
+
+TEST(FlowQueue, ARequestPredictedToMissGoesBehindTheOnTimeOnesAndStillLeaves) {
+  FlowQueue q;
+  ASSERT_EQ(q.Admit(LateReq(1, 1.0), 0.0, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(LateReq(2, 5.0), 0.1, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(Req(3), 0.2, PoolState::kSaturated), kQueued);  // no objective
+  ASSERT_EQ(q.Admit(LateReq(4, 1.5), 0.3, PoolState::kSaturated), kQueued);
+  std::vector<Expired> out;
+  EXPECT_EQ(q.Expire(0.99, out), 0u);
+  EXPECT_EQ(BandOf(q.stats(), 0).went_late, 0u);
+  // At 1.0 request 1 goes late (not expired: it still waits); 4 is on time until 1.5.
+  EXPECT_EQ(q.Expire(1.0, out), 0u);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(q.size(), 4u);
+  EXPECT_EQ(BandOf(q.stats(), 0).went_late, 1u);
+  EXPECT_EQ(q.NextToDispatch(1.0)->id, 2u);
+  EXPECT_EQ(q.Expire(1.5, out), 0u);  // 4 goes late too, behind 1 (they keep their order)
+  EXPECT_EQ(Drain(q, 1.5), (std::vector<RequestId>{3, 1, 4}));
+  const BandStats b = BandOf(q.stats(), 0);
+  EXPECT_EQ(b.went_late, 2u);
+  EXPECT_EQ(b.dispatched_late, 2u);
+  EXPECT_EQ(b.dispatched, 4u);
+}
+
+TEST(FlowQueue, WithoutSloAwarenessLateSIsIgnored) {
+  FlowOptions o;
+  o.slo_aware = false;
+  FlowQueue q(o);
+  ASSERT_EQ(q.Admit(LateReq(1, 1.0), 0.0, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(LateReq(2, 5.0), 0.1, PoolState::kSaturated), kQueued);
+  std::vector<Expired> out;
+  q.Expire(2.0, out);
+  EXPECT_EQ(Drain(q, 2.0), (std::vector<RequestId>{1, 2}));
+  EXPECT_EQ(BandOf(q.stats(), 0).went_late, 0u);
+  // A sheddable request already predicted to miss is treated as any sheddable one.
+  EXPECT_EQ(q.Admit(LateReq(3, 2.0, -1), 2.0, PoolState::kAvailable), kNow);
+}
+
+TEST(FlowQueue, ARequestAlreadyLateWhenQueuedWaitsBehindAtOnce) {
+  FlowQueue q;
+  ASSERT_EQ(q.Admit(LateReq(1, 0.5), 0.5, PoolState::kSaturated), kQueued);  // no time left
+  ASSERT_EQ(q.Admit(LateReq(2, 9.0), 0.6, PoolState::kSaturated), kQueued);
+  EXPECT_EQ(BandOf(q.stats(), 0).went_late, 1u);
+  EXPECT_EQ(Drain(q, 0.7), (std::vector<RequestId>{2, 1}));
+  EXPECT_EQ(BandOf(q.stats(), 0).dispatched_late, 1u);
+}
+
+TEST(FlowQueue, ASheddableRequestPredictedToMissIsRefusedEvenWithRoom) {
+  FlowQueue q;
+  EXPECT_EQ(q.Admit(LateReq(1, 1.0, -1), 1.0, PoolState::kAvailable),
+            Rejected(RejectReason::kPredictedMiss));
+  EXPECT_EQ(q.Admit(LateReq(2, 1.2, -1), 1.0, PoolState::kAvailable), kNow);
+  // Time left, but it would have to wait: shed as before (sheddable requests never wait).
+  EXPECT_EQ(q.Admit(LateReq(3, 1.2, -1), 1.0, PoolState::kSaturated),
+            Rejected(RejectReason::kSheddable));
+  // Not sheddable: never refused for lateness.
+  EXPECT_EQ(q.Admit(LateReq(4, 0.5, 0), 1.0, PoolState::kAvailable), kNow);
+  const FlowStats s = q.stats();
+  EXPECT_EQ(s.rejected[static_cast<size_t>(RejectReason::kPredictedMiss)], 1u);
+  EXPECT_EQ(BandOf(s, -1).rejected[static_cast<size_t>(RejectReason::kPredictedMiss)], 1u);
+  EXPECT_EQ(RejectReasonName(RejectReason::kPredictedMiss), "predicted_miss");
+}
+
+TEST(FlowQueue, RoundRobinServesAFlowWithAnOnTimeRequestFirst) {
+  FlowQueue q;
+  // Flow 1 starts waiting first (its turn), but its only request goes late at 0.5.
+  ASSERT_EQ(q.Admit(LateReq(11, 0.5, 0, 1), 0.0, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(LateReq(21, 9.0, 0, 2), 0.1, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(LateReq(22, 9.0, 0, 2), 0.2, PoolState::kSaturated), kQueued);
+  std::vector<Expired> out;
+  q.Expire(1.0, out);
+  EXPECT_EQ(Drain(q, 1.0), (std::vector<RequestId>{21, 22, 11}));
+}
+
+TEST(FlowQueue, TheAffinityWindowHoldsOnlyOnTimeRequestsWhileAnyWait) {
+  FlowQueue q;
+  ASSERT_EQ(q.Admit(LateReq(1, 0.5), 0.0, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(LateReq(2, 9.0), 0.1, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(LateReq(3, 9.0), 0.2, PoolState::kSaturated), kQueued);
+  std::vector<Expired> out;
+  q.Expire(1.0, out);
+  FakeReplica r;
+  r.held = {{100, 9}, {300, 2}};  // holds the late request's prefix best
+  auto d = q.NextToDispatch(1.0, r);
+  EXPECT_EQ(d->id, 3u);
+  EXPECT_EQ(d->cause, DispatchCause::kAffinity);
+  EXPECT_EQ(r.calls, 2);  // 2 and 3 only
+  d = q.NextToDispatch(1.0, r);
+  EXPECT_EQ(d->id, 2u);
+  // Only the late one left: it goes, with its affinity.
+  d = q.NextToDispatch(1.0, r);
+  EXPECT_EQ(d->id, 1u);
+  EXPECT_EQ(d->held_blocks, 9u);
+  EXPECT_TRUE(q.Empty());
+}
+
+TEST(FlowQueue, CancelAndExpiryOfLateAndOnTimeRequestsLeaveNothingBehind) {
+  FlowOptions o;
+  o.default_ttl_s = 2.0;
+  FlowQueue q(o);
+  ASSERT_EQ(q.Admit(LateReq(1, 0.5), 0.0, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(LateReq(2, 0.5), 0.0, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(LateReq(3, 9.0), 0.0, PoolState::kSaturated), kQueued);  // TTL first
+  std::vector<Expired> out;
+  q.Expire(1.0, out);
+  EXPECT_TRUE(q.Cancel(1, 1.0));
+  EXPECT_TRUE(q.Cancel(3, 1.0));
+  EXPECT_EQ(q.Expire(2.0, out), 1u);  // 2, late, at its TTL
+  EXPECT_EQ(out, (std::vector<Expired>{{2, ExpireReason::kTtl}}));
+  EXPECT_TRUE(q.Empty());
+  // The queue is whole: a new on-time request is served normally.
+  ASSERT_EQ(q.Admit(LateReq(4, 9.0), 3.0, PoolState::kSaturated), kQueued);
+  EXPECT_EQ(Drain(q, 3.0), (std::vector<RequestId>{4}));
+}
+
 TEST(FlowQueue, ValidateNamesTheBadField) {
   EXPECT_TRUE(Validate(FlowOptions{}).ok());
   FlowOptions o;
@@ -666,6 +788,7 @@ TEST(FlowQueue, DefaultsFollowTheReferencePicker) {
   EXPECT_EQ(o.shed_below_priority, 0);
   EXPECT_EQ(o.fairness, Fairness::kRoundRobin);
   EXPECT_EQ(o.ordering, Ordering::kFcfs);
+  EXPECT_TRUE(o.slo_aware);
   EXPECT_EQ(RejectReasonName(RejectReason::kBandFullBytes), "band_full_bytes");
   EXPECT_EQ(ExpireReasonName(ExpireReason::kNoEndpointTtl), "no_endpoint_ttl");
 }

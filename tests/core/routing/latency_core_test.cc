@@ -128,6 +128,42 @@ TEST(LatencyCore, ObjectivesFromTheRequestOrThePoolDefaultCountViolations) {
   EXPECT_EQ(MetricSum(m, "llm_d_epp_request_slo_violation_total", {{"type", "tpot"}}), 1);
 }
 
+// Flow control's budget (issue 24): how long a request may still wait and meet its TTFT
+// objective is the objective minus the model's TTFT where it would go.
+TEST(LatencyCore, SloWaitBudgetIsTheObjectiveMinusThePredictedTtft) {
+  Fleet f;
+  for (uint32_t id = 0; id < 2; ++id) f.core.OnScrape(id, ScrapedLoad("4", "0", "0.2", 0), 0);
+  const std::string prompt(3000 * 4, 'x');  // 3,000 tokens
+  sched::SchedRequest req;
+  req.model = "m";
+  req.prompt = prompt;
+  // No objective (and no pool default): no budget.
+  EXPECT_EQ(f.core.SloWaitBudget(req, {}), std::nullopt);
+  // Cold model: the whole objective.
+  req.slo_ttft_s = 0.5;
+  ASSERT_TRUE(f.core.SloWaitBudget(req, {}).has_value());
+  EXPECT_DOUBLE_EQ(*f.core.SloWaitBudget(req, {}), 0.5);
+  double now = 0;
+  for (int i = 0; i < 200; ++i) {
+    now += 1.0;
+    f.Run(200 + (i * 397) % 4000, now);
+  }
+  // Trained: nothing held anywhere and nothing queued, so the lowest id (the fast one,
+  // 10 ms + 3,000 / 40k tokens/s = 85 ms).
+  EXPECT_NEAR(*f.core.SloWaitBudget(req, {}), 0.5 - Fleet::Ttft(0, 3000), 0.002);
+  // An objective the prediction already exceeds: no time left, never negative.
+  req.slo_ttft_s = 0.05;
+  EXPECT_EQ(*f.core.SloWaitBudget(req, {}), 0.0);
+  // The pool default stands in for a request without its own objective.
+  req.slo_ttft_s = 0;
+  CoreOptions o;
+  o.scheduling.policy = "round-robin";
+  o.health.staleness_s = 1e9;
+  o.default_slo_ttft_s = 1.0;
+  ASSERT_TRUE(f.core.Configure(o, {TestEndpoint("fast", 9100), TestEndpoint("slow", 9101)}, now).ok());
+  EXPECT_NEAR(*f.core.SloWaitBudget(req, {}), 1.0 - Fleet::Ttft(0, 3000), 0.002);
+}
+
 TEST(LatencyCore, EndpointsWithoutUsableSignalsTeachNothing) {
   Fleet f;  // never scraped: waiting, running and KV usage unknown
   for (int i = 0; i < 30; ++i) f.Run(500, i);
