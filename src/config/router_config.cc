@@ -491,7 +491,24 @@ class Loader {
                      if (e.stream_timeout_s <= 0) ev.Fail("must be > 0");
                    } else {
                      for (const ConfigNode& o : ev.Entries()) {
-                       e.objectives[o.key()] = o.Int(-1000000, 1000000);
+                       if (!o.IsMap()) {
+                         e.objectives[o.key()] = o.Int(-1000000, 1000000);
+                         continue;
+                       }
+                       // NAME: {priority: P, slo: {ttft: D, tpot: D}}
+                       int64_t priority = 0;
+                       o.ForEachKey({"priority", "slo"}, [&](const std::string& k,
+                                                             const ConfigNode& ov) {
+                         if (k == "priority") {
+                           priority = ov.Int(-1000000, 1000000);
+                         } else {
+                           SloConfig slo;
+                           LoadSlo(ov, slo);
+                           if (slo.ttft_s < 0 || slo.tpot_s < 0) ov.Fail("must be >= 0");
+                           e.objective_slos[o.key()] = slo;
+                         }
+                       });
+                       e.objectives[o.key()] = priority;
                      }
                    }
                  });

@@ -102,7 +102,9 @@
 //                                 #   x-gateway-destination-endpoint (0..7)
 //     stream_timeout: 60s         # an ext_proc stream open longer is ended (never hangs)
 //     objectives: {batch: -1}     # InferenceObjective name -> priority (default 0);
-//                                 #   below 0 is sheddable: 429 when the pool is saturated
+//                                 #   below 0 is sheddable: 429 when the pool is saturated;
+//                                 #   or NAME: {priority: 0, slo: {ttft: 500ms, tpot: 40ms}}
+//                                 #   for the objective's latency objectives (issue 24)
 //   flow:                         # flow control (`kvroute serve`; core/flow/flow_queue.h):
 //                                 #   requests wait at the router while the pool is
 //                                 #   saturated, bound to an endpoint when capacity frees
@@ -270,14 +272,25 @@ struct OutlierConfig {
   double max_ejection_percent = 50.0;
 };
 
+// scheduling.slo: the latency objectives of requests that state none (issue 24); also an
+// objective's own (epp.objectives NAME: {slo: ...}).
+struct SloConfig {
+  double ttft_s = 0.0;  // 0: none
+  double tpot_s = 0.0;
+  bool operator==(const SloConfig&) const = default;
+};
+
 // `kvroute epp`'s own settings (the `epp:` section); `kvroute serve` reads only
-// `objectives`, for flow control's priority bands.
+// `objectives` and `objective_slos`.
 enum class EppBodyMode { kFullDuplexStreamed, kStreamed, kBuffered };
 struct EppConfig {
   EppBodyMode body_mode = EppBodyMode::kFullDuplexStreamed;
   int fallbacks = 2;  // 0..7
   double stream_timeout_s = 60.0;
   std::map<std::string, int64_t, std::less<>> objectives;  // name -> priority
+  // name -> latency objectives (`NAME: {priority: P, slo: {ttft: 500ms, tpot: 40ms}}`): for
+  // a request naming the objective and stating none in its headers (before scheduling.slo).
+  std::map<std::string, SloConfig, std::less<>> objective_slos;
 };
 
 // Flow control (the `flow:` section), off unless enabled. `options` passed flow::Validate.
@@ -296,11 +309,6 @@ struct LocalityConfig {
   bool measure_rtt = true;
 };
 
-// scheduling.slo: the latency objectives of requests that state none (issue 24).
-struct SloConfig {
-  double ttft_s = 0.0;  // 0: none
-  double tpot_s = 0.0;
-};
 
 struct RouterConfig {
   std::string listen = "0.0.0.0:8080";

@@ -56,6 +56,9 @@ std::shared_ptr<const extproc::ExchangeSettings> SettingsFrom(const config::Rout
   s->max_body_bytes = cfg.limits.max_body_bytes;
   s->objectives = configured;
   for (const auto& [name, priority] : cluster) s->objectives[name] = priority;
+  for (const auto& [name, slo] : cfg.epp.objective_slos) {
+    s->objective_slos[name] = {slo.ttft_s, slo.tpot_s};
+  }
   return s;
 }
 

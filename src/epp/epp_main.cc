@@ -28,10 +28,13 @@ Keys the picker reads:
     fallbacks: 2                # endpoints after the winner in the header (0..7)
     stream_timeout: 60s         # an ext_proc stream open longer is ended
                                 #   (DEADLINE_EXCEEDED; its request is finished)
-    objectives: {batch: -1}     # x-gateway-inference-objective /
-                                #   x-llm-d-inference-objective name -> priority; unknown
+    objectives:                 # x-gateway-inference-objective /
+      batch: -1                 #   x-llm-d-inference-objective name -> priority; unknown
                                 #   or absent: 0. Below 0 is sheddable: 429 while every
                                 #   ready endpoint is saturated (waiting >= 5 or KV >= 0.8)
+      chat: {priority: 0, slo: {ttft: 500ms, tpot: 40ms}}
+                                # an objective's own latency objectives: for its requests
+                                #   without x-llm-d-slo-* headers (before scheduling.slo)
   flow:                         # flow control, as for serve (off by default; read at start):
     enabled: true               #   a stream reaching its pick while every ready endpoint
                                 #   is saturated waits, its answer held back, and is picked

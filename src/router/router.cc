@@ -96,6 +96,9 @@ struct FrontSettings {
   // Flow control: objective name -> priority (epp.objectives; InferenceObjectives from
   // Kubernetes win), and the header naming a request's flow (empty: the objective's).
   std::map<std::string, int64_t, std::less<>> objectives;
+  // An objective's latency objectives (epp.objectives NAME: {slo: ...}), for requests that
+  // name it and state none in their headers.
+  std::map<std::string, config::SloConfig, std::less<>> objective_slos;
   std::string flow_header;
   // "x-kvroute-endpoint: <name>" per endpoint id of the table `version`, built once so a
   // response costs no allocation for it.
@@ -142,6 +145,7 @@ struct Router::Impl {
     fs->max_attempts = static_cast<std::size_t>(std::max(1, cfg.retries.max_attempts));
     fs->allow_routing_headers = cfg.allow_routing_headers;
     fs->objectives = cfg.epp.objectives;
+    fs->objective_slos = cfg.epp.objective_slos;
     fs->flow_header = cfg.flow.flow_header;
     if (started_listen && cfg.flow.enabled != (flow_gate != nullptr)) {
       Log("flow.enabled change needs a restart; ignored");
@@ -658,6 +662,20 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
     ex->Respond(slo_error->status, api::ErrorBody(*slo_error));
     core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, slo_error->status, Now());
     return;
+  }
+  // What the headers leave unstated, the named objective's own objectives give (the pool
+  // default, scheduling.slo, fills in what is still missing, in the core).
+  if (!fs->objective_slos.empty() &&
+      (parsed.request->slo_ttft_s <= 0 || parsed.request->slo_tpot_s <= 0)) {
+    for (std::string_view h : kObjectiveHeaders) {
+      const std::string_view objective = HeaderValue(req, h);
+      if (objective.empty()) continue;
+      if (auto it = fs->objective_slos.find(objective); it != fs->objective_slos.end()) {
+        if (parsed.request->slo_ttft_s <= 0) parsed.request->slo_ttft_s = it->second.ttft_s;
+        if (parsed.request->slo_tpot_s <= 0) parsed.request->slo_tpot_s = it->second.tpot_s;
+      }
+      break;
+    }
   }
   if (!core().kv_events_active()) return Route(std::move(ex), std::move(fs), *parsed.request);
   // Precise prefix routing: the prompt's token ids from the engines' tokenizer (a ready

@@ -81,8 +81,11 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     body_mode: full_duplex_streamed   # | streamed | buffered, when Envoy sends none
     fallbacks: 2                # endpoints after the winner in the pick header
     stream_timeout: 60s         # an ext_proc stream open longer is ended
-    objectives: {batch: -1}     # objective -> priority; below 0 is shed (429) when saturated
-                                #   (in serve: flow control's bands, with flow.enabled)
+    objectives:                 # objective -> priority; below 0 is shed (429) when saturated
+      batch: -1                 #   (in serve: flow control's bands, with flow.enabled)
+      chat: {priority: 0, slo: {ttft: 500ms, tpot: 40ms}}
+                                # an objective's own latency objectives: for its requests
+                                #   without x-llm-d-slo-* headers (before scheduling.slo)
   flow:                         # flow control, read at start: while the pool is saturated
     enabled: false              #   (every ready endpoint at >= 5 waiting or >= 80% KV, or
     max_requests: 5000          #   none ready) requests wait here, not in the engines, and

@@ -26,6 +26,7 @@ TEST(EppConfigTest, ReadsEveryKey) {
   EXPECT_DOUBLE_EQ(r.value->epp.stream_timeout_s, 0.5);
   EXPECT_EQ(r.value->epp.objectives.at("batch"), -1);
   EXPECT_EQ(r.value->epp.objectives.at("chat"), 10);
+  EXPECT_TRUE(r.value->epp.objective_slos.empty());
   r = ParseRouterConfig("epp: {body_mode: streamed}\n", "t.yaml");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.value->epp.body_mode, EppBodyMode::kStreamed);
@@ -43,6 +44,31 @@ TEST(EppConfigTest, ErrorsNameFileLineAndField) {
   EXPECT_NE(error("epp:\n  stream_timeout: -1s\n").find("epp.stream_timeout"), std::string::npos);
   EXPECT_NE(error("epp:\n  objectives: {a: x}\n").find("epp.objectives.a"), std::string::npos);
   EXPECT_NE(error("epp:\n  fallback: 1\n").find("did you mean 'fallbacks'"), std::string::npos);
+  EXPECT_NE(error("epp:\n  objectives:\n    chat: {slo: {ttfb: 1s}}\n").find("t.yaml:3"),
+            std::string::npos);
+  EXPECT_NE(error("epp:\n  objectives:\n    chat: {slo: {ttfb: 1s}}\n").find("did you mean 'ttft'"),
+            std::string::npos);
+  EXPECT_NE(error("epp:\n  objectives:\n    chat: {priority: high}\n").find("epp.objectives.chat.priority"),
+            std::string::npos);
+  EXPECT_NE(error("epp:\n  objectives:\n    chat: {slo: {ttft: soon}}\n").find("epp.objectives.chat.slo.ttft"),
+            std::string::npos);
+}
+
+// An objective with its own latency objectives (issue 24): `NAME: {priority, slo}`.
+TEST(EppConfigTest, ObjectivesMayCarryTheirOwnSlo) {
+  ConfigOr<RouterConfig> r = ParseRouterConfig(
+      "epp:\n  objectives:\n    batch: -1\n    chat: {priority: 10, slo: {ttft: 500ms, tpot: 40ms}}\n"
+      "    voice: {slo: {ttft: 200ms}}\n",
+      "t.yaml");
+  ASSERT_TRUE(r.ok()) << r.error.ToString();
+  const EppConfig& e = r.value->epp;
+  EXPECT_EQ(e.objectives.size(), 3u);
+  EXPECT_EQ(e.objectives.at("batch"), -1);
+  EXPECT_EQ(e.objectives.at("chat"), 10);
+  EXPECT_EQ(e.objectives.at("voice"), 0);  // priority defaults to 0
+  ASSERT_EQ(e.objective_slos.size(), 2u);
+  EXPECT_EQ(e.objective_slos.at("chat"), (SloConfig{0.5, 0.04}));
+  EXPECT_EQ(e.objective_slos.at("voice"), (SloConfig{0.2, 0.0}));
 }
 
 }  // namespace

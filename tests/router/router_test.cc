@@ -179,6 +179,40 @@ TEST_F(RouterTest, SloHeadersAreCountedAndBadOnesRefused) {
   EXPECT_NE(bad->body.find("\"type\":\"BadRequestError\""), std::string::npos) << bad->body;
 }
 
+// An objective's own latency objectives (epp.objectives NAME: {slo: ...}) apply to a
+// request naming it that states none in its headers; a header still wins.
+TEST_F(RouterTest, AnObjectivesSloAppliesWhereTheHeadersStateNone) {
+  StartFleet({Replica()});
+  StartRouter(Yaml(FleetEndpoints(),
+                   "epp:\n  objectives:\n    strict: {priority: 2, slo: {ttft: 1us}}\n"
+                   "    relaxed: {slo: {ttft: 60s, tpot: 60s}}\n    batch: -1\n"));
+  WaitReady();
+  auto strict = Post(CompletionBody("obj one", 3, true), {{"x-llm-d-inference-objective", "strict"}});
+  ASSERT_TRUE(strict && strict->status == 200);
+  auto relaxed =
+      Post(CompletionBody("obj two", 3, true), {{"x-gateway-inference-objective", "relaxed"}});
+  ASSERT_TRUE(relaxed && relaxed->status == 200);
+  // The header's 60 s wins over strict's 1 us.
+  auto header = Post(CompletionBody("obj three", 3, true),
+                     {{"x-llm-d-inference-objective", "strict"}, {"x-llm-d-slo-ttft-ms", "60000"}});
+  ASSERT_TRUE(header && header->status == 200);
+  // An objective without one (and an unknown objective): no objective, nothing counted.
+  auto none = Post(CompletionBody("obj four", 3, true), {{"x-llm-d-inference-objective", "batch"}});
+  ASSERT_TRUE(none && none->status == 200);
+  auto unknown = Post(CompletionBody("obj five", 3, true), {{"x-llm-d-inference-objective", "x"}});
+  ASSERT_TRUE(unknown && unknown->status == 200);
+  std::string m;
+  ASSERT_TRUE(WaitFor([&] {
+    return MetricSum(m = RouterMetrics(), "kvroute_requests_total") == 5;
+  })) << m;
+  ASSERT_TRUE(WaitFor([&] {
+    return MetricSum(m = RouterMetrics(), "kvroute_slo_requests_total", {{"type", "ttft"}}) == 3;
+  })) << m;
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "ttft"}}), 1);  // strict
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_requests_total", {{"type", "tpot"}}), 1);    // relaxed
+  EXPECT_EQ(MetricSum(m, "kvroute_slo_violations_total", {{"type", "tpot"}}), 0);
+}
+
 TEST_F(RouterTest, StreamsChunkByChunkAndCancelsOnDisconnect) {
   // ~6 ms per token in real time: 400 tokens would take ~2.4 s.
   StartFleet({Replica(/*time_scale=*/1.0)});

@@ -20,7 +20,7 @@ flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<Fl
   // The verdict before the lock (Load may fold in scrapes); a sheddable request's keeps
   // the reserve free for the bands that may wait.
   const routing::RoutingCore::PoolLoad load = core_.Load(now);
-  const flow::PoolState state =
+  flow::PoolState state =
       flow::AdmissionState(options_, request.priority, PoolStateOf(load), load.max_room);
   // The chain of a request that will probably wait, hashed outside the lock; an admission
   // into an idle pool skips it.
@@ -32,7 +32,14 @@ flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<Fl
     // (a sheddable request is refused if that is already now).
     if (options_.slo_aware && !request.late_s) {
       if (const auto budget = core_.SloWaitBudget(sched_request, key)) {
-        request.late_s = now + *budget;
+        request.late_s = now + budget->wait_s;
+        // Predicted to meet its objective where it would go: the engines' queue is no
+        // reason to wait, whatever the detector's fixed thresholds say (a sheddable
+        // request still keeps the reserve free for the bands that may wait).
+        if (!sheddable && budget->predicted && budget->wait_s > 0 &&
+            state == flow::PoolState::kSaturated && load.ready > 0) {
+          state = flow::PoolState::kAvailable;
+        }
       }
     }
   }

@@ -1391,7 +1391,7 @@ std::size_t RoutingCore::HeldBlocks(std::span<const uint64_t> key, uint32_t endp
   return sched_->scheduler == nullptr ? 0 : sched_->scheduler->HeldBlocks(key, endpoint_id);
 }
 
-std::optional<double> RoutingCore::SloWaitBudget(const sched::SchedRequest& request,
+std::optional<RoutingCore::SloBudget> RoutingCore::SloWaitBudget(const sched::SchedRequest& request,
                                                  std::span<const uint64_t> key) const {
   std::shared_lock<RwSpinLock> lock(sched_mu_);
   const SchedState& s = *sched_;
@@ -1419,13 +1419,17 @@ std::optional<double> RoutingCore::SloWaitBudget(const sched::SchedRequest& requ
     }
   }
   double predicted = 0.0;
+  bool known = false;
   if (best != kNoEndpoint) {
     const double cached = key.empty() ? 0.0 : static_cast<double>(best_held) / key.size();
     const auto p = s.latency.PredictTtft(
         sched::LatencyTrainer::DispatchOf(request, s.states[best], cached));
-    if (p && std::isfinite(*p) && *p > 0) predicted = *p;
+    if (p && std::isfinite(*p) && *p >= 0) {
+      predicted = *p;
+      known = true;
+    }
   }
-  return std::max(0.0, objective - predicted);
+  return SloBudget{std::max(0.0, objective - predicted), known};
 }
 
 // ---- observability ----

@@ -329,8 +329,12 @@ class RoutingCore {
   // on the ready endpoint holding most of its chain (ties: the fewest requests queued by
   // the router), in that endpoint's present state; the objective alone when the model has
   // no prediction. nullopt when the request has no objective.
-  std::optional<double> SloWaitBudget(const sched::SchedRequest& request,
-                                      std::span<const uint64_t> key) const;
+  struct SloBudget {
+    double wait_s = 0.0;     // >= 0
+    bool predicted = false;  // the model predicted (else wait_s is the whole objective)
+  };
+  std::optional<SloBudget> SloWaitBudget(const sched::SchedRequest& request,
+                                         std::span<const uint64_t> key) const;
 
   std::shared_ptr<const EndpointTable> table() const { return table_.load(); }
   // The verdict of endpoint `id` at `now_s` (from published state; no scheduler lock).

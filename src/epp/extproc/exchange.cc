@@ -296,6 +296,14 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
                                       slo_headers_[3], &*parsed_.request)) {
       return FailParsed(e->status, api::ErrorBody(*e), out);
     }
+    // What the headers leave unstated, the named objective gives (then scheduling.slo).
+    if (!objective_.empty()) {
+      if (auto it = settings_->objective_slos.find(objective_);
+          it != settings_->objective_slos.end()) {
+        if (parsed_.request->slo_ttft_s <= 0) parsed_.request->slo_ttft_s = it->second.first;
+        if (parsed_.request->slo_tpot_s <= 0) parsed_.request->slo_tpot_s = it->second.second;
+      }
+    }
     sr_ = sched::FromParsed(*parsed_.request);
     kind_ = kind;
     awaiting_tokens_ = env_.want_token_ids && env_.want_token_ids();

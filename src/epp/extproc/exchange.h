@@ -127,6 +127,9 @@ struct ExchangeSettings {
   std::size_t fallbacks = 2;                           // after the winner, in the header
   uint64_t max_body_bytes = 16ull << 20;
   std::map<std::string, int64_t, std::less<>> objectives;  // objective name -> priority
+  // An objective's latency objectives in seconds (TTFT, TPOT; 0: none), for a request that
+  // names it and states none in its SLO headers (epp.objectives NAME: {slo: ...}).
+  std::map<std::string, std::pair<double, double>, std::less<>> objective_slos;
   // Hold the pick for the caller (flow control) instead of picking at once; see above.
   bool defer_pick = false;
   // The request header naming its flow (flow.flow_header, lower case); empty: the

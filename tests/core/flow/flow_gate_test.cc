@@ -118,6 +118,26 @@ class FlowGateTest : public ::testing::Test {
     Scrape(1, "4.0");
   }
 
+  // Teaches the core's latency model a constant TTFT (40 requests, engines reporting
+  // `waiting` queued), then moves the clock on a second.
+  void TrainConstantTtft(double ttft_s, const std::string& waiting = "0.0") {
+    Scrape(0, waiting, "0.10");
+    Scrape(1, waiting, "0.10");
+    for (int i = 0; i < 40; ++i) {
+      now_ += 0.5;
+      const std::string p = Prompt(static_cast<char>('a' + i % 20), i);
+      routing::PickRequest pr;
+      pr.request = Req(p);
+      pr.dispatch_first = true;
+      routing::PickResult r = core_.Pick(pr, now_);
+      ASSERT_TRUE(r.ok());
+      core_.OnFirstToken(r.handle, now_ + ttft_s);
+      core_.OnFinished(r.handle, r.ranked[0], 200, now_ + 2 * ttft_s, 20);
+    }
+    ASSERT_GE(core_.latency_stats().ttft_samples, 40u);
+    now_ += 1.0;
+  }
+
   std::function<double()> Clock() {
     return [this] { return now_; };
   }
@@ -253,21 +273,7 @@ TEST_F(FlowGateTest, ARequestPredictedToMissYieldsToOneThatCanStillMeetItsObject
 // admission although the pool has room; one with time left goes at once. The core's model
 // learns a constant 200 ms TTFT first.
 TEST_F(FlowGateTest, ASheddableRequestPredictedToMissIsRefusedAtOnce) {
-  Scrape(0, "0.0", "0.10");
-  Scrape(1, "0.0", "0.10");
-  for (int i = 0; i < 40; ++i) {
-    now_ += 0.5;
-    const std::string p = Prompt(static_cast<char>('a' + i % 20), i);
-    routing::PickRequest pr;
-    pr.request = Req(p);
-    pr.dispatch_first = true;
-    routing::PickResult r = core_.Pick(pr, now_);
-    ASSERT_TRUE(r.ok());
-    core_.OnFirstToken(r.handle, now_ + 0.2);
-    core_.OnFinished(r.handle, r.ranked[0], 200, now_ + 0.4, 20);
-  }
-  ASSERT_GE(core_.latency_stats().ttft_samples, 40u);
-  now_ += 1.0;
+  TrainConstantTtft(0.2);
   Scrape(0, "0.0", "0.10");
   Scrape(1, "0.0", "0.10");
   FlowGate gate(flow::FlowOptions{}, core_, Clock());
@@ -284,6 +290,42 @@ TEST_F(FlowGateTest, ASheddableRequestPredictedToMissIsRefusedAtOnce) {
   EXPECT_EQ(admit(-1, 0.5).outcome, flow::AdmitOutcome::kDispatchNow);
   EXPECT_EQ(admit(-1, 0).outcome, flow::AdmitOutcome::kDispatchNow);  // no objective
   EXPECT_EQ(admit(0, 0.1).outcome, flow::AdmitOutcome::kDispatchNow);  // not sheddable
+}
+
+// The detector's fixed thresholds are no reason to wait when the model predicts the
+// request meets its objective where it would go: both replicas report 6 waiting, and a
+// request with a 500 ms objective (predicted 200 ms) goes at once; one with 100 ms waits.
+// A sheddable request is still shed while saturated.
+TEST_F(FlowGateTest, ARequestPredictedToMeetItsObjectiveGoesDespiteTheDetector) {
+  TrainConstantTtft(0.2, "6.0");  // learned in the queued regime
+  Scrape(0, "6.0");
+  Scrape(1, "6.0");
+  ASSERT_TRUE(core_.Load(now_).saturated_pool());
+  FlowGate gate(flow::FlowOptions{}, core_, Clock());
+  auto admit = [&](int64_t priority, double slo_ttft_s) {
+    const std::string prompt = Prompt('q', 1);
+    sched::SchedRequest r = Req(prompt);
+    r.slo_ttft_s = slo_ttft_s;
+    flow::FlowRequest fr;
+    fr.priority = priority;
+    return gate.Admit(fr, std::make_shared<Waiter>(core_, log_, "q", prompt), r);
+  };
+  EXPECT_EQ(admit(0, 0.5).outcome, flow::AdmitOutcome::kDispatchNow);
+  EXPECT_EQ(admit(-1, 0.5), (flow::AdmitResult{flow::AdmitOutcome::kRejected,
+                                               flow::RejectReason::kSheddable}));
+  EXPECT_EQ(admit(0, 0.1).outcome, flow::AdmitOutcome::kQueued);
+  // Something now waits in the band: the next one queues behind it, predicted fine or not.
+  EXPECT_EQ(admit(0, 0.5).outcome, flow::AdmitOutcome::kQueued);
+  // Without slo_aware the detector decides alone.
+  flow::FlowOptions off;
+  off.slo_aware = false;
+  FlowGate plain(off, core_, Clock());
+  const std::string prompt = Prompt('q', 2);
+  sched::SchedRequest r = Req(prompt);
+  r.slo_ttft_s = 0.5;
+  flow::FlowRequest fr;
+  EXPECT_EQ(plain.Admit(fr, std::make_shared<Waiter>(core_, log_, "p", prompt), r).outcome,
+            flow::AdmitOutcome::kQueued);
 }
 
 TEST_F(FlowGateTest, ExpiryAndCancelCallTheRightWaiterOnce) {

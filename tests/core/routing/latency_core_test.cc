@@ -142,7 +142,8 @@ TEST(LatencyCore, SloWaitBudgetIsTheObjectiveMinusThePredictedTtft) {
   // Cold model: the whole objective.
   req.slo_ttft_s = 0.5;
   ASSERT_TRUE(f.core.SloWaitBudget(req, {}).has_value());
-  EXPECT_DOUBLE_EQ(*f.core.SloWaitBudget(req, {}), 0.5);
+  EXPECT_DOUBLE_EQ(f.core.SloWaitBudget(req, {})->wait_s, 0.5);
+  EXPECT_FALSE(f.core.SloWaitBudget(req, {})->predicted);
   double now = 0;
   for (int i = 0; i < 200; ++i) {
     now += 1.0;
@@ -150,10 +151,11 @@ TEST(LatencyCore, SloWaitBudgetIsTheObjectiveMinusThePredictedTtft) {
   }
   // Trained: nothing held anywhere and nothing queued, so the lowest id (the fast one,
   // 10 ms + 3,000 / 40k tokens/s = 85 ms).
-  EXPECT_NEAR(*f.core.SloWaitBudget(req, {}), 0.5 - Fleet::Ttft(0, 3000), 0.002);
+  EXPECT_NEAR(f.core.SloWaitBudget(req, {})->wait_s, 0.5 - Fleet::Ttft(0, 3000), 0.002);
+  EXPECT_TRUE(f.core.SloWaitBudget(req, {})->predicted);
   // An objective the prediction already exceeds: no time left, never negative.
   req.slo_ttft_s = 0.05;
-  EXPECT_EQ(*f.core.SloWaitBudget(req, {}), 0.0);
+  EXPECT_EQ(f.core.SloWaitBudget(req, {})->wait_s, 0.0);
   // The pool default stands in for a request without its own objective.
   req.slo_ttft_s = 0;
   CoreOptions o;
@@ -161,7 +163,7 @@ TEST(LatencyCore, SloWaitBudgetIsTheObjectiveMinusThePredictedTtft) {
   o.health.staleness_s = 1e9;
   o.default_slo_ttft_s = 1.0;
   ASSERT_TRUE(f.core.Configure(o, {TestEndpoint("fast", 9100), TestEndpoint("slow", 9101)}, now).ok());
-  EXPECT_NEAR(*f.core.SloWaitBudget(req, {}), 1.0 - Fleet::Ttft(0, 3000), 0.002);
+  EXPECT_NEAR(f.core.SloWaitBudget(req, {})->wait_s, 1.0 - Fleet::Ttft(0, 3000), 0.002);
 }
 
 TEST(LatencyCore, EndpointsWithoutUsableSignalsTeachNothing) {

@@ -589,6 +589,36 @@ TEST_F(ExchangeTest, StreamedChoiceChunksGiveTheTpotObservation) {
   EXPECT_EQ(st.tpot_slo.violated, 1u);
 }
 
+// An objective's own TPOT objective (epp.objectives NAME: {slo: ...}) applies when the
+// request names the objective and states none: the same stream as above, violated.
+TEST_F(ExchangeTest, AnObjectivesSloAppliesWhereTheHeadersStateNone) {
+  settings_->objective_slos["chat"] = {0.0, 0.02};
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetProtocol(h, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED);
+  AddHeader(h.mutable_request_headers(), "x-llm-d-inference-objective", "chat");
+  Feed(*ex, h);
+  Feed(*ex, Body("{\"model\":\"test/model\",\"prompt\":\"obj\",\"max_tokens\":3,\"stream\":true}", true));
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "200");
+  Feed(*ex, rh);
+  const std::string chunk = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n";
+  pb::ProcessingRequest b1;
+  b1.mutable_response_body()->set_body(chunk);
+  now_ += 0.01;
+  Feed(*ex, b1);
+  pb::ProcessingRequest b2;
+  b2.mutable_response_body()->set_body(chunk + chunk + "data: [DONE]\n\n");
+  b2.mutable_response_body()->set_end_of_stream(true);
+  now_ += 0.1;
+  Feed(*ex, b2);
+  ASSERT_TRUE(ex->finished());
+  const routing::LatencyStats st = core_.latency_stats();
+  EXPECT_EQ(st.tpot_slo.observed, 1u);
+  EXPECT_EQ(st.tpot_slo.violated, 1u);
+  EXPECT_EQ(st.ttft_slo.observed, 0u);  // chat states no TTFT objective
+}
+
 TEST_F(ExchangeTest, ServedEndpointFromMetadataAndStreamedResponseBodies) {
   auto ex = New();
   pb::ProcessingRequest h = Headers("/v1/completions");
