@@ -519,7 +519,7 @@ class Loader {
     std::map<std::string, int, std::less<>> lines;  // key -> line, to place Validate's verdict
     v.ForEachKey({"enabled", "max_requests", "max_bytes", "ttl", "no_endpoint_ttl", "fairness",
                   "ordering", "flow_header", "affinity_window", "max_affinity_skips",
-                  "sheddable_reserve", "slo_aware"},
+                  "sheddable_reserve", "slo_aware", "slo_admit_fraction"},
                  [&](const std::string& key, const ConfigNode& fv) {
                    lines[key] = fv.line();
                    if (key == "enabled") {
@@ -551,6 +551,8 @@ class Loader {
                      o.sheddable_reserve = fv.Int(0, 4);
                    } else if (key == "slo_aware") {
                      o.slo_aware = fv.Bool();
+                   } else if (key == "slo_admit_fraction") {
+                     o.slo_admit_fraction = Fraction(fv);
                    } else {
                      o.max_affinity_skips = static_cast<uint32_t>(fv.Int(0, 1000000));
                    }

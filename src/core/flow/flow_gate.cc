@@ -33,10 +33,13 @@ flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<Fl
     if (options_.slo_aware && !request.late_s) {
       if (const auto budget = core_.SloWaitBudget(sched_request, key)) {
         request.late_s = now + budget->wait_s;
-        // Predicted to meet its objective where it would go: the engines' queue is no
-        // reason to wait, whatever the detector's fixed thresholds say (a sheddable
-        // request still keeps the reserve free for the bands that may wait).
-        if (!sheddable && budget->predicted && budget->wait_s > 0 &&
+        // Predicted to meet its objective where it would go, with room (its predicted
+        // TTFT within slo_admit_fraction of the objective: the model errs most in
+        // bursts): the engines' queue is no reason to wait, whatever the detector's fixed
+        // thresholds say. A sheddable request still keeps the reserve free for the bands
+        // that may wait.
+        if (!sheddable && budget->predicted && budget->objective_s > 0 &&
+            budget->objective_s - budget->wait_s <= options_.slo_admit_fraction * budget->objective_s &&
             state == flow::PoolState::kSaturated && load.ready > 0) {
           state = flow::PoolState::kAvailable;
         }

@@ -45,6 +45,9 @@ Status Validate(const FlowOptions& o) {
                                    std::to_string(kMaxAffinityWindow));
   }
   if (o.max_bands < 1) return Status::InvalidArgument("max_bands must be at least 1");
+  if (!(o.slo_admit_fraction >= 0.0 && o.slo_admit_fraction <= 1.0)) {
+    return Status::InvalidArgument("slo_admit_fraction must be in 0..1");
+  }
   if (o.sheddable_reserve < 0 || o.sheddable_reserve > 4) {
     return Status::InvalidArgument("sheddable_reserve must be in 0..4");
   }

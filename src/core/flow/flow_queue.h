@@ -131,6 +131,10 @@ struct FlowOptions {
   // Order by predicted miss (FlowRequest::late_s, see the header comment); off: late_s is
   // ignored.
   bool slo_aware = true;
+  // FlowGate (with slo_aware): a non-sheddable request whose predicted TTFT is at most this
+  // share of its objective goes at once although the saturation detector says wait (0:
+  // the detector alone decides). In 0..1.
+  double slo_admit_fraction = 0.5;
 };
 
 // Ok, or InvalidArgument naming the first bad field: bounds >= 1, TTLs > 0 and finite,

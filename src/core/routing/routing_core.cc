@@ -1429,7 +1429,7 @@ std::optional<RoutingCore::SloBudget> RoutingCore::SloWaitBudget(const sched::Sc
       known = true;
     }
   }
-  return SloBudget{std::max(0.0, objective - predicted), known};
+  return SloBudget{std::max(0.0, objective - predicted), known, objective};
 }
 
 // ---- observability ----

@@ -332,6 +332,7 @@ class RoutingCore {
   struct SloBudget {
     double wait_s = 0.0;     // >= 0
     bool predicted = false;  // the model predicted (else wait_s is the whole objective)
+    double objective_s = 0.0;  // the objective it was computed from
   };
   std::optional<SloBudget> SloWaitBudget(const sched::SchedRequest& request,
                                          std::span<const uint64_t> key) const;
