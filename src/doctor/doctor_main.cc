@@ -40,7 +40,7 @@ void OnSignal(int) { g_stop.store(true); }
 // drift from what Diagnose applies.
 std::string RulesText() {
   const DoctorOptions d;
-  char buf[4608];
+  char buf[5632];
   std::snprintf(
       buf, sizeof buf,
       "Rules (defaults; docs/DOCTOR.md explains each and its remedy):\n"
@@ -67,13 +67,21 @@ std::string RulesText() {
       "                      the replica computed >= %g block(s) of prompt tokens there\n"
       "  kv-events-block-size  BlockStored block_size differs from cache_config_info's, or\n"
       "                      is not a multiple of pool.kv_events.block_size\n"
+      "With --router (a kvroute serve/epp /metrics):\n"
+      "  latency-model-inaccurate  the router's TTFT or TPOT predictions off by more than\n"
+      "                      %.0f%% on average over >= %.0f scored predictions in the window\n"
+      "  slo-missed          more than %.0f%% of >= %.0f requests with an objective missed it\n"
+      "                      (routing)\n"
+      "  router-unreadable   --router answered without kvroute's latency series, or not at all\n"
       "Counters and histograms are read as rates over the window (hit rate from the\n"
       "prefix-cache query/hit counters, new and old names, else the old hit-rate gauge;\n"
       "TTFT p50/p99 from the histogram buckets); a counter that goes down inside the window\n"
       "(a restart) makes that rate unknown, and a rule never fires on unknown figures.\n",
       100 * d.low_hit_rate, d.min_queried_tokens, 100 * d.lopsided_share, d.queue_busy,
       100 * d.kv_hot, d.queue_idle, d.queue_idle, 100 * d.kv_cold, 100 * d.kv_spread, d.queue_busy,
-      d.queue_idle, d.preemptions_per_s, d.event_min_blocks, d.event_min_blocks);
+      d.queue_idle, d.preemptions_per_s, d.event_min_blocks, d.event_min_blocks,
+      100 * d.latency_max_mape, d.latency_min_predictions, 100 * d.slo_max_violation,
+      d.slo_min_requests);
   return buf;
 }
 
@@ -362,7 +370,7 @@ int DoctorMain(int argc, char** argv) {
   std::string scenario_out, json_out;
   bool json = false, watch = false, quiet = false;
   int kv_events_port = 0;
-  std::string kv_events_list;
+  std::string kv_events_list, router_addr;
   app.add_option("--endpoints,-e", endpoints, "Replicas to diagnose: HOST:PORT,HOST:PORT,...");
   app.add_option("--config,-c", config_path,
                  "A serve/epp configuration whose pool to diagnose (endpoints, endpoints_file, "
@@ -392,6 +400,9 @@ int DoctorMain(int argc, char** argv) {
   app.add_option("--kv-events", kv_events_list,
                  "With --endpoints: each replica's KV-cache event publisher, in the same order: "
                  "tcp://HOST:PORT,... (an empty entry: none)");
+  app.add_option("--router", router_addr,
+                 "Also scrape a kvroute router's /metrics (serve's listen address, epp's metrics "
+                 "address) for its latency model's errors and the requests' objectives met");
   app.add_flag("--quiet,-q", quiet, "No progress on stderr");
   app.footer(std::string(kFooter) + "\n" + RulesText());
   try {
@@ -452,6 +463,28 @@ int DoctorMain(int argc, char** argv) {
                  "so their KV events are not probed\n",
                  kv.bind.c_str());
   }
+  // The router, scraped with the replicas as one more target (the last), diagnosed apart.
+  const bool has_router = !router_addr.empty();
+  if (has_router) {
+    std::vector<Target> r;
+    if (Status st = ParseEndpointList(router_addr, r); !st.ok() || r.size() != 1) {
+      return Usage("--router: " + (st.ok() ? std::string("give one HOST:PORT") : st.message()));
+    }
+    co.targets.push_back(r.front());
+  }
+  // Histories to (replicas, the router's).
+  auto split = [has_router](std::vector<ReplicaHistory> h) {
+    std::optional<ReplicaHistory> router;
+    if (has_router && !h.empty()) {
+      router = std::move(h.back());
+      h.pop_back();
+    }
+    return std::make_pair(std::move(h), std::move(router));
+  };
+  auto diagnose = [&](std::vector<ReplicaHistory> h, const DoctorOptions& d) {
+    auto [replicas, router] = split(std::move(h));
+    return Diagnose(replicas, d, router ? &*router : nullptr);
+  };
   co.window_s = window_s;
   co.interval_s = interval_s;
   co.timeout_s = timeout_s;
@@ -498,7 +531,7 @@ int DoctorMain(int argc, char** argv) {
     co.keep_s = window_s > 0 ? window_s : 1e-9;  // 0: only the newest scrape of each
     int last_exit = 2;
     co.on_round = [&](const std::vector<ReplicaHistory>& h) {
-      Report r = probing ? Diagnose(with_events(h, true), dopt) : Diagnose(h, dopt);
+      Report r = diagnose(probing ? with_events(h, true) : h, dopt);
       last_exit = r.ExitCode();
       const int width = TerminalWidth();
       std::string frame = out_tty ? "\033[H\033[2J" : "";
@@ -506,7 +539,8 @@ int DoctorMain(int argc, char** argv) {
       std::snprintf(
           head, sizeof head,
           "kvroute doctor --watch: %zu replicas, window %.0fs (have %.0fs), every %gs%s\n\n",
-          h.size(), window_s, r.window_s, interval_s, out_tty ? "   Ctrl-C to stop" : "");
+          r.replicas.size(), window_s, r.window_s, interval_s,
+          out_tty ? "   Ctrl-C to stop" : "");
       frame += head;
       frame += WatchView(r, width);
       if (!out_tty) frame += "\n";
@@ -555,7 +589,8 @@ int DoctorMain(int argc, char** argv) {
   if (g_stop.load() && !quiet)
     std::fprintf(stderr, "kvroute doctor: interrupted; diagnosing what was collected\n");
 
-  Report report = Diagnose(histories, dopt);
+  Report report = diagnose(histories, dopt);
+  if (has_router) histories.pop_back();  // the scenario is the replicas' traffic
   const std::string text = json ? ReportJson(report) : ReportText(report);
   std::fwrite(text.data(), 1, text.size(), stdout);
   if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);

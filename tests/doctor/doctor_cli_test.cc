@@ -17,11 +17,16 @@
 #include <string>
 #include <thread>
 
+#include "../metrics/metric_sum.h"
+#include "config/router_config.h"
 #include "core/engine/tokenizer.h"
 #include "http/test_client.h"
+#include "router/router.h"
+#include "support/openai_body.h"
 #include "support/sim_replica.h"
 #include "support/stub_server.h"
 #include "support/test_paths.h"
+#include "support/wait.h"
 
 namespace kvroute::doctor {
 namespace {
@@ -392,6 +397,71 @@ TEST_F(DoctorCliTest, UsageErrorsExitTwoWithAMessage) {
   }
 }
 
+// --router (issue 24): a real `kvroute serve` in front of the sim fleet, streamed requests
+// with a TTFT objective through it, then doctor reads the router's /metrics: the figures are
+// the router's own counters (one scrape: totals), and a 1 us objective is missed by all.
+TEST_F(DoctorCliTest, RouterLatencyModelAndObjectives) {
+  StartFleet(2);
+  std::string yaml = "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 1s\n  endpoints:\n";
+  for (int i = 0; i < 2; ++i) yaml += "    - {address: " + Sim(i) + "}\n";
+  yaml += "scheduling:\n  policy: kvroute\n  slo: {ttft: 1us}\n";
+  config::ConfigOr<config::RouterConfig> cfg = config::ParseRouterConfig(yaml, "test.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.error.ToString();
+  router::RouterOptions ro;
+  ro.listen = config::HostPort{"127.0.0.1", 0};
+  ro.log = false;
+  router::Router router(std::move(*cfg.value), ro);
+  ASSERT_TRUE(router.Start().ok());
+  ASSERT_TRUE(test_support::WaitFor([&] {
+    auto r = http::Fetch("127.0.0.1", router.port(), "GET", "/readyz");
+    return r && r->status == 200;
+  }));
+  constexpr int kRequests = 60;  // >= 50: the slo-missed rule's minimum
+  for (int i = 0; i < kRequests; ++i) {
+    auto r = http::Fetch("127.0.0.1", router.port(), "POST", "/v1/completions",
+                         test_support::CompletionBody("doctor router " + std::to_string(i), 3, true));
+    ASSERT_TRUE(r && r->status == 200);
+  }
+  std::string m;
+  ASSERT_TRUE(test_support::WaitFor([&] {
+    auto r = http::Fetch("127.0.0.1", router.port(), "GET", "/metrics");
+    m = r ? r->body : "";
+    return metrics::testing::MetricSum(m, "kvroute_slo_requests_total", {{"type", "ttft"}}) ==
+           kRequests;
+  })) << m;
+  const double scored =
+      metrics::testing::MetricSum(m, "kvroute_latency_predictions_scored_total", {{"kind", "ttft"}});
+  EXPECT_GT(scored, 0) << m;  // the model predicts after its first 16 samples
+  EXPECT_LT(scored, 50) << m;  // below latency-model-inaccurate's minimum
+  const std::string at = "127.0.0.1:" + std::to_string(router.port());
+  const Outcome r = Kvroute("doctor --endpoints " + Sim(0) + "," + Sim(1) + " --router " + at +
+                            " --window 0 --json -q");
+  EXPECT_EQ(r.rc, 1) << Why(r);  // slo-missed
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(r.out).get(doc), simdjson::SUCCESS) << Why(r);
+  simdjson::dom::element x = doc["router"];
+  EXPECT_EQ(std::string_view(x["address"].get_string()), at);
+  EXPECT_TRUE(bool(x["kvroute"].get_bool()));
+  EXPECT_FALSE(bool(x["flow_control"].get_bool()));
+  EXPECT_EQ(double(x["ttft"]["predictions"].get_double()), scored);
+  EXPECT_EQ(double(x["ttft"]["slo_requests"].get_double()), kRequests);
+  EXPECT_EQ(double(x["ttft"]["slo_violations"].get_double()), kRequests);
+  EXPECT_EQ(double(x["ttft"]["attainment"].get_double()), 0.0);
+  EXPECT_EQ(doc["replicas"].get_array().size(), 2u);  // the router is not a replica
+  std::vector<std::string> rules;
+  for (simdjson::dom::element f : doc["findings"].get_array()) {
+    rules.emplace_back(std::string_view(f["rule"].get_string()));
+  }
+  EXPECT_EQ(rules, std::vector<std::string>{"slo-missed"}) << r.out;
+  // A replica's address as --router: not a kvroute router.
+  const Outcome wrong = Kvroute("doctor --endpoints " + Sim(0) + " --router " + Sim(1) +
+                                " --window 0 -q");
+  EXPECT_EQ(wrong.rc, 1) << Why(wrong);
+  EXPECT_NE(wrong.out.find("FINDING router-unreadable"), std::string::npos) << Why(wrong);
+  router.Stop();
+}
+
 TEST_F(DoctorCliTest, HelpDocumentsEveryFlagAndTheExitCodes) {
   const Outcome r = Kvroute("doctor --help");
   EXPECT_EQ(r.rc, 0) << Why(r);
@@ -399,7 +469,8 @@ TEST_F(DoctorCliTest, HelpDocumentsEveryFlagAndTheExitCodes) {
                         "--watch", "--scenario-out", "--json-out", "endpoints_file", "kubernetes",
                         "prefix-reuse-lost", "lopsided-kv", "queue-imbalance", "not-vllm",
                         "--kv-events-port", "kv-events-silent", "kv-events-stale",
-                        "kv-events-block-size",
+                        "kv-events-block-size", "--router", "latency-model-inaccurate",
+                        "slo-missed", "router-unreadable",
                         "Exit status: 0 healthy, 1 findings, 2 nothing readable"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
   }

@@ -57,6 +57,18 @@ struct Scrape {
   // bad lines among good ones ("line 24: ...", a truncated body). At most 16 entries.
   std::vector<std::string> garbage;
   bool any_engine_series = false;  // some vllm: series was read (else: not a vLLM /metrics)
+  // A kvroute router's own series (serve's or epp's /metrics; issue 24), index 0 TTFT,
+  // 1 TPOT: kvroute_latency_predictions_scored_total{kind},
+  // kvroute_latency_prediction_abs_error_seconds_total{kind},
+  // kvroute_latency_prediction_abs_relative_error_total{kind},
+  // kvroute_slo_requests_total{type}, kvroute_slo_violations_total{type}.
+  struct RouterSeries {
+    std::optional<double> scored[2], abs_error_s[2], abs_rel_error[2];
+    std::optional<double> slo_requests[2], slo_violations[2];
+    bool flow_control = false;  // kvroute_flow_dispatched_total is exported (flow.enabled)
+  };
+  RouterSeries router;
+  bool any_router_series = false;  // some kvroute_ series above was read
 };
 
 // Parses one /metrics body taken at t_s. Never throws; garbage lands in Scrape::garbage.
@@ -122,6 +134,14 @@ struct DoctorOptions {
   // The router's pool.kv_events.block_size (0: unknown, e.g. --endpoints): the events'
   // block size must be a multiple of it or the router cannot use them.
   int32_t router_block_size = 0;
+  // The router's latency model and objectives (--router): latency-model-inaccurate fires
+  // at a mean relative TTFT or TPOT error above latency_max_mape over at least
+  // latency_min_predictions scored predictions in the window; slo-missed when more than
+  // slo_max_violation of at least slo_min_requests requests with an objective missed it.
+  double latency_max_mape = 0.5;
+  double latency_min_predictions = 50;
+  double slo_max_violation = 0.1;
+  double slo_min_requests = 50;
 };
 
 // A quantile from histogram buckets; nullopt when unknown or no observations.
@@ -180,11 +200,32 @@ struct FleetFigures {
   int rounds = 0, lopsided_rounds = 0;
 };
 
+// The router's view (--router): its latency model's prediction errors and the requests'
+// attainment of their latency objectives over the window (counter deltas between the first
+// and last usable scrapes; with one scrape, totals since the router started).
+struct RouterFigures {
+  std::string name, address;
+  bool reachable = false;  // the last scrape was read
+  std::string error;       // the last failure, "" when none
+  int scrapes = 0, failures = 0;
+  bool kvroute = false;    // some kvroute latency series was read (else: not a kvroute router)
+  bool flow_control = false;
+  struct Kind {
+    std::optional<double> predictions;  // scored in the window
+    std::optional<double> mape;         // mean |predicted - observed| / observed
+    std::optional<double> mean_abs_error_s;
+    std::optional<double> slo_requests, slo_violations;  // with an objective, and missed
+    std::optional<double> attainment;   // 1 - violations / requests
+  };
+  Kind ttft, tpot;
+};
+
 struct Finding {
   std::string rule;     // "prefix-reuse-lost", "lopsided-kv", "queue-imbalance",
                         // "prefix-caching-off", "preemptions", "unreachable",
                         // "garbage-metrics", "not-vllm", "kv-events-silent",
-                        // "kv-events-stale", "kv-events-block-size"
+                        // "kv-events-stale", "kv-events-block-size",
+                        // "latency-model-inaccurate", "slo-missed"
   std::string severity;  // "warning" | "error"
   std::string summary;   // one line with the numbers: "fleet prefix-cache hit rate 7.0% ..."
   std::string condition;  // the rule that fired, as text: "hit rate < 50% with >= 10000 ..."
@@ -199,13 +240,16 @@ struct Report {
   double at_s = 0;       // the last scrape's time
   std::vector<ReplicaFigures> replicas;
   FleetFigures fleet;
+  std::optional<RouterFigures> router;  // --router only
   std::vector<Finding> findings;  // empty: healthy
   bool readable = false;  // some replica gave a usable vLLM scrape
   // 0 healthy, 1 findings, 2 nothing readable.
   int ExitCode() const { return !readable ? 2 : (findings.empty() ? 0 : 1); }
 };
 
-Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions& options);
+// `router`: the router's scrapes (--router), or null.
+Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions& options,
+                const ReplicaHistory* router = nullptr);
 
 // Prometheus histogram_quantile over cumulative buckets: linear inside the bucket that
 // holds rank q * total (the first bucket starts at 0); a rank in the +Inf bucket gives the

@@ -115,9 +115,13 @@ class Visitor : public metrics::SampleVisitor {
  public:
   explicit Visitor(Scrape& out) : out_(out) {}
 
-  bool Wants(std::string_view name) override { return name.substr(0, 5) == "vllm:"; }
+  bool Wants(std::string_view name) override {
+    return name.substr(0, 5) == "vllm:" || name.substr(0, 16) == "kvroute_latency_" ||
+           name.substr(0, 12) == "kvroute_slo_" || name == "kvroute_flow_dispatched_total";
+  }
 
   void OnSample(const Sample& s) override {
+    if (s.name.substr(0, 8) == "kvroute_") return AddRouter(s);
     out_.any_engine_series = true;
     if (out_.model.empty()) {
       if (auto m = s.labels.Get("model_name")) out_.model = std::move(*m);
@@ -163,10 +167,59 @@ class Visitor : public metrics::SampleVisitor {
     out_.output_len = FinishHist(Hist::kOutput);
     if (!bad_blocks_ && blocks_seen_) out_.num_gpu_blocks = blocks_;
     if (bad_block_size_) out_.block_size.reset();
+    Scrape::RouterSeries& r = out_.router;
+    for (size_t k = 0; k < 2; ++k) {
+      r.scored[k] = router_[k][0].Value();
+      r.abs_error_s[k] = router_[k][1].Value();
+      r.abs_rel_error[k] = router_[k][2].Value();
+      r.slo_requests[k] = router_[k][3].Value();
+      r.slo_violations[k] = router_[k][4].Value();
+    }
   }
 
  private:
   static size_t Idx(Field f) { return static_cast<size_t>(f); }
+
+  // One router counter: a single sample per label value (kind/type), never summed.
+  struct RouterAcc {
+    bool seen = false, bad = false;
+    double v = 0;
+    std::optional<double> Value() const {
+      return seen && !bad ? std::optional<double>(v) : std::nullopt;
+    }
+  };
+
+  void AddRouter(const Sample& s) {
+    if (s.name == "kvroute_flow_dispatched_total") {
+      out_.router.flow_control = true;
+      return;
+    }
+    static constexpr std::string_view kNames[] = {
+        "kvroute_latency_predictions_scored_total",
+        "kvroute_latency_prediction_abs_error_seconds_total",
+        "kvroute_latency_prediction_abs_relative_error_total", "kvroute_slo_requests_total",
+        "kvroute_slo_violations_total"};
+    size_t series = 0;
+    while (series < 5 && s.name != kNames[series]) ++series;
+    if (series == 5) return;  // another kvroute_latency_/kvroute_slo_ series
+    const std::optional<std::string> k = s.labels.Get(series < 3 ? "kind" : "type");
+    if (!k || (*k != "ttft" && *k != "tpot")) return;
+    out_.any_router_series = true;
+    RouterAcc& a = router_[*k == "ttft" ? 0 : 1][series];
+    const double v = s.value;
+    // The relative-error and seconds sums may exceed a count's plausible bound; a
+    // negative, NaN or infinite counter is garbage.
+    if (!std::isfinite(v) || v < 0 || a.seen) {
+      a.bad = true;
+      Garbage(fmt::format("{}{{{}=\"{}\"}} = {} (line {})", s.name, series < 3 ? "kind" : "type",
+                          *k, a.seen && std::isfinite(v) && v >= 0 ? "repeated" : ValueText(v),
+                          s.line));
+      a.seen = true;
+      return;
+    }
+    a.seen = true;
+    a.v = v;
+  }
 
   void Garbage(std::string line) {
     if (out_.garbage.size() < kMaxGarbageLines) out_.garbage.push_back(std::move(line));
@@ -300,6 +353,7 @@ class Visitor : public metrics::SampleVisitor {
   }
 
   Scrape& out_;
+  RouterAcc router_[2][5];  // [ttft, tpot][series]
   Acc acc_[static_cast<size_t>(Field::kCount)];
   HistAcc hist_[static_cast<size_t>(Hist::kCount)];
   int64_t blocks_ = 0;

@@ -147,6 +147,35 @@ std::string Fit(std::string s, size_t width) {
   return s.substr(0, width - 1) + "~";
 }
 
+std::string JRouterKind(const RouterFigures::Kind& k) {
+  return fmt::format(
+      "{{\"predictions\": {}, \"mape\": {}, \"mean_abs_error_s\": {}, \"slo_requests\": {}, "
+      "\"slo_violations\": {}, \"attainment\": {}}}",
+      JNum(k.predictions), JNum(k.mape), JNum(k.mean_abs_error_s), JNum(k.slo_requests),
+      JNum(k.slo_violations), JNum(k.attainment));
+}
+
+std::string JRouter(const std::optional<RouterFigures>& r) {
+  if (!r) return "null";
+  return fmt::format(
+      "{{\"name\": {}, \"address\": {}, \"reachable\": {}, \"error\": {}, \"scrapes\": {}, "
+      "\"failures\": {}, \"kvroute\": {}, \"flow_control\": {}, \"ttft\": {}, \"tpot\": {}}}",
+      JStr(r->name), JStr(r->address), r->reachable ? "true" : "false", JStrOrNull(r->error),
+      r->scrapes, r->failures, r->kvroute ? "true" : "false",
+      r->flow_control ? "true" : "false", JRouterKind(r->ttft), JRouterKind(r->tpot));
+}
+
+// "12.0% (0.031 s, 412 predictions)" or "-".
+std::string TRouterError(const RouterFigures::Kind& k) {
+  if (!k.mape) return "-";
+  return fmt::format("{:.1f}% (mean {:.3f} s, {:.0f} predictions)", *k.mape * 100,
+                     k.mean_abs_error_s.value_or(0), k.predictions.value_or(0));
+}
+std::string TAttainment(const RouterFigures::Kind& k) {
+  if (!k.attainment) return "-";
+  return fmt::format("{:.1f}% of {:.0f}", *k.attainment * 100, k.slo_requests.value_or(0));
+}
+
 }  // namespace
 
 std::string ReportJson(const Report& r) {
@@ -191,6 +220,7 @@ std::string ReportJson(const Report& r) {
                    JList(f.preempting));
   o += fmt::format("\"tokens_per_s\": {}, \"requests_per_s\": {}, \"ttft_s\": {}}},\n",
                    JNum(f.tokens_per_s), JNum(f.requests_per_s), JQuantiles(f.ttft_s));
+  o += "  \"router\": " + JRouter(r.router) + ",\n";
   o += "  \"findings\": [";
   for (size_t i = 0; i < r.findings.size(); ++i) {
     const Finding& x = r.findings[i];
@@ -257,6 +287,19 @@ std::string ReportText(const Report& r) {
       f.kv_spread ? fmt::format("{:.0f} pts", *f.kv_spread * 100) : "-", TNum(f.waiting_total),
       TNum(f.waiting_min, 1), TNum(f.waiting_max, 1), TNum(f.preemptions_per_s, 2), preempting,
       TSec(f.ttft_s.p50), TSec(f.ttft_s.p99), TNum(f.tokens_per_s));
+  if (r.router) {
+    const RouterFigures& x = *r.router;
+    if (x.kvroute) {
+      o += fmt::format(
+          "router {}: latency model error TTFT {}, TPOT {}; objectives met: TTFT {}, TPOT {}; "
+          "flow control {}\n",
+          OneLine(x.address), TRouterError(x.ttft), TRouterError(x.tpot), TAttainment(x.ttft),
+          TAttainment(x.tpot), x.flow_control ? "on" : "off");
+    } else {
+      o += fmt::format("router {}: {}\n", OneLine(x.address),
+                       x.reachable ? "no kvroute latency series" : OneLine(x.error));
+    }
+  }
   o += "\n";
   if (r.findings.empty()) {
     o += r.readable ? "healthy: no findings\n" : "nothing readable\n";

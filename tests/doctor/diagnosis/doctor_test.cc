@@ -748,8 +748,8 @@ TEST(RenderTest, JsonHasExactlyTheDocumentedKeys) {
     return out;
   };
   using V = std::vector<std::string>;
-  EXPECT_EQ(keys(doc), (V{"schema", "window", "replicas", "fleet", "findings", "readable",
-                          "healthy", "exit_code"}));
+  EXPECT_EQ(keys(doc), (V{"schema", "window", "replicas", "fleet", "router", "findings",
+                          "readable", "healthy", "exit_code"}));
   EXPECT_EQ(keys(doc["window"]), (V{"intended_s", "actual_s", "at_s"}));
   EXPECT_EQ(keys(simdjson::dom::array(doc["replicas"]).at(0)),
             (V{"name",           "address",
@@ -1036,6 +1036,173 @@ TEST(DoctorKvEvents, RenderedInJsonAndText) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("FINDING kv-events-silent: b (tcp://b:5557)"), std::string::npos) << text;
+}
+
+// --- The router (--router, issue 24): kvroute's latency series, as serve and epp expose them.
+struct RouterCounters {
+  double scored[2] = {0, 0}, abs_s[2] = {0, 0}, rel[2] = {0, 0};
+  double slo_req[2] = {0, 0}, slo_viol[2] = {0, 0};
+  bool flow = false;
+};
+
+std::string RouterText(const RouterCounters& c) {
+  std::string o;
+  auto series = [&](const std::string& name, const char* label, const double* v) {
+    o += "# TYPE " + name + " counter\n";
+    o += name + "{" + label + "=\"ttft\"} " + std::to_string(v[0]) + "\n";
+    o += name + "{" + label + "=\"tpot\"} " + std::to_string(v[1]) + "\n";
+  };
+  o += "# TYPE kvroute_requests_total counter\nkvroute_requests_total{endpoint=\"a\",code=\"200\"} 9\n";
+  series("kvroute_latency_predictions_scored_total", "kind", c.scored);
+  series("kvroute_latency_prediction_abs_error_seconds_total", "kind", c.abs_s);
+  series("kvroute_latency_prediction_abs_relative_error_total", "kind", c.rel);
+  series("kvroute_slo_requests_total", "type", c.slo_req);
+  series("kvroute_slo_violations_total", "type", c.slo_viol);
+  if (c.flow) o += "# TYPE kvroute_flow_dispatched_total counter\nkvroute_flow_dispatched_total{cause=\"immediate\"} 3\n";
+  return o;
+}
+
+ReplicaHistory RouterTwo(const RouterCounters& a, const RouterCounters& b) {
+  return {"router", "r:8080", {ParseScrape(RouterText(a), 100), ParseScrape(RouterText(b), 130)}};
+}
+
+TEST(DoctorRouter, ParsesKvroutesLatencySeriesAndNotAsAnEngine) {
+  RouterCounters c;
+  c.scored[0] = 10;
+  c.abs_s[0] = 2.5;
+  c.rel[0] = 3;
+  c.slo_req[1] = 7;
+  c.slo_viol[1] = 1;
+  c.flow = true;
+  const Scrape s = ParseScrape(RouterText(c), 5);
+  EXPECT_TRUE(s.any_router_series);
+  EXPECT_FALSE(s.any_engine_series);
+  EXPECT_EQ(s.router.scored[0], 10);
+  EXPECT_EQ(s.router.abs_error_s[0], 2.5);
+  EXPECT_EQ(s.router.abs_rel_error[0], 3);
+  EXPECT_EQ(s.router.slo_requests[1], 7);
+  EXPECT_EQ(s.router.slo_violations[1], 1);
+  EXPECT_TRUE(s.router.flow_control);
+  EXPECT_TRUE(s.garbage.empty());
+  // Garbage is unknown, named, and never summed with a repeat.
+  const Scrape bad = ParseScrape(
+      "kvroute_latency_predictions_scored_total{kind=\"ttft\"} NaN\n"
+      "kvroute_slo_requests_total{type=\"ttft\"} 4\n"
+      "kvroute_slo_requests_total{type=\"ttft\"} 5\n"
+      "kvroute_slo_requests_total{type=\"tpot\"} -1\n",
+      5);
+  EXPECT_EQ(bad.router.scored[0], std::nullopt);
+  EXPECT_EQ(bad.router.slo_requests[0], std::nullopt);
+  EXPECT_EQ(bad.router.slo_requests[1], std::nullopt);
+  ASSERT_EQ(bad.garbage.size(), 3u);
+  EXPECT_EQ(bad.garbage[0], "kvroute_latency_predictions_scored_total{kind=\"ttft\"} = NaN (line 1)");
+  EXPECT_EQ(bad.garbage[1], "kvroute_slo_requests_total{type=\"ttft\"} = repeated (line 3)");
+}
+
+TEST(DoctorRouter, WindowFiguresAndBothRulesFire) {
+  RouterCounters a, b;
+  a.scored[0] = 100, a.abs_s[0] = 10, a.rel[0] = 20, a.slo_req[0] = 100, a.slo_viol[0] = 5;
+  b.scored[0] = 300, b.abs_s[0] = 50, b.rel[0] = 180, b.slo_req[0] = 300, b.slo_viol[0] = 65;
+  b.scored[1] = 60, b.rel[1] = 6, b.abs_s[1] = 0.06, b.slo_req[1] = 60;  // TPOT: fine
+  const ReplicaHistory router = RouterTwo(a, b);
+  const Report r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &router);
+  ASSERT_TRUE(r.router.has_value());
+  const RouterFigures& f = *r.router;
+  EXPECT_TRUE(f.kvroute);
+  EXPECT_TRUE(f.reachable);
+  EXPECT_FALSE(f.flow_control);
+  EXPECT_EQ(f.scrapes, 2);
+  EXPECT_EQ(f.ttft.predictions, 200);
+  EXPECT_DOUBLE_EQ(*f.ttft.mape, 0.8);
+  EXPECT_DOUBLE_EQ(*f.ttft.mean_abs_error_s, 0.2);
+  EXPECT_EQ(f.ttft.slo_requests, 200);
+  EXPECT_EQ(f.ttft.slo_violations, 60);
+  EXPECT_DOUBLE_EQ(*f.ttft.attainment, 0.7);
+  EXPECT_EQ(f.tpot.predictions, 60);
+  EXPECT_DOUBLE_EQ(*f.tpot.mape, 0.1);
+  EXPECT_DOUBLE_EQ(*f.tpot.attainment, 1.0);
+  EXPECT_EQ(Rules(r), (std::vector<std::string>{"latency-model-inaccurate", "slo-missed"}));
+  EXPECT_EQ(r.findings[0].summary,
+            "router's latency model: TTFT predictions off by 80.0% on average (mean 0.200 s) over "
+            "200.0 predictions");
+  EXPECT_EQ(r.findings[1].summary, "at the router: 30.0% of 200.0 requests missed their TTFT objective");
+  EXPECT_TRUE(r.findings[1].routing);
+  EXPECT_NE(r.findings[1].remedy.find("flow: {enabled: true}"), std::string::npos);
+  EXPECT_EQ(r.ExitCode(), 1);
+  // With flow control on, the remedy is capacity.
+  b.flow = true;
+  const ReplicaHistory flowing = RouterTwo(a, b);
+  const Report r2 = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &flowing);
+  EXPECT_NE(r2.findings[1].remedy.find("flow control is on"), std::string::npos);
+}
+
+TEST(DoctorRouter, NoRuleBelowTheThresholdsOrOnUnknowns) {
+  RouterCounters a, b;
+  b.scored[0] = 49, b.rel[0] = 49, b.abs_s[0] = 49;   // 100% off, but only 49 predictions
+  b.slo_req[0] = 49, b.slo_viol[0] = 49;               // all missed, but only 49
+  ReplicaHistory router = RouterTwo(a, b);
+  Report r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &router);
+  EXPECT_TRUE(r.findings.empty()) << Rules(r).size();
+  EXPECT_DOUBLE_EQ(*r.router->ttft.mape, 1.0);
+  // At the thresholds exactly: not above them.
+  RouterCounters c;
+  c.scored[0] = 50, c.rel[0] = 25, c.slo_req[0] = 50, c.slo_viol[0] = 5;
+  router = RouterTwo(a, c);
+  r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &router);
+  EXPECT_TRUE(r.findings.empty());
+  // A counter that went down (the router restarted): unknown, no rule.
+  RouterCounters d = c;
+  d.scored[0] = 500, d.rel[0] = 500, d.slo_req[0] = 500, d.slo_viol[0] = 500;
+  router = RouterTwo(d, c);
+  r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &router);
+  EXPECT_EQ(r.router->ttft.predictions, std::nullopt);
+  EXPECT_EQ(r.router->ttft.attainment, std::nullopt);
+  EXPECT_TRUE(r.findings.empty());
+}
+
+TEST(DoctorRouter, AReplicaOrNothingAtTheRouterAddressIsAFinding) {
+  const ReplicaHistory replica = Steady("r", 0.3, 0);  // a vLLM /metrics, not a router's
+  Report r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &replica);
+  EXPECT_EQ(Rules(r), (std::vector<std::string>{"router-unreadable"}));
+  EXPECT_FALSE(r.router->kvroute);
+  const ReplicaHistory down{"router", "r:8080", {FailedScrape("connect: Connection refused", 1)}};
+  r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &down);
+  ASSERT_EQ(Rules(r), (std::vector<std::string>{"router-unreadable"}));
+  EXPECT_EQ(r.findings[0].summary, "router r:8080 unreachable: connect: Connection refused");
+  // Without --router: no router figures, no router rule.
+  r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{});
+  EXPECT_FALSE(r.router.has_value());
+  EXPECT_TRUE(r.findings.empty());
+}
+
+TEST(DoctorRouter, RenderedInJsonAndText) {
+  RouterCounters a, b;
+  b.scored[0] = 400, b.rel[0] = 48, b.abs_s[0] = 12, b.slo_req[0] = 400, b.slo_viol[0] = 4;
+  b.flow = true;
+  const ReplicaHistory router = RouterTwo(a, b);
+  const Report r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &router);
+  const std::string json = ReportJson(r);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS) << json;
+  simdjson::dom::element x = doc["router"];
+  EXPECT_EQ(std::string_view(x["address"].get_string()), "r:8080");
+  EXPECT_TRUE(bool(x["kvroute"].get_bool()));
+  EXPECT_TRUE(bool(x["flow_control"].get_bool()));
+  EXPECT_EQ(double(x["ttft"]["predictions"].get_double()), 400.0);
+  EXPECT_DOUBLE_EQ(double(x["ttft"]["mape"].get_double()), 0.12);
+  EXPECT_DOUBLE_EQ(double(x["ttft"]["attainment"].get_double()), 0.99);
+  EXPECT_TRUE(x["tpot"]["mape"].is_null());  // no TPOT predictions in the window
+  EXPECT_TRUE(x["error"].is_null());
+  const std::string text = ReportText(r);
+  EXPECT_NE(text.find("router r:8080: latency model error TTFT 12.0% (mean 0.030 s, 400 "
+                      "predictions), TPOT -; objectives met: TTFT 99.0% of 400, TPOT -; flow "
+                      "control on"),
+            std::string::npos)
+      << text;
+  // Without --router the JSON says null.
+  const Report plain = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{});
+  EXPECT_NE(ReportJson(plain).find("\"router\": null"), std::string::npos);
 }
 
 }  // namespace
