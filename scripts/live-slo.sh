@@ -2,24 +2,28 @@
 # Issue 24 live: the latency model and SLO-aware picking through `kvroute serve` in front of
 # a `kvroute sim` fleet, driven by `kvroute bench`. For each policy (kvroute, the weighted
 # blend; kvroute-slo, the blend unless the model predicts a miss and another replica has
-# room), on a fresh fleet and router with the pool objective scheduling.slo {ttft: 1s,
-# tpot: 50ms}:
+# room; kvroute+flow, kvroute with flow control on at its defaults, so requests predicted to
+# miss their objective yield to those that can still meet theirs), on a fresh fleet and
+# router with the pool objective scheduling.slo {ttft: 1s, tpot: 50ms}:
 #   train   a warm-up at a moderate rate, so the model has its samples
 #   run     the measured load (near the fleet's capacity by default)
 # serve's latency-model counters are read before and after the run, so the errors printed
 # are the run's own: predicted against observed TTFT (dispatch to first byte) and TPOT
 # ((end - first chunk) / (chunks - 1)), mean absolute error and mean absolute percentage
-# error, and the objective's attainment as serve measured it and as the bench did.
-# Prints one Markdown table. About 2 minutes.
+# error, and the objective's attainment as serve measured it and as the bench did. After
+# each run `kvroute doctor --router` reads the same router and prints its router line.
+# Prints one Markdown table. About 3 minutes.
 #
 #   KVROUTE=build/kvroute scripts/live-slo.sh
 #
-# Knobs (environment): RATE (req/s of the run), DURATION (s), TRAIN_RATE, TRAIN_S,
+# Knobs (environment): POLICIES (default "kvroute kvroute-slo kvroute+flow"), RATE (req/s
+# of the run), DURATION (s), TRAIN_RATE, TRAIN_S,
 # MAX_NUM_SEQS, KEEP (a directory to keep every output in). Capacity at the defaults (4
 # replicas, max_num_seqs 8, live-lib.sh's workload): about 48 req/s
 # (scripts/live-two-tenant.sh measured it).
 set -euo pipefail
 KV=${KVROUTE:-build/kvroute}
+POLICIES=${POLICIES:-kvroute kvroute-slo kvroute+flow}
 RATE=${RATE:-44}
 DURATION=${DURATION:-25}
 TRAIN_RATE=${TRAIN_RATE:-24}
@@ -44,8 +48,9 @@ config() {
     echo "  endpoints:"
     for i in $(seq 0 $((REPLICAS - 1))); do echo "    - 127.0.0.1:$((SIM_PORT + i))"; done
     echo "scheduling:"
-    echo "  policy: $1"
+    echo "  policy: ${1%+flow}"
     echo "  slo: {ttft: 1s, tpot: 50ms}"
+    case $1 in *+flow) echo "flow: {enabled: true}" ;; esac
   } >"$2"
 }
 
@@ -72,13 +77,16 @@ run_policy() {
   "$KV" bench --url "http://$SERVE" --label "$p" --seed 1 --rate "$RATE" --duration "$DURATION" \
     --drain 60 "${WORKLOAD[@]}" >"$out/$p.txt" 2>"$out/$p.err"
   model "$out/$p-after.prom"
+  local eps
+  eps=$(seq -s, -f "127.0.0.1:%g" "$SIM_PORT" $((SIM_PORT + REPLICAS - 1)))
+  "$KV" doctor --endpoints "$eps" --router "$SERVE" --window 0 -q >"$out/$p-doctor.txt" 2>&1 || true
   stop_all
 }
 
 start=$(date +%s)
 head=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-for p in kvroute kvroute-slo; do run_policy "$p"; done
+for p in $POLICIES; do run_policy "$p"; done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # grown POLICY SERIES KIND: the series' growth over the run (KIND: ttft or tpot).
@@ -96,7 +104,7 @@ echo "fleet: kvroute sim --replicas $REPLICAS --max-num-seqs $MAX_NUM_SEQS; obje
 echo
 echo "| policy | requests | goodput/s | TTFT p50 | TTFT p99 | TTFT met (serve) | TPOT met (serve) | TTFT samples | TTFT MAE | TTFT MAPE | TPOT samples | TPOT MAE | TPOT MAPE |"
 echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
-for p in kvroute kvroute-slo; do
+for p in $POLICIES; do
   read -r sent good p50 p99 < <(awk '
     /^requests [0-9]+ ok/ { sent = $2; good = $14 }
     /^ttft mean/ { p50 = $5; p99 = $9 }
@@ -118,3 +126,8 @@ done
 echo
 echo "TTFT/TPOT met (serve): streamed requests whose observed value met the objective, of those"
 echo "measured in the run; MAE and MAPE over the run's predictions scored against what came back."
+echo
+echo "kvroute doctor --router after each run (totals since that router started):"
+for p in $POLICIES; do
+  echo "- $p: $(grep -m1 '^router ' "$out/$p-doctor.txt" || echo 'no router line')"
+done

@@ -807,9 +807,10 @@ struct Router::Impl::Waiting final : flow::FlowWaiter, std::enable_shared_from_t
   api::ParsedRequest parsed;  // the SchedRequest built at dispatch time views its strings
   std::string hint;           // routing hint, when allowed
 
-  void Dispatch(double now_s, double /*waited_s*/) override {
+  void Dispatch(double now_s, double waited_s) override {
     routing::PickRequest pr;
     pr.request = sched::FromParsed(parsed);
+    pr.request.queued_s = waited_s;
     pr.dispatch_first = true;
     pr.hint = hint;
     routing::PickResult pick = router->core().Pick(pr, now_s);

@@ -107,6 +107,9 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
                                 #   latency model's TTFT) goes behind those that can still
                                 #   meet theirs, and is served after them within ttl; a
                                 #   sheddable one already predicted to miss: 429 at once
+    slo_admit_fraction: 0.5     # 0..1: a request predicted to start within this share of
+                                #   its objective goes at once even while the detector says
+                                #   saturated (0: the detector alone)
     # Priority (strict; higher first): the objective in x-gateway-inference-objective or
     # x-llm-d-inference-objective (epp.objectives, Kubernetes InferenceObjectives; unknown:
     # 0), else minus the body's vLLM `priority`. Below 0 is sheddable: 429 at once while

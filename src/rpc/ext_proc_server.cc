@@ -139,13 +139,13 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
   }
 
   // Flow control let this stream's held request go: picks now and writes the answer.
-  void FlowDispatch() {
+  void FlowDispatch(double waited_s) {
     Actions a;
     {
       std::lock_guard<std::mutex> lock(mu_);
       flow_id_ = 0;
       if (finish_wanted_ || !exchange_.held()) return;  // ended meanwhile
-      exchange_.Resume(server_->clock_(), out_);
+      exchange_.Resume(server_->clock_(), out_, waited_s);
       TakeOutLocked(a);
       if (half_closed_) {
         CloseLocked(false, a);  // as a half-close after the pick
@@ -479,8 +479,8 @@ namespace {
 class StreamWaiter final : public flow::FlowWaiter {
  public:
   explicit StreamWaiter(std::weak_ptr<ExtProcServer::Stream> s) : s_(std::move(s)) {}
-  void Dispatch(double, double) override {
-    if (std::shared_ptr<ExtProcServer::Stream> st = s_.lock()) st->FlowDispatch();
+  void Dispatch(double, double waited_s) override {
+    if (std::shared_ptr<ExtProcServer::Stream> st = s_.lock()) st->FlowDispatch(waited_s);
   }
   void Expire(flow::ExpireReason reason) override {
     if (std::shared_ptr<ExtProcServer::Stream> st = s_.lock()) st->FlowExpired(reason);

@@ -78,6 +78,7 @@ struct Live {
   workload::RequestSpec spec;
   std::vector<uint32_t> tokens;
   double send_s = 0.0;
+  double queued_s = 0.0;  // waited in the router's flow queue before its pick
   double first_token_s = -1.0;
   double last_token_s = 0.0;
   double max_gap_s = 0.0;
@@ -361,6 +362,7 @@ class Simulation {
     l.n_ranked = 0;
     l.refused = false;
     l.flow_queued = false;
+    l.queued_s = 0.0;
     l.output_tokens = l.cached_tokens = 0;
     l.retries = 0;
     l.stage = Stage::kWaiting;
@@ -450,6 +452,7 @@ class Simulation {
     Waiter(Simulation* sim, uint32_t slot) : sim_(sim), slot_(slot) {}
     void Dispatch(double now_s, double waited_s) override {
       sim_->slots_[slot_].flow_queued = false;
+      sim_->slots_[slot_].queued_s = waited_s;
       sim_->router_waits_.push_back(waited_s);
       sim_->Dispatch(slot_, now_s);
     }
@@ -510,6 +513,7 @@ class Simulation {
     pr.request.prompt = text_;
     pr.request.max_tokens = l.spec.max_tokens;
     pr.request.prompt_tokens = l.prompt_tokens;
+    pr.request.queued_s = l.queued_s;
     pr.dispatch_first = true;
     l.tokens_ready = false;
     if (kv_events_) {

@@ -203,7 +203,8 @@ TEST(ScenarioConfigTest, FlowAndTenantsParseAndAreChecked) {
   EXPECT_TRUE(none.tenants.empty());
   Scenario s = MustParse(base +
                          "flow: {enabled: true, max_requests: 10, ttl: 2s, no_endpoint_ttl: 500ms,\n"
-                         "       fairness: global, ordering: earliest_deadline}\n"
+                         "       fairness: global, ordering: earliest_deadline,\n"
+                         "       slo_aware: false, slo_admit_fraction: 0.3}\n"
                          "tenants:\n"
                          "  - {name: interactive, share: 0.25, priority: 0}\n"
                          "  - {name: batch, share: 0.75, priority: -1}\n");
@@ -213,6 +214,11 @@ TEST(ScenarioConfigTest, FlowAndTenantsParseAndAreChecked) {
   EXPECT_DOUBLE_EQ(s.flow.options.no_endpoint_ttl_s, 0.5);
   EXPECT_EQ(s.flow.options.fairness, flow::Fairness::kGlobal);
   EXPECT_EQ(s.flow.options.ordering, flow::Ordering::kEarliestDeadline);
+  EXPECT_FALSE(s.flow.options.slo_aware);
+  EXPECT_DOUBLE_EQ(s.flow.options.slo_admit_fraction, 0.3);
+  EXPECT_TRUE(none.flow.options.slo_aware);
+  EXPECT_EQ(ErrorOf(base + "flow: {slo_admit_fraction: -1}\n"),
+            "test.yaml:3: flow.slo_admit_fraction: must be in 0..1");
   ASSERT_EQ(s.tenants.size(), 2u);
   EXPECT_EQ(s.tenants[1].name, "batch");
   EXPECT_DOUBLE_EQ(s.tenants[1].share, 0.75);

@@ -37,6 +37,7 @@ class LatencyTrainer {
     double capacity_tokens = 0.0;  // the endpoint's KV cache (blocks x block size); 0 unknown
     double slo_ttft_s = 0.0;       // the request's objectives; <= 0: none
     double slo_tpot_s = 0.0;
+    double queued_s = 0.0;         // already waited in the router's queue (SchedRequest)
     // The answer streams (SchedRequest::streaming): first token and cadence observable.
     // Otherwise the first byte is the whole answer: no TTFT or TPOT sample, no SLO count.
     bool streaming = true;
@@ -115,6 +116,7 @@ class LatencyTrainer {
     double predicted_tpot = -1.0;
     double slo_ttft_s = 0.0;
     double slo_tpot_s = 0.0;
+    double queued_s = 0.0;  // counted against the TTFT objective, not learned
     bool streaming = true;
   };
   Record* Find(RequestHandle handle);

@@ -143,6 +143,10 @@ struct SchedRequest {
   // x-llm-d-slo-tpot-ms, or the pool default scheduling.slo); <= 0: none.
   double slo_ttft_s = 0.0;
   double slo_tpot_s = 0.0;
+  // Seconds it already waited in the router's flow queue before this pick: counted against
+  // its TTFT objective (the client waited), never learned from (the model predicts from
+  // dispatch).
+  double queued_s = 0.0;
   // The answer streams its tokens, so the first response byte is the first token (TTFT and
   // the token cadence are observable). A non-streamed answer arrives whole: its first byte
   // is the end, and the latency model learns nothing from it.

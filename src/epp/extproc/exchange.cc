@@ -366,9 +366,10 @@ void Exchange::OnTokenIds(std::vector<uint32_t> ids, double now_s, std::vector<p
   }
 }
 
-void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out) {
+void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out, double queued_s) {
   if (phase_ != Phase::kHeld || closed_ || awaiting_tokens_) return;
   now_s_ = now_s;
+  sr_.queued_s = queued_s;
   phase_ = Phase::kBody;
   PickNow(held_with_body_, held_trailers_, out);
   if (held_trailers_ && !immediate_sent_) {

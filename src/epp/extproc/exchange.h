@@ -210,8 +210,9 @@ class Exchange {
   // that is empty or the header absent.
   const std::string& flow_key() const { return flow_value_.empty() ? objective_ : flow_value_; }
   // Picks now and appends the answers the pick calls for (the pick, or a 503
-  // ImmediateResponse). Nothing happens unless held().
-  void Resume(double now_s, std::vector<pb::ProcessingResponse>& out);
+  // ImmediateResponse). Nothing happens unless held(). `queued_s`: how long it waited in
+  // the flow queue (counted against its TTFT objective).
+  void Resume(double now_s, std::vector<pb::ProcessingResponse>& out, double queued_s = 0.0);
   // Ends the held request with an ImmediateResponse `status` (OpenAI-shaped body with
   // `message`), with a retry-after header when `retry_after` is not empty; finished as
   // `status` without an endpoint. Nothing happens unless held().

@@ -166,6 +166,37 @@ TEST(LatencyCore, SloWaitBudgetIsTheObjectiveMinusThePredictedTtft) {
   EXPECT_NEAR(f.core.SloWaitBudget(req, {})->wait_s, 1.0 - Fleet::Ttft(0, 3000), 0.002);
 }
 
+// A request released from the flow queue (issue 24): its wait there counts against its
+// TTFT objective (the client waited), but the model learns the TTFT from dispatch.
+TEST(LatencyCore, TimeInTheRoutersQueueCountsAgainstTheObjectiveNotTheModel) {
+  RoutingCore core;
+  CoreOptions o;
+  o.scheduling.policy = "round-robin";
+  o.health.staleness_s = 1e9;
+  ASSERT_TRUE(core.Configure(o, {TestEndpoint("a", 9100)}, 0).ok());
+  core.OnScrape(0, ScrapedLoad("0", "0", "0.1", 0), 0);
+  auto run = [&](double queued, double now) {
+    PickRequest pr;
+    pr.request.model = "m";
+    pr.request.prompt = "hello";
+    pr.request.slo_ttft_s = 1.0;
+    pr.request.queued_s = queued;
+    pr.dispatch_first = true;
+    PickResult r = core.Pick(pr, now);
+    core.OnFirstToken(r.handle, now + 0.3);
+    core.OnFinished(r.handle, r.ranked[0], 200, now + 0.5);
+  };
+  for (int i = 0; i < 20; ++i) run(0.0, 1.0 + i);  // TTFT 0.3 s: met, and learned
+  run(0.8, 30);                                    // waited 0.8 s first: 1.1 s, missed
+  run(0.6, 31);                                    // 0.9 s: met
+  const LatencyStats st = core.latency_stats();
+  EXPECT_EQ(st.ttft_slo.observed, 22u);
+  EXPECT_EQ(st.ttft_slo.violated, 1u);
+  // Every observation was 0.3 s from dispatch, so the scored predictions are exact.
+  EXPECT_EQ(st.ttft_samples, 22u);
+  EXPECT_LT(st.ttft_errors.abs_s / st.ttft_errors.n, 1e-4);  // 0.1 s if the wait were learned
+}
+
 TEST(LatencyCore, EndpointsWithoutUsableSignalsTeachNothing) {
   Fleet f;  // never scraped: waiting, running and KV usage unknown
   for (int i = 0; i < 30; ++i) f.Run(500, i);
