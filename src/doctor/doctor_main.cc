@@ -69,7 +69,7 @@ std::string RulesText() {
       "                      is not a multiple of pool.kv_events.block_size\n"
       "With --router (a kvroute serve/epp /metrics):\n"
       "  latency-model-inaccurate  the router's TTFT or TPOT predictions off by more than\n"
-      "                      %.0f%% on average over >= %.0f scored predictions in the window\n"
+      "                      %.0f%% and %g s on average over >= %.0f scored predictions\n"
       "  slo-missed          more than %.0f%% of >= %.0f requests with an objective missed it\n"
       "                      (routing)\n"
       "  router-unreadable   --router answered without kvroute's latency series, or not at all\n"
@@ -80,7 +80,7 @@ std::string RulesText() {
       100 * d.low_hit_rate, d.min_queried_tokens, 100 * d.lopsided_share, d.queue_busy,
       100 * d.kv_hot, d.queue_idle, d.queue_idle, 100 * d.kv_cold, 100 * d.kv_spread, d.queue_busy,
       d.queue_idle, d.preemptions_per_s, d.event_min_blocks, d.event_min_blocks,
-      100 * d.latency_max_mape, d.latency_min_predictions, 100 * d.slo_max_violation,
+      100 * d.latency_max_mape, d.latency_min_abs_error_s, d.latency_min_predictions, 100 * d.slo_max_violation,
       d.slo_min_requests);
   return buf;
 }

@@ -776,8 +776,9 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
       std::vector<std::string> off;
       for (size_t k = 0; k < 2; ++k) {
         const RouterFigures::Kind& x = k == 0 ? r.ttft : r.tpot;
-        if (x.mape && x.predictions && *x.predictions >= o.latency_min_predictions &&
-            *x.mape > o.latency_max_mape) {
+        if (x.mape && x.predictions && x.mean_abs_error_s &&
+            *x.predictions >= o.latency_min_predictions && *x.mape > o.latency_max_mape &&
+            *x.mean_abs_error_s > o.latency_min_abs_error_s) {
           off.push_back(fmt::format("{} predictions off by {} on average (mean {:.3f} s) over "
                                     "{} predictions",
                                     k == 0 ? "TTFT" : "TPOT", Pct(*x.mape),
@@ -788,8 +789,10 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
         std::string summary = "router's latency model: " + off[0];
         if (off.size() > 1) summary += "; " + off[1];
         add("latency-model-inaccurate", "warning", std::move(summary),
-            fmt::format("mean relative error > {} over >= {} scored predictions in the window",
-                        Pct(o.latency_max_mape), Threshold(o.latency_min_predictions)),
+            fmt::format("mean relative error > {} and mean absolute error > {} s over >= {} "
+                        "scored predictions in the window",
+                        Pct(o.latency_max_mape), Threshold(o.latency_min_abs_error_s),
+                        Threshold(o.latency_min_predictions)),
             "the model steers flow control by predicted miss (flow.slo_aware) and the "
             "kvroute-slo policy. Check that the replicas' metrics are fresh "
             "(pool.scrape_interval, kvroute_endpoint_scrape_age_seconds) and that answers "

@@ -135,10 +135,13 @@ struct DoctorOptions {
   // block size must be a multiple of it or the router cannot use them.
   int32_t router_block_size = 0;
   // The router's latency model and objectives (--router): latency-model-inaccurate fires
-  // at a mean relative TTFT or TPOT error above latency_max_mape over at least
-  // latency_min_predictions scored predictions in the window; slo-missed when more than
-  // slo_max_violation of at least slo_min_requests requests with an objective missed it.
+  // at a mean relative TTFT or TPOT error above latency_max_mape, with a mean absolute
+  // error above latency_min_abs_error_s (tens of percent of a 13 ms TTFT change no
+  // decision), over at least latency_min_predictions scored predictions in the window;
+  // slo-missed when more than slo_max_violation of at least slo_min_requests requests with
+  // an objective missed it.
   double latency_max_mape = 0.5;
+  double latency_min_abs_error_s = 0.05;
   double latency_min_predictions = 50;
   double slo_max_violation = 0.1;
   double slo_min_requests = 50;

@@ -1144,6 +1144,13 @@ TEST(DoctorRouter, NoRuleBelowTheThresholdsOrOnUnknowns) {
   Report r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &router);
   EXPECT_TRUE(r.findings.empty()) << Rules(r).size();
   EXPECT_DOUBLE_EQ(*r.router->ttft.mape, 1.0);
+  // 100% off over 60 predictions, but 10 ms on average: too small to matter.
+  RouterCounters e;
+  e.scored[0] = 60, e.rel[0] = 60, e.abs_s[0] = 0.6;
+  router = RouterTwo(a, e);
+  r = Diagnose({Steady("a", 0.3, 0)}, DoctorOptions{}, &router);
+  EXPECT_TRUE(r.findings.empty());
+  EXPECT_DOUBLE_EQ(*r.router->ttft.mean_abs_error_s, 0.01);
   // At the thresholds exactly: not above them.
   RouterCounters c;
   c.scored[0] = 50, c.rel[0] = 25, c.slo_req[0] = 50, c.slo_viol[0] = 5;
