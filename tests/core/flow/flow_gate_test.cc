@@ -138,6 +138,17 @@ class FlowGateTest : public ::testing::Test {
     now_ += 1.0;
   }
 
+  // Admits one request of group `g` with `priority` and a TTFT objective (0: none).
+  flow::AdmitResult AdmitWithObjective(FlowGate& gate, char g, int64_t priority,
+                                       double slo_ttft_s) {
+    const std::string prompt = Prompt(g, 1);
+    sched::SchedRequest r = Req(prompt);
+    r.slo_ttft_s = slo_ttft_s;
+    flow::FlowRequest fr;
+    fr.priority = priority;
+    return gate.Admit(fr, std::make_shared<Waiter>(core_, log_, std::string(1, g), prompt), r);
+  }
+
   std::function<double()> Clock() {
     return [this] { return now_; };
   }
@@ -278,12 +289,7 @@ TEST_F(FlowGateTest, ASheddableRequestPredictedToMissIsRefusedAtOnce) {
   Scrape(1, "0.0", "0.10");
   FlowGate gate(flow::FlowOptions{}, core_, Clock());
   auto admit = [&](int64_t priority, double slo_ttft_s) {
-    const std::string prompt = Prompt('s', 1);
-    sched::SchedRequest r = Req(prompt);
-    r.slo_ttft_s = slo_ttft_s;
-    flow::FlowRequest fr;
-    fr.priority = priority;
-    return gate.Admit(fr, std::make_shared<Waiter>(core_, log_, "s", prompt), r);
+    return AdmitWithObjective(gate, 's', priority, slo_ttft_s);
   };
   EXPECT_EQ(admit(-1, 0.1), (flow::AdmitResult{flow::AdmitOutcome::kRejected,
                                                flow::RejectReason::kPredictedMiss}));
@@ -303,12 +309,7 @@ TEST_F(FlowGateTest, ARequestPredictedToMeetItsObjectiveGoesDespiteTheDetector) 
   ASSERT_TRUE(core_.Load(now_).saturated_pool());
   FlowGate gate(flow::FlowOptions{}, core_, Clock());
   auto admit = [&](int64_t priority, double slo_ttft_s) {
-    const std::string prompt = Prompt('q', 1);
-    sched::SchedRequest r = Req(prompt);
-    r.slo_ttft_s = slo_ttft_s;
-    flow::FlowRequest fr;
-    fr.priority = priority;
-    return gate.Admit(fr, std::make_shared<Waiter>(core_, log_, "q", prompt), r);
+    return AdmitWithObjective(gate, 'q', priority, slo_ttft_s);
   };
   EXPECT_EQ(admit(0, 0.5).outcome, flow::AdmitOutcome::kDispatchNow);
   EXPECT_EQ(admit(-1, 0.5), (flow::AdmitResult{flow::AdmitOutcome::kRejected,
