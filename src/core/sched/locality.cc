@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/sched/latency_trainer.h"
 #include "core/sched/prefix_index.h"
 
 namespace kvroute::sched {
@@ -179,8 +180,20 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
   } else {
     const bool full = !room;
     const double bar = spilling_ ? p_.recover_wait_ratio * best_cost : best_cost;
-    const bool slow = p_.seconds_per_queued > 0 && best_region != nullptr && local_wait > bar;
+    bool slow = p_.seconds_per_queued > 0 && best_region != nullptr && local_wait > bar;
     const bool hold = spilling_ && now - spill_since_s_ < p_.min_spill_s;
+    // Predicted miss (issue 24): with the latency model and a TTFT objective, spill when
+    // every known local endpoint is predicted to miss the objective even with the whole
+    // prompt cached there, and a remote endpoint that can take the request is predicted to
+    // meet it with its round trip even with nothing cached. Both bounds are the safe side
+    // of the prefix model the filter does not read (scorers run after filters), so the move
+    // is never a gamble on re-prefill.
+    if (best_region == nullptr || !(full || slow || hold)) {
+      if (const EndpointState* target = PredictedMissTarget(ctx, candidates, cls)) {
+        best_region = target;
+        slow = true;
+      }
+    }
     if (best_region != nullptr && (full || slow || hold)) {
       reason = full ? Locality::kSpillSaturated : slow ? Locality::kSpillWait : spill_reason_;
       sc.pinned = sticky_pos;
@@ -204,6 +217,50 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
   }
   if (IsRemote(reason)) hash_key();
   sc.locality = reason;
+}
+
+const EndpointState* LocalityFilter::PredictedMissTarget(const PickContext& ctx,
+                                                        std::span<const uint32_t> candidates,
+                                                        std::vector<uint32_t>& cls) const {
+  const SchedRequest& req = *ctx.request;
+  if (req.latency == nullptr || !(req.slo_ttft_s > 0)) return nullptr;
+  const LatencyTrainer& model = *req.latency;
+  const double objective = req.slo_ttft_s;
+  const double now = ctx.now_s;
+  enum : uint32_t { kRemote = 0, kLocalEp = 1, kCanTake = 2 };  // as in Apply
+  // Local: the best case (the whole prompt cached). One predicted to meet it, or one
+  // without a prediction: no predicted miss.
+  size_t predicted_local = 0;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    if (cls[c] != kLocalEp) continue;
+    const EndpointState& e = ctx.endpoints[candidates[c]];
+    if (!Known(e, ctx.loads[candidates[c]], now, p_.stale_after_s)) continue;
+    const auto p = model.PredictTtft(LatencyTrainer::DispatchOf(req, e, 1.0));
+    if (!p || !std::isfinite(*p) || *p <= objective) return nullptr;
+    ++predicted_local;
+  }
+  if (predicted_local == 0) return nullptr;
+  // Remote: the worst case (nothing cached) plus the round trip.
+  const EndpointState* best = nullptr;
+  double best_cost = kInf;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    if (cls[c] == kLocalEp) continue;
+    const uint32_t pos = candidates[c];
+    const EndpointState& e = ctx.endpoints[pos];
+    const EndpointLoad& l = ctx.loads[pos];
+    const double rtt = RttOf(e.region);
+    if (!(rtt < kInf) || !Known(e, l, now, p_.stale_after_s)) continue;
+    if (l.waiting >= p_.queue_threshold || l.kv_usage >= p_.kv_threshold) continue;
+    cls[c] = kCanTake;
+    const auto p = model.PredictTtft(LatencyTrainer::DispatchOf(req, e, 0.0));
+    if (!p || !std::isfinite(*p)) continue;
+    const double cost = rtt + *p;
+    if (cost <= objective && cost < best_cost) {
+      best_cost = cost;
+      best = &e;
+    }
+  }
+  return best;
 }
 
 void LocalityFilter::OnCommit(const PickScratch& sc, std::span<const EndpointState> endpoints) {

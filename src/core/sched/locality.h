@@ -1,6 +1,9 @@
 // The locality-filter (issue 10): keeps picks in the router's own region and spills to a
-// remote region only when the local candidates are saturated, or when waiting locally is
-// expected to take longer than the remote round trip plus the remote wait. Rules,
+// remote region only when the local candidates are saturated, when waiting locally is
+// expected to take longer than the remote round trip plus the remote wait, or (issue 24)
+// when the router's latency model predicts every local replica misses the request's TTFT
+// objective even with its prompt cached while a remote one meets it with the round trip
+// even with nothing cached. Rules,
 // parameters and how the decision is reported: docs/POLICIES.md, "Locality".
 //
 // The router's region and the round trips come from SchedulerOptions (region,
@@ -57,6 +60,11 @@ class LocalityFilter : public Filter {
   void Configure(std::string region, std::span<const std::pair<std::string, double>> rtt_s);
   // See Scheduler::SetRegionRtt.
   void SetRegionRtt(std::string_view region, double seconds);
+  // An endpoint of the region to spill to by predicted miss (see Apply), or null. Marks
+  // the remote candidates that can take the request in `cls` (the Apply pass's classes).
+  const EndpointState* PredictedMissTarget(const PickContext& ctx,
+                                           std::span<const uint32_t> candidates,
+                                           std::vector<uint32_t>& cls) const;
   // The round trip used for `region`: the set one, else defaultRttSeconds (maybe +inf).
   double RttOf(std::string_view region) const;
   const std::string& region() const { return region_; }

@@ -12,6 +12,7 @@
 #include <limits>
 #include <string>
 
+#include "core/sched/latency_trainer.h"
 #include "core/sched/prefix_index.h"
 #include "core/sched/profile_scheduler.h"
 #include "sched_test_util.h"
@@ -229,6 +230,63 @@ TEST(Locality, SpillsWhenTheExpectedLocalWaitExceedsRoundTripPlusRemoteWait) {
     EXPECT_EQ(r.locality, Locality::kLocal);
     s->OnFinished(r.handle, 0.1);
   }
+}
+
+// Issue 24: spill by predicted miss. The latency model learned that the us replicas,
+// with 3 queued, take 2 s to a first token whatever the prompt, and the eu replica, idle,
+// 100 ms. A request with a 1 s TTFT objective is predicted to miss it locally even with its
+// whole prompt cached, and to meet it in eu (0.2 s away) with nothing cached: it spills,
+// although the fixed wait rule (3 x 20 ms = 60 ms < 200 ms) keeps it local.
+TEST(Locality, SpillsWhenEveryLocalReplicaIsPredictedToMissAndARemoteToMeet) {
+  auto eps = Fleet(2, 1);
+  for (EndpointState& e : eps) {
+    e.waiting = e.id < 2 ? 3 : 0;
+    e.engine.waiting = e.waiting;
+    e.engine.kv_usage = 0.2;
+    e.engine.present = metrics::EngineMetrics::kWaiting | metrics::EngineMetrics::kRunning |
+                       metrics::EngineMetrics::kKvUsage;
+  }
+  LatencyTrainer model;
+  uint64_t slot = 0;
+  for (int i = 0; i < 40; ++i) {
+    for (const EndpointState& e : eps) {
+      const std::string prompt(static_cast<size_t>(100 + (i * 389) % 3000) * 4, 'q');
+      const double t0 = i * 10.0, ttft = e.id < 2 ? 2.0 : 0.1;
+      const RequestHandle h = (uint64_t{1} << 32) | slot++;
+      model.OnDispatched(h, LatencyTrainer::DispatchOf(Req(prompt), e, 0.0), t0);
+      model.OnFirstToken(h, t0 + ttft);
+      model.OnFinished(h, 5, t0 + ttft + 0.05);
+    }
+  }
+  // The pick's locality and its ranking (copied: it views the scheduler's scratch).
+  struct Outcome {
+    Locality locality;
+    std::vector<uint32_t> ranked;
+  };
+  auto pick = [&](double slo_ttft_s, const LatencyTrainer* latency) {
+    auto s = MustBuild(LocalitySpec(), Options());
+    s->SetRegionRtt("eu", 0.2);
+    SchedRequest r = Req(kPromptA);
+    r.slo_ttft_s = slo_ttft_s;
+    r.latency = latency;
+    PickResult res = s->Pick(r, eps, 0.1);
+    Outcome o{res.locality, std::vector<uint32_t>(res.ranked.begin(), res.ranked.end())};
+    s->OnFinished(res.handle, 0.1);
+    return o;
+  };
+  const Outcome r = pick(1.0, &model);
+  EXPECT_EQ(r.locality, Locality::kSpillWait);
+  EXPECT_EQ(r.ranked, std::vector<uint32_t>{2u});
+  // No objective, no model, or an objective the local replicas are predicted to meet
+  // (3 s): the fixed rules alone, local.
+  EXPECT_EQ(pick(0.0, &model).locality, Locality::kLocal);
+  EXPECT_EQ(pick(1.0, nullptr).locality, Locality::kLocal);
+  EXPECT_EQ(pick(3.0, &model).locality, Locality::kLocal);
+  // A remote that cannot meet it either (0.05 s objective): stay.
+  EXPECT_EQ(pick(0.05, &model).locality, Locality::kLocal);
+  // One local replica without a usable queue signal has no prediction: no predicted miss.
+  eps[1].engine.present &= ~metrics::EngineMetrics::kWaiting;
+  EXPECT_EQ(pick(1.0, &model).locality, Locality::kLocal);
 }
 
 TEST(Locality, HysteresisHoldsTheSpillAcrossTheThreshold) {
