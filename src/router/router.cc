@@ -111,6 +111,14 @@ std::string_view HeaderValue(const http::Request& req, std::string_view name) {
   return it == req.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
 }
 
+// The objective the request names (the first of kObjectiveHeaders present); "" when none.
+std::string_view ObjectiveOf(const http::Request& req) {
+  for (std::string_view h : kObjectiveHeaders) {
+    if (std::string_view v = HeaderValue(req, h); !v.empty()) return v;
+  }
+  return {};
+}
+
 }  // namespace
 
 struct Router::Impl {
@@ -667,14 +675,9 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
   // default, scheduling.slo, fills in what is still missing, in the core).
   if (!fs->objective_slos.empty() &&
       (parsed.request->slo_ttft_s <= 0 || parsed.request->slo_tpot_s <= 0)) {
-    for (std::string_view h : kObjectiveHeaders) {
-      const std::string_view objective = HeaderValue(req, h);
-      if (objective.empty()) continue;
-      if (auto it = fs->objective_slos.find(objective); it != fs->objective_slos.end()) {
-        if (parsed.request->slo_ttft_s <= 0) parsed.request->slo_ttft_s = it->second.ttft_s;
-        if (parsed.request->slo_tpot_s <= 0) parsed.request->slo_tpot_s = it->second.tpot_s;
-      }
-      break;
+    if (auto it = fs->objective_slos.find(ObjectiveOf(req)); it != fs->objective_slos.end()) {
+      if (parsed.request->slo_ttft_s <= 0) parsed.request->slo_ttft_s = it->second.ttft_s;
+      if (parsed.request->slo_tpot_s <= 0) parsed.request->slo_tpot_s = it->second.tpot_s;
     }
   }
   if (!core().kv_events_active()) return Route(std::move(ex), std::move(fs), *parsed.request);
@@ -779,10 +782,7 @@ void RespondRateLimited(http::Exchange& ex, std::string message) {
 
 std::pair<int64_t, uint64_t> Router::Impl::FlowKeys(const http::Request& req, const FrontSettings& fs,
                                                     const api::ParsedRequest& parsed) {
-  std::string_view objective;
-  for (std::string_view h : kObjectiveHeaders) {
-    if (!(objective = HeaderValue(req, h)).empty()) break;
-  }
+  const std::string_view objective = ObjectiveOf(req);
   // An objective's priority (unknown: 0) wins; else vLLM's `priority`, which orders the
   // other way (lower is more important).
   int64_t priority = -parsed.priority;

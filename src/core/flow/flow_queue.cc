@@ -228,9 +228,7 @@ void FlowQueue::Remove(Node* n, bool took_turn) {
   Flow* f = n->flow;
   f->waiting.erase(n);
   by_expiry_.erase(n);
-  if (n->late) {
-    // Counted in went_late; nothing else to undo.
-  } else {
+  if (!n->late) {  // a late one is in neither
     by_late_.erase(n);
     band->on_time -= 1;
   }

@@ -20,6 +20,9 @@ bool Known(const EndpointState& e, const EndpointLoad& l, double now_s, double s
          std::isfinite(l.kv_usage) && std::isfinite(l.waiting);
 }
 
+// How Apply's first pass classifies each candidate (PickScratch::u32_a).
+enum : uint32_t { kRemote = 0, kLocalEp = 1, kCanTake = 2 };
+
 bool SameRegion(const EndpointState& a, const EndpointState& b) {
   if (a.region_key != 0 && b.region_key != 0) return a.region_key == b.region_key;
   return a.region == b.region;
@@ -79,16 +82,13 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
     hash_key();
     if (!key.empty()) sticky = StickyTarget(key[0], now);
   }
-  auto saturated = [&](const EndpointLoad& l) {
-    return l.waiting >= p_.queue_threshold || l.kv_usage >= p_.kv_threshold;
-  };
+  auto saturated = [&](const EndpointLoad& l) { return Saturated(l); };
   auto wait = [&](const EndpointLoad& l) { return std::max(0.0, l.waiting) * p_.seconds_per_queued; };
 
   // Pass 1 classifies every candidate (kept in the plugin scratch for the compaction below)
   // and reads local loads until the answer is settled: once a local endpoint has room and
   // nothing to wait for, no other local load can change the decision, so a pool below
   // saturation costs one region compare per endpoint.
-  enum : uint32_t { kRemote = 0, kLocalEp = 1, kCanTake = 2 };
   std::vector<uint32_t>& cls = sc.u32_a;
   cls.resize(candidates.size());
   size_t n_local = 0;
@@ -227,7 +227,6 @@ const EndpointState* LocalityFilter::PredictedMissTarget(const PickContext& ctx,
   const LatencyTrainer& model = *req.latency;
   const double objective = req.slo_ttft_s;
   const double now = ctx.now_s;
-  enum : uint32_t { kRemote = 0, kLocalEp = 1, kCanTake = 2 };  // as in Apply
   // Local: the best case (the whole prompt cached). One predicted to meet it, or one
   // without a prediction: no predicted miss.
   size_t predicted_local = 0;
@@ -250,7 +249,7 @@ const EndpointState* LocalityFilter::PredictedMissTarget(const PickContext& ctx,
     const EndpointLoad& l = ctx.loads[pos];
     const double rtt = RttOf(e.region);
     if (!(rtt < kInf) || !Known(e, l, now, p_.stale_after_s)) continue;
-    if (l.waiting >= p_.queue_threshold || l.kv_usage >= p_.kv_threshold) continue;
+    if (Saturated(l)) continue;
     cls[c] = kCanTake;
     const auto p = model.PredictTtft(LatencyTrainer::DispatchOf(req, e, 0.0));
     if (!p || !std::isfinite(*p)) continue;

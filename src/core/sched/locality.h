@@ -60,6 +60,9 @@ class LocalityFilter : public Filter {
   void Configure(std::string region, std::span<const std::pair<std::string, double>> rtt_s);
   // See Scheduler::SetRegionRtt.
   void SetRegionRtt(std::string_view region, double seconds);
+  bool Saturated(const EndpointLoad& l) const {
+    return l.waiting >= p_.queue_threshold || l.kv_usage >= p_.kv_threshold;
+  }
   // An endpoint of the region to spill to by predicted miss (see Apply), or null. Marks
   // the remote candidates that can take the request in `cls` (the Apply pass's classes).
   const EndpointState* PredictedMissTarget(const PickContext& ctx,
