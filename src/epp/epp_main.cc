@@ -34,7 +34,8 @@ Keys the picker reads:
                                 #   ready endpoint is saturated (waiting >= 5 or KV >= 0.8)
       chat: {priority: 0, slo: {ttft: 500ms, tpot: 40ms}}
                                 # an objective's own latency objectives: for its requests
-                                #   without x-llm-d-slo-* headers (before scheduling.slo)
+                                #   without x-llm-d-slo-* (or x-slo-*) headers (before
+                                #   scheduling.slo: {ttft: 2s, tpot: 50ms}, as for serve)
   flow:                         # flow control, as for serve (off by default; read at start):
     enabled: true               #   a stream reaching its pick while every ready endpoint
                                 #   is saturated waits, its answer held back, and is picked

@@ -54,7 +54,8 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     plugins: [{type, name?, parameters?}]
     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
     slo: {ttft: 2s, tpot: 50ms}  # objectives of requests without x-llm-d-slo-ttft-ms /
-                                #   x-llm-d-slo-tpot-ms headers (counted on /metrics)
+                                #   x-llm-d-slo-tpot-ms headers (or the older x-slo-ttft-ms /
+                                #   x-slo-tpot-ms; counted on /metrics, never forwarded)
   limits:                       # client side, read at start; each refusal has an
     max_connections: 16384      #   OpenAI-shaped body and closes. 0 = unlimited; past it 503
     max_body_bytes: 16MiB       # -> 413
