@@ -519,7 +519,8 @@ class Loader {
     std::map<std::string, int, std::less<>> lines;  // key -> line, to place Validate's verdict
     v.ForEachKey({"enabled", "max_requests", "max_bytes", "ttl", "no_endpoint_ttl", "fairness",
                   "ordering", "flow_header", "affinity_window", "max_affinity_skips",
-                  "sheddable_reserve", "slo_aware", "slo_admit_fraction"},
+                  "sheddable_reserve", "slo_aware", "slo_admit_fraction",
+                  "slo_release_fraction"},
                  [&](const std::string& key, const ConfigNode& fv) {
                    lines[key] = fv.line();
                    if (key == "enabled") {
@@ -553,6 +554,8 @@ class Loader {
                      o.slo_aware = fv.Bool();
                    } else if (key == "slo_admit_fraction") {
                      o.slo_admit_fraction = Fraction(fv);
+                   } else if (key == "slo_release_fraction") {
+                     o.slo_release_fraction = Fraction(fv);
                    } else {
                      o.max_affinity_skips = static_cast<uint32_t>(fv.Int(0, 1000000));
                    }

@@ -295,13 +295,18 @@ void ParseFlow(const ConfigNode& n, ScenarioFlow* f) {
   if (!n.IsMap()) n.Fail("must be a mapping");
   n.CheckKeys({"enabled", "max_requests", "ttl", "no_endpoint_ttl", "fairness", "ordering",
                "affinity_window", "max_affinity_skips", "sheddable_reserve", "slo_aware",
-               "slo_admit_fraction"});
+               "slo_admit_fraction", "slo_release_fraction"});
   if (ConfigNode v = n.Get("enabled")) f->enabled = v.Bool();
   if (ConfigNode v = n.Get("slo_aware")) f->options.slo_aware = v.Bool();
   if (ConfigNode v = n.Get("slo_admit_fraction")) {
     const double x = v.Number();
     if (x < 0 || x > 1) v.Fail("must be in 0..1");
     f->options.slo_admit_fraction = x;
+  }
+  if (ConfigNode v = n.Get("slo_release_fraction")) {
+    const double x = v.Number();
+    if (x < 0 || x > 1) v.Fail("must be in 0..1");
+    f->options.slo_release_fraction = x;
   }
   flow::FlowOptions& o = f->options;
   if (ConfigNode v = n.Get("max_requests")) o.max_requests = static_cast<uint64_t>(v.Int(1));

@@ -41,7 +41,8 @@ Keys the picker reads:
                                 #   is saturated waits, its answer held back, and is picked
                                 #   when capacity frees (a request finished, a scrape)
     max_requests, max_bytes, ttl, no_endpoint_ttl, fairness, ordering, flow_header,
-    affinity_window, max_affinity_skips, sheddable_reserve, slo_aware, slo_admit_fraction
+    affinity_window, max_affinity_skips, sheddable_reserve, slo_aware, slo_admit_fraction,
+    slo_release_fraction
                                 # as in kvroute serve --help; shed, over a bound or past
                                 #   ttl: immediate 429 with retry-after; no_endpoint_ttl: 503
   locality:                     # several regions, as for serve (docs/REGIONS.md):

@@ -111,6 +111,9 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     slo_admit_fraction: 0.5     # 0..1: a request predicted to start within this share of
                                 #   its objective goes at once even while the detector says
                                 #   saturated (0: the detector alone)
+    slo_release_fraction: 0.15  # 0..1: a waiting request predicted to start within this
+                                #   share of what is left of its objective is released
+                                #   although the detector has no room (0: its room alone)
     # Priority (strict; higher first): the objective in x-gateway-inference-objective or
     # x-llm-d-inference-objective (epp.objectives, Kubernetes InferenceObjectives; unknown:
     # 0), else minus the body's vLLM `priority`. Below 0 is sheddable: 429 at once while

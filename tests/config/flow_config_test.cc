@@ -30,6 +30,7 @@ TEST(FlowConfigTest, OffWithTheQueueDefaultsWhenAbsent) {
   EXPECT_EQ(f.options.sheddable_reserve, 0);
   EXPECT_TRUE(f.options.slo_aware);
   EXPECT_EQ(f.options.slo_admit_fraction, 0.5);
+  EXPECT_EQ(f.options.slo_release_fraction, 0.15);
 }
 
 TEST(FlowConfigTest, ReadsEveryKey) {
@@ -37,7 +38,8 @@ TEST(FlowConfigTest, ReadsEveryKey) {
       "flow:\n  enabled: true\n  max_requests: 100\n  max_bytes: 2MiB\n  ttl: 1500ms\n"
       "  no_endpoint_ttl: 250ms\n  fairness: global\n  ordering: earliest_deadline\n"
       "  flow_header: x-tenant-id\n  affinity_window: 4\n  max_affinity_skips: 0\n"
-      "  sheddable_reserve: 3\n  slo_aware: false\n  slo_admit_fraction: 0.25\n",
+      "  sheddable_reserve: 3\n  slo_aware: false\n  slo_admit_fraction: 0.25\n"
+      "  slo_release_fraction: 0.1\n",
       "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error.ToString();
   const FlowConfig& f = r.value->flow;
@@ -54,6 +56,7 @@ TEST(FlowConfigTest, ReadsEveryKey) {
   EXPECT_EQ(f.options.sheddable_reserve, 3);
   EXPECT_FALSE(f.options.slo_aware);
   EXPECT_EQ(f.options.slo_admit_fraction, 0.25);
+  EXPECT_EQ(f.options.slo_release_fraction, 0.1);
   EXPECT_TRUE(flow::Validate(f.options).ok());
 }
 
@@ -62,6 +65,8 @@ TEST(FlowConfigTest, ErrorsNameFileLineAndField) {
             "t.yaml:2: flow.enabled: must be true or false (got 'yes please')");
   EXPECT_EQ(ParseErr("flow:\n  slo_admit_fraction: 2\n"),
             "t.yaml:2: flow.slo_admit_fraction: must be between 0 and 1 (got 2)");
+  EXPECT_EQ(ParseErr("flow:\n  enabled: true\n  slo_release_fraction: -0.5\n"),
+            "t.yaml:3: flow.slo_release_fraction: must be between 0 and 1 (got -0.5)");
   EXPECT_EQ(ParseErr("flow:\n  slo_aware: 1\n"),
             "t.yaml:2: flow.slo_aware: must be true or false (got '1')");
   EXPECT_EQ(ParseErr("flow:\n  max_requests: 0\n"),

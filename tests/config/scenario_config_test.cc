@@ -204,7 +204,7 @@ TEST(ScenarioConfigTest, FlowAndTenantsParseAndAreChecked) {
   Scenario s = MustParse(base +
                          "flow: {enabled: true, max_requests: 10, ttl: 2s, no_endpoint_ttl: 500ms,\n"
                          "       fairness: global, ordering: earliest_deadline,\n"
-                         "       slo_aware: false, slo_admit_fraction: 0.3}\n"
+                         "       slo_aware: false, slo_admit_fraction: 0.3, slo_release_fraction: 0.2}\n"
                          "tenants:\n"
                          "  - {name: interactive, share: 0.25, priority: 0}\n"
                          "  - {name: batch, share: 0.75, priority: -1}\n");
@@ -216,9 +216,12 @@ TEST(ScenarioConfigTest, FlowAndTenantsParseAndAreChecked) {
   EXPECT_EQ(s.flow.options.ordering, flow::Ordering::kEarliestDeadline);
   EXPECT_FALSE(s.flow.options.slo_aware);
   EXPECT_DOUBLE_EQ(s.flow.options.slo_admit_fraction, 0.3);
+  EXPECT_DOUBLE_EQ(s.flow.options.slo_release_fraction, 0.2);
   EXPECT_TRUE(none.flow.options.slo_aware);
   EXPECT_EQ(ErrorOf(base + "flow: {slo_admit_fraction: -1}\n"),
             "test.yaml:3: flow.slo_admit_fraction: must be in 0..1");
+  EXPECT_EQ(ErrorOf(base + "flow: {slo_release_fraction: 1.5}\n"),
+            "test.yaml:3: flow.slo_release_fraction: must be in 0..1");
   ASSERT_EQ(s.tenants.size(), 2u);
   EXPECT_EQ(s.tenants[1].name, "batch");
   EXPECT_DOUBLE_EQ(s.tenants[1].share, 0.75);

@@ -50,7 +50,17 @@ flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<Fl
   request.id = next_id_++;
   const flow::AdmitResult r = queue_.Admit(request, now, state);
   if (r.outcome == flow::AdmitOutcome::kQueued) {
-    waiting_.emplace(request.id, Entry{std::move(waiter), std::move(key)});
+    sched::SchedRequest predict;
+    if (options_.slo_aware) {
+      predict.priority = sched_request.priority;
+      predict.prompt_tokens = sched_request.token_ids.empty()
+                                  ? sched_request.EstimatedPromptTokens()
+                                  : static_cast<int64_t>(sched_request.token_ids.size());
+      predict.slo_ttft_s = sched_request.slo_ttft_s;
+      predict.slo_tpot_s = sched_request.slo_tpot_s;
+      predict.streaming = sched_request.streaming;
+    }
+    waiting_.emplace(request.id, Entry{std::move(waiter), std::move(key), predict});
     PublishLocked();
   }
   return r;
@@ -87,6 +97,8 @@ void FlowGate::Pump(uint32_t freed) {
     const routing::RoutingCore::PoolLoad load = core_.Load(now);
     if (budget < 0) budget = load.room;
     const bool capacity = load.ready > 0 && !load.saturated_pool() && budget > 0;
+    const bool by_prediction =
+        !capacity && options_.slo_aware && options_.slo_release_fraction > 0 && load.ready > 0;
     std::shared_ptr<FlowWaiter> next;
     double waited_s = 0.0;
     expired.clear();
@@ -101,20 +113,28 @@ void FlowGate::Pump(uint32_t freed) {
         expiring.emplace_back(std::move(it->second.waiter), e.reason);
         waiting_.erase(it);
       }
-      if (capacity) {
+      if (capacity || by_prediction) {
         // Late binding: the replica that freed (the first release after a completion),
         // else the one with the most room, takes the waiting request it holds the most
         // of (among the queue's affinity window).
         const uint32_t target = freed != routing::RoutingCore::kNoEndpoint ? freed : load.roomiest;
         freed = routing::RoutingCore::kNoEndpoint;  // one slot freed there
         std::optional<flow::Dispatch> d;
-        if (target != routing::RoutingCore::kNoEndpoint) {
+        if (target != routing::RoutingCore::kNoEndpoint || !capacity) {
+          // (No endpoint with room, in a release by prediction: order alone.)
           auto probe = [&](const flow::WaitingView& w) -> uint32_t {
             auto it = waiting_.find(w.id);
-            if (it == waiting_.end()) return 0;
+            if (it == waiting_.end() || target == routing::RoutingCore::kNoEndpoint) return 0;
             return static_cast<uint32_t>(core_.HeldBlocks(it->second.key, target));
           };
-          d = queue_.NextToDispatch(now, probe);
+          if (capacity) {
+            d = queue_.NextToDispatch(now, probe);
+          } else {
+            auto fits = [&](const flow::WaitingView& w, double waited) {
+              return PredictedToFit(w, waited);
+            };
+            d = queue_.NextToDispatch(now, probe, fits);
+          }
         } else {
           d = queue_.NextToDispatch(now);
         }
@@ -143,9 +163,21 @@ void FlowGate::Pump(uint32_t freed) {
     for (auto& [waiter, reason] : expiring) waiter->Expire(reason);
     if (next) {
       next->Dispatch(now, waited_s);
-      --budget;
+      if (capacity) --budget;
     }
   }
+}
+
+bool FlowGate::PredictedToFit(const flow::WaitingView& w, double waited_s) const {
+  auto it = waiting_.find(w.id);
+  if (it == waiting_.end()) return false;
+  sched::SchedRequest r = it->second.predict;
+  r.queued_s = waited_s;
+  const auto budget = core_.SloWaitBudget(r, it->second.key);
+  if (!budget || !budget->predicted || !(budget->objective_s > 0)) return false;
+  const double predicted = budget->objective_s - budget->wait_s;
+  const double left = budget->objective_s - waited_s;
+  return left > 0 && predicted <= options_.slo_release_fraction * left;
 }
 
 flow::FlowStats FlowGate::stats() const {

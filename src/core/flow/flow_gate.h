@@ -23,7 +23,13 @@
 // predicted to miss its TTFT objective): after that it goes behind the on-time ones; a
 // sheddable request is refused at admission when that time has already come (FlowQueue).
 // Each released request is dispatched (its
-// pick made) before the next verdict, which then counts it in flight.
+// pick made) before the next verdict, which then counts it in flight. With slo_aware, a
+// pump that finds no room by the detector still releases the request the queue would send
+// next when the latency model predicts it meets its objective with room (predicted TTFT
+// within slo_release_fraction of what is left of the objective after its wait), as
+// admission does for a new request (with slo_admit_fraction): the detector's fixed queue bound is no reason to hold a request
+// the engines would serve in time. Each such release is picked, so counted in the model's
+// queue, before the next prediction; the releases stop when the next one no longer fits.
 //
 // Threads: every call from any thread. One mutex guards the queue and the waiting map;
 // the waiters' Dispatch and Expire run outside it, on the calling thread. A pump that
@@ -91,7 +97,12 @@ class FlowGate {
   struct Entry {
     std::shared_ptr<FlowWaiter> waiter;
     std::vector<uint64_t> key;  // the prefix chain
+    // What the latency model reads of it (no strings: its prompt as a token count), for a
+    // release by prediction; only with slo_aware.
+    sched::SchedRequest predict;
   };
+  // Release by prediction: `w` may go now although the detector has no room.
+  bool PredictedToFit(const flow::WaitingView& w, double waited_s) const;
   void PublishLocked();
 
   routing::RoutingCore& core_;

@@ -48,6 +48,9 @@ Status Validate(const FlowOptions& o) {
   if (!(o.slo_admit_fraction >= 0.0 && o.slo_admit_fraction <= 1.0)) {
     return Status::InvalidArgument("slo_admit_fraction must be in 0..1");
   }
+  if (!(o.slo_release_fraction >= 0.0 && o.slo_release_fraction <= 1.0)) {
+    return Status::InvalidArgument("slo_release_fraction must be in 0..1");
+  }
   if (o.sheddable_reserve < 0 || o.sheddable_reserve > 4) {
     return Status::InvalidArgument("sheddable_reserve must be in 0..4");
   }
@@ -288,6 +291,16 @@ std::optional<Dispatch> FlowQueue::NextToDispatch(double now_s) {
 }
 
 std::optional<Dispatch> FlowQueue::NextToDispatch(double now_s, PrefixProbe probe) {
+  return Choose(now_s, probe, nullptr);
+}
+
+std::optional<Dispatch> FlowQueue::NextToDispatch(double now_s, PrefixProbe probe,
+                                                  DispatchCheck check) {
+  return Choose(now_s, probe, &check);
+}
+
+std::optional<Dispatch> FlowQueue::Choose(double now_s, PrefixProbe probe,
+                                          const DispatchCheck* check) {
   Band* band = HighestNonEmptyBand();
   if (band == nullptr) return std::nullopt;
 
@@ -341,6 +354,13 @@ std::optional<Dispatch> FlowQueue::NextToDispatch(double now_s, PrefixProbe prob
         best = held;
         chosen = i;
       }
+    }
+  }
+  if (check != nullptr) {
+    const Node* c = window[chosen];
+    if (!(*check)(WaitingView{c->id, c->prefix_key, c->flow_id},
+                  std::max(0.0, now_s - c->admitted_s))) {
+      return std::nullopt;
     }
   }
   for (std::size_t i = 0; i < chosen; ++i) ++window[i]->skips;

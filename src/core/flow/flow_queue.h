@@ -135,6 +135,12 @@ struct FlowOptions {
   // share of its objective goes at once although the saturation detector says wait (0:
   // the detector alone decides). In 0..1.
   double slo_admit_fraction = 0.5;
+  // FlowGate (with slo_aware): a pump that finds no room by the detector still releases
+  // the request the queue would send next when its predicted TTFT is at most this share of
+  // what is left of its objective after its wait (0: the detector's room alone bounds
+  // releases). Lower than slo_admit_fraction because a burst that keeps the queue full is
+  // where the model errs most (docs/POLICIES.md, "Flow control by predicted miss"). In 0..1.
+  double slo_release_fraction = 0.15;
 };
 
 // Ok, or InvalidArgument naming the first bad field: bounds >= 1, TTLs > 0 and finite,
@@ -207,22 +213,31 @@ struct WaitingView {
   uint64_t flow_id;
 };
 
-// How many of a waiting request's prefix blocks the freed replica holds. A non-owning
-// reference to any callable `uint32_t(const WaitingView&)`; the callable must outlive the
-// NextToDispatch call it is passed to. Called at most affinity_window times per call.
-class PrefixProbe {
+// A non-owning reference to a callable `R(Args...)`; the callable must outlive the
+// NextToDispatch call it is passed to (no allocation, unlike std::function).
+template <class Sig>
+class CallRef;
+template <class R, class... Args>
+class CallRef<R(Args...)> {
  public:
   template <class F>
-  PrefixProbe(const F& f)  // NOLINT: implicit, so a lambda can be passed directly
-      : obj_(&f), call_([](const void* o, const WaitingView& w) -> uint32_t {
-          return (*static_cast<const F*>(o))(w);
+  CallRef(const F& f)  // NOLINT: implicit, so a lambda can be passed directly
+      : obj_(&f), call_([](const void* o, Args... a) -> R {
+          return (*static_cast<const F*>(o))(a...);
         }) {}
-  uint32_t operator()(const WaitingView& w) const { return call_(obj_, w); }
+  R operator()(Args... a) const { return call_(obj_, a...); }
 
  private:
   const void* obj_;
-  uint32_t (*call_)(const void*, const WaitingView&);
+  R (*call_)(const void*, Args...);
 };
+
+// How many of a waiting request's prefix blocks the freed replica holds. Called at most
+// affinity_window times per NextToDispatch call.
+using PrefixProbe = CallRef<uint32_t(const WaitingView&)>;
+// Whether the request NextToDispatch chose may go now (`waited_s`: its time in the queue).
+// Called once per call, after the choice.
+using DispatchCheck = CallRef<bool(const WaitingView&, double)>;
 
 // Why NextToDispatch chose the request it returned.
 enum class DispatchCause : uint8_t {
@@ -296,6 +311,10 @@ class FlowQueue {
   // The caller decides whether there is capacity; the queue does not look at the pool.
   std::optional<Dispatch> NextToDispatch(double now_s);
   std::optional<Dispatch> NextToDispatch(double now_s, PrefixProbe probe);
+  // The same choice, made only if `check` accepts it: otherwise nothing is removed or
+  // counted (no skips either) and nullopt is returned. The gate's release by prediction
+  // when the detector has no room (FlowGate::Pump).
+  std::optional<Dispatch> NextToDispatch(double now_s, PrefixProbe probe, DispatchCheck check);
 
   // Removes waiting request `id` (its client disconnected). False, and nothing counted,
   // when no request with that id waits (already dispatched, expired or never queued).
@@ -382,6 +401,7 @@ class FlowQueue {
   void Remove(Node* n, bool took_turn);
   void Reject(Band* band, RejectReason reason, AdmitResult& result);
   std::optional<Dispatch> Take(Node* n, double now_s, uint32_t held, DispatchCause cause);
+  std::optional<Dispatch> Choose(double now_s, PrefixProbe probe, const DispatchCheck* check);
 
   FlowOptions options_;
   std::pmr::unsynchronized_pool_resource pool_;

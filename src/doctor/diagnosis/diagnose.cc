@@ -797,7 +797,8 @@ Report Diagnose(const std::vector<ReplicaHistory>& replicas, const DoctorOptions
             "kvroute-slo policy. Check that the replicas' metrics are fresh "
             "(pool.scrape_interval, kvroute_endpoint_scrape_age_seconds) and that answers "
             "stream (only streamed answers teach it). It errs most in bursts; "
-            "flow.slo_admit_fraction: 0 keeps admission to the saturation detector, "
+            "flow.slo_admit_fraction and flow.slo_release_fraction: 0 keep admission and "
+            "release to the saturation detector, "
             "flow.slo_aware: false orders the queue by arrival again",
             {r.name}, false);
       }

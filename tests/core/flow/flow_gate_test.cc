@@ -329,6 +329,46 @@ TEST_F(FlowGateTest, ARequestPredictedToMeetItsObjectiveGoesDespiteTheDetector) 
             flow::AdmitOutcome::kQueued);
 }
 
+// A pump with no room by the detector still releases the request the queue would send
+// next when the model predicts it meets what is left of its objective with room (predicted
+// TTFT within slo_release_fraction of the objective minus its wait; 0.25 here). The
+// model learned a constant 200 ms with 6 waiting; both replicas report 6 waiting all along.
+// Without slo_aware, or with slo_release_fraction 0, the detector's room alone releases.
+TEST_F(FlowGateTest, APumpReleasesByPredictionWhenTheDetectorHasNoRoom) {
+  TrainConstantTtft(0.2, "6.0");
+  Scrape(0, "6.0");
+  Scrape(1, "6.0");
+  ASSERT_TRUE(core_.Load(now_).saturated_pool());
+  const double t0 = now_;
+  struct Case {
+    bool slo_aware;
+    double release_fraction;
+    double waited;
+    bool released;
+  };
+  // q: 0.2 <= 0.25 * (1.2 - 0.1) goes; 0.2 > 0.25 * (1.2 - 0.5) stays. x never fits.
+  for (const Case c : {Case{true, 0.25, 0.1, true}, Case{true, 0.25, 0.5, false},
+                       Case{true, 0.0, 0.1, false}, Case{false, 0.25, 0.1, false}}) {
+    SCOPED_TRACE(testing::Message() << "slo_aware " << c.slo_aware << " fraction "
+                                    << c.release_fraction << " waited " << c.waited);
+    now_ = t0;
+    log_ = {};
+    flow::FlowOptions o;
+    o.slo_aware = c.slo_aware;
+    o.slo_release_fraction = c.release_fraction;
+    FlowGate gate(o, core_, Clock());
+    // x (objective 100 ms) is predicted to miss from the start: it goes behind q.
+    ASSERT_EQ(AdmitWithObjective(gate, 'x', 0, 0.1).outcome, flow::AdmitOutcome::kQueued);
+    ASSERT_EQ(AdmitWithObjective(gate, 'q', 0, 1.2).outcome, flow::AdmitOutcome::kQueued);
+    now_ = t0 + c.waited;
+    gate.Pump();
+    ASSERT_EQ(log_.dispatched.size(), c.released ? 1u : 0u);
+    if (c.released) EXPECT_EQ(log_.dispatched[0].substr(0, 2), "q@");
+    EXPECT_EQ(gate.stats().bands.at(0).waiting_requests, c.released ? 1u : 2u);
+    EXPECT_TRUE(log_.expired.empty());
+  }
+}
+
 TEST_F(FlowGateTest, ExpiryAndCancelCallTheRightWaiterOnce) {
   Scrape(0, "6.0");
   Scrape(1, "6.0");

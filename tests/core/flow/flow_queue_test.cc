@@ -593,6 +593,41 @@ TEST(FlowQueue, SkipsCountOnlyForRequestsAheadOfTheChosenOne) {
   EXPECT_EQ(q.NextToDispatch(1.0, r)->id, 3u);
 }
 
+// The checked form makes the same choice and removes it only when the check accepts it; a
+// refusal leaves the queue, its counters and the skips as they were.
+TEST(FlowQueue, ACheckedDispatchThatIsRefusedChangesNothing) {
+  FlowOptions o;
+  o.max_affinity_skips = 1;
+  FlowQueue q(o);
+  ASSERT_EQ(q.Admit(Req(1), 0.0, PoolState::kSaturated), kQueued);
+  ASSERT_EQ(q.Admit(Req(2), 0.5, PoolState::kSaturated), kQueued);
+  FakeReplica r;
+  r.held = {{200, 4}};
+  std::vector<std::pair<RequestId, double>> asked;
+  bool accept = false;
+  auto check = [&](const WaitingView& w, double waited_s) {
+    asked.emplace_back(w.id, waited_s);
+    return accept;
+  };
+  EXPECT_FALSE(q.NextToDispatch(2.0, r, check).has_value());
+  EXPECT_FALSE(q.NextToDispatch(2.0, r, check).has_value());
+  // The choice was 2 both times (it holds the prefix), asked with its wait.
+  EXPECT_EQ(asked, (std::vector<std::pair<RequestId, double>>{{2, 1.5}, {2, 1.5}}));
+  EXPECT_EQ(q.size(), 2u);
+  EXPECT_EQ(BandOf(q.stats(), 0).dispatched, 0u);
+  // Two refusals counted no skip for 1 (with max_affinity_skips 1 it would now be aged).
+  accept = true;
+  auto d = q.NextToDispatch(2.0, r, check);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->id, 2u);
+  EXPECT_EQ(d->cause, DispatchCause::kAffinity);
+  EXPECT_EQ(d->waited_s, 1.5);
+  EXPECT_EQ(BandOf(q.stats(), 0).dispatched, 1u);
+  EXPECT_EQ(q.NextToDispatch(2.0, r, check)->id, 1u);
+  EXPECT_FALSE(q.NextToDispatch(2.0, r, check).has_value());  // empty: the check not asked
+  EXPECT_EQ(asked.size(), 4u);
+}
+
 TEST(FlowQueue, WaitHistogramBucketsAreExact) {
   FlowQueue q;
   const double waits[] = {0.0005, 0.001, 0.002, 0.3, 45.0};
