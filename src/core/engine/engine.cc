@@ -51,6 +51,8 @@ std::optional<EngineConfig> PresetConfig(std::string_view name) {
     c.step.per_prefill_token_us = 62.8;
     c.step.per_decode_seq_us = 12.0;
     c.step.per_context_token_us = 0.05;
+    c.kv_bytes_per_token = 262144;
+    c.tensor_parallel_size = 2;
     return c;
   }
   return std::nullopt;
@@ -120,6 +122,15 @@ struct Engine::Impl {
     bool finished = false;
     double first_scheduled_s = -1.0;
     double first_token_s = 0.0;
+    double kv_hold_s = 0.0;    // P/D prefill leg: lease after a kLength finish
+    int kv_load_tokens = 0;    // P/D decode leg: loaded prompt tokens, until admitted
+    double kv_ready_s = 0.0;   // when the load completes
+  };
+
+  // A finished prefill leg's blocks, kept for the decode leg (EngineRequest::kv_hold_s).
+  struct Hold {
+    std::vector<int32_t> blocks;  // token order
+    double expires_s = 0.0;
   };
 
   explicit Impl(EngineConfig c) : config(std::move(c)) {
@@ -201,6 +212,54 @@ struct Engine::Impl {
     }
     r->blocks.clear();
     r->registered = 0;
+  }
+
+  // Keeps the first floor(computed / block_size) blocks of finished `r` as a hold until
+  // `expires_s`, frees the rest tail-first.
+  void HoldRequestBlocks(Request* r, double expires_s) {
+    const size_t keep = std::min(r->blocks.size(),
+                                 static_cast<size_t>(r->computed / config.block_size));
+    if (keep == 0) return FreeRequestBlocks(r);
+    for (size_t i = r->blocks.size(); i-- > keep;) {
+      Block& blk = blocks[r->blocks[i]];
+      assert(blk.ref > 0);
+      if (--blk.ref == 0) FreeAppend(r->blocks[i]);
+    }
+    r->blocks.resize(keep);
+    auto [it, inserted] = holds.try_emplace(r->id);
+    if (!inserted) EndHold(it);  // ids are unique among live requests only: the new one wins
+    it = holds.try_emplace(r->id).first;
+    it->second.blocks.swap(r->blocks);
+    it->second.expires_s = expires_s;
+    held_blocks += static_cast<int>(it->second.blocks.size());
+    r->blocks.clear();
+    r->registered = 0;
+  }
+
+  std::unordered_map<uint64_t, Hold>::iterator EndHold(
+      std::unordered_map<uint64_t, Hold>::iterator it) {
+    const std::vector<int32_t>& held = it->second.blocks;
+    for (auto b = held.rbegin(); b != held.rend(); ++b) {
+      Block& blk = blocks[*b];
+      assert(blk.ref > 0);
+      if (--blk.ref == 0) FreeAppend(*b);
+    }
+    held_blocks -= static_cast<int>(held.size());
+    return holds.erase(it);
+  }
+
+  int ExpireHolds(double now) {
+    int n = 0;
+    for (auto it = holds.begin(); it != holds.end();) {
+      if (it->second.expires_s <= now) {
+        it = EndHold(it);
+        ++n;
+      } else {
+        ++it;
+      }
+    }
+    stats.kv_holds_expired += n;
+    return n;
   }
 
   // ---- prefix cache -------------------------------------------------------------------
@@ -353,6 +412,8 @@ struct Engine::Impl {
     out->outputs.clear();
     scheduled.clear();
 
+    if (!holds.empty()) ExpireHolds(now);
+
     int budget = config.max_num_batched_tokens;
     bool preempted_any = false;
 
@@ -390,16 +451,28 @@ struct Engine::Impl {
       ++i;
     }
 
-    // Then waiting requests, unless this step had to preempt.
+    // Then waiting requests, unless this step had to preempt. A decode leg whose KV is
+    // still on its way is skipped (j moves past it); with none, j stays 0 and this is
+    // plain head-of-line FCFS / priority admission.
     if (!preempted_any) {
-      while (!waiting.empty() && budget > 0 &&
+      size_t j = 0;
+      while (j < waiting.size() && budget > 0 &&
              static_cast<int>(running.size()) < config.max_num_seqs) {
-        Request* r = waiting.front();
+        Request* r = waiting[j];
+        if (r->kv_ready_s > now) {
+          ++j;
+          continue;
+        }
         assert(r->computed == 0 && r->blocks.empty());
         FindCachedPrefix(r, &hit_scratch);
         const int cached = static_cast<int>(hit_scratch.size()) * config.block_size;
-        const int num_new = std::min(static_cast<int>(r->tokens.size()) - cached, budget);
-        r->computed = cached;
+        // Loaded tokens count as computed; the last token is always computed here.
+        const int start = r->kv_load_tokens > 0
+                              ? std::max(cached, std::min(r->kv_load_tokens,
+                                                          static_cast<int>(r->tokens.size()) - 1))
+                              : cached;
+        const int num_new = std::min(static_cast<int>(r->tokens.size()) - start, budget);
+        r->computed = start;
         if (!AllocateSlots(r, num_new, hit_scratch)) {
           r->computed = 0;
           break;  // head-of-line: a waiting request never preempts
@@ -408,8 +481,13 @@ struct Engine::Impl {
           stats.prefix_queries_tokens += static_cast<int64_t>(r->tokens.size());
           stats.prefix_hits_tokens += cached;
         }
-        r->cached_tokens = cached;
-        waiting.pop_front();
+        r->cached_tokens = start;
+        if (r->kv_load_tokens > 0) {
+          r->kv_load_tokens = 0;  // a preempted decode leg recomputes
+          --pending_loads;
+        }
+        r->kv_ready_s = 0.0;
+        waiting.erase(waiting.begin() + static_cast<ptrdiff_t>(j));
         r->running = true;
         running.push_back(r);
         r->scheduled = num_new;
@@ -465,7 +543,11 @@ struct Engine::Impl {
           r->finished = true;
           any_finished = true;
           ++(o.reason == FinishReason::kStop ? stats.finished_stop : stats.finished_length);
-          FreeRequestBlocks(r);
+          if (o.reason == FinishReason::kLength && r->kv_hold_s > 0) {
+            HoldRequestBlocks(r, end + r->kv_hold_s);
+          } else {
+            FreeRequestBlocks(r);
+          }
         }
       }
       o.prompt_tokens = r->prompt_len;
@@ -513,6 +595,9 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Request>> spare;  // recycled requests (keep capacity)
   std::vector<KvEvent> events;
   EngineStats stats;
+  std::unordered_map<uint64_t, Hold> holds;  // P/D prefill legs' held blocks, by request id
+  int held_blocks = 0;
+  int pending_loads = 0;  // waiting requests with kv_load_tokens > 0
 };
 
 // ---------------------------------------------------------------------------------------
@@ -554,6 +639,12 @@ std::optional<std::string> Engine::AddRequest(EngineRequest req) {
            std::to_string(c.num_gpu_blocks - 1);
   }
   if (m.live.contains(req.id)) return "request id " + std::to_string(req.id) + " is live";
+  if (req.kv_load_tokens < 0 || req.kv_load_tokens > prompt) {
+    return "kv_load_tokens must be between 0 and the prompt length";
+  }
+  if (!std::isfinite(req.kv_ready_s) || !std::isfinite(req.kv_hold_s) || req.kv_hold_s < 0) {
+    return "kv_ready_s and kv_hold_s must be finite, kv_hold_s >= 0";
+  }
 
   Impl::Request* r = m.NewRequest();
   r->id = req.id;
@@ -577,6 +668,10 @@ std::optional<std::string> Engine::AddRequest(EngineRequest req) {
   r->finished = false;
   r->first_scheduled_s = -1.0;
   r->first_token_s = 0.0;
+  r->kv_hold_s = req.kv_hold_s;
+  r->kv_load_tokens = req.kv_load_tokens;
+  r->kv_ready_s = req.kv_load_tokens > 0 ? req.kv_ready_s : 0.0;
+  if (r->kv_load_tokens > 0) ++m.pending_loads;
 
   int stop_at = 0;
   if (req.stop_after_tokens > 0) {
@@ -609,6 +704,7 @@ bool Engine::Abort(uint64_t id) {
     m.waiting.erase(std::find(m.waiting.begin(), m.waiting.end(), r));
   }
   m.FreeRequestBlocks(r);
+  if (r->kv_load_tokens > 0) --m.pending_loads;
   ++m.stats.finished_abort;
   m.Release(r);
   return true;
@@ -633,6 +729,9 @@ EngineStats Engine::Stats() const {
   s.kv_cache_usage = 1.0 - static_cast<double>(m.num_free) / usable;
   s.num_free_blocks = m.num_free;
   s.num_cached_blocks = static_cast<int>(m.cache.size());
+  s.kv_holds = static_cast<int>(m.holds.size());
+  s.kv_held_blocks = m.held_blocks;
+  s.waiting_for_remote_kvs = m.pending_loads;
   return s;
 }
 
@@ -665,6 +764,43 @@ bool Engine::ResetPrefixCache() {
     e.kind = KvEventKind::kAllBlocksCleared;
   }
   return true;
+}
+
+std::span<const int32_t> Engine::HeldBlocks(uint64_t id) const {
+  auto it = impl_->holds.find(id);
+  if (it == impl_->holds.end()) return {};
+  return it->second.blocks;
+}
+
+bool Engine::ReleaseHold(uint64_t id) {
+  Impl& m = *impl_;
+  auto it = m.holds.find(id);
+  if (it == m.holds.end()) return false;
+  m.EndHold(it);
+  ++m.stats.kv_holds_released;
+  return true;
+}
+
+int Engine::ExpireHolds(double now_s) {
+  return impl_->holds.empty() ? 0 : impl_->ExpireHolds(now_s);
+}
+
+std::optional<double> Engine::NextHoldExpiryS() const {
+  std::optional<double> next;
+  for (const auto& [id, h] : impl_->holds) {
+    if (!next || h.expires_s < *next) next = h.expires_s;
+  }
+  return next;
+}
+
+std::optional<double> Engine::NextKvReadyS() const {
+  const Impl& m = *impl_;
+  std::optional<double> next;
+  if (m.pending_loads == 0) return next;
+  for (const Impl::Request* r : m.waiting) {
+    if (r->kv_load_tokens > 0 && (!next || r->kv_ready_s < *next)) next = r->kv_ready_s;
+  }
+  return next;
 }
 
 void Engine::DrainKvEvents(std::vector<KvEvent>* out) {

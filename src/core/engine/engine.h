@@ -65,6 +65,12 @@ struct EngineConfig {
 
   // Record KV-cache events (REFERENCE.md section 5) for DrainKvEvents. Off by default.
   bool record_kv_events = false;
+
+  // The model's KV bytes per token (all layers, K and V, across its tensor-parallel ranks)
+  // and its tensor-parallel size. The engine does not use them; a P/D driver does (the
+  // transfer time of a pull, and tp_size in kv_transfer_params).
+  int64_t kv_bytes_per_token = 131072;  // Llama-3.1-8B bf16: 128 KiB
+  int tensor_parallel_size = 1;
 };
 
 // Built-in configurations.
@@ -97,6 +103,35 @@ struct EngineRequest {
   // When > 0, the request stops (kStop) after this many tokens if that is <= max_tokens;
   // overrides the EngineConfig output length settings.
   int stop_after_tokens = 0;
+
+  // Prefill/decode disaggregation (REFERENCE.md section 20; docs/SIM_API.md, "P/D").
+  // All zero: an ordinary request, scheduled exactly as without these fields.
+  //
+  // Prefill leg (vLLM's do_remote_decode): when kv_hold_s > 0 and the request finishes by
+  // its length cap (kLength), the blocks of its computed full blocks (floor(computed /
+  // block_size) of them, the prompt's full blocks for a max_tokens 1 leg) stay referenced
+  // after the finish, as a hold keyed by the request id, until ReleaseHold(id) or until
+  // engine time finish_s + kv_hold_s (the lease; ExpireHolds, and every Step, drop it).
+  // Its other blocks are freed as usual. A request that finishes otherwise (kStop, abort)
+  // holds nothing. Held blocks count as used in kv_cache_usage and stay in the prefix
+  // cache, so local requests can hit them.
+  double kv_hold_s = 0.0;
+  // Decode leg (do_remote_prefill): the KV of the first kv_load_tokens prompt tokens is
+  // loaded from another engine, not computed; the load completes at engine time
+  // kv_ready_s. Until then the request waits (counted in EngineStats::waiting and
+  // waiting_for_remote_kvs) and is skipped by admission without blocking the requests
+  // behind it (vLLM's WAITING_FOR_REMOTE_KVS). Once admitted at or after kv_ready_s, its
+  // first max(local prefix hit, min(kv_load_tokens, prompt - 1)) tokens count as computed:
+  // their blocks are allocated (the loaded ones fresh) and hashed into the prefix cache as
+  // computed blocks are, and only the rest (at least the last prompt token) is prefilled
+  // locally. RequestOutput::cached_tokens reports that start (local hits plus loaded
+  // tokens, as vLLM's num_cached_tokens does); the prefix-cache counters count local hits
+  // only. The load applies to the first admission only: a preempted decode leg
+  // recomputes (usually hitting its own blocks). 0 <= kv_load_tokens <= prompt length.
+  // Simplification: vLLM allocates the blocks before the pull starts; here they are
+  // allocated when the request is admitted after the load.
+  int kv_load_tokens = 0;
+  double kv_ready_s = 0.0;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort };
@@ -146,6 +181,12 @@ struct EngineStats {
   int64_t finished_abort = 0;
   int num_free_blocks = 0;     // unreferenced blocks (cached or not), excluding block 0
   int num_cached_blocks = 0;   // blocks currently holding a hash (referenced or free)
+  // P/D (EngineRequest::kv_hold_s, kv_load_tokens).
+  int kv_holds = 0;                 // finished prefill legs whose blocks are held now
+  int kv_held_blocks = 0;           // blocks those holds reference (may be shared)
+  int waiting_for_remote_kvs = 0;   // waiting requests whose KV load is not applied yet
+  int64_t kv_holds_released = 0;    // holds ended by ReleaseHold
+  int64_t kv_holds_expired = 0;     // holds ended by their lease
 };
 
 // A KV-cache event as vLLM publishes it (REFERENCE.md section 5): the core's one type.
@@ -221,6 +262,23 @@ class Engine {
   // block is still held by a running or preempted-but-holding request, vLLM refuses ("some
   // blocks are not freed yet"): nothing changes and this returns false. Counters are kept.
   bool ResetPrefixCache();
+
+  // P/D holds (EngineRequest::kv_hold_s). The block ids held for request `id` (the
+  // prefill leg's remote_block_ids), in token order; empty when it holds none. Valid until
+  // the next non-const call.
+  std::span<const int32_t> HeldBlocks(uint64_t id) const;
+  // Ends the hold of `id` now: its blocks are freed tail-first (hashes kept). Returns false
+  // when `id` holds nothing (never held, released, or expired).
+  bool ReleaseHold(uint64_t id);
+  // Ends every hold whose lease ends at or before `now_s`; returns how many. Step calls it
+  // first; a driver calls it while the engine is idle (NextHoldExpiryS says when).
+  int ExpireHolds(double now_s);
+  // The earliest lease end among the holds; nullopt when there is none.
+  std::optional<double> NextHoldExpiryS() const;
+  // The earliest kv_ready_s among waiting decode legs whose load is not applied yet;
+  // nullopt when there is none. A Step that schedules nothing while HasWork() can be
+  // waiting for this time.
+  std::optional<double> NextKvReadyS() const;
 
   // Moves the recorded KV events (config.record_kv_events) into `*out` (appended).
   void DrainKvEvents(std::vector<KvEvent>* out);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <random>
@@ -691,6 +692,190 @@ TEST(EngineTest, RandomWorkloadConservesBlocksAndTokens) {
     EXPECT_GT(st.prefix_hits_tokens, 0);
     EXPECT_LE(st.generation_tokens, expected_tokens);
   }
+}
+
+// ---- P/D: prefill legs hold their blocks, decode legs load theirs -------------------
+
+EngineRequest PrefillLeg(uint64_t id, std::vector<uint32_t> prompt, double lease_s) {
+  EngineRequest r = Req(id, std::move(prompt), 1);
+  r.kv_hold_s = lease_s;
+  return r;
+}
+
+TEST(EnginePdTest, PrefillLegHoldsThePromptsFullBlocksUntilReleased) {
+  Engine e(Small(64));
+  ASSERT_FALSE(e.AddRequest(PrefillLeg(1, Toks(10, 100), 30.0)));
+  double now = 0;
+  std::vector<RequestOutput> out = Drain(e, &now);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].reason, FinishReason::kLength);
+  // 10 tokens of blocks of 4: two full blocks held, the partial third freed.
+  std::span<const int32_t> held = e.HeldBlocks(1);
+  EXPECT_EQ(held.size(), 2u);
+  EngineStats st = e.Stats();
+  EXPECT_EQ(st.kv_holds, 1);
+  EXPECT_EQ(st.kv_held_blocks, 2);
+  EXPECT_EQ(st.num_free_blocks, 62);
+  EXPECT_DOUBLE_EQ(st.kv_cache_usage, 2.0 / 64);
+  EXPECT_FALSE(e.HasWork());
+  EXPECT_FALSE(e.ResetPrefixCache());  // held blocks are in use, as in vLLM
+  EXPECT_EQ(e.PeekCachedTokens(Toks(10, 100)), 8);
+  ASSERT_TRUE(e.NextHoldExpiryS().has_value());
+  EXPECT_DOUBLE_EQ(*e.NextHoldExpiryS(), out[0].finish_s + 30.0);
+
+  EXPECT_TRUE(e.ReleaseHold(1));
+  EXPECT_FALSE(e.ReleaseHold(1));
+  st = e.Stats();
+  EXPECT_EQ(st.kv_holds, 0);
+  EXPECT_EQ(st.kv_held_blocks, 0);
+  EXPECT_EQ(st.kv_holds_released, 1);
+  EXPECT_EQ(st.kv_holds_expired, 0);
+  EXPECT_EQ(st.num_free_blocks, 64);
+  EXPECT_TRUE(e.HeldBlocks(1).empty());
+  EXPECT_FALSE(e.NextHoldExpiryS().has_value());
+  EXPECT_EQ(e.PeekCachedTokens(Toks(10, 100)), 8);  // freed with their hashes
+}
+
+TEST(EnginePdTest, HoldExpiresAtTheEndOfItsLease) {
+  Engine e(Small(64));
+  ASSERT_FALSE(e.AddRequest(PrefillLeg(1, Toks(16, 100), 30.0)));
+  double now = 0;
+  std::vector<RequestOutput> out = Drain(e, &now);
+  ASSERT_EQ(out.size(), 1u);
+  const double end = out[0].finish_s + 30.0;
+  EXPECT_EQ(e.HeldBlocks(1).size(), 4u);
+  EXPECT_EQ(e.ExpireHolds(std::nextafter(end, 0.0)), 0);
+  EXPECT_EQ(e.Stats().kv_holds, 1);
+  EXPECT_EQ(e.ExpireHolds(end), 1);
+  EngineStats st = e.Stats();
+  EXPECT_EQ(st.kv_holds, 0);
+  EXPECT_EQ(st.kv_holds_expired, 1);
+  EXPECT_EQ(st.num_free_blocks, 64);
+  EXPECT_FALSE(e.ReleaseHold(1));
+}
+
+TEST(EnginePdTest, AStepExpiresHoldsFirst) {
+  Engine e(Small(64));
+  ASSERT_FALSE(e.AddRequest(PrefillLeg(1, Toks(16, 100), 1.0)));
+  double now = 0;
+  Drain(e, &now);
+  ASSERT_EQ(e.Stats().kv_holds, 1);
+  ASSERT_FALSE(e.AddRequest(Req(2, Toks(8, 500), 1, now + 5.0)));
+  e.Step(now + 5.0);
+  EXPECT_EQ(e.Stats().kv_holds, 0);
+  EXPECT_EQ(e.Stats().kv_holds_expired, 1);
+}
+
+TEST(EnginePdTest, NoHoldUnderOneBlockOrWithoutALengthFinish) {
+  Engine e(Small(64));
+  ASSERT_FALSE(e.AddRequest(PrefillLeg(1, Toks(3, 100), 30.0)));  // shorter than a block
+  EngineRequest stop = PrefillLeg(2, Toks(12, 200), 30.0);
+  stop.max_tokens = 2;
+  stop.stop_after_tokens = 1;  // finishes by kStop
+  ASSERT_FALSE(e.AddRequest(std::move(stop)));
+  double now = 0;
+  std::vector<RequestOutput> out = Drain(e, &now);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(e.HeldBlocks(1).empty());
+  EXPECT_TRUE(e.HeldBlocks(2).empty());
+  EXPECT_EQ(e.Stats().kv_holds, 0);
+  EXPECT_EQ(e.Stats().num_free_blocks, 64);
+}
+
+TEST(EnginePdTest, DecodeLegWaitsForItsKvThenPrefillsOnlyTheRest) {
+  const EngineConfig c = Small(64);
+  Engine e(c);
+  EngineRequest r = Req(1, Toks(40, 100), 2);
+  r.kv_load_tokens = 32;
+  r.kv_ready_s = 0.5;
+  ASSERT_FALSE(e.AddRequest(std::move(r)));
+  EXPECT_EQ(e.Stats().waiting, 1);
+  EXPECT_EQ(e.Stats().waiting_for_remote_kvs, 1);
+  ASSERT_TRUE(e.NextKvReadyS().has_value());
+  EXPECT_DOUBLE_EQ(*e.NextKvReadyS(), 0.5);
+
+  StepResult s = e.Step(0.0);  // WAITING_FOR_REMOTE_KVS: nothing to schedule
+  EXPECT_EQ(s.num_scheduled, 0);
+  EXPECT_EQ(s.duration_s, 0.0);
+  EXPECT_TRUE(e.HasWork());
+  EXPECT_EQ(e.Stats().num_free_blocks, 64);  // nothing allocated before the load ends
+
+  s = e.Step(0.5);
+  ASSERT_EQ(s.num_scheduled, 1);
+  EXPECT_EQ(s.prefill_tokens, 8);  // 40 - 32 loaded
+  EXPECT_EQ(s.resident_context_tokens, 40);
+  EXPECT_DOUBLE_EQ(s.duration_s, c.step.StepSeconds(8, 0, 40));
+  const RequestOutput& o = s.outputs[0];
+  EXPECT_TRUE(o.first_token);
+  EXPECT_EQ(o.cached_tokens, 32);
+  EXPECT_DOUBLE_EQ(o.first_scheduled_s, 0.5);
+  EXPECT_DOUBLE_EQ(o.first_token_s, 0.5 + c.step.StepSeconds(8, 0, 40));
+  EngineStats st = e.Stats();
+  EXPECT_EQ(st.waiting_for_remote_kvs, 0);
+  EXPECT_EQ(st.prefix_hits_tokens, 0);  // loaded tokens are not local hits
+  EXPECT_EQ(st.prefix_queries_tokens, 40);
+  EXPECT_FALSE(e.NextKvReadyS().has_value());
+  // The loaded blocks are cached like computed ones.
+  EXPECT_EQ(e.PeekCachedTokens(Toks(40, 100)), 36);
+}
+
+TEST(EnginePdTest, AWholeLoadedPromptStillComputesItsLastToken) {
+  const EngineConfig c = Small(64);
+  Engine e(c);
+  EngineRequest r = Req(1, Toks(16, 100), 1);
+  r.kv_load_tokens = 16;
+  r.kv_ready_s = 0.25;
+  ASSERT_FALSE(e.AddRequest(std::move(r)));
+  e.Step(0.0);
+  StepResult s = e.Step(0.25);
+  ASSERT_EQ(s.num_scheduled, 1);
+  EXPECT_EQ(s.prefill_tokens, 1);
+  EXPECT_EQ(s.outputs[0].cached_tokens, 15);
+  EXPECT_TRUE(s.outputs[0].finished);
+}
+
+TEST(EnginePdTest, ALoadingRequestDoesNotBlockTheQueue) {
+  Engine e(Small(64));
+  EngineRequest a = Req(1, Toks(40, 100), 1);
+  a.kv_load_tokens = 40;
+  a.kv_ready_s = 10.0;
+  ASSERT_FALSE(e.AddRequest(std::move(a)));
+  ASSERT_FALSE(e.AddRequest(Req(2, Toks(8, 500), 1)));
+  StepResult s = e.Step(0.0);
+  ASSERT_EQ(s.num_scheduled, 1);
+  EXPECT_EQ(s.outputs[0].id, 2u);
+  EXPECT_EQ(e.Stats().waiting, 1);
+  EXPECT_TRUE(e.Abort(1));
+  EXPECT_EQ(e.Stats().waiting_for_remote_kvs, 0);
+  EXPECT_FALSE(e.HasWork());
+}
+
+TEST(EnginePdTest, ALongerLocalHitWinsOverTheLoad) {
+  Engine e(Small(64));
+  ASSERT_FALSE(e.AddRequest(Req(1, Toks(40, 100), 1)));
+  double now = 0;
+  Drain(e, &now);
+  EngineRequest r = Req(2, Toks(40, 100), 1, now);
+  r.kv_load_tokens = 8;
+  r.kv_ready_s = now;
+  ASSERT_FALSE(e.AddRequest(std::move(r)));
+  StepResult s = e.Step(now);
+  ASSERT_EQ(s.num_scheduled, 1);
+  EXPECT_EQ(s.outputs[0].cached_tokens, 36);
+  EXPECT_EQ(s.prefill_tokens, 4);
+}
+
+TEST(EnginePdTest, RejectsABadLoad) {
+  Engine e(Small(64));
+  EngineRequest r = Req(1, Toks(8, 100), 1);
+  r.kv_load_tokens = 9;
+  EXPECT_TRUE(e.AddRequest(r).has_value());
+  r.kv_load_tokens = -1;
+  EXPECT_TRUE(e.AddRequest(r).has_value());
+  r.kv_load_tokens = 8;
+  r.kv_hold_s = -1;
+  EXPECT_TRUE(e.AddRequest(r).has_value());
+  EXPECT_FALSE(e.HasWork());
 }
 
 }  // namespace
