@@ -6,7 +6,8 @@
 // Invariants: both entry points agree on every input; an error is a 400 BadRequestError
 // with a message whose ErrorBody is valid JSON that carries the message back; a parsed
 // request has what the contract promises (a model, non-negative max_tokens, a chat prompt
-// ending with the generation prompt) and FromParsed views exactly its strings. The first
+// ending with the generation prompt; kv_transfer_params whose raw copy is a JSON object and
+// whose ids and port are non-negative) and FromParsed views exactly its strings. The first
 // line of the input is also read as the value of every latency objective header
 // (ParseSloHeaders): either a 400 naming the header, or finite positive seconds. And the
 // input is a response stream for ChoiceChunkCounter: the count does not depend on where
@@ -50,7 +51,9 @@ bool Same(const api::ParseResult& a, const api::ParseResult& b) {
   return x.endpoint == y.endpoint && x.model == y.model && x.prompt_text == y.prompt_text &&
          x.stream == y.stream && x.include_usage == y.include_usage &&
          x.max_tokens == y.max_tokens && x.cache_salt == y.cache_salt &&
-         x.priority == y.priority && x.ignore_eos == y.ignore_eos;
+         x.priority == y.priority && x.ignore_eos == y.ignore_eos &&
+         x.kv_transfer_params.has_value() == y.kv_transfer_params.has_value() &&
+         (!x.kv_transfer_params || x.kv_transfer_params->raw == y.kv_transfer_params->raw);
 }
 
 void CheckError(const api::ApiError& e) {
@@ -80,6 +83,17 @@ void CheckRequest(const api::ParsedRequest& r, api::Endpoint endpoint) {
     Check(r.prompt_text.size() >= kTail.size() &&
               r.prompt_text.compare(r.prompt_text.size() - kTail.size(), kTail.size(), kTail) == 0,
           "chat prompt without the generation prompt");
+  }
+  if (r.kv_transfer_params) {
+    // P/D params: the raw copy is one JSON object that parses back to the same fields.
+    const api::KvTransferParams& p = *r.kv_transfer_params;
+    thread_local simdjson::dom::parser raw_parser;
+    simdjson::dom::object obj;
+    Check(!raw_parser.parse(p.raw).get_object().get(obj), "kv_transfer_params.raw is no object");
+    if (p.remote_block_ids) {
+      for (int64_t id : *p.remote_block_ids) Check(id >= 0, "a negative remote block id");
+    }
+    Check(!p.remote_port || *p.remote_port >= 0, "a negative remote_port");
   }
   const sched::SchedRequest s = sched::FromParsed(r);
   Check(s.model.data() == r.model.data() && s.model.size() == r.model.size(), "model view");

@@ -285,6 +285,75 @@ bool ReadStreamOptions(element v, ParsedRequest& req, ApiError& err) {
   return true;
 }
 
+bool ReadOptString(element v, std::string_view param, std::optional<std::string>& out,
+                   ApiError& err) {
+  out.emplace();
+  return ReadString(v, param, *out, err);
+}
+
+bool ReadKvTransferParams(element v, ParsedRequest& req, ApiError& err) {
+  simdjson::dom::object obj;
+  if (v.get_object().get(obj)) return WrongType(err, "kv_transfer_params", "an object");
+  KvTransferParams p;
+  for (auto [key, value] : obj) {
+    if (value.is_null()) continue;
+    if (key == "do_remote_decode") {
+      if (!ReadBool(value, "kv_transfer_params.do_remote_decode", p.do_remote_decode, err)) {
+        return false;
+      }
+    } else if (key == "do_remote_prefill") {
+      if (!ReadBool(value, "kv_transfer_params.do_remote_prefill", p.do_remote_prefill, err)) {
+        return false;
+      }
+    } else if (key == "remote_engine_id") {
+      if (!ReadOptString(value, "kv_transfer_params.remote_engine_id", p.remote_engine_id, err)) {
+        return false;
+      }
+    } else if (key == "remote_request_id") {
+      if (!ReadOptString(value, "kv_transfer_params.remote_request_id", p.remote_request_id,
+                         err)) {
+        return false;
+      }
+    } else if (key == "remote_host") {
+      if (!ReadOptString(value, "kv_transfer_params.remote_host", p.remote_host, err)) {
+        return false;
+      }
+    } else if (key == "remote_port") {
+      if (!ReadNonNegativeInt(value, "kv_transfer_params.remote_port", p.remote_port, err)) {
+        return false;
+      }
+    } else if (key == "tp_size") {
+      if (!ReadNonNegativeInt(value, "kv_transfer_params.tp_size", p.tp_size, err)) return false;
+    } else if (key == "remote_prefill_cached_tokens") {
+      if (!ReadNonNegativeInt(value, "kv_transfer_params.remote_prefill_cached_tokens",
+                              p.remote_prefill_cached_tokens, err)) {
+        return false;
+      }
+    } else if (key == "remote_block_ids") {
+      simdjson::dom::array arr;
+      if (value.get_array().get(arr)) {
+        return WrongType(err, "kv_transfer_params.remote_block_ids", "an array of integers");
+      }
+      std::vector<int64_t>& ids = p.remote_block_ids.emplace();
+      ids.reserve(arr.size());
+      size_t i = 0;
+      for (element id : arr) {
+        int64_t x = 0;
+        if (id.get_int64().get(x) || x < 0) {  // the param is built on the error path only
+          return WrongType(err,
+                           "kv_transfer_params.remote_block_ids[" + std::to_string(i) + "]",
+                           "a non-negative integer");
+        }
+        ids.push_back(x);
+        ++i;
+      }
+    }
+  }
+  p.raw = simdjson::minify(v);
+  req.kv_transfer_params = std::move(p);
+  return true;
+}
+
 ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
   // One parser per thread: simdjson parsers are not thread-safe, and reusing one keeps
   // its buffers warm so steady-state parsing allocates nothing inside simdjson.
@@ -346,6 +415,8 @@ ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
       bool add = false;
       if (!ReadBool(value, "add_special_tokens", add, err)) return result;
       req.add_special_tokens = add;
+    } else if (key == "kv_transfer_params") {
+      if (!ReadKvTransferParams(value, req, err)) return result;
     }
   }
   if (!have_model) {

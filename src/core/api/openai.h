@@ -15,6 +15,25 @@ namespace kvroute::api {
 
 enum class Endpoint { kCompletions, kChatCompletions };
 
+// vLLM's P/D extra (REFERENCE.md section 20): the `kv_transfer_params` object a P/D proxy
+// puts in each leg's body, and prefill's answer carries at top level. Fields absent or
+// null are unset; fields kvroute does not know are ignored (they grow by release) but kept
+// in `raw`.
+struct KvTransferParams {
+  bool do_remote_decode = false;   // this request is the prefill leg
+  bool do_remote_prefill = false;  // this request is the decode leg
+  std::optional<std::string> remote_engine_id;
+  std::optional<std::vector<int64_t>> remote_block_ids;  // non-negative integers
+  std::optional<std::string> remote_request_id;
+  std::optional<std::string> remote_host;
+  std::optional<int64_t> remote_port;
+  std::optional<int64_t> tp_size;
+  std::optional<int64_t> remote_prefill_cached_tokens;  // newer vLLM, non-negative
+  // The whole object as JSON, every field included, minified (same keys, same order,
+  // same values; whitespace dropped), so a proxy can pass it on as it came.
+  std::string raw;
+};
+
 // What kvroute needs from a request body. Strings are owned copies: a request is
 // parsed once and the result outlives the body buffer.
 struct ParsedRequest {
@@ -32,6 +51,8 @@ struct ParsedRequest {
   // vLLM extra: whether the tokenizer adds special tokens (BOS); unset means the
   // endpoint's default (completions true, chat false). kvroute's engine has none.
   std::optional<bool> add_special_tokens;
+  // vLLM extra: kv_transfer_params (an object); nullopt when absent or null.
+  std::optional<KvTransferParams> kv_transfer_params;
   // The prompt's token ids from the engines' tokenizer, when a front end tokenized it for
   // precise prefix routing (never set by parsing).
   std::vector<uint32_t> token_ids;
@@ -96,9 +117,14 @@ struct ParseResult {
 //   joined with "\n"), rendered with RenderChat; stream (bool);
 //   stream_options.include_usage (bool); max_tokens and, for chat, max_completion_tokens
 //   (non-negative integers; max_completion_tokens wins when both are set); cache_salt
-//   (string); priority (integer); ignore_eos (bool); add_special_tokens (bool).
+//   (string); priority (integer); ignore_eos (bool); add_special_tokens (bool);
+//   kv_transfer_params (an object: do_remote_decode and do_remote_prefill booleans,
+//   remote_engine_id, remote_request_id and remote_host strings, remote_block_ids an array
+//   of non-negative integers, remote_port, tp_size and remote_prefill_cached_tokens
+//   non-negative integers; any of them null or absent; other keys ignored).
 // Errors are status 400 BadRequestError; `param` names the offending field, with a
-// path for nested ones ("messages[1].content", "stream_options.include_usage"), and is
+// path for nested ones ("messages[1].content", "stream_options.include_usage",
+// "kv_transfer_params.remote_block_ids[2]"), and is
 // empty for malformed JSON or a non-object body.
 // Thread: any; each thread reuses its own simdjson parser (thread_local), whose buffers
 // grow to the largest body that thread has parsed.

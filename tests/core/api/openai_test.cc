@@ -225,6 +225,75 @@ TEST(ParseRequest, LargePromptIsCopiedIntact) {
   EXPECT_EQ(ParseOk(kCmpl, body).prompt_text, prompt);
 }
 
+TEST(ParseRequest, KvTransferParamsOfAPrefillLeg) {
+  // As a P/D proxy sends the prefill leg (REFERENCE.md section 20).
+  ParsedRequest r = ParseOk(kCmpl, R"({"model":"m","prompt":"p","max_tokens":1,
+      "kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,
+      "remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}})");
+  ASSERT_TRUE(r.kv_transfer_params.has_value());
+  const KvTransferParams& p = *r.kv_transfer_params;
+  EXPECT_TRUE(p.do_remote_decode);
+  EXPECT_FALSE(p.do_remote_prefill);
+  EXPECT_FALSE(p.remote_engine_id.has_value());
+  EXPECT_FALSE(p.remote_block_ids.has_value());
+  EXPECT_FALSE(p.remote_port.has_value());
+  EXPECT_EQ(p.raw,
+            R"({"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,)"
+            R"("remote_block_ids":null,"remote_host":null,"remote_port":null})");
+}
+
+TEST(ParseRequest, KvTransferParamsOfADecodeLegKeepUnknownFieldsInRaw) {
+  ParsedRequest r = ParseOk(kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,
+      "remote_block_ids":[3,1,2],"remote_engine_id":"e1","remote_request_id":"cmpl-1",
+      "remote_host":"10.0.0.5","remote_port":5600,"tp_size":1,
+      "remote_prefill_cached_tokens":32,"future_field":{"a":[1.5,"b"]}}})");
+  ASSERT_TRUE(r.kv_transfer_params.has_value());
+  const KvTransferParams& p = *r.kv_transfer_params;
+  EXPECT_TRUE(p.do_remote_prefill);
+  EXPECT_FALSE(p.do_remote_decode);
+  EXPECT_EQ(p.remote_block_ids, (std::vector<int64_t>{3, 1, 2}));
+  EXPECT_EQ(p.remote_engine_id, "e1");
+  EXPECT_EQ(p.remote_request_id, "cmpl-1");
+  EXPECT_EQ(p.remote_host, "10.0.0.5");
+  EXPECT_EQ(p.remote_port, 5600);
+  EXPECT_EQ(p.tp_size, 1);
+  EXPECT_EQ(p.remote_prefill_cached_tokens, 32);
+  EXPECT_NE(p.raw.find(R"("future_field":{"a":[1.5,"b"]})"), std::string::npos) << p.raw;
+  // Absent or null: no params.
+  EXPECT_FALSE(ParseOk(kCmpl, R"({"model":"m","prompt":"p"})").kv_transfer_params.has_value());
+  EXPECT_FALSE(ParseOk(kCmpl, R"({"model":"m","prompt":"p","kv_transfer_params":null})")
+                   .kv_transfer_params.has_value());
+}
+
+TEST(ParseRequest, KvTransferParamsWrongTypesNameTheField) {
+  struct Case {
+    const char* params;
+    const char* param;
+  } cases[] = {
+      {R"("yes")", "kv_transfer_params"},
+      {R"({"do_remote_decode":1})", "kv_transfer_params.do_remote_decode"},
+      {R"({"do_remote_prefill":"true"})", "kv_transfer_params.do_remote_prefill"},
+      {R"({"remote_engine_id":7})", "kv_transfer_params.remote_engine_id"},
+      {R"({"remote_request_id":[]})", "kv_transfer_params.remote_request_id"},
+      {R"({"remote_host":1})", "kv_transfer_params.remote_host"},
+      {R"({"remote_port":-1})", "kv_transfer_params.remote_port"},
+      {R"({"remote_port":"5600"})", "kv_transfer_params.remote_port"},
+      {R"({"tp_size":1.5})", "kv_transfer_params.tp_size"},
+      {R"({"remote_prefill_cached_tokens":-2})", "kv_transfer_params.remote_prefill_cached_tokens"},
+      {R"({"remote_block_ids":{}})", "kv_transfer_params.remote_block_ids"},
+      {R"({"remote_block_ids":[1,2,"3"]})", "kv_transfer_params.remote_block_ids[2]"},
+      {R"({"remote_block_ids":[-1]})", "kv_transfer_params.remote_block_ids[0]"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = ParseErr(kCmpl, std::string(R"({"model":"m","prompt":"p","kv_transfer_params":)") +
+                                     c.params + "}");
+    EXPECT_EQ(e.status, 400) << c.params;
+    EXPECT_EQ(e.type, "BadRequestError") << c.params;
+    EXPECT_EQ(e.param, c.param) << c.params;
+  }
+}
+
 TEST(ErrorBody, Shape) {
   EXPECT_EQ(ErrorBody(MakeError(400, "bad \"x\"", "max_tokens")),
             R"({"error":{"message":"bad \"x\"","type":"BadRequestError","param":"max_tokens","code":400}})");
