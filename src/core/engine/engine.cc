@@ -459,7 +459,7 @@ struct Engine::Impl {
       while (j < waiting.size() && budget > 0 &&
              static_cast<int>(running.size()) < config.max_num_seqs) {
         Request* r = waiting[j];
-        if (r->kv_ready_s > now) {
+        if (r->kv_load_tokens > 0 && r->kv_ready_s > now) {
           ++j;
           continue;
         }
