@@ -1,6 +1,7 @@
 #include "config/fleet_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace kvroute::config {
@@ -45,7 +46,13 @@ constexpr std::string_view kSectionKeys[] = {"name",
                                              "kv_events_format",
                                              "kv_events_hash",
                                              "kv_events_topic",
-                                             "kv_events_connect"};
+                                             "kv_events_connect",
+                                             "kv_lease",
+                                             "kv_bytes_per_token",
+                                             "kv_transfer_bandwidth",
+                                             "kv_min_pull_tokens",
+                                             "kv_load_failure_policy",
+                                             "kv_engine_id"};
 
 // Reads one `defaults:` or `replicas[i]` section, key by key in file order.
 ReplicaOverrides ReadSection(const ConfigNode& section) {
@@ -90,6 +97,19 @@ ReplicaOverrides ReadSection(const ConfigNode& section) {
       o.kv_events_connect = v.String();
       if (o.kv_events_connect->rfind("tcp://", 0) != 0) v.Fail("must be a tcp://HOST:PORT address");
     }
+    else if (key == "kv_lease") o.kv_lease_s = v.Duration();
+    else if (key == "kv_bytes_per_token") o.kv_bytes_per_token = v.ByteSize();
+    else if (key == "kv_transfer_bandwidth") o.kv_transfer_bandwidth = static_cast<double>(v.ByteSize());
+    else if (key == "kv_min_pull_tokens") o.kv_min_pull_tokens = static_cast<int>(v.Int(0, kIntMax));
+    else if (key == "kv_load_failure_policy") {
+      o.kv_load_failure_policy = v.String();
+      if (*o.kv_load_failure_policy != "fail" && *o.kv_load_failure_policy != "recompute") {
+        v.Fail("must be fail or recompute (got '" + *o.kv_load_failure_policy + "')");
+      }
+    } else if (key == "kv_engine_id") {
+      o.kv_engine_id = v.String();
+      if (o.kv_engine_id->empty()) v.Fail("must not be empty");
+    }
     else if (key == "step") {
       v.ForEachKey({"base_us", "per_prefill_token_us", "per_decode_seq_us",
                     "per_context_token_us"},
@@ -104,7 +124,12 @@ ReplicaOverrides ReadSection(const ConfigNode& section) {
       for (const ConfigNode& f : v.Items("a list of faults")) o.faults.push_back(ReadFaultEntry(f));
     } else {  // labels
       if (!v.IsNull() && !v.IsMap()) v.Fail("must be a mapping of label names to values");
-      for (const ConfigNode& l : v.Entries()) o.labels.emplace_back(l.key(), l.String());
+      for (const ConfigNode& l : v.Entries()) {
+        o.labels.emplace_back(l.key(), l.String());
+        if (l.key() == kRoleLabel) {
+          if (std::string e = CheckRoleLabel(o.labels.back().second); !e.empty()) l.Fail(e);
+        }
+      }
     }
   });
   // clang-format on
@@ -164,6 +189,12 @@ fault::FaultSpec ReadFaultEntry(
   return spec;
 }
 
+std::string CheckRoleLabel(std::string_view role) {
+  if (role == "prefill" || role == "decode" || role == "prefill-decode") return {};
+  if (role == "both") return "'both' is deprecated in llm-d; use prefill-decode";
+  return "must be prefill, decode or prefill-decode (got '" + std::string(role) + "')";
+}
+
 void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
   Set(name, r.name);
   Set(host, r.host);
@@ -192,6 +223,12 @@ void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
   Set(kv_events_hash, r.kv_events.hash);
   Set(kv_events_topic, r.kv_events.topic);
   Set(kv_events_connect, r.kv_events.connect);
+  Set(kv_lease_s, r.pd.lease_s);
+  Set(kv_transfer_bandwidth, r.pd.transfer_bandwidth);
+  if (kv_bytes_per_token) r.engine.kv_bytes_per_token = static_cast<int64_t>(*kv_bytes_per_token);
+  Set(kv_min_pull_tokens, r.pd.min_pull_tokens);
+  Set(kv_load_failure_policy, r.pd.load_failure_policy);
+  Set(kv_engine_id, r.pd.engine_id);
   Set(step_base_us, r.engine.step.base_us);
   Set(step_per_prefill_token_us, r.engine.step.per_prefill_token_us);
   Set(step_per_decode_seq_us, r.engine.step.per_decode_seq_us);
@@ -241,6 +278,22 @@ Status ValidateReplica(const ReplicaConfig& r) {
     return bad("kv_events_replay_port must be 0-65535");
   }
   if (kv.replay_port && !kv.port) return bad("kv_events_replay_port needs kv_events_port");
+  const PdConfig& pd = r.pd;
+  if (!(pd.lease_s > 0) || !std::isfinite(pd.lease_s)) return bad("kv_lease must be > 0");
+  if (!(pd.transfer_bandwidth > 0) || !std::isfinite(pd.transfer_bandwidth)) {
+    return bad("kv_transfer_bandwidth must be > 0");
+  }
+  if (e.kv_bytes_per_token < 1) return bad("kv_bytes_per_token must be >= 1");
+  if (pd.min_pull_tokens < 0) return bad("kv_min_pull_tokens must be >= 0");
+  if (pd.load_failure_policy != "fail" && pd.load_failure_policy != "recompute") {
+    return bad("kv_load_failure_policy must be fail or recompute");
+  }
+  for (const auto& [k, v] : r.labels) {
+    if (k != kRoleLabel) continue;
+    if (std::string err = CheckRoleLabel(v); !err.empty()) {
+      return bad(std::string(kRoleLabel) + " " + err);
+    }
+  }
   return Status::Ok();
 }
 

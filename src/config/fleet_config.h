@@ -24,7 +24,9 @@
 //     max_body_bytes: 16MiB   # a byte size (or a plain number of bytes)
 //     step: {base_us: 5753, per_prefill_token_us: 17.25, per_decode_seq_us: 6.0,
 //            per_context_token_us: 0.05}   # the step-time model, microseconds
-//     labels: {region: us-east}           # merged by key across the levels
+//     labels: {region: us-east}           # merged by key across the levels; the
+//                             #   llm-d.ai/role label must be prefill, decode or
+//                             #   prefill-decode (every replica serves both P/D legs anyway)
 //     kv_events_port: 5557    # KV events (docs/KV_EVENTS.md): PUB port, replica i gets
 //     kv_events_replay_port: 5657  #   +i when set in defaults or on the command line;
 //     kv_events_format: array #   array | map; kv_events_hash: int | bytes;
@@ -32,6 +34,12 @@
 //     kv_events_connect: tcp://10.0.0.9:5557  # or publish by connecting there (a router's
 //                             #   pool.kv_events.bind, centralized mode); topic default
 //                             #   kv@<host>@<model>
+//     kv_lease: 30s           # P/D (docs/SIM_API.md, "Prefill/decode disaggregation"):
+//     kv_bytes_per_token: 128KiB  # how long a prefill leg holds its blocks; KV bytes per
+//     kv_transfer_bandwidth: 25GB #   token (default: the preset's model) and bytes per
+//     kv_min_pull_tokens: 64  #   second of a pull; fewer missing tokens are recomputed;
+//     kv_load_failure_policy: fail  # fail | recompute (a pull that cannot happen)
+//     kv_engine_id: p0        # remote_engine_id (default kvroute-sim-<index>-<name>)
 //     faults:                 # fault schedule (simkit/fault/fault.h, docs/FAULTS.md):
 //       - {kind: http_error, at: 10s, duration: 5s, status: 503}   # at: default 0;
 //       - {kind: slow, at: 30s, factor: 3}   # no duration: until the run ends
@@ -70,6 +78,26 @@ struct KvPublishConfig {
   std::string connect;
 };
 
+// vLLM's P/D protocol as the sim serves it (REFERENCE.md section 20; docs/SIM_API.md,
+// "Prefill/decode disaggregation"). Every replica serves both legs (NixlConnector's
+// kv_both); the settings shape the transfers.
+struct PdConfig {
+  // Engine seconds a prefill leg's blocks stay held for its decode leg (vLLM's
+  // VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s in older releases).
+  double lease_s = 30.0;
+  // Bytes per second of a pull (RDMA at 200 Gb/s: 25 GB/s). The pull takes
+  // missing_tokens * engine.kv_bytes_per_token / this, in engine seconds.
+  double transfer_bandwidth = 25e9;
+  // A decode leg missing fewer tokens than this (after its own prefix cache) recomputes
+  // them locally instead of pulling.
+  int min_pull_tokens = 64;
+  // What a pull that cannot happen (unknown engine, prefill replica down, lease gone) does:
+  // "fail" (vLLM's default: the request fails with a 500) or "recompute" (served locally).
+  std::string load_failure_policy = "fail";
+  // The replica's remote_engine_id; "" becomes kvroute-sim-<index>-<name> (Fleet).
+  std::string engine_id;
+};
+
 struct ReplicaConfig {
   std::string name;  // "replica-<i>" unless set
   std::string host = "127.0.0.1";
@@ -101,6 +129,7 @@ struct ReplicaConfig {
   // time_scale). Each entry is valid (fault::Validate).
   std::vector<fault::FaultSpec> faults;
   KvPublishConfig kv_events;
+  PdConfig pd;
 };
 
 // Optional settings as written in a fleet file section or on the command line.
@@ -108,6 +137,10 @@ struct ReplicaOverrides {
   std::optional<std::string> name, host, preset, model;
   std::optional<int> kv_events_port, kv_events_replay_port;
   std::optional<std::string> kv_events_format, kv_events_hash, kv_events_topic, kv_events_connect;
+  std::optional<double> kv_lease_s, kv_transfer_bandwidth;
+  std::optional<uint64_t> kv_bytes_per_token;
+  std::optional<int> kv_min_pull_tokens;
+  std::optional<std::string> kv_load_failure_policy, kv_engine_id;
   std::optional<int> port, kv_blocks, block_size, max_num_seqs, max_batched_tokens, max_model_len,
       fixed_output_tokens, default_max_tokens;
   std::optional<double> time_scale, latency_ms, mean_output_tokens, step_base_us,
@@ -150,6 +183,12 @@ Status ResolveFleet(const FleetFile& file, const ReplicaOverrides& cli, int coun
 fault::FaultSpec ReadFaultEntry(
     const ConfigNode& entry, std::span<const std::string_view> extra = {},
     const std::function<void(const std::string&, const ConfigNode&)>& on_extra = {});
+
+// The label that gives a replica its P/D role in llm-d, and its values.
+inline constexpr std::string_view kRoleLabel = "llm-d.ai/role";
+// "" when `role` is a valid value of kRoleLabel, else the error ("must be prefill, decode
+// or prefill-decode (got 'x')"; llm-d's deprecated `both` is named as such).
+std::string CheckRoleLabel(std::string_view role);
 
 // Checks the engine limits Engine's constructor asserts and the sim's own ranges.
 Status ValidateReplica(const ReplicaConfig& r);

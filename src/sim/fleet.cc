@@ -32,6 +32,11 @@ Fleet::Fleet(std::vector<ReplicaConfig> replicas, int threads)
     const int index = static_cast<int>(i);
     auto& ctx = pool_.context(index % pool_.size());
     replicas_.push_back(std::make_unique<Replica>(ctx, configs_[i], index));
+    engine_ids_.push_back(configs_[i].pd.engine_id.empty()
+                              ? "kvroute-sim-" + std::to_string(i) + "-" + configs_[i].name
+                              : configs_[i].pd.engine_id);
+    peers_.Add({engine_ids_.back(), replicas_.back().get(), &ctx});
+    replicas_.back()->SetPd(&peers_, engine_ids_.back());
     replicas_.back()->SetListenControl(
         [this, index](bool listen) { return SetListening(index, listen); });
     servers_.push_back(MakeServer(index, configs_[i].port));
@@ -84,11 +89,20 @@ bool Fleet::RunOn(int i, std::function<void()> fn) {
 Fleet::~Fleet() { Stop(); }
 
 Status Fleet::Start() {
+  for (std::size_t i = 0; i < engine_ids_.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (engine_ids_[i] == engine_ids_[j]) {
+        return Status::InvalidArgument(configs_[i].name + ": kv_engine_id '" + engine_ids_[i] +
+                                       "' is also " + configs_[j].name + "'s");
+      }
+    }
+  }
   for (std::size_t i = 0; i < servers_.size(); ++i) {
     if (Status st = servers_[i]->Listen(); !st.ok()) {
       return Status::Unavailable(configs_[i].name + ": " + st.message());
     }
     ports_[i] = servers_[i]->port();
+    replicas_[i]->SetAddress(configs_[i].host, ports_[i]);  // before the loops run
   }
   kv_endpoints_.assign(servers_.size(), "");
   kv_replay_endpoints_.assign(servers_.size(), "");

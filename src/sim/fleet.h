@@ -1,6 +1,11 @@
 // A fleet of simulated replicas in one process: each replica is a Replica plus its own
 // HTTP server on its own port, pinned to one event loop of a shared IoPool (replica i
 // on loop i % threads). Used by `kvroute sim`, the demo and loopback tests.
+//
+// P/D: the fleet is the directory its replicas pull KV from (KvPeerDirectory): replica i's
+// remote_engine_id is its config's pd.engine_id, else "kvroute-sim-<i>-<name>"; it
+// announces its HTTP host and bound port as remote_host/remote_port. A decode leg can pull
+// only from a replica of the same fleet.
 #pragma once
 
 #include "core/common/status.h"
@@ -41,6 +46,8 @@ class Fleet {
   // downtime (the port is reopened).
   uint16_t port(int i) const { return ports_[i]; }
   const ReplicaConfig& config(int i) const { return configs_[i]; }
+  // Replica i's remote_engine_id (P/D).
+  const std::string& engine_id(int i) const { return engine_ids_[i]; }
   // Replica i's KV-event PUB and replay endpoints as bound ("tcp://127.0.0.1:40123"), ""
   // when it publishes none (after Start; unchanged by restarts).
   const std::string& kv_events_endpoint(int i) const { return kv_endpoints_[i]; }
@@ -65,7 +72,9 @@ class Fleet {
   bool RunOn(int i, std::function<void()> fn);
 
   std::vector<ReplicaConfig> configs_;
+  std::vector<std::string> engine_ids_;
   http::IoPool pool_;
+  KvPeerDirectory peers_;  // filled in the constructor, read-only once the loops run
   // Destroyed before pool_ (declared after): servers and replicas own sockets and timers
   // that belong to the pool's io_contexts.
   std::vector<std::unique_ptr<Replica>> replicas_;

@@ -85,6 +85,8 @@ struct Replica::Live {
   bool sent_role = false;
   std::string text;  // non-streaming: generated text so far
   int chunks_sent = 0;  // streaming: HTTP chunks sent (stall and reset count them)
+  bool pd_prefill = false;       // P/D prefill leg: hold the blocks, answer kv_transfer_params
+  bool pd_pull_pending = false;  // P/D decode leg whose pull is not settled yet
   Clock::time_point arrival;
   Clock::time_point last_token;
   std::unique_ptr<asio::steady_timer> delay;  // network latency before admission
@@ -144,6 +146,7 @@ Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
       expiry_timer_(ctx),
       relisten_timer_(ctx),
       tokenize_api_(config_.engine.model_name, config_.engine.max_model_len),
+      lease_timer_(ctx),
       ttft_(TtftBuckets()),
       itl_(InterTokenBuckets()),
       e2e_(RequestLatencyBuckets()),
@@ -177,6 +180,7 @@ void Replica::Shutdown() {
   shut_down_ = true;
   step_timer_.cancel();
   outbox_timer_.cancel();
+  lease_timer_.cancel();
   outbox_.clear();
   for (auto& [id, l] : live_) {
     if (l->delay) l->delay->cancel();
@@ -298,6 +302,15 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
   if (req.ignore_eos) er.stop_after_tokens = er.max_tokens;
   er.priority = req.priority;
   er.cache_salt = req.cache_salt;
+  if (req.kv_transfer_params) {
+    // A streaming prefill leg is served as an ordinary stream: nothing could tell its
+    // decode leg which blocks to pull (P/D proxies send the prefill leg stream: false).
+    if (req.kv_transfer_params->do_remote_decode && !req.stream) {
+      live->pd_prefill = true;
+      er.kv_hold_s = config_.pd.lease_s;
+    }
+    live->pd_pull_pending = req.kv_transfer_params->do_remote_prefill;
+  }
   live->req = std::move(req);
   live->ex = ex;
 
@@ -344,6 +357,10 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
 }
 
 void Replica::Admit(const std::shared_ptr<Live>& live) {
+  if (live->pd_pull_pending) {
+    live->pd_pull_pending = false;
+    return StartPull(live);  // calls Admit again once the pull is settled
+  }
   live->engine_req.arrival_s = EngineNow();
   if (auto err = engine_.AddRequest(std::move(live->engine_req))) {
     Reply(live->ex, [err = *err](http::Exchange& ex) { RespondApiError(ex, 400, err); });
@@ -394,6 +411,15 @@ void Replica::OnClientGone(uint64_t id) {
 }
 
 void Replica::Kick() {
+  if (stepping_ && kv_wait_) {
+    // The loop sleeps until a decode leg's KV arrives; new work must not wait for that.
+    kv_wait_ = false;
+    step_timer_.cancel();
+    asio::post(ctx_, [this, epoch = epoch_] {
+      if (epoch == epoch_) RunStep();
+    });
+    return;
+  }
   if (stepping_ || shut_down_ || !engine_.HasWork()) return;
   stepping_ = true;
   asio::post(ctx_, [this, epoch = epoch_] {
@@ -411,6 +437,25 @@ void Replica::RunStep() {
   engine_.Step(now, &step_);
   PublishKvEvents();
   if (step_.duration_s <= 0) {
+    if (std::optional<double> ready = engine_.NextKvReadyS(); ready && *ready > now) {
+      // Only decode legs waiting for their KV: sleep until the first one's arrives.
+      if (config_.time_scale <= 0) {
+        last_step_end_ = *ready;  // no waiting: engine time jumps there
+        asio::post(ctx_, [this, epoch = epoch_] {
+          if (epoch == epoch_) RunStep();
+        });
+        return;
+      }
+      kv_wait_ = true;
+      step_timer_.expires_after(WallDuration((*ready - now) * config_.time_scale) +
+                                std::chrono::microseconds(1));
+      step_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
+        if (ec || epoch != epoch_) return;
+        kv_wait_ = false;
+        RunStep();
+      });
+      return;
+    }
     // Nothing could be scheduled although work is queued; retry shortly rather than spin.
     step_timer_.expires_after(std::chrono::milliseconds(1));
     step_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
@@ -586,9 +631,172 @@ void Replica::Finish(Live& l, const engine::RequestOutput& o) {
   body += reason;
   body += "\",\"stop_reason\":null}],";
   AppendUsage(body, o);
+  if (l.req.kv_transfer_params) {
+    body += ",\"kv_transfer_params\":";
+    AppendKvTransferParams(body, l, o);
+  }
   body += "}";
   Reply(l.ex, [body = std::move(body)](http::Exchange& ex) mutable {
     ex.Respond(200, std::move(body));
+  });
+}
+
+// ---- P/D ----
+
+std::string_view KvClaimOutcomeName(KvClaimOutcome o) {
+  switch (o) {
+    case KvClaimOutcome::kOk:
+      return "ok";
+    case KvClaimOutcome::kUnknownEngine:
+      return "unknown_engine";
+    case KvClaimOutcome::kPrefillDown:
+      return "prefill_down";
+    case KvClaimOutcome::kLeaseExpired:
+      break;
+  }
+  return "lease_expired";
+}
+
+void Replica::AppendKvTransferParams(std::string& out, const Live& l,
+                                     const engine::RequestOutput& o) {
+  // vLLM answers null unless the prefill leg ended by its length cap.
+  if (!l.pd_prefill || o.reason != engine::FinishReason::kLength) {
+    out += "null";
+    return;
+  }
+  std::span<const int32_t> held = engine_.HeldBlocks(l.id);
+  if (!held.empty()) {
+    pd_holds_[l.response_id] = l.id;
+    ArmLeaseTimer();
+  }
+  ++pd_.prefill_legs;
+  out += "{\"do_remote_prefill\":true,\"do_remote_decode\":false,\"remote_block_ids\":[";
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out += std::to_string(held[i]);
+  }
+  out += "],\"remote_engine_id\":";
+  api::AppendJsonString(out, engine_id_);
+  out += ",\"remote_request_id\":";
+  api::AppendJsonString(out, l.response_id);
+  out += ",\"remote_host\":";
+  api::AppendJsonString(out, announce_host_.empty() ? config_.host : announce_host_);
+  out += ",\"remote_port\":";
+  out += std::to_string(announce_port_ ? announce_port_ : config_.port);
+  out += ",\"tp_size\":";
+  out += std::to_string(config_.engine.tensor_parallel_size);
+  out += "}";
+}
+
+KvClaimOutcome Replica::ClaimKv(const std::string& remote_request_id, int* blocks) {
+  *blocks = 0;
+  if (down_ || shut_down_) return KvClaimOutcome::kPrefillDown;
+  auto it = pd_holds_.find(remote_request_id);
+  if (it == pd_holds_.end()) return KvClaimOutcome::kLeaseExpired;
+  const uint64_t id = it->second;
+  pd_holds_.erase(it);
+  engine_.ExpireHolds(EngineNow());
+  const int n = static_cast<int>(engine_.HeldBlocks(id).size());
+  if (n == 0) return KvClaimOutcome::kLeaseExpired;
+  engine_.ReleaseHold(id);
+  *blocks = n;
+  ArmLeaseTimer();
+  return KvClaimOutcome::kOk;
+}
+
+void Replica::StartPull(const std::shared_ptr<Live>& live) {
+  const api::KvTransferParams& kv = *live->req.kv_transfer_params;
+  const engine::EngineRequest& er = live->engine_req;
+  const int bs = config_.engine.block_size;
+  const int prompt = static_cast<int>(er.prompt_tokens.size());
+  const int ids = kv.remote_block_ids ? static_cast<int>(kv.remote_block_ids->size()) : 0;
+  // Only whole blocks travel; prefill held the full blocks of its prompt.
+  const int pullable = std::min(ids, prompt / bs) * bs;
+  const int local = engine_.PeekCachedTokens(er.prompt_tokens, er.cache_salt);
+  const KvPeerDirectory::Peer* peer =
+      peers_ && kv.remote_engine_id ? peers_->Find(*kv.remote_engine_id) : nullptr;
+  const std::string request_id = kv.remote_request_id.value_or("");
+  if (pullable - local < config_.pd.min_pull_tokens) {
+    // Too little to pull: recompute locally. As vLLM's decode does either way, tell the
+    // prefill replica it may drop its hold (nothing waits for the answer).
+    if (peer && !request_id.empty()) {
+      asio::post(*peer->ctx, [peer, request_id] {
+        int unused = 0;
+        peer->replica->ClaimKv(request_id, &unused);
+      });
+    }
+    ++pd_.decode_local;
+    return Admit(live);
+  }
+  if (!peer) return OnPulled(live, KvClaimOutcome::kUnknownEngine, 0, pullable, local);
+  // The claim runs on the prefill replica's thread, the answer on this one's. Both
+  // replicas live until the fleet's loops have stopped; the request may not.
+  std::weak_ptr<Live> weak = live;
+  asio::post(*peer->ctx, [peer, request_id, weak, self = this, home = &ctx_, pullable, local] {
+    int blocks = 0;
+    const KvClaimOutcome outcome = peer->replica->ClaimKv(request_id, &blocks);
+    asio::post(*home, [self, weak, outcome, blocks, pullable, local] {
+      std::shared_ptr<Live> l = weak.lock();
+      if (!l || self->shut_down_) return;
+      self->OnPulled(l, outcome, blocks, pullable, local);
+    });
+  });
+}
+
+void Replica::OnPulled(const std::shared_ptr<Live>& live, KvClaimOutcome outcome, int blocks,
+                       int pullable, int local) {
+  if (!live_.contains(live->id)) return;  // dropped meanwhile (client gone, fault)
+  engine::EngineRequest& er = live->engine_req;
+  if (outcome == KvClaimOutcome::kOk) {
+    const int loaded = std::min(blocks * config_.engine.block_size, pullable);
+    const int missing = loaded - local;
+    if (missing < config_.pd.min_pull_tokens) {
+      ++pd_.decode_local;
+    } else {
+      const double transfer_s = static_cast<double>(missing) *
+                                static_cast<double>(config_.engine.kv_bytes_per_token) /
+                                config_.pd.transfer_bandwidth;
+      er.kv_load_tokens = loaded;
+      er.kv_ready_s = EngineNow() + transfer_s;
+      ++pd_.decode_pulled;
+      pd_.pulled_tokens += static_cast<uint64_t>(missing);
+      pd_.transfer_seconds += transfer_s;
+    }
+    return Admit(live);
+  }
+  ++pd_.failures[static_cast<int>(outcome)];
+  if (config_.pd.load_failure_policy == "recompute") {
+    ++pd_.decode_recomputed;
+    return Admit(live);
+  }
+  ++pd_.decode_failed;
+  const api::KvTransferParams& kv = *live->req.kv_transfer_params;
+  std::string message = "KV transfer failed (" + std::string(KvClaimOutcomeName(outcome)) +
+                        "): remote_request_id '" + kv.remote_request_id.value_or("") +
+                        "' on remote_engine_id '" + kv.remote_engine_id.value_or("") +
+                        "' (kv_load_failure_policy: fail).";
+  Reply(live->ex, [message = std::move(message)](http::Exchange& ex) {
+    RespondApiError(ex, 500, message);
+  });
+  live_.erase(live->id);
+}
+
+void Replica::ArmLeaseTimer() {
+  // Without a clock (time_scale 0) engine time only moves with steps, which expire holds.
+  std::optional<double> next = engine_.NextHoldExpiryS();
+  if (!next || config_.time_scale <= 0 || shut_down_) {
+    lease_timer_.cancel();
+    return;
+  }
+  lease_timer_.expires_after(WallDuration((*next - EngineNow()) * config_.time_scale) +
+                             std::chrono::microseconds(1));
+  lease_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
+    if (ec || shut_down_ || epoch != epoch_) return;
+    engine_.ExpireHolds(EngineNow());
+    for (auto it = pd_holds_.begin(); it != pd_holds_.end();) {
+      it = engine_.HeldBlocks(it->second).empty() ? pd_holds_.erase(it) : std::next(it);
+    }
+    ArmLeaseTimer();
   });
 }
 
@@ -726,7 +934,10 @@ void Replica::ApplyFaultEnd(fault::FaultKind kind) {
         ++epoch_;
         step_timer_.cancel();
         stepping_ = false;
+        kv_wait_ = false;
         engine_ = engine::Engine(GenerationEngineConfig());
+        pd_holds_.clear();
+        lease_timer_.cancel();
         if (Status s = kv_->Restart(); !s.ok()) std::fprintf(stderr, "%s: %s\n", config_.name.c_str(), s.message().c_str());
       }
       if (!faults_.active(K::kCrash) && !faults_.active(K::kRestart)) SetDown(false);
@@ -829,7 +1040,10 @@ void Replica::RestartEngine() {
   ++generation_;
   step_timer_.cancel();
   stepping_ = false;
+  kv_wait_ = false;
   engine_ = engine::Engine(GenerationEngineConfig());
+  pd_holds_.clear();  // the new engine holds nothing
+  lease_timer_.cancel();
   if (kv_) {
     if (Status s = kv_->Restart(); !s.ok()) {
       std::fprintf(stderr, "%s: %s\n", config_.name.c_str(), s.message().c_str());
@@ -1024,6 +1238,57 @@ std::string Replica::MetricsText() const {
                           faults_.active(kind) ? 1.0 : 0.0,
                           {"kind", fault::FaultKindName(kind)});
   }
+
+  // P/D (docs/SIM_API.md, "Prefill/decode disaggregation").
+  metrics::AppendCounter(out, "kvroute_sim_pd_prefill_requests_total",
+                         "Prefill legs answered with kv_transfer_params.", replica_label,
+                         static_cast<double>(pd_.prefill_legs));
+  metrics::AppendHeader(out, "kvroute_sim_pd_decode_requests_total",
+                        "Decode legs by how their prompt KV was settled: pulled, local "
+                        "(too little missing to pull), recomputed or failed (after a failed "
+                        "pull, by kv_load_failure_policy).",
+                        MetricType::kCounter);
+  const std::pair<const char*, uint64_t> paths[] = {{"pulled", pd_.decode_pulled},
+                                                    {"local", pd_.decode_local},
+                                                    {"recomputed", pd_.decode_recomputed},
+                                                    {"failed", pd_.decode_failed}};
+  for (const auto& [path, n] : paths) {
+    metrics::AppendSample(out, "kvroute_sim_pd_decode_requests_total", replica_label,
+                          static_cast<double>(n), {"path", path});
+  }
+  metrics::AppendCounter(out, "kvroute_sim_pd_kv_pulls_total",
+                         "KV pulls from a prefill replica.", replica_label,
+                         static_cast<double>(pd_.decode_pulled));
+  metrics::AppendCounter(out, "kvroute_sim_pd_kv_pulled_tokens_total",
+                         "Prompt tokens whose KV was pulled (missing from the local cache).",
+                         replica_label, static_cast<double>(pd_.pulled_tokens));
+  metrics::AppendCounter(out, "kvroute_sim_pd_kv_transfer_seconds_total",
+                         "Engine seconds of KV pulls (tokens x bytes per token / bandwidth).",
+                         replica_label, pd_.transfer_seconds);
+  metrics::AppendHeader(out, "kvroute_sim_pd_kv_transfer_failures_total",
+                        "KV pulls that could not happen, by reason.", MetricType::kCounter);
+  for (KvClaimOutcome o : {KvClaimOutcome::kUnknownEngine, KvClaimOutcome::kPrefillDown,
+                           KvClaimOutcome::kLeaseExpired}) {
+    metrics::AppendSample(out, "kvroute_sim_pd_kv_transfer_failures_total", replica_label,
+                          static_cast<double>(pd_.failures[static_cast<int>(o)]),
+                          {"reason", KvClaimOutcomeName(o)});
+  }
+  metrics::AppendGauge(out, "kvroute_sim_pd_kv_leases",
+                       "Finished prefill legs whose blocks are held for a decode leg.",
+                       replica_label, static_cast<double>(s.kv_holds));
+  metrics::AppendGauge(out, "kvroute_sim_pd_kv_held_blocks",
+                       "KV blocks held for decode legs (counted in KV-cache usage).",
+                       replica_label, static_cast<double>(s.kv_held_blocks));
+  metrics::AppendCounter(out, "kvroute_sim_pd_kv_leases_released_total",
+                         "Holds released by a decode leg's claim (since the engine started).",
+                         replica_label, static_cast<double>(s.kv_holds_released));
+  metrics::AppendCounter(out, "kvroute_sim_pd_kv_leases_expired_total",
+                         "Holds dropped at the end of their lease (since the engine started).",
+                         replica_label, static_cast<double>(s.kv_holds_expired));
+  metrics::AppendGauge(out, "kvroute_sim_pd_waiting_for_remote_kvs",
+                       "Decode legs waiting for their pulled KV (WAITING_FOR_REMOTE_KVS; also "
+                       "counted as waiting requests).",
+                       replica_label, static_cast<double>(s.waiting_for_remote_kvs));
   return out;
 }
 

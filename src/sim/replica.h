@@ -59,6 +59,38 @@ const std::vector<double>& RequestLatencyBuckets();
 // max_model_len (vLLM's build_1_2_5_buckets).
 std::vector<double> RequestTokenBuckets(int max_model_len);
 
+class Replica;
+
+// P/D (docs/SIM_API.md, "Prefill/decode disaggregation"): the outcome of a decode leg's
+// claim on the blocks a prefill leg holds.
+enum class KvClaimOutcome { kOk, kUnknownEngine, kPrefillDown, kLeaseExpired };
+// "ok", "unknown_engine", "prefill_down", "lease_expired" (the metrics' reason label).
+std::string_view KvClaimOutcomeName(KvClaimOutcome o);
+
+// The replicas of one process that a decode leg can pull from, by remote_engine_id: the
+// only transport the sim has (a decode leg cannot pull from another process). Filled
+// before the event loops run and read-only afterwards, so any thread may read it
+// without locks; a replica is reached by posting to its io_context.
+class KvPeerDirectory {
+ public:
+  struct Peer {
+    std::string engine_id;
+    Replica* replica = nullptr;
+    boost::asio::io_context* ctx = nullptr;
+  };
+  void Add(Peer p) { peers_.push_back(std::move(p)); }
+  // nullptr when no replica has `engine_id`.
+  const Peer* Find(std::string_view engine_id) const {
+    for (const Peer& p : peers_) {
+      if (p.engine_id == engine_id) return &p;
+    }
+    return nullptr;
+  }
+
+ private:
+  std::vector<Peer> peers_;
+};
+
 class Replica {
  public:
   // `index` tags response ids. The config must be valid (ValidateReplica).
@@ -87,6 +119,24 @@ class Replica {
   std::string kv_events_endpoint() const { return kv_ ? kv_->endpoint() : ""; }
   std::string kv_events_replay_endpoint() const { return kv_ ? kv_->replay_endpoint() : ""; }
 
+  // P/D: the directory of this process's replicas, this replica's remote_engine_id and the
+  // address it announces as remote_host/remote_port (its HTTP address: the sim has no
+  // NIXL side channel). Call before the io_context runs; `peers` outlives the replica's
+  // loop. Without a directory, decode legs fail with unknown_engine.
+  void SetPd(const KvPeerDirectory* peers, std::string engine_id) {
+    peers_ = peers;
+    engine_id_ = std::move(engine_id);
+  }
+  void SetAddress(std::string host, uint16_t port) {
+    announce_host_ = std::move(host);
+    announce_port_ = port;
+  }
+  const std::string& engine_id() const { return engine_id_; }
+  // A decode leg's claim on the hold of `remote_request_id` (this replica's prefill leg):
+  // on success the hold is released (the blocks are the decode's now) and `*blocks` is
+  // its block count. Thread: the replica's.
+  KvClaimOutcome ClaimKv(const std::string& remote_request_id, int* blocks);
+
   // Stops timers and drops every in-flight exchange (their clients see the connection
   // close). Call on the replica's thread, or after its io_context stopped.
   void Shutdown();
@@ -114,6 +164,13 @@ class Replica {
   void RunStep();
   void Deliver();
   void Finish(Live& l, const engine::RequestOutput& o);
+  // P/D decode leg: settles the pull (or local recompute) before admission; calls Admit
+  // again when done, or answers the error (policy fail).
+  void StartPull(const std::shared_ptr<Live>& live);
+  void OnPulled(const std::shared_ptr<Live>& live, KvClaimOutcome outcome, int blocks,
+                int pullable, int local);
+  void ArmLeaseTimer();
+  void AppendKvTransferParams(std::string& out, const Live& l, const engine::RequestOutput& o);
   double EngineNow() const;
   // The response path of latency_ms: `send(*ex)` runs latency_ms after this call (at once
   // without latency), in call order. Every byte a generation request gets back after its
@@ -163,6 +220,7 @@ class Replica {
   Clock::time_point start_;
   double last_step_end_ = 0.0;  // engine seconds
   bool stepping_ = false;       // a step is in flight (timer armed or posted)
+  bool kv_wait_ = false;        // the step timer sleeps until a decode leg's KV arrives
   bool shut_down_ = false;
   engine::StepResult step_;
   uint64_t next_id_ = 1;
@@ -203,6 +261,24 @@ class Replica {
   std::vector<kvevents::KvEvent> kv_scratch_;
   uint64_t generation_ = 0;  // process restarts so far (restart, and crash with events)
   TokenizeApi tokenize_api_;  // POST /tokenize, /detokenize (sim/tokenize_api.h)
+
+  // P/D.
+  const KvPeerDirectory* peers_ = nullptr;
+  std::string engine_id_;
+  std::string announce_host_;
+  uint16_t announce_port_ = 0;
+  std::unordered_map<std::string, uint64_t> pd_holds_;  // remote_request_id -> engine id
+  boost::asio::steady_timer lease_timer_;
+  struct PdCounters {
+    uint64_t prefill_legs = 0;       // answered with kv_transfer_params
+    uint64_t decode_pulled = 0;      // decode legs by path
+    uint64_t decode_local = 0;
+    uint64_t decode_recomputed = 0;  // after a failed pull, policy recompute
+    uint64_t decode_failed = 0;      // after a failed pull, policy fail
+    uint64_t pulled_tokens = 0;
+    double transfer_seconds = 0.0;   // engine seconds
+    uint64_t failures[4] = {0, 0, 0, 0};  // by KvClaimOutcome
+  } pd_;
 
   Histogram ttft_;
   Histogram itl_;

@@ -4,6 +4,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
+#include <optional>
+#include <tuple>
 
 #include "config/fleet_config.h"
 #include "sim/fleet.h"
@@ -114,6 +116,26 @@ int SimMain(int argc, char** argv) {
                                       "Publish by connecting to tcp://HOST:PORT (a router's "
                                       "pool.kv_events.bind) instead of binding a port; topic "
                                       "default kv@<host>@<model>");
+  // P/D (docs/SIM_API.md, "Prefill/decode disaggregation"): every replica serves both legs.
+  std::string kv_lease, kv_bytes, kv_bandwidth, kv_policy;
+  int kv_min_pull = 0;
+  auto* o_kv_lease = app.add_option("--kv-lease", kv_lease,
+                                    "P/D: how long a prefill leg holds its blocks for the "
+                                    "decode leg, engine time (default 30s)");
+  auto* o_kv_bytes = app.add_option("--kv-bytes-per-token", kv_bytes,
+                                    "P/D: KV bytes per token of a pull (default: the preset's "
+                                    "model, 128KiB for Llama-3.1-8B bf16)");
+  auto* o_kv_bw = app.add_option("--kv-transfer-bandwidth", kv_bandwidth,
+                                 "P/D: bytes per second of a pull (default 25GB, RDMA at "
+                                 "200 Gb/s)");
+  auto* o_kv_min = app.add_option("--kv-min-pull-tokens", kv_min_pull,
+                                  "P/D: a decode leg missing fewer prompt tokens recomputes "
+                                  "them instead of pulling (default 64)")
+                       ->check(CLI::Range(0, 1 << 30));
+  auto* o_kv_policy = app.add_option("--kv-load-failure-policy", kv_policy,
+                                     "P/D: a pull that cannot happen fails the request (fail, "
+                                     "500) or is recomputed locally (recompute); default fail")
+                          ->check(CLI::IsMember({"fail", "recompute"}));
   app.add_option("--threads", threads,
                  "Event-loop threads shared by the replicas (default: one per replica, at most "
                  "the CPU count)")
@@ -154,6 +176,34 @@ int SimMain(int argc, char** argv) {
   if (o_kv_hash->count()) cli.kv_events_hash = kv_hash;
   if (o_kv_topic->count()) cli.kv_events_topic = kv_topic;
   if (o_kv_connect->count()) cli.kv_events_connect = kv_connect;
+  if (o_kv_lease->count()) {
+    std::optional<double> d = config::ParseDuration(kv_lease);
+    if (!d || *d <= 0) {
+      std::fprintf(stderr, "kvroute sim: --kv-lease: must be a duration such as 30s (got '%s')\n",
+                   kv_lease.c_str());
+      return 2;
+    }
+    cli.kv_lease_s = *d;
+  }
+  for (auto [opt, text, field, name] :
+       {std::tuple{o_kv_bytes, &kv_bytes, &cli.kv_bytes_per_token, "--kv-bytes-per-token"},
+        std::tuple{o_kv_bw, &kv_bandwidth, static_cast<std::optional<uint64_t>*>(nullptr),
+                   "--kv-transfer-bandwidth"}}) {
+    if (!opt->count()) continue;
+    std::optional<uint64_t> b = config::ParseByteSize(*text);
+    if (!b || *b == 0) {
+      std::fprintf(stderr, "kvroute sim: %s: must be a size such as 128KiB or 25GB (got '%s')\n",
+                   name, text->c_str());
+      return 2;
+    }
+    if (field) {
+      *field = *b;
+    } else {
+      cli.kv_transfer_bandwidth = static_cast<double>(*b);
+    }
+  }
+  if (o_kv_min->count()) cli.kv_min_pull_tokens = kv_min_pull;
+  if (o_kv_policy->count()) cli.kv_load_failure_policy = kv_policy;
   int base_port = port;
   if (!app.get_option("--port")->count() && file.base_port) base_port = *file.base_port;
   if (threads == 0 && file.threads) threads = *file.threads;
@@ -178,6 +228,11 @@ int SimMain(int argc, char** argv) {
                 c.preset.c_str(), c.engine.num_gpu_blocks, c.engine.max_num_seqs,
                 c.engine.max_num_batched_tokens, c.time_scale,
                 c.old_metric_names ? " old-metric-names" : "");
+    std::printf("%s pd engine_id=%s lease=%gs kv_bytes_per_token=%lld bandwidth=%gB/s "
+                "min_pull_tokens=%d kv_load_failure_policy=%s\n",
+                c.name.c_str(), fleet.engine_id(i).c_str(), c.pd.lease_s,
+                static_cast<long long>(c.engine.kv_bytes_per_token), c.pd.transfer_bandwidth,
+                c.pd.min_pull_tokens, c.pd.load_failure_policy.c_str());
     if (!fleet.kv_events_endpoint(i).empty()) {
       std::printf("%s kv-events %s%s%s format=%s hash=%s\n", c.name.c_str(),
                   fleet.kv_events_endpoint(i).c_str(),

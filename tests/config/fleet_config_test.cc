@@ -166,7 +166,8 @@ TEST(FleetConfigTest, ErrorsNameFileLineAndField) {
             "latency_ms, old_metric_names, enable_prefix_caching, priority_scheduling, "
             "enable_prompt_tokens_details, hash_seed, output_seed, max_body_bytes, step, labels, faults, kv_events_port, "
             "kv_events_replay_port, kv_events_format, kv_events_hash, kv_events_topic, "
-            "kv_events_connect)");
+            "kv_events_connect, kv_lease, kv_bytes_per_token, kv_transfer_bandwidth, "
+            "kv_min_pull_tokens, kv_load_failure_policy, kv_engine_id)");
   EXPECT_EQ(ErrorOf("defaults:\n  kv_blocks: 1\n  kv_blocks: 2\n"),
             "f.yaml:3: defaults.kv_blocks: duplicate key 'kv_blocks'");
   // YAML syntax.
@@ -261,6 +262,96 @@ TEST(FleetConfigFuzzRegression, EmptyReplicaNameIsAnError) {
   EXPECT_EQ(ErrorOf("replicas:\n  - name: a\n  - name: !!str\n    labels: {zone: b}\n"),
             "f.yaml:3: replicas[1].name: must not be empty");
   EXPECT_EQ(ErrorOf("replicas:\n  - name: \"\"\n"), "f.yaml:2: replicas[0].name: must not be empty");
+}
+
+// P/D: the llm-d role label and the transfer settings.
+TEST(FleetConfigTest, PdRoleLabelAndSettings) {
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  ConfigOr<FleetFile> file = ParseFleetYaml(
+      "defaults:\n"
+      "  kv_lease: 2s\n"
+      "  kv_transfer_bandwidth: 10GB\n"
+      "replicas:\n"
+      "  - {name: p, labels: {llm-d.ai/role: prefill}, kv_engine_id: pe}\n"
+      "  - name: d\n"
+      "    labels: {llm-d.ai/role: decode}\n"
+      "    kv_load_failure_policy: recompute\n"
+      "    kv_min_pull_tokens: 0\n"
+      "    kv_bytes_per_token: 64KiB\n"
+      "  - {name: pd, labels: {llm-d.ai/role: prefill-decode}}\n"
+      "  - {name: plain, preset: qwen3-32b-tp2-h100}\n",
+      "f.yaml");
+  ASSERT_TRUE(file.ok()) << file.error.ToString();
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(*file.value, {}, 0, 0, &out).ok());
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].labels, (Labels{{"llm-d.ai/role", "prefill"}}));
+  EXPECT_EQ(out[1].labels, (Labels{{"llm-d.ai/role", "decode"}}));
+  EXPECT_EQ(out[2].labels, (Labels{{"llm-d.ai/role", "prefill-decode"}}));
+  EXPECT_TRUE(out[3].labels.empty());
+  EXPECT_EQ(out[0].pd.engine_id, "pe");
+  EXPECT_EQ(out[1].pd.engine_id, "");
+  for (const ReplicaConfig& r : out) {
+    EXPECT_DOUBLE_EQ(r.pd.lease_s, 2.0);
+    EXPECT_DOUBLE_EQ(r.pd.transfer_bandwidth, 10e9);
+  }
+  EXPECT_EQ(out[0].pd.load_failure_policy, "fail");
+  EXPECT_EQ(out[1].pd.load_failure_policy, "recompute");
+  EXPECT_EQ(out[0].pd.min_pull_tokens, 64);
+  EXPECT_EQ(out[1].pd.min_pull_tokens, 0);
+  EXPECT_EQ(out[0].engine.kv_bytes_per_token, 131072);  // the preset's Llama-3.1-8B
+  EXPECT_EQ(out[1].engine.kv_bytes_per_token, 65536);
+  EXPECT_EQ(out[3].engine.kv_bytes_per_token, 262144);  // Qwen3-32B
+  EXPECT_EQ(out[3].engine.tensor_parallel_size, 2);
+
+  // Defaults without a file.
+  ASSERT_TRUE(ResolveFleet(FleetFile{}, {}, 1, 0, &out).ok());
+  EXPECT_DOUBLE_EQ(out[0].pd.lease_s, 30.0);
+  EXPECT_DOUBLE_EQ(out[0].pd.transfer_bandwidth, 25e9);
+  EXPECT_EQ(out[0].pd.min_pull_tokens, 64);
+  EXPECT_EQ(out[0].pd.load_failure_policy, "fail");
+}
+
+TEST(FleetConfigTest, PdExampleFileParsesAndResolves) {
+  ConfigOr<FleetFile> file =
+      LoadFleetFile(kvroute::test_support::SourceDir() + "/examples/fleet-pd.yaml");
+  ASSERT_TRUE(file.ok()) << file.error.ToString();
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(*file.value, {}, 0, 18001, &out).ok());
+  ASSERT_EQ(out.size(), 4u);
+  const char* roles[] = {"prefill", "prefill", "decode", "decode"};
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(out[i].labels.size(), 1u);
+    EXPECT_EQ(out[i].labels[0].first, "llm-d.ai/role");
+    EXPECT_EQ(out[i].labels[0].second, roles[i]);
+    EXPECT_EQ(out[i].pd.load_failure_policy, "fail");
+    EXPECT_TRUE(out[i].enable_prompt_tokens_details);
+  }
+}
+
+TEST(FleetConfigTest, PdErrorsNameFileLineAndField) {
+  EXPECT_EQ(ErrorOf("replicas:\n  - name: a\n    labels: {llm-d.ai/role: prefil}\n"),
+            "f.yaml:3: replicas[0].labels.llm-d.ai/role: must be prefill, decode or "
+            "prefill-decode (got 'prefil')");
+  EXPECT_EQ(ErrorOf("defaults:\n  labels:\n    llm-d.ai/role: both\n"),
+            "f.yaml:3: defaults.labels.llm-d.ai/role: 'both' is deprecated in llm-d; use "
+            "prefill-decode");
+  EXPECT_EQ(ErrorOf("defaults:\n  kv_load_failure_policy: retry\n"),
+            "f.yaml:2: defaults.kv_load_failure_policy: must be fail or recompute (got 'retry')");
+  EXPECT_EQ(ErrorOf("defaults:\n  kv_lease: forever\n"),
+            "f.yaml:2: defaults.kv_lease: must be a duration such as 50ms, 2s or 0.5 (seconds) "
+            "(got 'forever')");
+  EXPECT_EQ(ErrorOf("defaults:\n  kv_transfer_bandwidth: 0\n"),
+            "f.yaml:2: defaults.kv_transfer_bandwidth: must be > 0");
+  EXPECT_EQ(ErrorOf("defaults:\n  kv_min_pull_tokens: -1\n"),
+            "f.yaml:2: defaults.kv_min_pull_tokens: must be >= 0 (got -1)");
+  // A role set on the command line is checked when the fleet resolves.
+  ReplicaOverrides cli;
+  cli.labels = {{"llm-d.ai/role", "decoder"}};
+  std::vector<ReplicaConfig> out;
+  Status s = ResolveFleet(FleetFile{}, cli, 1, 0, &out);
+  EXPECT_EQ(s.message(),
+            "replica-0: llm-d.ai/role must be prefill, decode or prefill-decode (got 'decoder')");
 }
 
 }  // namespace
