@@ -449,11 +449,15 @@ void Replica::RunStep() {
       kv_wait_ = true;
       step_timer_.expires_after(WallDuration((*ready - now) * config_.time_scale) +
                                 std::chrono::microseconds(1));
-      step_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
-        if (ec || epoch != epoch_) return;
-        kv_wait_ = false;
-        RunStep();
-      });
+      // Kick may cut this sleep short after the timer already fired (cancel cannot stop a
+      // queued handler): the sequence number makes such a handler a no-op, so only one
+      // step chain ever runs.
+      step_timer_.async_wait(
+          [this, epoch = epoch_, seq = ++kv_wait_seq_](boost::system::error_code ec) {
+            if (ec || epoch != epoch_ || !kv_wait_ || seq != kv_wait_seq_) return;
+            kv_wait_ = false;
+            RunStep();
+          });
       return;
     }
     // Nothing could be scheduled although work is queued; retry shortly rather than spin.

@@ -221,6 +221,7 @@ class Replica {
   double last_step_end_ = 0.0;  // engine seconds
   bool stepping_ = false;       // a step is in flight (timer armed or posted)
   bool kv_wait_ = false;        // the step timer sleeps until a decode leg's KV arrives
+  uint64_t kv_wait_seq_ = 0;    // which of those sleeps is current
   bool shut_down_ = false;
   engine::StepResult step_;
   uint64_t next_id_ = 1;
