@@ -1228,8 +1228,21 @@ std::string Replica::MetricsText() const {
 
   // Not a vLLM series: the simulator's identity and the fleet file's labels, so a
   // dashboard can tell replicas apart.
+  // A fleet label's key becomes a valid Prometheus label name: every character outside
+  // [a-zA-Z0-9_] turns into '_' (llm-d.ai/role -> llm_d_ai_role), a leading digit gets '_'.
   std::vector<Label> ident = {{"replica", config_.name}, {"preset", config_.preset}};
-  for (const auto& [k, v] : config_.labels) ident.push_back({k, v});
+  std::vector<std::string> names;
+  names.reserve(config_.labels.size());
+  for (const auto& [k, v] : config_.labels) {
+    std::string& n = names.emplace_back(k);
+    for (char& ch : n) {
+      const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || ch == '_';
+      if (!ok) ch = '_';
+    }
+    if (n.empty() || (n[0] >= '0' && n[0] <= '9')) n.insert(n.begin(), '_');
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) ident.push_back({names[i], config_.labels[i].second});
   metrics::AppendGauge(out, "kvroute_sim_replica_info", "Simulated replica identity and labels.",
                        ident, 1.0);
   metrics::AppendHeader(out, "kvroute_sim_fault_active",

@@ -417,6 +417,15 @@ TEST_F(PdTest, EveryReplicaServesBothLegs) {
   EXPECT_TRUE(WaitFor([&] { return Sample(0, "kvroute_sim_pd_kv_leases") == 0; }));
 }
 
+TEST_F(PdTest, TheRoleLabelIsAValidPrometheusLabel) {
+  ReplicaConfig p = PdReplica("p");
+  p.labels = {{"llm-d.ai/role", "prefill"}, {"9zone", "b"}};
+  StartFleet({p});
+  // Sample() asserts a clean parse of the whole exposition.
+  EXPECT_EQ(Sample(0, "kvroute_sim_replica_info", {"llm_d_ai_role", "prefill"}), 1);
+  EXPECT_EQ(Sample(0, "kvroute_sim_replica_info", {"_9zone", "b"}), 1);
+}
+
 TEST_F(PdTest, EngineIdsAreStableAndConfigurable) {
   ReplicaConfig named = PdReplica("n");
   named.pd.engine_id = "prefill-east-0";
