@@ -668,6 +668,12 @@ void Replica::AppendKvTransferParams(std::string& out, const Live& l,
     out += "null";
     return;
   }
+  // Holds that ended in an engine step leave stale names behind; without a lease timer
+  // (time_scale 0) this is where they go.
+  if (pd_holds_.size() >= 64 &&
+      pd_holds_.size() > 2 * static_cast<std::size_t>(engine_.Stats().kv_holds)) {
+    PruneHolds();
+  }
   std::span<const int32_t> held = engine_.HeldBlocks(l.id);
   if (!held.empty()) {
     pd_holds_[l.response_id] = l.id;
@@ -797,11 +803,15 @@ void Replica::ArmLeaseTimer() {
   lease_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
     if (ec || shut_down_ || epoch != epoch_) return;
     engine_.ExpireHolds(EngineNow());
-    for (auto it = pd_holds_.begin(); it != pd_holds_.end();) {
-      it = engine_.HeldBlocks(it->second).empty() ? pd_holds_.erase(it) : std::next(it);
-    }
+    PruneHolds();
     ArmLeaseTimer();
   });
+}
+
+void Replica::PruneHolds() {
+  for (auto it = pd_holds_.begin(); it != pd_holds_.end();) {
+    it = engine_.HeldBlocks(it->second).empty() ? pd_holds_.erase(it) : std::next(it);
+  }
 }
 
 // ---- Faults ----

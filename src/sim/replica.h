@@ -170,6 +170,7 @@ class Replica {
   void OnPulled(const std::shared_ptr<Live>& live, KvClaimOutcome outcome, int blocks,
                 int pullable, int local);
   void ArmLeaseTimer();
+  void PruneHolds();  // drops the names of holds the engine no longer has
   void AppendKvTransferParams(std::string& out, const Live& l, const engine::RequestOutput& o);
   double EngineNow() const;
   // The response path of latency_ms: `send(*ex)` runs latency_ms after this call (at once

@@ -417,6 +417,25 @@ TEST_F(PdTest, EveryReplicaServesBothLegs) {
   EXPECT_TRUE(WaitFor([&] { return Sample(0, "kvroute_sim_pd_kv_leases") == 0; }));
 }
 
+TEST_F(PdTest, WithoutAClockTheTransferIsAJumpInEngineTime) {
+  ReplicaConfig p = PdReplica("p");
+  ReplicaConfig d = PdReplica("d");
+  p.time_scale = 0;
+  d.time_scale = 0;
+  d.pd.transfer_bandwidth = 992.0 * 131072 / 1000.0;  // 1000 engine seconds: no wall wait
+  StartFleet({p, d});
+  const std::string prompt = Prompt(1000, 'z');
+  PrefillAnswer a = Prefill(prompt, 0);
+  ASSERT_EQ(a.blocks, 62);
+  const auto start = std::chrono::steady_clock::now();
+  ClientResponse r = Post(WithParams(prompt, 2, a.params_raw), 1);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(CachedTokens(r), 992);
+  EXPECT_DOUBLE_EQ(Sample(1, "kvroute_sim_pd_kv_transfer_seconds_total"), 1000.0);
+  EXPECT_EQ(Sample(0, "kvroute_sim_pd_kv_leases_released_total"), 1);
+}
+
 TEST_F(PdTest, TheRoleLabelIsAValidPrometheusLabel) {
   ReplicaConfig p = PdReplica("p");
   p.labels = {{"llm-d.ai/role", "prefill"}, {"9zone", "b"}};
