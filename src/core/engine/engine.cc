@@ -226,12 +226,12 @@ struct Engine::Impl {
       if (--blk.ref == 0) FreeAppend(r->blocks[i]);
     }
     r->blocks.resize(keep);
-    auto [it, inserted] = holds.try_emplace(r->id);
-    if (!inserted) EndHold(it);  // ids are unique among live requests only: the new one wins
-    it = holds.try_emplace(r->id).first;
-    it->second.blocks.swap(r->blocks);
-    it->second.expires_s = expires_s;
-    held_blocks += static_cast<int>(it->second.blocks.size());
+    // Ids are unique among live requests only: a new hold under an old one's id wins.
+    if (auto old = holds.find(r->id); old != holds.end()) EndHold(old);
+    Hold& h = holds[r->id];
+    h.blocks.swap(r->blocks);
+    h.expires_s = expires_s;
+    held_blocks += static_cast<int>(h.blocks.size());
     r->blocks.clear();
     r->registered = 0;
   }
