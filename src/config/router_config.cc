@@ -184,10 +184,17 @@ class Loader {
           } else if (key == "scheduling") {
             nested.line = v.key_line();
             v.ForEachKey(
-                {"policy", "plugins", "schedulingProfiles", "schedulingProfile", "slo"},
+                {"policy", "plugins", "schedulingProfiles", "schedulingProfile", "slo", "pd"},
                 [&](const std::string& k, const ConfigNode& sv) {
                   if (k == "slo") {
                     LoadSlo(sv, cfg.slo);
+                  } else if (k == "pd") {
+                    sv.ForEachKey({"non_cached_tokens", "prompt_tokens"},
+                                  [&](const std::string& pk, const ConfigNode& pv) {
+                                    (pk == "non_cached_tokens" ? cfg.pd.non_cached_tokens
+                                                               : cfg.pd.prompt_tokens) =
+                                        pv.Int(0, int64_t{1} << 40);
+                                  });
                   } else {
                     SchedKey(nested, k, sv);
                   }

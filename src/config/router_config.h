@@ -64,6 +64,10 @@
 //     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
 //     schedulingProfile: [{pluginRef, weight?}]   # the seed article's form, one profile
 //     slo: {ttft: 2s, tpot: 50ms}   # objectives of requests without SLO headers (issue 24)
+//     pd: {non_cached_tokens: 256, prompt_tokens: 256}   # P/D decider (issue 25): with
+//                                   # endpoints labelled llm-d.ai/role=prefill, disaggregate
+//                                   # when the prompt and its tokens uncached on the decode
+//                                   # endpoint reach these (core/routing/pd.h)
 //   limits:                       # client side, read at start (a reload keeps the running
 //                                 #   ones); each refusal answers with an OpenAI-shaped error
 //                                 #   body and closes the connection
@@ -149,6 +153,7 @@
 
 #include "config/yaml_reader.h"
 #include "core/flow/flow_queue.h"
+#include "core/routing/pd.h"
 #include "core/sched/profile_spec.h"
 #include "core/metrics/engine_metrics.h"
 
@@ -317,6 +322,7 @@ struct RouterConfig {
   PoolConfig pool;
   sched::SchedulingSpec scheduling;  // empty = the kvroute default policy
   SloConfig slo;                     // scheduling.slo
+  routing::PdOptions pd;             // scheduling.pd (issue 25)
   LimitsConfig limits;
   TimeoutsConfig timeouts;
   RetryConfig retries;

@@ -36,6 +36,7 @@ Keys the picker reads:
                                 # an objective's own latency objectives: for its requests
                                 #   without x-llm-d-slo-* (or x-slo-*) headers (before
                                 #   scheduling.slo: {ttft: 2s, tpot: 50ms}, as for serve)
+                                # scheduling.pd (prefill/decode pairs) as for serve
   flow:                         # flow control, as for serve (off by default; read at start):
     enabled: true               #   a stream reaching its pick while every ready endpoint
                                 #   is saturated waits, its answer held back, and is picked

@@ -56,6 +56,13 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     slo: {ttft: 2s, tpot: 50ms}  # objectives of requests without x-llm-d-slo-ttft-ms /
                                 #   x-llm-d-slo-tpot-ms headers (or the older x-slo-ttft-ms /
                                 #   x-slo-tpot-ms; counted on /metrics, never forwarded)
+    pd: {non_cached_tokens: 256, prompt_tokens: 256}
+                                # prefill/decode disaggregation, when some endpoint is
+                                #   labelled llm-d.ai/role: prefill (then prefill endpoints
+                                #   are never the pick; the pick decodes): a prompt of
+                                #   prompt_tokens or more with non_cached_tokens or more not
+                                #   cached on the pick gets a prefill endpoint too
+                                #   (kvroute_pd_decisions_total, kvroute_pd_pairs_total)
   limits:                       # client side, read at start; each refusal has an
     max_connections: 16384      #   OpenAI-shaped body and closes. 0 = unlimited; past it 503
     max_body_bytes: 16MiB       # -> 413

@@ -274,6 +274,20 @@ TEST(RouterConfigTest, SchedulingSloIsThePoolDefaultObjective) {
   EXPECT_NE(ParseErr("scheduling:\n  slo: {e2e: 1s}\n").find("scheduling.slo"), std::string::npos);
 }
 
+TEST(RouterConfigTest, SchedulingPdIsTheDecidersThresholds) {
+  RouterConfig c = ParseOk("scheduling:\n  pd: {non_cached_tokens: 512, prompt_tokens: 1024}\n");
+  EXPECT_EQ(c.pd.non_cached_tokens, 512);
+  EXPECT_EQ(c.pd.prompt_tokens, 1024);
+  const routing::CoreOptions o = CoreOptionsFrom(c);
+  EXPECT_EQ(o.pd.non_cached_tokens, 512);
+  EXPECT_EQ(o.pd.prompt_tokens, 1024);
+  EXPECT_EQ(ParseOk("").pd.non_cached_tokens, 256);  // documented defaults
+  EXPECT_EQ(ParseOk("").pd.prompt_tokens, 256);
+  EXPECT_EQ(ParseErr("scheduling:\n  pd:\n    prompt_tokens: -1\n").substr(0, 37),
+            "t.yaml:3: scheduling.pd.prompt_tokens");
+  EXPECT_NE(ParseErr("scheduling:\n  pd: {tokens: 5}\n").find("scheduling.pd"), std::string::npos);
+}
+
 TEST(RouterConfigErrors, PolicyErrors) {
   EXPECT_EQ(ParseErr("scheduling:\n  policy: fastest\n"),
             "t.yaml:2: scheduling.policy: unknown policy 'fastest' (known: round-robin, random, "

@@ -170,6 +170,16 @@ struct RoutingCore::SchedState {
   sched::LatencyTrainer latency;
   double default_slo_ttft_s = 0.0;  // CoreOptions::default_slo_*
   double default_slo_tpot_s = 0.0;
+  // Prefill/decode disaggregation (issue 25): roles by id, whether any endpoint is a
+  // prefill one (then prefill-only endpoints are no decode candidates), the decider's
+  // options, the prefill tokens sent to each endpoint and not yet answered, and the pairs
+  // chosen (prefill id, decode id) -> count.
+  std::vector<Role> roles;
+  bool pd_active = false;
+  PdOptions pd;
+  std::vector<double> pd_queued;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> pd_pairs;
+  std::vector<uint64_t> pd_key;  // PdLocked's prefix chain, reused
 };
 
 struct RoutingCore::Counters {
@@ -183,6 +193,7 @@ struct RoutingCore::Counters {
   std::atomic<uint64_t> retries{0}, retries_free{0}, retries_denied{0}, picks_failed{0},
       reloads_failed{0}, ejections_skipped{0};
   AtomicHistogram sched_seconds;
+  std::array<std::atomic<uint64_t>, kNumPdDecisions> pd_decisions{};
   PredictionHistogram<14> predicted_ttft{
       {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120}};
   PredictionHistogram<12> predicted_tpot{
@@ -415,6 +426,10 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     s.states.resize(n);
     s.verdicts.resize(n);
     s.vacant.assign(n, 1);
+    s.roles.assign(n, Role::kUnset);
+    s.pd_queued.resize(n, 0.0);
+    s.pd_active = false;
+    s.pd = options.pd;
     for (uint32_t id = 0; id < n; ++id) {
       sched::EndpointState& st = s.states[id];
       const Endpoint* ep = table->Find(id);
@@ -437,9 +452,12 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
           counters_->dirty.push_back(id);
         }
       }
+      if (!prev || prev->spec.address != ep->spec.address) s.pd_queued[id] = 0.0;
       st.id = id;
       st.name = ep->spec.name;
       st.SetLabels(ep->spec.labels);
+      s.roles[id] = RoleOf(ep->spec.labels);
+      s.pd_active = s.pd_active || s.roles[id] == Role::kPrefill;
     }
     s.table = table;
     s.slots = slots;
@@ -754,6 +772,9 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
         }
         break;
     }
+    // With prefill endpoints in the pool, a prefill-only one is never a pick's candidate
+    // (the decode endpoint is picked; PdLocked chooses the prefill one).
+    if (s.pd_active && s.roles[id] == Role::kPrefill) st.healthy = false;
     if (st.healthy) ++usable;
   }
   if (usable > 0) return;
@@ -762,6 +783,7 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
   for (uint32_t id = 0; id < n; ++id) {
     const health::Verdict& v = s.verdicts[id];
     if (s.vacant[id] || !v.ejected || v.condition == health::Condition::kDown) continue;
+    if (s.pd_active && s.roles[id] == Role::kPrefill) continue;
     sched::EndpointState& st = s.states[id];
     st.healthy = true;
     st.kv_usage = 1.0;
@@ -992,6 +1014,9 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       }
       s.latency.OnDispatched(out.handle, d, now_s);
     }
+    if (s.pd_active && status == sched::PickStatus::kOk && out.n_ranked > 0) {
+      PdLocked(req, r, out);
+    }
   }
   if (out.dispatched && !sc.event_keys.empty()) {
     // The route receipt's prediction, then speculative entries until the engine's events
@@ -1083,22 +1108,110 @@ sched::LatencyTrainer::Dispatch RoutingCore::LatencyDispatchLocked(const sched::
                                                                  const sched::PickResult& r,
                                                                  uint32_t id) const {
   const SchedState& s = *sched_;
-  // The share of the prompt the policy's prefix model believes cached there (its first
-  // prefix row); none for policies without a prefix model.
-  double cached = 0.0;
-  const auto roles = s.scheduler->scorer_roles();
-  for (size_t row = 0; row < roles.size() && row < r.scorer_names.size(); ++row) {
-    if (roles[row] != sched::Scheduler::ScorerRole::kPrefix) continue;
-    for (size_t c = 0; c < r.candidates.size(); ++c) {
-      if (r.candidates[c] == id) cached = std::clamp(r.Score(row, c), 0.0, 1.0);
-    }
-    break;
-  }
+  const double cached = CachedShareLocked(r, id);
   if (id < s.states.size()) return sched::LatencyTrainer::DispatchOf(req, s.states[id], cached);
   sched::LatencyTrainer::Dispatch d;  // not in the table: nothing known
   d.endpoint = id;
   d.uncached_tokens = std::nan("");
   return d;
+}
+
+double RoutingCore::CachedShareLocked(const sched::PickResult& r, uint32_t id) const {
+  const SchedState& s = *sched_;
+  const auto roles = s.scheduler->scorer_roles();
+  for (size_t row = 0; row < roles.size() && row < r.scorer_names.size(); ++row) {
+    if (roles[row] != sched::Scheduler::ScorerRole::kPrefix) continue;
+    for (size_t c = 0; c < r.candidates.size(); ++c) {
+      if (r.candidates[c] == id) {
+        const double v = r.Score(row, c);
+        return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0;
+      }
+    }
+    break;
+  }
+  return 0.0;
+}
+
+namespace {
+int64_t PromptTokensOf(const sched::SchedRequest& req) {
+  return req.token_ids.empty() ? req.EstimatedPromptTokens()
+                               : static_cast<int64_t>(req.token_ids.size());
+}
+}  // namespace
+
+void RoutingCore::PdLocked(const sched::SchedRequest& req, const sched::PickResult& r,
+                           PickResult& out) {
+  const uint32_t decode = out.ranked[0];
+  const int64_t prompt = PromptTokensOf(req);
+  // Cached on the decode endpoint, as the policy's prefix model (or the precise index
+  // behind its prefix scorer) believes.
+  const auto cached =
+      static_cast<int64_t>(static_cast<double>(prompt) * CachedShareLocked(r, decode));
+  PdDecision d = Decide(sched_->pd, prompt, cached);
+  if (d == PdDecision::kDisaggregate && !ChoosePrefillLocked(req, decode, {}, out)) {
+    d = PdDecision::kNoPrefill;
+  }
+  out.pd = d;
+  Bump(counters_->pd_decisions[static_cast<std::size_t>(d)]);
+}
+
+bool RoutingCore::ChoosePrefillLocked(const sched::SchedRequest& req, uint32_t decode,
+                                      std::span<const uint32_t> exclude, PickResult& out) {
+  SchedState& s = *sched_;
+  const int64_t prompt = PromptTokensOf(req);
+  // Candidates: ready prefill-capable endpoints other than the decode one.
+  thread_local std::vector<PrefillCandidate> cands;
+  cands.clear();
+  s.pd_key.clear();
+  bool keyed = false;
+  for (uint32_t id = 0; id < s.states.size(); ++id) {
+    if (id == decode || s.vacant[id] || !PrefillCapable(s.roles[id])) continue;
+    if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
+    const health::Verdict& v = s.verdicts[id];
+    if (v.condition != health::Condition::kUp || v.ejected ||
+        v.treatment == health::Treatment::kDown) {
+      continue;
+    }
+    if (!keyed && s.scheduler) {
+      s.scheduler->PrefixKey(req, s.pd_key);
+      keyed = true;
+    }
+    const std::size_t held = s.pd_key.empty() ? 0 : s.scheduler->HeldBlocks(s.pd_key, id);
+    const double share =
+        s.pd_key.empty() ? 0.0 : std::min(1.0, static_cast<double>(held) / s.pd_key.size());
+    PrefillCandidate c;
+    c.id = id;
+    c.uncached_tokens = static_cast<double>(prompt) * (1.0 - share);
+    c.queued_tokens = s.pd_queued[id];
+    c.waiting = v.Known(health::Signal::kWaiting) ? s.states[id].waiting : -1.0;
+    cands.push_back(c);
+  }
+  const int i = routing::PickPrefill(cands);
+  if (i < 0) return false;
+  const PrefillCandidate& c = cands[static_cast<std::size_t>(i)];
+  out.prefill = c.id;
+  out.prefill_tokens = c.uncached_tokens;
+  s.pd_queued[c.id] += c.uncached_tokens;
+  ++s.pd_pairs[{c.id, decode}];
+  return true;
+}
+
+void RoutingCore::OnPrefillDone(uint32_t prefill_id, double tokens) {
+  std::unique_lock<RwSpinLock> lock(sched_mu_);
+  SchedState& s = *sched_;
+  if (prefill_id >= s.pd_queued.size() || !std::isfinite(tokens)) return;
+  s.pd_queued[prefill_id] = std::max(0.0, s.pd_queued[prefill_id] - tokens);
+}
+
+bool RoutingCore::PickPrefill(const sched::SchedRequest& request, uint32_t decode_id,
+                              std::span<const uint32_t> exclude, PickResult& out) {
+  std::unique_lock<RwSpinLock> lock(sched_mu_);
+  SchedState& s = *sched_;
+  out.prefill = kNoEndpoint;
+  out.prefill_tokens = 0.0;
+  if (!s.pd_active || !s.scheduler || decode_id >= s.states.size()) return false;
+  out.table = s.table;
+  return ChoosePrefillLocked(request, decode_id, exclude, out);
 }
 
 void RoutingCore::PublishLatencyLocked() {
@@ -1627,6 +1740,47 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
   for (const auto& [region, seconds] : *measured_rtt_.load()) {
     Label labels[] = {{"region", region}, {"source", "measured"}};
     AppendSample(out, "kvroute_locality_rtt_seconds", labels, seconds);
+  }
+
+  // Prefill/decode disaggregation (issue 25).
+  AppendHeader(out, "kvroute_pd_decisions_total",
+               "Picks in a pool with prefill endpoints, by decision: disaggregate (a prefill "
+               "endpoint computes the prompt, the picked one decodes), short_prompt and "
+               "cached (below scheduling.pd's prompt_tokens or non_cached_tokens: decode "
+               "alone), no_prefill (would disaggregate, no prefill endpoint ready).",
+               MetricType::kCounter);
+  for (std::size_t i = 1; i < kNumPdDecisions; ++i) {
+    Label labels[] = {{"decision", PdDecisionName(static_cast<PdDecision>(i))}};
+    AppendSample(out, "kvroute_pd_decisions_total", labels, GetU(c.pd_decisions[i]));
+  }
+  {
+    std::shared_lock<RwSpinLock> lock(sched_mu_);
+    const SchedState& s = *sched_;
+    auto name = [&](uint32_t id) -> std::string_view {
+      const Endpoint* ep = s.table ? s.table->Find(id) : nullptr;
+      return ep ? std::string_view(ep->spec.name) : std::string_view();
+    };
+    AppendHeader(out, "kvroute_pd_pairs_total",
+                 "Disaggregated requests (prefill legs sent, retries included) by the pair "
+                 "of endpoints: prefill and decode.",
+                 MetricType::kCounter);
+    for (const auto& [pair, n] : s.pd_pairs) {
+      const std::string_view p = name(pair.first), d = name(pair.second);
+      if (p.empty() || d.empty()) continue;
+      Label labels[] = {{"prefill", p}, {"decode", d}};
+      AppendSample(out, "kvroute_pd_pairs_total", labels, static_cast<double>(n));
+    }
+    AppendHeader(out, "kvroute_pd_prefill_queued_tokens",
+                 "Prompt tokens the router sent to a prefill-capable endpoint as prefill "
+                 "legs and has not seen answered (the prefill pick's queue term).",
+                 MetricType::kGauge);
+    for (uint32_t id = 0; id < s.roles.size() && id < s.pd_queued.size(); ++id) {
+      if (s.vacant[id] || !PrefillCapable(s.roles[id]) || !s.pd_active) continue;
+      const std::string_view n = name(id);
+      if (n.empty()) continue;
+      Label labels[] = {{"endpoint", n}};
+      AppendSample(out, "kvroute_pd_prefill_queued_tokens", labels, s.pd_queued[id]);
+    }
   }
 
   struct Row {

@@ -56,6 +56,7 @@
 #include "core/health/endpoint_health.h"
 #include "core/kvevents/event_index.h"
 #include "core/health/outlier.h"
+#include "core/routing/pd.h"
 #include "core/routing/retry_budget.h"
 #include "core/sched/latency_trainer.h"
 #include "core/sched/profile_spec.h"
@@ -105,6 +106,9 @@ struct CoreOptions {
   // or a simulate scenario's slo block (issue 24).
   double default_slo_ttft_s = 0.0;
   double default_slo_tpot_s = 0.0;
+  // Prefill/decode disaggregation (scheduling.pd; issue 25, core/routing/pd.h): applies
+  // when some endpoint is labelled llm-d.ai/role=prefill.
+  PdOptions pd;
 };
 
 // The outcome of one scrape attempt, as the scraper adapter reports it.
@@ -171,9 +175,18 @@ struct PickResult {
   // it has samples and the endpoint's signals are known; -1 otherwise (issue 24).
   double predicted_ttft_s = -1.0;
   double predicted_tpot_s = -1.0;
+  // Prefill/decode disaggregation (issue 25): with prefill endpoints in the pool, ranked[]
+  // holds decode-capable endpoints only, and `pd` says whether ranked[0] decodes after a
+  // prefill on `prefill` (kDisaggregate) or serves the request alone. `prefill_tokens`:
+  // the prefill work charged to `prefill` (pass both to OnPrefillDone when that leg ends).
+  PdDecision pd = PdDecision::kOff;
+  uint32_t prefill = 0xffffffffu;
+  double prefill_tokens = 0.0;
 
   bool ok() const { return status.ok(); }
   const Endpoint& endpoint(std::size_t i) const { return *table->by_id[ranked[i]]; }
+  bool disaggregated() const { return pd == PdDecision::kDisaggregate; }
+  const Endpoint& prefill_endpoint() const { return *table->by_id[prefill]; }
 };
 
 // Why an upstream attempt failed, for counters and passive health.
@@ -260,6 +273,16 @@ class RoutingCore {
   static constexpr uint32_t kNoEndpoint = 0xffffffffu;
   void OnFinished(sched::RequestHandle handle, uint32_t endpoint_id, int code, double now_s,
                   int64_t generated_tokens = -1);
+  // A disaggregated pick's prefill leg on `prefill_id` ended (answered, failed or given
+  // up): its `tokens` (PickResult::prefill_tokens) no longer count as queued prefill work
+  // there. A front end that moves the leg to another prefill endpoint picks that one with
+  // PickPrefill.
+  void OnPrefillDone(uint32_t prefill_id, double tokens);
+  // Another prefill endpoint for a disaggregated request whose prefill leg failed on the
+  // ones in `exclude`: the same rule as the pick's (core/routing/pd.h), charged the same
+  // way. False when none is ready (the decode endpoint then prefills alone).
+  bool PickPrefill(const sched::SchedRequest& request, uint32_t decode_id,
+                   std::span<const uint32_t> exclude, PickResult& out);
   // How many TTFT and TPOT samples the latency model has learned from, and its prediction
   // errors (each dispatched pick's prediction against what came back). Lock-free.
   LatencyStats latency_stats() const;
@@ -393,6 +416,15 @@ class RoutingCore {
   void PublishLatencyLocked();
   // What the latency trainer sees of a dispatch to `id` from pick `r` (caller holds
   // sched_mu_).
+  // The share of the prompt the policy's prefix model believes cached on `id` (its first
+  // prefix row in `r`); 0 for policies without a prefix model or ids not ranked.
+  double CachedShareLocked(const sched::PickResult& r, uint32_t id) const;
+  // After a pick in a pool with prefill endpoints: the decision and the prefill endpoint.
+  void PdLocked(const sched::SchedRequest& req, const sched::PickResult& r, PickResult& out);
+  // The prefill endpoint for a request decoding on `decode` (not one of `exclude`), charged
+  // its uncached tokens; false when none is ready.
+  bool ChoosePrefillLocked(const sched::SchedRequest& req, uint32_t decode,
+                           std::span<const uint32_t> exclude, PickResult& out);
   sched::LatencyTrainer::Dispatch LatencyDispatchLocked(const sched::SchedRequest& req,
                                                         const sched::PickResult& r,
                                                         uint32_t id) const;
