@@ -67,7 +67,11 @@ ext_proc (envoy.service.ext_proc.v3.ExternalProcessor/Process), one stream per r
   re-emitted in chunks of at most 62,000 bytes); BUFFERED and STREAMED: headers answered
   at once, the pick in the last body chunk's response. Subset hint: filter metadata
   envoy.lb / x-gateway-destination-endpoint-subset. Served endpoint read back from
-  x-gateway-destination-endpoint-served. Errors are immediate responses with an
+  x-gateway-destination-endpoint-served. Prefill/decode: with endpoints labelled
+  llm-d.ai/role: prefill (pod label or config), the destination is a decode endpoint and
+  a long, uncached prompt also gets x-prefiller-host-port: ip:port of a prefill endpoint
+  (scheduling.pd; the decode pod's sidecar runs the prefill leg); a client's
+  x-prefiller-host-port is removed. Errors are immediate responses with an
   OpenAI-shaped JSON body: 400 bad body, 413 too large, 429 shed (or refused by flow
 control, with retry-after), 503 no endpoint.
 Kubernetes discovery (--pool-name, or pool.discovery.kubernetes in the file): the

@@ -314,6 +314,50 @@ test('BUFFERED: completions and chat, the pick in the request_body response', as
   }
 });
 
+// Prefill/decode (issue 25): a picker whose pool labels two replicas prefill and two
+// decode. A long prompt is routed to a decode replica with x-prefiller-host-port naming a
+// prefill one (the llm-d contract); a short one goes to a decode replica without it.
+test('P/D: x-prefiller-host-port names a prefill endpoint, the destination a decode one', async () => {
+  const [p1, p2, d1, d2] = sim.endpoints;
+  const pd = await startEpp({
+    endpoints: [{ address: p1, role: 'prefill' }, { address: p2, role: 'prefill' },
+      { address: d1, role: 'decode' }, { address: d2, role: 'decode' }],
+    bodyMode: 'buffered', fallbacks: 1,
+  });
+  const client = new ExtProcClient(pd.grpc);
+  try {
+    await waitForHealth(pd.health, 'readiness');
+    const prefillerOf = (r) => {
+      const set = (commonOf(r.responses[1].msg).header_mutation || {}).set_headers || [];
+      const h = set.find((o) => o.header && o.header.key === 'x-prefiller-host-port');
+      return h ? headerValueOf(h.header) : undefined;
+    };
+    for (let i = 0; i < 4; i++) {
+      const long = await exchangeBuffered(client, completionBody(prompt(6000, 40 + i)));
+      statusOk(long);
+      assert.ok([d1, d2].includes(long.pick.header.split(',')[0]), long.pick.header);
+      for (const d of long.pick.header.split(',')) assert.ok([d1, d2].includes(d), d);
+      assert.ok([p1, p2].includes(prefillerOf(long)), String(prefillerOf(long)));
+    }
+    const short = await exchangeBuffered(client, completionBody('short question'));
+    statusOk(short);
+    assert.ok([d1, d2].includes(short.pick.header.split(',')[0]), short.pick.header);
+    assert.equal(prefillerOf(short), undefined);
+    const metrics = await new Promise((resolve, reject) => {
+      http.get(`http://${pd.metrics}/metrics`, (res) => {
+        let text = '';
+        res.on('data', (c) => { text += c; });
+        res.on('end', () => resolve(text));
+      }).on('error', reject);
+    });
+    assert.match(metrics, /kvroute_pd_decisions_total\{decision="disaggregate"\} 4(\.0)?\n/);
+    assert.match(metrics, /kvroute_pd_decisions_total\{decision="short_prompt"\} 1(\.0)?\n/);
+  } finally {
+    client.close();
+    await stop(pd.proc);
+  }
+});
+
 test('STREAMED: a body in several request_body messages', async () => {
   const pool = epp.streamed.endpoints;
   for (const n of [1, 3, 7]) {

@@ -98,7 +98,10 @@ function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2, 
     '  staleness: 2s',
     ...poolExtra,
     // No endpoints: the pool comes from the command line (--pool-name, Kubernetes).
-    ...(endpoints.length ? ['  endpoints:', ...endpoints.map((e) => `    - ${e}`)] : []),
+    // An entry is "host:port" or {address, role} (role: the llm-d.ai/role label).
+    ...(endpoints.length ? ['  endpoints:', ...endpoints.map((e) => (typeof e === 'string'
+      ? `    - ${e}`
+      : `    - {address: ${e.address}, labels: {llm-d.ai/role: ${e.role}}}`))] : []),
     'scheduling:',
     '  policy: kvroute',
     'limits:',

@@ -215,6 +215,8 @@ void Exchange::OnRequestHeaders(const pb::HttpHeaders& h, std::vector<pb::Proces
       slo_headers_[2] = Trim(HeaderValueOf(hv));
     } else if (Is(key, api::kSloTpotHeaderOld)) {
       slo_headers_[3] = Trim(HeaderValueOf(hv));
+    } else if (Is(key, kPrefillerHeader)) {
+      client_prefiller_ = true;
     }
     if (!settings_->flow_header.empty() && Is(key, settings_->flow_header)) {
       flow_value_ = Trim(HeaderValueOf(hv));
@@ -428,6 +430,13 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
                                        : r.mutable_request_headers()->mutable_response();
   common->set_clear_route_cache(true);
   SetHeader(common->mutable_header_mutation(), kDestinationHeader, destination_);
+  if (pick_.disaggregated()) {
+    SetHeader(common->mutable_header_mutation(), kPrefillerHeader,
+              pick_.prefill_endpoint().spec.address);
+    prefill_open_ = true;
+  } else if (client_prefiller_) {
+    common->mutable_header_mutation()->add_remove_headers(std::string(kPrefillerHeader));
+  }
   // The latency objectives are the router's: not forwarded to the engine.
   static constexpr std::string_view kSloNames[] = {api::kSloTtftHeader, api::kSloTtftHeaderOld,
                                                    api::kSloTpotHeader, api::kSloTpotHeaderOld};
@@ -464,7 +473,14 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
   body_ = std::string();  // the prompt is not kept for the response path
 }
 
+void Exchange::ReleasePrefill() {
+  if (!prefill_open_) return;
+  prefill_open_ = false;
+  env_.core->OnPrefillDone(pick_.prefill, pick_.prefill_tokens);
+}
+
 void Exchange::OnResponseHeaders(const pb::HttpHeaders& h, std::vector<pb::ProcessingResponse>& out) {
+  ReleasePrefill();
   if (phase_ == Phase::kPicked && !finished_) {
     response_seen_ = true;
     for (const core_pb::HeaderValue& hv : h.headers().headers()) {
@@ -557,6 +573,7 @@ void Exchange::FailParsed(int status, std::string body, std::vector<pb::Processi
 }
 
 void Exchange::FinishRequest(int code, int64_t generated_tokens) {
+  ReleasePrefill();
   if (finished_) return;
   finished_ = true;
   env_.core->OnFinished(pick_.handle, pick_.handle == sched::kNoHandle ? routing::RoutingCore::kNoEndpoint
@@ -569,6 +586,7 @@ void Exchange::Close(double now_s, bool cancelled) {
   if (closed_) return;
   closed_ = true;
   now_s_ = now_s;
+  ReleasePrefill();
   if (finished_) return;
   if (phase_ == Phase::kPicked && !cancelled) {
     FinishRequest(status_ != 0 ? status_ : 200);

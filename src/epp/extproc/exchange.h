@@ -31,6 +31,13 @@
 //   winner's "host:port" then up to `fallbacks` next-ranked ones, comma-separated; the
 //   same ProcessingResponse has dynamic_metadata
 //   {"envoy.lb": {"x-gateway-destination-endpoint": <the same value>}}.
+//   Prefill/decode (issue 25): when the pick is a pair, the destination is the decode
+//   endpoint and header_mutation also sets x-prefiller-host-port: <prefill host:port> (the
+//   llm-d contract: the decode pod's sidecar runs the prefill leg there first); otherwise
+//   a client-sent x-prefiller-host-port is removed, so no client chooses a prefill host
+//   (when the pick is a pair, the router's value overwrites it).
+//   The prefill's charge (RoutingCore::OnPrefillDone) ends at the response headers (the
+//   sidecar answers after its prefill leg), or when the exchange ends without them.
 //
 //   response_headers      the served endpoint is read (header, or envoy.lb metadata
 //                         x-gateway-destination-endpoint-served; when it is another
@@ -113,6 +120,7 @@ namespace pb = ::envoy::service::ext_proc::v3;
 
 inline constexpr std::size_t kMaxStreamedChunk = 62000;
 inline constexpr std::string_view kDestinationHeader = "x-gateway-destination-endpoint";
+inline constexpr std::string_view kPrefillerHeader = "x-prefiller-host-port";
 inline constexpr std::string_view kSubsetKey = "x-gateway-destination-endpoint-subset";
 inline constexpr std::string_view kServedKey = "x-gateway-destination-endpoint-served";
 inline constexpr std::string_view kLbNamespace = "envoy.lb";
@@ -292,6 +300,9 @@ class Exchange {
   // Response path.
   int status_ = 0;
   bool response_seen_ = false;
+  bool prefill_open_ = false;
+  bool client_prefiller_ = false;  // the request came with an x-prefiller-host-port  // a pair was picked and its prefill charge not yet released
+  void ReleasePrefill();
   bool first_token_ = false;
   std::string response_tail_;  // the response body's last bytes (usage)
   api::ChoiceChunkCounter chunks_;  // streamed chunks with a choice (TPOT's token count)

@@ -560,6 +560,64 @@ TEST_F(ExchangeTest, ResponsePathReadsServedEndpointStatusAndUsage) {
             std::string::npos);
 }
 
+// Prefill/decode (issue 25): with an endpoint labelled llm-d.ai/role=prefill, a long
+// prompt is routed to a decode endpoint with x-prefiller-host-port naming the prefill one
+// (the llm-d contract); a short prompt gets no such header, and one a client sent is
+// removed. The prefill's queued tokens are released when the response headers arrive.
+TEST_F(ExchangeTest, APairPickSetsThePrefillerHeaderAndRoutesToDecode) {
+  std::vector<routing::EndpointSpec> eps;
+  for (const auto& ep : core_.table()->by_id) eps.push_back(ep->spec);
+  eps[0].labels = {{"llm-d.ai/role", "decode"}};
+  eps[1].labels = {{"llm-d.ai/role", "decode"}};
+  eps[2].labels = {{"llm-d.ai/role", "prefill"}};  // 10.0.0.3:8000; r3 unlabelled
+  routing::CoreOptions o;
+  o.scheduling.policy = "kvroute";
+  ASSERT_TRUE(core_.Configure(o, eps, now_).ok());
+  ScrapeAll(Idle(now_));
+  auto queued = [&] {
+    std::string text;
+    core_.AppendMetrics(text, now_);
+    for (const auto& smp : metrics::ParseAllSamples(text)) {
+      if (smp.name == "kvroute_pd_prefill_queued_tokens") return smp.value;
+    }
+    return -1.0;
+  };
+  auto run = [&](const std::string& prompt, bool client_header, Exchange& ex) {
+    std::vector<std::pair<std::string, std::string>> extra;
+    if (client_header) extra.emplace_back("x-prefiller-host-port", "203.0.113.9:8000");
+    pb::ProcessingRequest h = Headers("/v1/completions", false, extra);
+    SetProtocol(h, mode_pb::ProcessingMode::BUFFERED);
+    Feed(ex, h);
+    Responses out = Feed(ex, Body(Completion(prompt), true));
+    EXPECT_EQ(out.size(), 1u);
+    return out.empty() ? pb::CommonResponse() : out[0].request_body().response();
+  };
+  auto ex = New();
+  const pb::CommonResponse c = run(LongPrompt(6000, 'p'), true, *ex);
+  EXPECT_EQ(HeaderSet(c, kPrefillerHeader), "10.0.0.3:8000");
+  const std::vector<std::string> dest = Split(HeaderSet(c, kDestinationHeader));
+  for (const std::string& d : dest) EXPECT_NE(d, "10.0.0.3:8000");  // decode-capable only
+  EXPECT_EQ(c.header_mutation().remove_headers_size(), 0);
+  EXPECT_GT(queued(), 1000.0);
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "200");
+  Feed(*ex, rh);
+  EXPECT_EQ(queued(), 0.0);
+  // Short: no pair; the client's header is removed, not forwarded.
+  auto ex2 = New();
+  const pb::CommonResponse s2 = run("hello", true, *ex2);
+  EXPECT_EQ(HeaderSet(s2, kPrefillerHeader), "<unset>");
+  ASSERT_EQ(s2.header_mutation().remove_headers_size(), 1);
+  EXPECT_EQ(s2.header_mutation().remove_headers(0), "x-prefiller-host-port");
+  EXPECT_NE(HeaderSet(s2, kDestinationHeader), "10.0.0.3:8000");
+  // A pair whose stream ends before any response releases its charge too.
+  auto ex3 = New();
+  run(LongPrompt(6000, 'q'), false, *ex3);
+  EXPECT_GT(queued(), 1000.0);
+  ex3->Close(now_, true);
+  EXPECT_EQ(queued(), 0.0);
+}
+
 // The streamed answer's chunks with a choice are its token count: with the first one's
 // time they give the latency model a TPOT observation, here against the request's
 // objective (20 ms a token asked, 50 ms a token served: one violation).
