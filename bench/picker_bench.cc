@@ -13,6 +13,7 @@
 //   Wall time of RoutingCore::Pick alone (4 KB prompts), as percentiles: p50_us, p99_us.
 // BM_SloPickLatency/<endpoints>/<policy>: the same for kvroute and kvroute-slo with a
 //   trained latency model (below).
+// BM_PdPickLatency/<endpoints>/<prefill endpoints>: the same in a P/D pool (below).
 //
 //   build/bench/picker_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -51,7 +52,7 @@ ScrapeResult Scrape(uint32_t id) {
 }
 
 std::unique_ptr<RoutingCore> MakeCore(int endpoints, const char* policy = "kvroute",
-                                     double slo_ttft_s = 0.0) {
+                                     double slo_ttft_s = 0.0, int prefill = 0) {
   auto core = std::make_unique<RoutingCore>();
   CoreOptions o;
   o.scheduling.policy = policy;
@@ -63,6 +64,8 @@ std::unique_ptr<RoutingCore> MakeCore(int endpoints, const char* policy = "kvrou
     e.port = static_cast<uint16_t>(10000 + i);
     e.host = "10.0." + std::to_string(i / 250) + "." + std::to_string(1 + i % 250);
     e.address = e.host + ":8000";
+    // The first `prefill` endpoints are prefill ones, the rest decode (issue 25).
+    if (prefill > 0) e.labels = {{"llm-d.ai/role", i < prefill ? "prefill" : "decode"}};
     eps.push_back(e);
   }
   if (!core->Configure(o, eps, 0.0).ok()) std::abort();
@@ -139,6 +142,7 @@ void TimePicks(benchmark::State& state, RoutingCore& core, bool answer) {
     PickResult r = core.Pick(pr, now);
     auto t1 = std::chrono::steady_clock::now();
     if (!r.ok()) std::abort();
+    if (r.disaggregated()) core.OnPrefillDone(r.prefill, r.prefill_tokens);
     if (answer) {
       const double first = now + 0.02 + 0.04 * static_cast<double>(k % 7) / 7.0;
       core.OnFirstToken(r.handle, first);
@@ -174,6 +178,20 @@ void BM_SloPickLatency(benchmark::State& state) {
   if (state.iterations() > 1000 && core->latency_stats().ttft_errors.n == 0) std::abort();
 }
 BENCHMARK(BM_SloPickLatency)->Args({8, 0})->Args({8, 1})->Args({100, 0})->Args({100, 1})
+    ->Unit(benchmark::kMicrosecond);
+
+// BM_PdPickLatency/<endpoints>/<prefill endpoints>
+//   As BM_SchedulingLatency in a pool where the first <prefill endpoints> are labelled
+//   llm-d.ai/role=prefill and the rest decode (issue 25): every 4 KB prompt (about 1,000
+//   tokens, half of them a group's shared prefix) is a pair, so each pick adds the
+//   decider and the prefill choice (its prefix chain, every prefill endpoint's held
+//   blocks). /<n>/0 is the same pool unlabelled, in the same run.
+void BM_PdPickLatency(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  auto core = MakeCore(n, "kvroute", 0.0, static_cast<int>(state.range(1)));
+  TimePicks(state, *core, false);
+}
+BENCHMARK(BM_PdPickLatency)->Args({8, 0})->Args({8, 4})->Args({100, 0})->Args({100, 50})
     ->Unit(benchmark::kMicrosecond);
 
 // BM_SloWaitBudget/<endpoints>
