@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <limits>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 #include "http/server.h"
 #include "core/metrics/prom_writer.h"
 #include "pool/pool.h"
+#include "router/pd_legs.h"
 #include "tokenize/http_tokenizer.h"
 #include "tokenize/tokenize_metrics.h"
 
@@ -38,6 +40,8 @@ namespace {
 constexpr std::string_view kEndpointHeader = "x-kvroute-endpoint";
 constexpr std::string_view kAttemptsHeader = "x-kvroute-attempts";
 constexpr std::string_view kRoutingHeader = "x-gateway-destination-endpoint";
+// On a disaggregated answer whose decode leg pulled a prefill: the prefill endpoint's name.
+constexpr std::string_view kPrefillHeader = "x-kvroute-prefill";
 // Complete (non-streamed) upstream responses up to this size are relayed in one write
 // with Content-Length; anything else is streamed chunk by chunk.
 constexpr uint64_t kMaxBufferedResponse = 1u << 20;
@@ -86,6 +90,59 @@ void AppendServerMetrics(std::string& out, const http::ServerStats& s) {
     metrics::AppendSample(out, "kvroute_http_requests_rejected_total", {&reason, 1},
                           load(s.requests_rejected[i]));
   }
+}
+
+// Serve's prefill/decode legs (issue 25), as kvroute_pd_legs_total and
+// kvroute_pd_fallbacks_total.
+enum class PdOutcome : uint8_t { kOk, kNoParams, kError, kCancelled };
+inline constexpr std::size_t kPdOutcomes = 4;
+inline constexpr std::string_view kPdOutcomeNames[kPdOutcomes] = {"ok", "no_params", "error", "cancelled"};
+enum class PdFallback : uint8_t { kPrefillRetry, kLocalPrefill, kDecodeRetry };
+inline constexpr std::size_t kPdFallbacks = 3;
+inline constexpr std::string_view kPdFallbackNames[kPdFallbacks] = {"prefill_retry", "local_prefill",
+                                                                    "decode_retry"};
+struct PdCounters {
+  std::atomic<uint64_t> prefill[kPdOutcomes]{};
+  std::atomic<uint64_t> decode[kPdOutcomes]{};
+  std::atomic<uint64_t> fallbacks[kPdFallbacks]{};
+};
+
+void AppendPdMetrics(std::string& out, const PdCounters& c) {
+  auto load = [](const std::atomic<uint64_t>& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
+  metrics::AppendHeader(out, "kvroute_pd_legs_total",
+                        "Prefill/decode legs serve ran for disaggregated picks, by leg and outcome: "
+                        "ok, no_params (prefill answered without kv_transfer_params: decode "
+                        "prefilled locally), error (failed before answering), cancelled (the "
+                        "client left).",
+                        metrics::MetricType::kCounter);
+  for (int leg = 0; leg < 2; ++leg) {
+    for (std::size_t i = 0; i < kPdOutcomes; ++i) {
+      if (leg == 1 && i == static_cast<std::size_t>(PdOutcome::kNoParams)) continue;
+      const metrics::Label labels[] = {{"leg", leg == 0 ? "prefill" : "decode"},
+                                       {"outcome", kPdOutcomeNames[i]}};
+      metrics::AppendSample(out, "kvroute_pd_legs_total", labels,
+                            load(leg == 0 ? c.prefill[i] : c.decode[i]));
+    }
+  }
+  metrics::AppendHeader(out, "kvroute_pd_fallbacks_total",
+                        "Disaggregated requests whose legs did not go as picked, by reason: "
+                        "prefill_retry (a failed prefill leg moved to another prefill endpoint), "
+                        "local_prefill (no prefill answer to pass on: the decode endpoint "
+                        "prefilled alone), decode_retry (the decode leg failed before its first "
+                        "byte and was retried as an ordinary request).",
+                        metrics::MetricType::kCounter);
+  for (std::size_t i = 0; i < kPdFallbacks; ++i) {
+    const metrics::Label reason{"reason", kPdFallbackNames[i]};
+    metrics::AppendSample(out, "kvroute_pd_fallbacks_total", {&reason, 1}, load(c.fallbacks[i]));
+  }
+}
+
+// An X-Request-Id for the two legs of a request whose client sent none.
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "kvroute-%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
 }
 
 // What the front end itself takes from a configuration; replaced whole on reload.
@@ -281,8 +338,10 @@ struct Router::Impl {
   void Route(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
              api::ParsedRequest& parsed);
   void Models(std::shared_ptr<http::Exchange> ex);
+  // `parsed`: the request, moved from when the pick is disaggregated (the prefill leg may
+  // need another prefill endpoint); may be null for other picks.
   void StartPicked(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
-                   routing::PickResult pick);
+                   routing::PickResult pick, api::ParsedRequest* parsed = nullptr);
 
   // ---- flow control (flow_gate set: flow.enabled at start) ----
 
@@ -316,6 +375,7 @@ struct Router::Impl {
     if (server) AppendServerMetrics(out, server->stats());
     if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
     if (core_pool && core().kv_events_active()) AppendTokenizerMetrics(out);
+    AppendPdMetrics(out, pd_counters);
     return out;
   }
   bool Ready() { return core_pool && core().Ready(Now()); }
@@ -338,6 +398,7 @@ struct Router::Impl {
   std::unique_ptr<http::Server> server;
   std::unique_ptr<asio::signal_set> signals;
   Published<FrontSettings> settings;
+  PdCounters pd_counters;
   // Flow control; the gate holds the queue and the waiting requests (requests arrive on
   // every worker). Nothing does I/O or calls the core under it. Declared after io:
   // destroyed first (the waiting requests pin their connections' sockets).
@@ -356,6 +417,26 @@ namespace {
 // vLLM's usage.prompt_tokens_details.cached_tokens in a body or the final usage chunk of a
 // stream; -1 when there is none.
 int64_t CachedTokensIn(std::string_view text) { return api::IntAfterKey(text, "\"cached_tokens\""); }
+
+// The prefill leg of a disaggregated request and what the decode leg takes from it.
+struct PdLegs {
+  api::ParsedRequest parsed;  // PickPrefill's request when a leg moves
+  std::shared_ptr<const routing::EndpointTable> table;  // holds the prefill endpoint alive
+  uint32_t prefill_id = 0;
+  double prefill_tokens = 0.0;
+  std::vector<uint32_t> tried;  // prefill endpoints that failed
+  std::string prefill_body;
+  int status = 0;
+  bool too_big = false;
+  std::string answer;
+  // The decode leg carries prefill's kv_transfer_params (decode_body); else the client's
+  // body goes as it came (the decode endpoint prefills).
+  bool remote = false;
+  std::string decode_body;
+  int64_t prefill_cached = -1;  // prefill's usage cached_tokens; -1: none
+  bool decode_counted = false;
+  const routing::Endpoint& prefill_endpoint() const { return *table->by_id[prefill_id]; }
+};
 
 // One proxied request: tries the ranked endpoints in order and relays the response.
 // Lives as long as its upstream call or its exchange needs it; runs on one worker.
@@ -385,6 +466,8 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   int64_t reported_cached = -1;
   // Chunks with a choice streamed back: the token count the latency model takes TPOT from.
   api::ChoiceChunkCounter chunks;
+  // Prefill/decode legs (issue 25): only for a disaggregated pick.
+  std::unique_ptr<PdLegs> pd;
 
   ~ProxyCall() {
     if (ex) ex->OnClientGone({});  // its callback points here
@@ -397,12 +480,15 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   // after a retry (n attempts in all).
   const http::Fields& head_fields() {
     uint32_t id = endpoint_id();
-    if (attempt == 0 && settings->version == pick.table->version &&
+    if (attempt == 0 && !pd && settings->version == pick.table->version &&
         id < settings->head_fields.size()) {
       return settings->head_fields[id];
     }
     own_head_fields = {{std::string(kEndpointHeader), endpoint().spec.name}};
     if (attempt > 0) own_head_fields.emplace_back(std::string(kAttemptsHeader), std::to_string(attempt + 1));
+    if (pd && pd->remote && attempt == 0) {
+      own_head_fields.emplace_back(std::string(kPrefillHeader), pd->prefill_endpoint().spec.name);
+    }
     return own_head_fields;
   }
 
@@ -418,6 +504,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     req.target = std::string_view(ex->request().target().data(), ex->request().target().size());
     const std::string& body = ex->request().body();
     req.body = body;
+    if (pd && pd->remote && attempt == 0) req.body = pd->decode_body;
     req.headers = forward_headers.empty() ? nullptr : &forward_headers;
     req.connect_timeout = settings->connect_timeout;
     req.first_byte_timeout = settings->first_byte_timeout;
@@ -482,14 +569,16 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
         tail[0] = tail[1];
         tail[1] = d[0];
       }
+      std::string chunk(d);
+      if (RewritesUsage()) RewriteCachedTokens(chunk, pd->prefill_cached);
       if (ex->pending_write_bytes() + d.size() <= kMaxClientBacklog) {
-        ex->SendChunk(std::string(d));
+        ex->SendChunk(std::move(chunk));
       } else {
         // Slow client: read no more from the upstream until this chunk (and so
         // everything before it) has been written; the upstream's own flow control
         // then holds the replica's output back.
         call.Pause();
-        ex->SendChunk(std::string(d), [weak = weak_from_this()](bool) {
+        ex->SendChunk(std::move(chunk), [weak = weak_from_this()](bool) {
           if (auto self = weak.lock()) self->call.Resume();
         });
       }
@@ -508,6 +597,134 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     }
   }
 
+  // The decode leg pulled prefill's KV: the client sees prefill's cached tokens (as
+  // llm-d's sidecar rewrites them), not the pulled ones the decode engine reports.
+  bool RewritesUsage() const { return pd && pd->remote && attempt == 0 && pd->prefill_cached >= 0; }
+
+  void CountPd(PdOutcome o, bool decode) {
+    auto& a = decode ? router->pd_counters.decode : router->pd_counters.prefill;
+    a[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed);
+  }
+  void CountFallback(PdFallback f) {
+    router->pd_counters.fallbacks[static_cast<std::size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+  }
+  // The decode leg (attempt 0 of a disaggregated request) ended or failed.
+  void CountDecode(PdOutcome o) {
+    if (!pd || attempt != 0 || pd->decode_counted) return;
+    pd->decode_counted = true;
+    CountPd(o, true);
+  }
+  // About to retry after a failed attempt: a failed decode leg goes on as an ordinary request.
+  void Retry() {
+    if (pd && attempt == 0) CountFallback(PdFallback::kDecodeRetry);
+    ++attempt;
+    Dispatch();
+  }
+
+  // ---- prefill leg (disaggregated picks) ----
+
+  void StartPd(api::ParsedRequest parsed) {
+    pd = std::make_unique<PdLegs>();
+    pd->parsed = std::move(parsed);
+    pd->table = pick.table;
+    pd->prefill_id = pick.prefill;
+    pd->prefill_tokens = pick.prefill_tokens;
+    // One X-Request-Id on both legs (and any retry).
+    bool has_id = false;
+    for (const auto& [name, value] : forward_headers) has_id = has_id || name == "x-request-id";
+    if (!has_id) forward_headers.emplace_back("x-request-id", NewRequestId());
+    std::optional<std::string> body = BuildPrefillBody(ex->request().body());
+    if (!body) {  // parsed, so cannot happen; the decode endpoint serves it alone
+      core().OnPrefillDone(pd->prefill_id, pd->prefill_tokens);
+      CountFallback(PdFallback::kLocalPrefill);
+      return Dispatch();
+    }
+    pd->prefill_body = std::move(*body);
+    SendPrefill();
+  }
+
+  void SendPrefill() {
+    const routing::Endpoint& ep = pd->prefill_endpoint();
+    pd->status = 0;
+    pd->too_big = false;
+    pd->answer.clear();
+    http::UpstreamRequest req;
+    req.method = method;
+    req.target = std::string_view(ex->request().target().data(), ex->request().target().size());
+    req.body = pd->prefill_body;
+    req.headers = &forward_headers;
+    req.connect_timeout = settings->connect_timeout;
+    req.first_byte_timeout = settings->first_byte_timeout;
+    req.idle_timeout = settings->idle_timeout;
+    http::UpstreamCallbacks cb;
+    cb.on_head = [this](const http::ResponseHead& h) { pd->status = h.status; };
+    cb.on_data = [this](std::string_view d) {
+      if (pd->answer.size() + d.size() > kMaxBufferedResponse) {
+        pd->too_big = true;
+      } else {
+        pd->answer.append(d);
+      }
+    };
+    cb.on_done = [this](http::UpstreamResult&& r) { OnPrefillDone(std::move(r)); };
+    cb.owner = shared_from_this();
+    call = client->Start(ep.spec.host, ep.spec.port, req, std::move(cb));
+  }
+
+  void OnPrefillDone(http::UpstreamResult&& r) {
+    call = {};
+    core().OnPrefillDone(pd->prefill_id, pd->prefill_tokens);
+    if (r.error == http::UpstreamError::kCancelled) {
+      CountPd(PdOutcome::kCancelled, false);
+      return Finish(499);  // client left
+    }
+    const double now = router->Now();
+    if (r.ok() && pd->status >= 200 && pd->status < 300 && !pd->too_big) {
+      core().OnAttemptSucceeded(pd->prefill_id);
+      PrefillAnswer a = ReadPrefillAnswer(pd->answer);
+      std::optional<std::string> body;
+      if (!a.kv_raw.empty()) body = BuildDecodeBody(ex->request().body(), a.kv_raw);
+      if (body) {
+        CountPd(PdOutcome::kOk, false);
+        pd->remote = true;
+        pd->decode_body = std::move(*body);
+        pd->prefill_cached = a.cached_tokens;
+      } else {
+        // Prefill held nothing (null parameters): decode prefills locally.
+        CountPd(PdOutcome::kNoParams, false);
+        CountFallback(PdFallback::kLocalPrefill);
+      }
+      pd->answer.clear();
+      pd->answer.shrink_to_fit();
+      return Dispatch();
+    }
+    CountPd(PdOutcome::kError, false);
+    // Failed before answering (or answered an error): the decode leg must not wait on it.
+    // A 5xx or transport failure counts against the endpoint and may move to another
+    // prefill endpoint within the retry budget; a 4xx (the request itself) does not.
+    const bool connect_failed = !r.ok() && http::IsConnectError(r.error);
+    const bool server_fault = !r.ok() || pd->status >= 500 || pd->too_big;
+    if (server_fault) {
+      std::string_view kind = r.ok() ? StatusKind(pd->status) : http::UpstreamErrorName(r.error);
+      core().OnUpstreamFailure(pd->prefill_id, {kind, connect_failed}, now);
+      pd->tried.push_back(pd->prefill_id);
+      routing::PickResult alt;
+      if (!ex->client_gone() &&
+          core().PickPrefill(sched::FromParsed(pd->parsed), pick.ranked[0], pd->tried, alt)) {
+        if (core().AllowRetry(now, connect_failed)) {
+          pd->table = std::move(alt.table);
+          pd->prefill_id = alt.prefill;
+          pd->prefill_tokens = alt.prefill_tokens;
+          CountFallback(PdFallback::kPrefillRetry);
+          return SendPrefill();
+        }
+        core().OnPrefillDone(alt.prefill, alt.prefill_tokens);  // not sent after all
+      }
+    }
+    CountFallback(PdFallback::kLocalPrefill);
+    pd->answer.clear();
+    Dispatch();
+  }
+
   bool CanRetry(bool free) {
     return attempt + 1 < std::min(pick.n_ranked, max_attempts) && !ex->client_gone() &&
            core().AllowRetry(router->Now(), free);
@@ -515,14 +732,16 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
 
   void OnDone(http::UpstreamResult&& r) {
     call = {};
+    if (pd) {
+      CountDecode(r.error == http::UpstreamError::kCancelled ? PdOutcome::kCancelled
+                  : r.ok() && !error_status                 ? PdOutcome::kOk
+                                                            : PdOutcome::kError);
+    }
     if (r.ok() && error_status) {
       // The endpoint answered 5xx: a failure for outlier detection; another endpoint may
       // answer instead (generation has no side effects), within the retry budget.
       core().OnUpstreamFailure(endpoint_id(), {StatusKind(status), false}, router->Now());
-      if (CanRetry(false)) {
-        ++attempt;
-        return Dispatch();
-      }
+      if (CanRetry(false)) return Retry();
       if (truncated) {
         std::string message = "upstream " + endpoint().spec.name + " failed: HTTP " +
                               std::to_string(status) + " with an oversized body";
@@ -537,6 +756,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
         ex->EndStream();
       } else {
         if (pick.predicted_cached_tokens >= 0 && status == 200) reported_cached = CachedTokensIn(buffered);
+        if (RewritesUsage() && status == 200) RewriteCachedTokens(buffered, pd->prefill_cached);
         ex->Respond(status, std::move(buffered), content_type, head_fields());
       }
       return Finish(status);
@@ -553,10 +773,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
                       r.error == http::UpstreamError::kSendFailed ||
                       r.error == http::UpstreamError::kFirstByteTimeout ||
                       r.error == http::UpstreamError::kProtocol);
-    if (retryable && CanRetry(connect_failed)) {
-      ++attempt;
-      return Dispatch();
-    }
+    if (retryable && CanRetry(connect_failed)) return Retry();
     bool timeout = r.error == http::UpstreamError::kFirstByteTimeout ||
                    r.error == http::UpstreamError::kIdleTimeout;
     int code = timeout ? 504 : 502;
@@ -717,13 +934,18 @@ void Router::Impl::Route(std::shared_ptr<http::Exchange> ex, std::shared_ptr<con
     pr.request = sched::FromParsed(parsed);  // moved out and back: view it afresh
   }
   routing::PickResult pick = core().Pick(pr, Now());
-  StartPicked(std::move(ex), std::move(fs), std::move(pick));
+  StartPicked(std::move(ex), std::move(fs), std::move(pick), &parsed);
 }
 
 // Forwards a picked request (at arrival, or a waiting one at dispatch time) on its
 // connection's thread.
 void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
-                               std::shared_ptr<const FrontSettings> fs, routing::PickResult pick) {
+                               std::shared_ptr<const FrontSettings> fs, routing::PickResult pick,
+                               api::ParsedRequest* parsed) {
+  if (pick.ok() && pick.disaggregated() && (!parsed || ex->client_gone())) {
+    core().OnPrefillDone(pick.prefill, pick.prefill_tokens);  // no leg will be sent
+    pick.pd = routing::PdDecision::kNoPrefill;
+  }
   if (!pick.ok()) {
     core().OnFinished(pick.handle, routing::RoutingCore::kNoEndpoint, 503, Now());
     ex->Respond(503, ErrorJson(503, "No usable endpoint: " + pick.status.message() + "."));
@@ -746,6 +968,7 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
   // clears the callback.
   ProxyCall* raw = pc.get();
   pc->ex->OnClientGone([raw] { raw->call.Cancel(); });
+  if (pc->pick.disaggregated()) return pc->StartPd(std::move(*parsed));
   pc->Dispatch();
 }
 
@@ -815,7 +1038,7 @@ struct Router::Impl::Waiting final : flow::FlowWaiter, std::enable_shared_from_t
     pr.hint = hint;
     routing::PickResult pick = router->core().Pick(pr, now_s);
     asio::post(ex->executor(), [self = shared_from_this(), pick = std::move(pick)]() mutable {
-      self->router->StartPicked(self->ex, self->router->settings.load(), std::move(pick));
+      self->router->StartPicked(self->ex, self->router->settings.load(), std::move(pick), &self->parsed);
     });
   }
 

@@ -1,0 +1,158 @@
+#include "router/pd_legs.h"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <initializer_list>
+
+#include "core/api/openai.h"
+
+namespace kvroute::router {
+namespace {
+
+std::string_view TrimRight(std::string_view s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// The bytes of `v` as written in the document.
+simdjson::error_code RawJson(simdjson::ondemand::value v, std::string_view& out) {
+  simdjson::ondemand::json_type type;
+  if (auto ec = v.type().get(type)) return ec;
+  if (type == simdjson::ondemand::json_type::array) {
+    simdjson::ondemand::array a;
+    if (auto ec = v.get_array().get(a)) return ec;
+    if (auto ec = a.raw_json().get(out)) return ec;
+  } else if (type == simdjson::ondemand::json_type::object) {
+    simdjson::ondemand::object o;
+    if (auto ec = v.get_object().get(o)) return ec;
+    if (auto ec = o.raw_json().get(out)) return ec;
+  } else {
+    out = v.raw_json_token();
+  }
+  out = TrimRight(out);
+  return simdjson::SUCCESS;
+}
+
+struct Field {
+  std::string_view key;  // unescaped (valid until the next field)
+  std::string_view raw;
+};
+
+// Calls `fn(Field)` for each top-level field of the object `body`; false when `body` is
+// not a JSON object.
+template <typename Fn>
+bool ForEachField(std::string_view body, Fn&& fn) {
+  const simdjson::padded_string padded(body);
+  simdjson::ondemand::parser parser;
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object obj;
+  if (parser.iterate(padded).get(doc) || doc.get_object().get(obj)) return false;
+  for (auto field : obj) {
+    Field f;
+    if (field.unescaped_key().get(f.key)) return false;
+    simdjson::ondemand::value v;
+    if (field.value().get(v) || RawJson(v, f.raw)) return false;
+    fn(f);
+  }
+  return true;
+}
+
+void AppendField(std::string& out, bool& first, std::string_view key, std::string_view raw) {
+  if (!first) out.push_back(',');
+  first = false;
+  api::AppendJsonString(out, key);  // keys with escapes are written escaped afresh
+  out.push_back(':');
+  out += raw;
+}
+
+bool IsOneOf(std::string_view k, std::initializer_list<std::string_view> names) {
+  for (std::string_view n : names) {
+    if (k == n) return true;
+  }
+  return false;
+}
+
+constexpr std::string_view kPrefillParams =
+    "{\"do_remote_decode\":true,\"do_remote_prefill\":false,\"remote_engine_id\":null,"
+    "\"remote_block_ids\":null,\"remote_host\":null,\"remote_port\":null}";
+
+}  // namespace
+
+std::optional<std::string> BuildPrefillBody(std::string_view body) {
+  std::string out;
+  out.reserve(body.size() + kPrefillParams.size() + 96);
+  out.push_back('{');
+  bool first = true;
+  bool had_max_completion = false;
+  bool ok = ForEachField(body, [&](const Field& f) {
+    if (f.key == "max_completion_tokens") had_max_completion = true;
+    if (IsOneOf(f.key, {"stream", "stream_options", "min_tokens", "max_tokens",
+                        "max_completion_tokens", "kv_transfer_params"})) {
+      return;
+    }
+    AppendField(out, first, f.key, f.raw);
+  });
+  if (!ok) return std::nullopt;
+  AppendField(out, first, "stream", "false");
+  AppendField(out, first, "max_tokens", "1");
+  if (had_max_completion) AppendField(out, first, "max_completion_tokens", "1");
+  AppendField(out, first, "kv_transfer_params", kPrefillParams);
+  out.push_back('}');
+  return out;
+}
+
+std::optional<std::string> BuildDecodeBody(std::string_view body, std::string_view kv_raw) {
+  std::string out;
+  out.reserve(body.size() + kv_raw.size() + 32);
+  out.push_back('{');
+  bool first = true;
+  bool ok = ForEachField(body, [&](const Field& f) {
+    if (f.key != "kv_transfer_params") AppendField(out, first, f.key, f.raw);
+  });
+  if (!ok) return std::nullopt;
+  AppendField(out, first, "kv_transfer_params", kv_raw);
+  out.push_back('}');
+  return out;
+}
+
+PrefillAnswer ReadPrefillAnswer(std::string_view body) {
+  PrefillAnswer a;
+  ForEachField(body, [&](const Field& f) {
+    if (f.key == "kv_transfer_params") {
+      a.kv_raw = f.raw == "null" ? std::string() : std::string(f.raw);
+    } else if (f.key == "usage") {
+      std::string_view u = f.raw;
+      std::size_t at = u.find("\"cached_tokens\"");
+      if (at == std::string_view::npos) return;
+      at += 15;
+      while (at < u.size() && (u[at] == ' ' || u[at] == ':' || u[at] == '\t' || u[at] == '\n')) ++at;
+      int64_t v = -1;
+      auto [ptr, ec] = std::from_chars(u.data() + at, u.data() + u.size(), v);
+      if (ec == std::errc()) a.cached_tokens = v;
+    }
+  });
+  return a;
+}
+
+int RewriteCachedTokens(std::string& text, int64_t value) {
+  static constexpr std::string_view kKey = "\"cached_tokens\"";
+  const std::string repl = std::to_string(value);
+  int n = 0;
+  std::size_t at = 0;
+  while ((at = text.find(kKey, at)) != std::string::npos) {
+    at += kKey.size();
+    while (at < text.size() && (text[at] == ' ' || text[at] == ':' || text[at] == '\t')) ++at;
+    std::size_t end = at;
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    if (end == at) continue;
+    text.replace(at, end - at, repl);
+    at += repl.size();
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace kvroute::router
