@@ -4,7 +4,9 @@
 // bounded; no timing is asserted.
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "config/router_config.h"
 #include "core/api/json_scan.h"
@@ -23,6 +25,7 @@ namespace {
 
 using http::Fetch;
 using kvroute::test_support::CompletionBody;
+using kvroute::test_support::LoopbackServer;
 using kvroute::test_support::StubUpstream;
 using kvroute::test_support::WaitFor;
 using metrics::testing::MetricSum;
@@ -80,6 +83,13 @@ std::string Prompt(int tokens, int seed) {
   return s.substr(0, static_cast<std::size_t>(tokens) * 4);
 }
 
+// "r<i>", built so g++ 12 raises no false -Wrestrict on `"r" + std::to_string(i)`.
+std::string Name(int i) {
+  std::string s = "r";
+  s += std::to_string(i);
+  return s;
+}
+
 class PdServeTest : public ::testing::Test {
  protected:
   void TearDown() override {
@@ -93,7 +103,7 @@ class PdServeTest : public ::testing::Test {
     std::vector<sim::ReplicaConfig> rs;
     for (int i = 0; i < n; ++i) {
       rs.push_back(kvroute::test_support::SimReplica({.kv_blocks = 512, .time_scale = 0.0}));
-      rs.back().name = "r" + std::to_string(i);
+      rs.back().name = Name(i);
       rs.back().enable_prompt_tokens_details = true;
     }
     fleet_ = std::make_unique<sim::Fleet>(std::move(rs), 2);
@@ -103,7 +113,7 @@ class PdServeTest : public ::testing::Test {
     return "    - {address: 127.0.0.1:" + std::to_string(port) + ", name: " + name +
            ", labels: {llm-d.ai/role: " + role + "}}\n";
   }
-  std::string SimEntry(int i, const std::string& role) { return Entry("r" + std::to_string(i), fleet_->port(i), role); }
+  std::string SimEntry(int i, const std::string& role) { return Entry(Name(i), fleet_->port(i), role); }
 
   void StartRouter(const std::string& endpoints, int fresh) {
     std::string yaml = "threads: 2\npool:\n  scrape_interval: 30s\n  staleness: 60s\n  endpoints:\n" +
@@ -285,6 +295,96 @@ TEST_F(PdServeTest, ADecodeLegFailingBeforeItsFirstByteIsRetriedAsAnOrdinaryRequ
   // The retry went as the client sent it (no pull): one decode leg reached r1.
   EXPECT_EQ(Sim(1, "kvroute_sim_pd_decode_requests_total"), 1);
   EXPECT_EQ(Sim(1, "vllm:request_success_total"), 2);
+}
+
+// An upstream that looks idle to the scraper, records every POST (body and X-Request-Id)
+// and answers it with `answer` (JSON).
+class RecordingUpstream {
+ public:
+  struct Seen {
+    std::string target, body, request_id;
+  };
+  explicit RecordingUpstream(std::string answer)
+      : answer_(std::move(answer)), server_([this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); }) {}
+  uint16_t port() const { return server_.port(); }
+  std::vector<Seen> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  void Handle(std::shared_ptr<http::Exchange> ex) {
+    const auto& req = ex->request();
+    if (req.target() == "/metrics") {
+      ex->Respond(200, StubUpstream::kIdleVllmMetrics, "text/plain");
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto id = req.find("x-request-id");
+      seen_.push_back({std::string(req.target()), req.body(),
+                       id == req.end() ? std::string() : std::string(id->value())});
+    }
+    ex->Respond(200, answer_);
+  }
+  const std::string answer_;
+  std::mutex mu_;
+  std::vector<Seen> seen_;
+  LoopbackServer server_;  // last: handlers may run once it exists
+};
+
+TEST_F(PdServeTest, LegsCarryTheirBodiesAndOneRequestId) {
+  const std::string kv = R"({"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[3,4],)"
+                         R"("remote_engine_id":"p","remote_request_id":"cmpl-p","remote_host":"10.0.0.5",)"
+                         R"("remote_port":5600,"tp_size":1,"a_future_field":{"x":[1,null]}})";
+  RecordingUpstream prefill(R"({"id":"cmpl-p","object":"text_completion","choices":[{"index":0,"text":"a",)"
+                            R"("finish_reason":"length"}],"usage":{"prompt_tokens":300,"total_tokens":301,)"
+                            R"("completion_tokens":1,"prompt_tokens_details":{"cached_tokens":7}},)"
+                            R"("kv_transfer_params":)" + kv + "}");
+  RecordingUpstream decode(R"({"id":"cmpl-d","object":"text_completion","choices":[{"index":0,"text":"abc",)"
+                           R"("finish_reason":"length"}],"usage":{"prompt_tokens":300,"total_tokens":303,)"
+                           R"("completion_tokens":3,"prompt_tokens_details":{"cached_tokens":288}},)"
+                           R"("kv_transfer_params":null})");
+  StartRouter(Entry("p", prefill.port(), "prefill") + Entry("d", decode.port(), "decode"), 2);
+  const std::string prompt = Prompt(300, 5);
+  const std::string client = R"({"model":"test/model","prompt":")" + prompt +
+                             R"(","max_tokens":3,"min_tokens":2,"stream":false,"temperature":0})";
+  auto r = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", client,
+                 {{"x-request-id", "client-id-1"}});
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->Header("x-kvroute-endpoint"), "d");
+  EXPECT_EQ(r->Header("x-kvroute-prefill"), "p");
+  // The decode answer, its cached tokens prefill's.
+  EXPECT_EQ(r->body, R"({"id":"cmpl-d","object":"text_completion","choices":[{"index":0,"text":"abc",)"
+                     R"("finish_reason":"length"}],"usage":{"prompt_tokens":300,"total_tokens":303,)"
+                     R"("completion_tokens":3,"prompt_tokens_details":{"cached_tokens":7}},)"
+                     R"("kv_transfer_params":null})");
+  auto p = prefill.seen();
+  auto d = decode.seen();
+  ASSERT_EQ(p.size(), 1u);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(p[0].target, "/v1/completions");
+  EXPECT_EQ(p[0].body, R"({"model":"test/model","prompt":")" + prompt +
+                           R"(","temperature":0,"stream":false,"max_tokens":1,"kv_transfer_params":)"
+                           R"({"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,)"
+                           R"("remote_block_ids":null,"remote_host":null,"remote_port":null}})");
+  EXPECT_EQ(d[0].target, "/v1/completions");
+  EXPECT_EQ(d[0].body, client.substr(0, client.size() - 1) + R"(,"kv_transfer_params":)" + kv + "}");
+  EXPECT_EQ(p[0].request_id, "client-id-1");
+  EXPECT_EQ(d[0].request_id, "client-id-1");
+
+  // No X-Request-Id from the client: serve makes one up, the same on both legs.
+  r = Post(CompletionBody(Prompt(300, 6), 3));
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200) << r->body;
+  p = prefill.seen();
+  d = decode.seen();
+  ASSERT_EQ(p.size(), 2u);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(p[1].request_id.rfind("kvroute-", 0), 0u) << p[1].request_id;
+  EXPECT_EQ(p[1].request_id, d[1].request_id);
+  EXPECT_NE(p[1].request_id, "client-id-1");
 }
 
 }  // namespace
