@@ -6,35 +6,10 @@
 #include <initializer_list>
 
 #include "core/api/openai.h"
+#include "core/api/raw_json.h"
 
 namespace kvroute::router {
 namespace {
-
-std::string_view TrimRight(std::string_view s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
-// The bytes of `v` as written in the document.
-simdjson::error_code RawJson(simdjson::ondemand::value v, std::string_view& out) {
-  simdjson::ondemand::json_type type;
-  if (auto ec = v.type().get(type)) return ec;
-  if (type == simdjson::ondemand::json_type::array) {
-    simdjson::ondemand::array a;
-    if (auto ec = v.get_array().get(a)) return ec;
-    if (auto ec = a.raw_json().get(out)) return ec;
-  } else if (type == simdjson::ondemand::json_type::object) {
-    simdjson::ondemand::object o;
-    if (auto ec = v.get_object().get(o)) return ec;
-    if (auto ec = o.raw_json().get(out)) return ec;
-  } else {
-    out = v.raw_json_token();
-  }
-  out = TrimRight(out);
-  return simdjson::SUCCESS;
-}
 
 struct Field {
   std::string_view key;  // unescaped (valid until the next field)
@@ -54,7 +29,7 @@ bool ForEachField(std::string_view body, Fn&& fn) {
     Field f;
     if (field.unescaped_key().get(f.key)) return false;
     simdjson::ondemand::value v;
-    if (field.value().get(v) || RawJson(v, f.raw)) return false;
+    if (field.value().get(v) || api::RawJson(v, f.raw)) return false;
     fn(f);
   }
   return true;

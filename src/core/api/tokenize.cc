@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include "core/api/raw_json.h"
+
 namespace kvroute::api {
 
 namespace {
@@ -279,33 +281,29 @@ constexpr std::string_view kChatTemplateFields[] = {
     "add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
     "tools"};
 
-std::string_view TrimRight(std::string_view s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' ||
-                        s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
+}  // namespace
 
-// The bytes of `v` as written in the document (maybe with whitespace after them).
 simdjson::error_code RawJson(simdjson::ondemand::value v, std::string_view& out) {
   simdjson::ondemand::json_type type;
   if (auto ec = v.type().get(type)) return ec;
   if (type == simdjson::ondemand::json_type::array) {
     simdjson::ondemand::array a;
     if (auto ec = v.get_array().get(a)) return ec;
-    return a.raw_json().get(out);
-  }
-  if (type == simdjson::ondemand::json_type::object) {
+    if (auto ec = a.raw_json().get(out)) return ec;
+  } else if (type == simdjson::ondemand::json_type::object) {
     simdjson::ondemand::object o;
     if (auto ec = v.get_object().get(o)) return ec;
-    return o.raw_json().get(out);
+    if (auto ec = o.raw_json().get(out)) return ec;
+  } else {
+    out = v.raw_json_token();
   }
-  out = v.raw_json_token();
+  // raw_json may run on to the next token: drop the whitespace after the value.
+  while (!out.empty() &&
+         (out.back() == ' ' || out.back() == '\n' || out.back() == '\r' || out.back() == '\t')) {
+    out.remove_suffix(1);
+  }
   return simdjson::SUCCESS;
 }
-
-}  // namespace
 
 Result<std::string> BuildTokenizeBody(const TokenizeSource& source) {
   const bool chat = source.endpoint == Endpoint::kChatCompletions;
@@ -348,7 +346,6 @@ Result<std::string> BuildTokenizeBody(const TokenizeSource& source) {
     if (!slot) continue;  // skipped by the iteration
     std::string_view raw;
     if (RawJson(value, raw)) return Status::InvalidArgument("chat request body is not valid JSON");
-    raw = TrimRight(raw);  // raw_json may run on to the next token
     if (slot == &messages && (raw.empty() || raw.front() != '[')) {
       return Status::InvalidArgument("chat request 'messages' is not an array");
     }
