@@ -309,6 +309,111 @@ TEST_P(FaultMatrix, EveryRequestIsAnsweredAsDocumented) {
   }
 }
 
+// Issue 25: a prefill replica crashes for 1 s under P/D load through serve (2 prefill and
+// 2 decode replicas, every prompt long and new, so every request is a pair). No request
+// may fail: a prefill leg caught by the crash, or sent while the port is closed, moves to
+// the other prefill replica, or the decode replica prefills locally.
+TEST(PdFaultMatrix, APrefillReplicaCrashUnderLoadLosesNoRequest) {
+  std::vector<sim::ReplicaConfig> replicas;
+  const char* names[] = {"p0", "p1", "d0", "d1"};
+  for (const char* n : names) {
+    replicas.push_back(kvroute::test_support::SimReplica({.name = n, .kv_blocks = 2048, .time_scale = 1.0}));
+  }
+  sim::Fleet fleet(std::move(replicas), 2);
+  ASSERT_TRUE(fleet.Start().ok());
+  std::string yaml = "threads: 2\npool:\n  scrape_interval: 20ms\n  staleness: 300ms\n  endpoints:\n";
+  for (int i = 0; i < 4; ++i) {
+    yaml += "    - {address: 127.0.0.1:" + std::to_string(fleet.port(i)) + ", name: " + names[i] +
+            ", labels: {llm-d.ai/role: " + (i < 2 ? "prefill" : "decode") + "}}\n";
+  }
+  yaml +=
+      "timeouts: {connect: 200ms, first_byte: 1500ms, idle: 1s}\n"
+      "retries: {max_attempts: 3}\n"
+      "outlier_detection: {consecutive_failures: 3, base_ejection: 1s, max_ejection: 10s}\n";
+  config::ConfigOr<config::RouterConfig> cfg = config::ParseRouterConfig(yaml, "pd-matrix.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.error.ToString();
+  router::RouterOptions o;
+  o.listen = config::HostPort{"127.0.0.1", 0};
+  router::Router router(std::move(*cfg.value), o);
+  ASSERT_TRUE(router.Start().ok());
+  auto metrics = [&] {
+    auto r = http::Fetch("127.0.0.1", router.port(), "GET", "/metrics");
+    return r && r->status == 200 ? r->body : std::string();
+  };
+  auto deadline = Clock::now() + 5s;
+  while (Clock::now() < deadline && MetricSum(metrics(), "kvroute_endpoint_metrics_fresh") != 4) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(MetricSum(metrics(), "kvroute_endpoint_metrics_fresh"), 4);
+
+  Tally tally;
+  std::mutex mu;
+  std::atomic<bool> stop{false};
+  std::atomic<int> next{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&] {
+      while (!stop.load()) {
+        const int i = next.fetch_add(1);
+        const bool stream = i % 2 == 0;
+        // About 600 tokens, new from its first characters: uncached everywhere.
+        std::string prompt = "Request " + std::to_string(i) + " of the P/D fault case: ";
+        while (prompt.size() < 2400) prompt += static_cast<char>('a' + (i * 7 + prompt.size()) % 26);
+        auto r = http::Fetch("127.0.0.1", router.port(), "POST", "/v1/completions",
+                             kvroute::test_support::CompletionBody(prompt, stream ? 24 : 6, stream),
+                             {}, 10s);
+        std::string why;
+        const Outcome out = Classify(stream, r, &why);
+        std::lock_guard<std::mutex> lock(mu);
+        ++tally.sent;
+        if (out == Outcome::kOk || out == Outcome::kRetried) {
+          ++tally.ok;
+        } else {
+          ++tally.bad;
+          if (tally.bad_examples.size() < 5) tally.bad_examples.push_back(why);
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(300ms);  // steady pairs first
+  const double prefill_ok_before =
+      MetricSum(metrics(), "kvroute_pd_legs_total", {{"leg", "prefill"}, {"outcome", "ok"}});
+  auto injected = http::Fetch("127.0.0.1", fleet.port(0), "POST", "/admin/fault",
+                              R"({"kind":"crash","duration":"1s"})");
+  ASSERT_TRUE(injected.has_value());
+  ASSERT_EQ(injected->status, 200) << injected->body;
+  std::this_thread::sleep_for(1300ms);  // the crash, and a little after
+  stop = true;
+  for (auto& t : clients) t.join();
+
+  std::string after;
+  deadline = Clock::now() + 3s;
+  do {
+    after = metrics();
+    if (MetricSum(after, "kvroute_endpoint_inflight") == 0 &&
+        MetricSum(after, "kvroute_pd_prefill_queued_tokens") == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  } while (Clock::now() < deadline);
+  router.Stop();
+  EXPECT_EQ(tally.bad, 0) << [&] {
+    std::string s;
+    for (const auto& b : tally.bad_examples) s += "\n  " + b;
+    return s;
+  }();
+  EXPECT_GT(tally.sent, 20);
+  EXPECT_EQ(tally.ok, tally.sent);
+  EXPECT_GT(prefill_ok_before, 0) << "no pair before the crash";
+  EXPECT_GT(MetricSum(after, "kvroute_pd_decisions_total", {{"decision", "disaggregate"}}), 0);
+  // The crash was felt and handled: a leg moved to p1 or the decode replica prefilled.
+  EXPECT_GE(MetricSum(after, "kvroute_pd_fallbacks_total", {{"reason", "prefill_retry"}}) +
+                MetricSum(after, "kvroute_pd_fallbacks_total", {{"reason", "local_prefill"}}),
+            1);
+  EXPECT_EQ(MetricSum(after, "kvroute_endpoint_inflight"), 0) << "leaked in-flight accounting";
+  EXPECT_EQ(MetricSum(after, "kvroute_pd_prefill_queued_tokens"), 0) << "leaked prefill charge";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Faults, FaultMatrix,
     ::testing::Values(
