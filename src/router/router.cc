@@ -25,7 +25,8 @@
 #include "http/server.h"
 #include "core/metrics/prom_writer.h"
 #include "pool/pool.h"
-#include "router/pd_legs.h"
+#include "core/api/pd_legs.h"
+#include "pd/pd_counters.h"
 #include "tokenize/http_tokenizer.h"
 #include "tokenize/tokenize_metrics.h"
 
@@ -34,6 +35,14 @@ namespace kvroute::router {
 namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 using routing::kMaxRanked;
+using api::BuildDecodeBody;
+using api::BuildPrefillBody;
+using api::PrefillAnswer;
+using api::ReadPrefillAnswer;
+using api::RewriteCachedTokens;
+using pd::PdCounters;
+using pd::PdFallback;
+using pd::PdOutcome;
 
 namespace {
 
@@ -89,51 +98,6 @@ void AppendServerMetrics(std::string& out, const http::ServerStats& s) {
     const metrics::Label reason{"reason", http::RejectReasonName(static_cast<http::RejectReason>(i))};
     metrics::AppendSample(out, "kvroute_http_requests_rejected_total", {&reason, 1},
                           load(s.requests_rejected[i]));
-  }
-}
-
-// Serve's prefill/decode legs (issue 25), as kvroute_pd_legs_total and
-// kvroute_pd_fallbacks_total.
-enum class PdOutcome : uint8_t { kOk, kNoParams, kError, kCancelled };
-inline constexpr std::size_t kPdOutcomes = 4;
-inline constexpr std::string_view kPdOutcomeNames[kPdOutcomes] = {"ok", "no_params", "error", "cancelled"};
-enum class PdFallback : uint8_t { kPrefillRetry, kLocalPrefill, kDecodeRetry };
-inline constexpr std::size_t kPdFallbacks = 3;
-inline constexpr std::string_view kPdFallbackNames[kPdFallbacks] = {"prefill_retry", "local_prefill",
-                                                                    "decode_retry"};
-struct PdCounters {
-  std::atomic<uint64_t> prefill[kPdOutcomes]{};
-  std::atomic<uint64_t> decode[kPdOutcomes]{};
-  std::atomic<uint64_t> fallbacks[kPdFallbacks]{};
-};
-
-void AppendPdMetrics(std::string& out, const PdCounters& c) {
-  auto load = [](const std::atomic<uint64_t>& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
-  metrics::AppendHeader(out, "kvroute_pd_legs_total",
-                        "Prefill/decode legs serve ran for disaggregated picks, by leg and outcome: "
-                        "ok, no_params (prefill answered without kv_transfer_params: decode "
-                        "prefilled locally), error (failed before answering), cancelled (the "
-                        "client left).",
-                        metrics::MetricType::kCounter);
-  for (int leg = 0; leg < 2; ++leg) {
-    for (std::size_t i = 0; i < kPdOutcomes; ++i) {
-      if (leg == 1 && i == static_cast<std::size_t>(PdOutcome::kNoParams)) continue;
-      const metrics::Label labels[] = {{"leg", leg == 0 ? "prefill" : "decode"},
-                                       {"outcome", kPdOutcomeNames[i]}};
-      metrics::AppendSample(out, "kvroute_pd_legs_total", labels,
-                            load(leg == 0 ? c.prefill[i] : c.decode[i]));
-    }
-  }
-  metrics::AppendHeader(out, "kvroute_pd_fallbacks_total",
-                        "Disaggregated requests whose legs did not go as picked, by reason: "
-                        "prefill_retry (a failed prefill leg moved to another prefill endpoint), "
-                        "local_prefill (no prefill answer to pass on: the decode endpoint "
-                        "prefilled alone), decode_retry (the decode leg failed before its first "
-                        "byte and was retried as an ordinary request).",
-                        metrics::MetricType::kCounter);
-  for (std::size_t i = 0; i < kPdFallbacks; ++i) {
-    const metrics::Label reason{"reason", kPdFallbackNames[i]};
-    metrics::AppendSample(out, "kvroute_pd_fallbacks_total", {&reason, 1}, load(c.fallbacks[i]));
   }
 }
 
@@ -375,7 +339,7 @@ struct Router::Impl {
     if (server) AppendServerMetrics(out, server->stats());
     if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
     if (core_pool && core().kv_events_active()) AppendTokenizerMetrics(out);
-    AppendPdMetrics(out, pd_counters);
+    pd::AppendPdMetrics(out, pd_counters);
     return out;
   }
   bool Ready() { return core_pool && core().Ready(Now()); }
@@ -601,13 +565,8 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   // llm-d's sidecar rewrites them), not the pulled ones the decode engine reports.
   bool RewritesUsage() const { return pd && pd->remote && attempt == 0 && pd->prefill_cached >= 0; }
 
-  void CountPd(PdOutcome o, bool decode) {
-    auto& a = decode ? router->pd_counters.decode : router->pd_counters.prefill;
-    a[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed);
-  }
-  void CountFallback(PdFallback f) {
-    router->pd_counters.fallbacks[static_cast<std::size_t>(f)].fetch_add(1, std::memory_order_relaxed);
-  }
+  void CountPd(PdOutcome o, bool decode) { router->pd_counters.Count(o, decode); }
+  void CountFallback(PdFallback f) { router->pd_counters.Count(f); }
   // The decode leg (attempt 0 of a disaggregated request) ended or failed.
   void CountDecode(PdOutcome o) {
     if (!pd || attempt != 0 || pd->decode_counted) return;

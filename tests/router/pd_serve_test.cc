@@ -11,7 +11,6 @@
 #include "config/router_config.h"
 #include "core/api/json_scan.h"
 #include "http/test_client.h"
-#include "router/pd_legs.h"
 #include "router/router.h"
 #include "sim/fleet.h"
 #include "../metrics/metric_sum.h"
@@ -26,52 +25,10 @@ namespace {
 using http::Fetch;
 using kvroute::test_support::CompletionBody;
 using kvroute::test_support::LoopbackServer;
+using kvroute::test_support::RecordingUpstream;
 using kvroute::test_support::StubUpstream;
 using kvroute::test_support::WaitFor;
 using metrics::testing::MetricSum;
-
-// ---- leg bodies ----
-
-TEST(PdLegs, PrefillBodyForcesOneTokenNoStreamAndAsksForARemoteDecode) {
-  std::string body =
-      R"({"model":"m","prompt":"hi","stream":true,"stream_options":{"include_usage":true},)"
-      R"("max_tokens":50,"min_tokens":3,"temperature":0.5,"kv_transfer_params":{"x":1}})";
-  EXPECT_EQ(BuildPrefillBody(body).value(),
-            R"({"model":"m","prompt":"hi","temperature":0.5,"stream":false,"max_tokens":1,)"
-            R"("kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,)"
-            R"("remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}})");
-  // Chat with max_completion_tokens: both limits become 1.
-  std::string chat = R"({"model":"m","messages":[{"role":"user","content":"a"}],"max_completion_tokens":9})";
-  std::string p = BuildPrefillBody(chat).value();
-  EXPECT_NE(p.find(R"("max_tokens":1,"max_completion_tokens":1,)"), std::string::npos) << p;
-  EXPECT_NE(p.find(R"("messages":[{"role":"user","content":"a"}])"), std::string::npos) << p;
-  EXPECT_FALSE(BuildPrefillBody("[1,2]").has_value());
-  EXPECT_FALSE(BuildPrefillBody("{\"a\":").has_value());
-}
-
-TEST(PdLegs, DecodeBodyIsTheClientsPlusPrefillsParametersVerbatim) {
-  std::string body = R"({"model":"m", "prompt":"hi","stream":true,"max_tokens":50})";
-  std::string kv = R"({"do_remote_prefill":true,"remote_block_ids":[1,2],"future":{"a":null}})";
-  EXPECT_EQ(BuildDecodeBody(body, kv).value(),
-            R"({"model":"m","prompt":"hi","stream":true,"max_tokens":50,"kv_transfer_params":)" + kv + "}");
-  // A client's own kv_transfer_params gives way to prefill's.
-  EXPECT_EQ(BuildDecodeBody(R"({"model":"m","kv_transfer_params":{"do_remote_decode":true}})", kv).value(),
-            R"({"model":"m","kv_transfer_params":)" + kv + "}");
-}
-
-TEST(PdLegs, PrefillAnswerAndCachedTokensRewrite) {
-  PrefillAnswer a = ReadPrefillAnswer(
-      R"({"id":"c","choices":[{"text":"x"}],"usage":{"prompt_tokens":40,"prompt_tokens_details":)"
-      R"({"cached_tokens":16}},"kv_transfer_params":{"do_remote_prefill":true, "remote_port":1}})");
-  EXPECT_EQ(a.kv_raw, R"({"do_remote_prefill":true, "remote_port":1})");
-  EXPECT_EQ(a.cached_tokens, 16);
-  a = ReadPrefillAnswer(R"({"id":"c","usage":{"prompt_tokens":4},"kv_transfer_params":null})");
-  EXPECT_EQ(a.kv_raw, "");
-  EXPECT_EQ(a.cached_tokens, -1);
-  std::string chunk = R"(data: {"usage":{"prompt_tokens_details":{"cached_tokens": 1024}}})";
-  EXPECT_EQ(RewriteCachedTokens(chunk, 16), 1);
-  EXPECT_EQ(chunk, R"(data: {"usage":{"prompt_tokens_details":{"cached_tokens": 16}}})");
-}
 
 // ---- through serve ----
 
@@ -296,42 +253,6 @@ TEST_F(PdServeTest, ADecodeLegFailingBeforeItsFirstByteIsRetriedAsAnOrdinaryRequ
   EXPECT_EQ(Sim(1, "kvroute_sim_pd_decode_requests_total"), 1);
   EXPECT_EQ(Sim(1, "vllm:request_success_total"), 2);
 }
-
-// An upstream that looks idle to the scraper, records every POST (body and X-Request-Id)
-// and answers it with `answer` (JSON).
-class RecordingUpstream {
- public:
-  struct Seen {
-    std::string target, body, request_id;
-  };
-  explicit RecordingUpstream(std::string answer)
-      : answer_(std::move(answer)), server_([this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); }) {}
-  uint16_t port() const { return server_.port(); }
-  std::vector<Seen> seen() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return seen_;
-  }
-
- private:
-  void Handle(std::shared_ptr<http::Exchange> ex) {
-    const auto& req = ex->request();
-    if (req.target() == "/metrics") {
-      ex->Respond(200, StubUpstream::kIdleVllmMetrics, "text/plain");
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto id = req.find("x-request-id");
-      seen_.push_back({std::string(req.target()), req.body(),
-                       id == req.end() ? std::string() : std::string(id->value())});
-    }
-    ex->Respond(200, answer_);
-  }
-  const std::string answer_;
-  std::mutex mu_;
-  std::vector<Seen> seen_;
-  LoopbackServer server_;  // last: handlers may run once it exists
-};
 
 TEST_F(PdServeTest, LegsCarryTheirBodiesAndOneRequestId) {
   const std::string kv = R"({"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[3,4],)"

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -150,6 +151,53 @@ class StubUpstream {
   // kNeverAnswer's exchanges; touched on the server's single thread only.
   std::vector<std::shared_ptr<http::Exchange>> held_;
   std::unique_ptr<LoopbackServer> server_;  // last: built once the members above exist
+};
+
+// An upstream that looks idle to the scraper, records every other request (target, body,
+// X-Request-Id and every header field, names lower-cased) and answers each with `answer`
+// (200, JSON). Thread: seen() from any.
+class RecordingUpstream {
+ public:
+  struct Seen {
+    std::string target, body, request_id;
+    std::map<std::string, std::string> headers;
+    std::string Header(const std::string& name) const {
+      auto it = headers.find(name);
+      return it == headers.end() ? std::string() : it->second;
+    }
+  };
+  explicit RecordingUpstream(std::string answer)
+      : answer_(std::move(answer)), server_([this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); }) {}
+  uint16_t port() const { return server_.port(); }
+  std::vector<Seen> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  void Handle(std::shared_ptr<http::Exchange> ex) {
+    const auto& req = ex->request();
+    if (req.target() == "/metrics") {
+      ex->Respond(200, StubUpstream::kIdleVllmMetrics, "text/plain");
+      return;
+    }
+    Seen s{std::string(req.target()), req.body(), {}, {}};
+    for (const auto& f : req) {
+      std::string name(f.name_string());
+      for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+      s.headers[name] = std::string(f.value());
+    }
+    s.request_id = s.Header("x-request-id");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.push_back(std::move(s));
+    }
+    ex->Respond(200, answer_);
+  }
+  const std::string answer_;
+  std::mutex mu_;
+  std::vector<Seen> seen_;
+  LoopbackServer server_;  // last: handlers may run once it exists
 };
 
 }  // namespace kvroute::test_support

@@ -1,4 +1,4 @@
-#include "router/pd_legs.h"
+#include "core/api/pd_legs.h"
 
 #include <simdjson.h>
 
@@ -8,7 +8,7 @@
 #include "core/api/openai.h"
 #include "core/api/raw_json.h"
 
-namespace kvroute::router {
+namespace kvroute::api {
 namespace {
 
 struct Field {
@@ -29,7 +29,7 @@ bool ForEachField(std::string_view body, Fn&& fn) {
     Field f;
     if (field.unescaped_key().get(f.key)) return false;
     simdjson::ondemand::value v;
-    if (field.value().get(v) || api::RawJson(v, f.raw)) return false;
+    if (field.value().get(v) || RawJson(v, f.raw)) return false;
     fn(f);
   }
   return true;
@@ -38,7 +38,7 @@ bool ForEachField(std::string_view body, Fn&& fn) {
 void AppendField(std::string& out, bool& first, std::string_view key, std::string_view raw) {
   if (!first) out.push_back(',');
   first = false;
-  api::AppendJsonString(out, key);  // keys with escapes are written escaped afresh
+  AppendJsonString(out, key);  // keys with escapes are written escaped afresh
   out.push_back(':');
   out += raw;
 }
@@ -130,4 +130,4 @@ int RewriteCachedTokens(std::string& text, int64_t value) {
   return n;
 }
 
-}  // namespace kvroute::router
+}  // namespace kvroute::api

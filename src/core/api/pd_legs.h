@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace kvroute::router {
+namespace kvroute::api {
 
 // The prefill leg's body: the client's JSON object with `stream: false`, `stream_options`
 // and `min_tokens` removed, `max_tokens: 1` (and `max_completion_tokens: 1` when the client
@@ -36,4 +36,4 @@ PrefillAnswer ReadPrefillAnswer(std::string_view body);
 // many were replaced. For the decode leg's final usage (whole body or one stream chunk).
 int RewriteCachedTokens(std::string& text, int64_t value);
 
-}  // namespace kvroute::router
+}  // namespace kvroute::api
