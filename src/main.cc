@@ -8,6 +8,7 @@
 #include "doctor/doctor_main.h"
 #include "epp/epp_main.h"
 #include "router/serve_main.h"
+#include "sidecar/sidecar_main.h"
 #include "sim/sim_main.h"
 #include "simulate/simulate_main.h"
 
@@ -26,6 +27,8 @@ constexpr Command kCommands[] = {
      kvroute::router::ServeMain},
     {"epp", "endpoint picker for Envoy gateways (Gateway API Inference Extension, gRPC ext_proc)",
      kvroute::epp::EppMain},
+    {"sidecar", "the decode pod's prefill/decode legs behind `kvroute epp` (x-prefiller-host-port)",
+     kvroute::sidecar::SidecarMain},
     {"simulate", "compare routing policies on a scenario in virtual time",
      kvroute::simulate::SimulateMain},
     {"bench", "open-loop load generator for an OpenAI-compatible endpoint (+ fleet /metrics)",

@@ -827,4 +827,125 @@ TEST(DeployKubernetes, HttpRouteSendsToThePoolThroughTheGateway) {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// deploy/kubernetes-pd: the prefill/decode overlay (issue 25). Its kustomization takes
+// deploy/kubernetes whole, deletes the aggregated vLLM Deployment and adds prefill pods
+// (vLLM on the pool's port) and decode pods (the kvroute sidecar on the pool's port in
+// front of vLLM). KVROUTE_K8S_PD_DIR points the test at another copy.
+
+fs::path PdDir() {
+  if (const char* dir = std::getenv("KVROUTE_K8S_PD_DIR"); dir != nullptr && *dir != '\0') return dir;
+  return fs::path(kvroute::test_support::SourceDir()) / "deploy" / "kubernetes-pd";
+}
+
+const Manifests& Pd() {
+  static const Manifests* m = new Manifests(Manifests::Load(PdDir()));
+  return *m;
+}
+
+// The container of `deployment` named `name`; an undefined node when there is none.
+YAML::Node Container(const Object& deployment, const std::string& name) {
+  for (const YAML::Node& c : PodSpec(deployment)["containers"]) {
+    if (c["name"].as<std::string>("") == name) return c;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+int PoolTargetPort() {
+  const Object* pool = Manifests::Get().Pool();
+  if (pool == nullptr) return 0;
+  return Nth(Dig(pool->node, "spec", "targetPorts"), 0)["number"].as<int>(0);
+}
+
+TEST(DeployKubernetesPd, TheOverlayTakesTheBaseAndReplacesItsModelServers) {
+  const Manifests& pd = Pd();
+  EXPECT_TRUE(pd.errors.empty()) << ::testing::PrintToString(pd.errors);
+  ASSERT_TRUE(pd.kustomization.IsMap()) << PdDir() << "/kustomization.yaml is missing or empty";
+  std::set<std::string> listed;
+  for (const YAML::Node& r : pd.kustomization["resources"]) listed.insert(r.as<std::string>());
+  EXPECT_EQ(listed.count("../kubernetes"), 1u) << "the overlay must build on deploy/kubernetes";
+  for (const std::string& f : pd.files) EXPECT_EQ(listed.count(f), 1u) << f << " is not listed";
+  // The one patch deletes the base's aggregated Deployment, by its real name and namespace.
+  const Object* vllm = Manifests::Get().One("Deployment", kVllmFile);
+  ASSERT_NE(vllm, nullptr);
+  int deletes = 0;
+  for (const YAML::Node& p : pd.kustomization["patches"]) {
+    const YAML::Node patch = YAML::Load(p["patch"].as<std::string>(""));
+    if (patch["$patch"].as<std::string>("") != "delete") continue;
+    ++deletes;
+    EXPECT_EQ(patch["kind"].as<std::string>(""), "Deployment");
+    EXPECT_EQ(Dig(patch, "metadata", "name").as<std::string>(""), vllm->Name());
+    EXPECT_EQ(Dig(patch, "metadata", "namespace").as<std::string>(""), vllm->Namespace());
+  }
+  EXPECT_EQ(deletes, 1);
+}
+
+TEST(DeployKubernetesPd, PrefillAndDecodePodsJoinThePoolWithTheirRoles) {
+  const Manifests& pd = Pd();
+  const Object* pool = Manifests::Get().Pool();
+  ASSERT_NE(pool, nullptr);
+  const auto selector = Labels(Dig(pool->node, "spec", "selector", "matchLabels"));
+  const int target = PoolTargetPort();
+  ASSERT_GT(target, 0);
+  for (const auto& [file, role] : {std::pair<std::string, std::string>{"prefill-deployment.yaml", "prefill"},
+                                   {"decode-deployment.yaml", "decode"}}) {
+    const Object* d = pd.One("Deployment", file);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->Namespace(), pool->Namespace()) << d->Where();
+    const auto labels = PodLabels(*d);
+    EXPECT_TRUE(Selects(selector, labels)) << d->Where() << " " << Show(labels);
+    EXPECT_EQ(labels.count("llm-d.ai/role") ? labels.at("llm-d.ai/role") : "", role) << d->Where();
+    EXPECT_TRUE(Selects(Labels(Dig(d->node, "spec", "selector", "matchLabels")), labels)) << d->Where();
+    const ContainerPorts ports = PortsOf(*d);
+    EXPECT_EQ(ports.numbers.count(target), 1u) << "pool targetPort " << target << " is no port of " << d->Where();
+    // vLLM with NixlConnector, its side channel on the pod IP.
+    const YAML::Node v = Container(*d, "vllm");
+    ASSERT_TRUE(v.IsMap()) << d->Where() << " has no vllm container";
+    const CommandLine cmd = ParseArgs(ExpandedArgs(*d, v));
+    const std::string kv = cmd.Value("--kv-transfer-config").value_or("");
+    EXPECT_NE(kv.find("\"kv_connector\":\"NixlConnector\""), std::string::npos) << kv;
+    EXPECT_TRUE(cmd.Value("--enable-prefix-caching").has_value()) << d->Where();
+    bool side_channel = false;
+    for (const YAML::Node& e : v["env"]) {
+      side_channel = side_channel || (e["name"].as<std::string>("") == "VLLM_NIXL_SIDE_CHANNEL_HOST" &&
+                                      Dig(e, "valueFrom", "fieldRef", "fieldPath").as<std::string>("") ==
+                                          "status.podIP");
+    }
+    EXPECT_TRUE(side_channel) << d->Where();
+    if (role == "prefill") {
+      // Prefill pods serve the pool's port themselves.
+      EXPECT_EQ(cmd.Value("--port").value_or(""), std::to_string(target)) << d->Where();
+    }
+  }
+}
+
+TEST(DeployKubernetesPd, TheDecodePodsSidecarFrontsItsVllmOnThePoolsPort) {
+  const Object* d = Pd().One("Deployment", "decode-deployment.yaml");
+  ASSERT_NE(d, nullptr);
+  const YAML::Node sc = Container(*d, "sidecar");
+  const YAML::Node v = Container(*d, "vllm");
+  ASSERT_TRUE(sc.IsMap() && v.IsMap());
+  EXPECT_EQ(Nth(sc["command"], 0).as<std::string>(""), "kvroute");
+  const CommandLine side = ParseArgs(ExpandedArgs(*d, sc));
+  EXPECT_EQ(side.subcommand, "sidecar");
+  const CommandLine vllm = ParseArgs(ExpandedArgs(*d, v));
+  EXPECT_EQ(side.Value("--port").value_or("8000"), std::to_string(PoolTargetPort()));
+  EXPECT_EQ(side.Value("--vllm-port").value_or("8200"), vllm.Value("--port").value_or("8000"))
+      << "the sidecar must reach the pod's own vLLM";
+  EXPECT_NE(side.Value("--vllm-port").value_or("8200"), side.Value("--port").value_or("8000"));
+  // Every flag is one `kvroute sidecar --help` lists.
+  std::string help;
+  const std::set<std::string> flags = HelpFlags("sidecar", &help);
+  ASSERT_FALSE(flags.empty()) << help;
+  EXPECT_EQ(UnknownFlags(side, flags), "") << help;
+  // Ready when vLLM is (its /health through the sidecar on the pool's port).
+  const ContainerPorts ports = PortsOf(*d);
+  const YAML::Node probe = Dig(sc, "readinessProbe", "httpGet");
+  EXPECT_EQ(probe["path"].as<std::string>(""), "/health");
+  EXPECT_EQ(ResolvePort(probe["port"], ports), std::optional<int>(PoolTargetPort()));
+  // Runs as the picker does: non-root, read-only root filesystem.
+  EXPECT_TRUE(Dig(sc, "securityContext", "runAsNonRoot").as<bool>(false));
+  EXPECT_TRUE(Dig(sc, "securityContext", "readOnlyRootFilesystem").as<bool>(false));
+}
+
 }  // namespace

@@ -21,7 +21,7 @@ const {
   ExtProcClient, healthCheck, headersRequest, bodyRequest, postHeaders, subsetHint,
   fromStruct, headerValueOf, protocolConfigField, grpc,
 } = require('./envoy_client');
-const { startSim, startEpp, stop, closedPorts, waitForHealth } = require('./harness');
+const { startSim, startSidecar, startEpp, stop, closedPorts, waitForHealth } = require('./harness');
 
 const kModel = 'meta-llama/Llama-3.1-8B-Instruct';
 const kHeader = 'x-gateway-destination-endpoint';
@@ -355,6 +355,93 @@ test('P/D: x-prefiller-host-port names a prefill endpoint, the destination a dec
   } finally {
     client.close();
     await stop(pd.proc);
+  }
+});
+
+// Envoy's part after the pick, played by the test: the request goes to the destination
+// the picker chose (a decode pod's kvroute sidecar) with the headers it set.
+function postTo(address, body, headers) {
+  return new Promise((resolve, reject) => {
+    const [host, port] = address.split(':');
+    const req = http.request({
+      host, port, method: 'POST', path: '/v1/completions',
+      headers: { 'content-type': 'application/json', ...headers },
+    }, (res) => {
+      let text = '';
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => resolve({ status: res.statusCode, body: text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+function getText(address, path) {
+  return new Promise((resolve, reject) => {
+    http.get(`http://${address}${path}`, (res) => {
+      let text = '';
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => resolve(text));
+    }).on('error', reject);
+  });
+}
+
+// The sum of a metric family's samples whose labels include `match` (e.g. 'leg="prefill"').
+function metricSum(text, name, match = '') {
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name) || (line[name.length] !== '{' && line[name.length] !== ' ')) continue;
+    if (match && !line.includes(match)) continue;
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
+}
+
+test('P/D: the decode pod\'s kvroute sidecar completes the picked request against the sim', async () => {
+  const [p1, p2, d1, d2] = sim.endpoints;
+  // Each decode pod: its engine (a sim replica) behind a sidecar; the pool targets the sidecars
+  // (as an InferencePool's target port does) and scrapes the engines through them.
+  const sidecars = await Promise.all([startSidecar(d1), startSidecar(d2)]);
+  const [s1, s2] = sidecars.map((s) => s.address);
+  const pd = await startEpp({
+    endpoints: [{ address: p1, role: 'prefill' }, { address: p2, role: 'prefill' },
+      { address: s1, role: 'decode' }, { address: s2, role: 'decode' }],
+    bodyMode: 'buffered', fallbacks: 0,
+  });
+  const client = new ExtProcClient(pd.grpc);
+  try {
+    await waitForHealth(pd.health, 'readiness');
+    const before = {};
+    for (const e of [p1, p2, d1, d2]) before[e] = await getText(e, '/metrics');
+    const body = completionBody(prompt(6000, 77), { max_tokens: 4, stream: true, stream_options: { include_usage: true } });
+    const picked = await exchangeBuffered(client, body);
+    statusOk(picked);
+    const set = (commonOf(picked.responses[1].msg).header_mutation || {}).set_headers || [];
+    const headers = {};
+    for (const o of set) if (o.header) headers[o.header.key] = headerValueOf(o.header);
+    const destination = picked.pick.header;
+    assert.ok([s1, s2].includes(destination), destination);
+    const prefiller = headers['x-prefiller-host-port'];
+    assert.ok([p1, p2].includes(prefiller), String(prefiller));
+    const res = await postTo(destination, body, headers);
+    assert.equal(res.status, 200, res.body);
+    assert.match(res.body, /"completion_tokens":4/);
+    assert.ok(res.body.endsWith('data: [DONE]\n\n'), res.body.slice(-40));
+    // The named prefill replica ran the prefill leg; the decode pod's engine pulled it.
+    const engine = destination === s1 ? d1 : d2;
+    const delta = async (e, name, match) => metricSum(await getText(e, '/metrics'), name, match) -
+      metricSum(before[e], name, match);
+    assert.equal(await delta(prefiller, 'kvroute_sim_pd_prefill_requests_total'), 1);
+    assert.equal(await delta(prefiller === p1 ? p2 : p1, 'kvroute_sim_pd_prefill_requests_total'), 0);
+    assert.equal(await delta(engine, 'kvroute_sim_pd_kv_pulls_total'), 1);
+    assert.equal(await delta(engine, 'vllm:generation_tokens_total'), 4);
+    const sc = await getText(destination, '/sidecar/metrics');
+    assert.equal(metricSum(sc, 'kvroute_pd_legs_total', 'leg="prefill",outcome="ok"'), 1);
+    assert.equal(metricSum(sc, 'kvroute_pd_legs_total', 'leg="decode",outcome="ok"'), 1);
+    assert.equal(metricSum(sc, 'kvroute_pd_fallbacks_total'), 0);
+  } finally {
+    client.close();
+    await Promise.all([stop(pd.proc), ...sidecars.map((s) => stop(s.proc))]);
   }
 });
 

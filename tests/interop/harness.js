@@ -77,6 +77,16 @@ async function startSim(replicas) {
   return { proc, endpoints: matches.map((m) => m[1]) };
 }
 
+// `kvroute sidecar` on a free loopback port in front of the engine at `engine` (host:port).
+async function startSidecar(engine) {
+  const [host, port] = engine.split(':');
+  const { proc, matches } = await startKvroute(
+    ['sidecar', '--port', '0', '--host', '127.0.0.1', '--vllm-host', host, '--vllm-port', port,
+      '--threads', '1'],
+    { pattern: /listening on port (\d+)/ });
+  return { proc, address: `127.0.0.1:${matches[0][1]}` };
+}
+
 // Loopback ports nothing listens on: bound, then closed again.
 async function closedPorts(n) {
   const servers = await Promise.all(Array.from({ length: n }, () => new Promise((resolve) => {
@@ -175,4 +185,4 @@ async function startSimWithEvents(replicas, kvBlocks) {
   return out;
 }
 
-module.exports = { startSim, startSimWithEvents, startEpp, stop, closedPorts, waitForHealth, tempDir };
+module.exports = { startSim, startSimWithEvents, startSidecar, startEpp, stop, closedPorts, waitForHealth, tempDir };

@@ -1,0 +1,78 @@
+// Fuzz target: what the prefill/decode legs read from outside (issue 25): a client's body
+// (BuildPrefillBody, BuildDecodeBody), a prefill engine's answer (ReadPrefillAnswer), a
+// decode engine's bytes (RewriteCachedTokens), and the sidecar's x-prefiller-host-port and
+// --prefiller-allow values (ParsePrefiller, ParseCidrList).
+//
+// Invariants: a leg body is built exactly when the input is a JSON object, and is then a
+// JSON object again; the prefill body has stream false and max_tokens 1; prefill's
+// parameters read back are empty or valid JSON; rewriting cached tokens keeps valid JSON
+// valid; a prefiller accepted names an IP address literal and a port > 0; an allow list
+// parsed has lengths within its family's.
+#include <simdjson.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "core/api/pd_legs.h"
+#include "sidecar/sidecar.h"
+
+namespace {
+
+using namespace kvroute;
+
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "invariant violated: %s\n", what);
+    std::abort();
+  }
+}
+
+// 1: a JSON object; 0: other valid JSON; -1: not JSON.
+int Kind(std::string_view s) {
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(s.data(), s.size()).get(root)) return -1;
+  return root.is_object() ? 1 : 0;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  const int kind = Kind(in);
+
+  std::optional<std::string> prefill = api::BuildPrefillBody(in);
+  Check(prefill.has_value() == (kind == 1), "prefill body built exactly for a JSON object");
+  if (prefill) {
+    Check(Kind(*prefill) == 1, "prefill body is a JSON object");
+    Check(prefill->find("\"stream\":false,\"max_tokens\":1,") != std::string::npos, "prefill limits");
+  }
+  constexpr std::string_view kKv = R"({"do_remote_prefill":true,"remote_block_ids":[1]})";
+  std::optional<std::string> decode = api::BuildDecodeBody(in, kKv);
+  Check(decode.has_value() == (kind == 1), "decode body built exactly for a JSON object");
+  if (decode) Check(Kind(*decode) == 1, "decode body is a JSON object");
+
+  api::PrefillAnswer a = api::ReadPrefillAnswer(in);
+  Check(a.kv_raw.empty() || Kind(a.kv_raw) >= 0, "prefill parameters are JSON");
+
+  std::string text(in);
+  const int n = api::RewriteCachedTokens(text, 7);
+  Check(n >= 0, "rewrite count");
+  if (kind >= 0) Check(Kind(text) >= 0, "rewriting keeps JSON valid");
+
+  sidecar::Prefiller p;
+  std::optional<std::vector<sidecar::Cidr>> allow = sidecar::ParseCidrList(in);
+  if (allow) {
+    for (const sidecar::Cidr& c : *allow) Check(c.bits >= 0 && c.bits <= (c.v4 ? 32 : 128), "prefix length");
+  }
+  if (sidecar::ParsePrefiller(in, allow ? *allow : std::vector<sidecar::Cidr>{}, &p) ==
+      sidecar::PrefillerRefusal::kNone) {
+    Check(p.port > 0 && !p.host.empty(), "prefiller host and port");
+    Check(sidecar::ParseCidrList(p.host).has_value(), "prefiller host is an address");
+  }
+  return 0;
+}
