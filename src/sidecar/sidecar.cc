@@ -60,6 +60,14 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 
 // Parses an address literal into `c` (bits set to the full length). False if not one.
 bool ParseAddress(std::string_view text, Cidr& c) {
+  // Digits, hex letters, dots and colons only: the system parser stops at a NUL and would
+  // take "10.0.0.2\0anything" for 10.0.0.2 (a fuzz finding); no zone ids.
+  if (text.empty() || text.size() > 45) return false;
+  for (char ch : text) {
+    const bool ok = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F') ||
+                    ch == '.' || ch == ':';
+    if (!ok) return false;
+  }
   boost::system::error_code ec;
   asio::ip::address a = asio::ip::make_address(std::string(text), ec);
   if (ec) return false;

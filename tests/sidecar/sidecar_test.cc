@@ -39,12 +39,16 @@ TEST(SidecarHeader, NamesAnIpAddressAndPort) {
   EXPECT_EQ(ParsePrefiller(" [fd00::7]:9 ", {}, &p), PrefillerRefusal::kNone);
   EXPECT_EQ(p.host, "fd00::7");
   EXPECT_EQ(p.port, 9);
+  // Bytes after a NUL are no part of an address (a fuzz finding: the system parser stopped
+  // at the NUL and took the rest for 10.0.0.2).
+  EXPECT_EQ(ParsePrefiller(std::string("10.0.0.2\0x\"y:80", 15), {}, &p), PrefillerRefusal::kInvalid);
+  EXPECT_FALSE(ParseCidrList(std::string("10.0.0.2\0/8", 11)).has_value());
   // A list names its first entry.
   EXPECT_EQ(ParsePrefiller("10.0.0.6:8001,10.0.0.7:8001", {}, &p), PrefillerRefusal::kNone);
   EXPECT_EQ(p.host, "10.0.0.6");
   for (const char* bad : {"", "10.0.0.5", "10.0.0.5:", "10.0.0.5:0", "10.0.0.5:65536", "10.0.0.5:80x",
                           "prefill-0.svc:8000", "fd00::7:8000", "[fd00::7]8000", "[fd00::7", ":8000",
-                          "http://10.0.0.5:8000"}) {
+                          "http://10.0.0.5:8000", "[fe80::1%eth0]:80"}) {
     EXPECT_EQ(ParsePrefiller(bad, {}, &p), PrefillerRefusal::kInvalid) << bad;
   }
 }

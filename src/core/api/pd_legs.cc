@@ -32,7 +32,10 @@ bool ForEachField(std::string_view body, Fn&& fn) {
     if (field.value().get(v) || RawJson(v, f.raw)) return false;
     fn(f);
   }
-  return true;
+  // Nothing may follow the object (the on-demand parser stops at its closing brace): the
+  // document's position is then past its last structural character.
+  const char* rest = nullptr;
+  return doc.current_location().get(rest) == simdjson::OUT_OF_BOUNDS;
 }
 
 void AppendField(std::string& out, bool& first, std::string_view key, std::string_view raw) {
@@ -95,6 +98,11 @@ std::optional<std::string> BuildDecodeBody(std::string_view body, std::string_vi
 
 PrefillAnswer ReadPrefillAnswer(std::string_view body) {
   PrefillAnswer a;
+  // The whole answer must be valid JSON (it is small: one token): the parameters go on
+  // verbatim, and a broken answer must mean "prefill locally", not a broken decode leg.
+  thread_local simdjson::dom::parser validator;
+  simdjson::dom::element root;
+  if (validator.parse(body.data(), body.size()).get(root)) return a;
   ForEachField(body, [&](const Field& f) {
     if (f.key == "kv_transfer_params") {
       a.kv_raw = f.raw == "null" ? std::string() : std::string(f.raw);

@@ -30,6 +30,7 @@ struct PrefillAnswer {
   // usage.prompt_tokens_details.cached_tokens; -1 when absent.
   int64_t cached_tokens = -1;
 };
+// An answer that is not valid JSON reads as empty (no parameters, no cached tokens).
 PrefillAnswer ReadPrefillAnswer(std::string_view body);
 
 // Replaces the integer after every `"cached_tokens":` in `text` by `value`. Returns how

@@ -24,6 +24,11 @@ TEST(PdLegs, PrefillBodyForcesOneTokenNoStreamAndAsksForARemoteDecode) {
   EXPECT_NE(p.find(R"("messages":[{"role":"user","content":"a"}])"), std::string::npos) << p;
   EXPECT_FALSE(BuildPrefillBody("[1,2]").has_value());
   EXPECT_FALSE(BuildPrefillBody("{\"a\":").has_value());
+  // Bytes after the object make it no JSON object (a fuzz finding: they were dropped).
+  EXPECT_FALSE(BuildPrefillBody(R"({"a":{"b":true}},"max_tokens":5})").has_value());
+  EXPECT_FALSE(BuildPrefillBody(R"({"a":1} x)").has_value());
+  EXPECT_FALSE(BuildDecodeBody(R"({"a":1}})", "{}").has_value());
+  EXPECT_TRUE(BuildPrefillBody("{\"a\":1} \n").has_value());
 }
 
 TEST(PdLegs, DecodeBodyIsTheClientsPlusPrefillsParametersVerbatim) {
@@ -43,6 +48,10 @@ TEST(PdLegs, PrefillAnswerAndCachedTokensRewrite) {
   EXPECT_EQ(a.kv_raw, R"({"do_remote_prefill":true, "remote_port":1})");
   EXPECT_EQ(a.cached_tokens, 16);
   a = ReadPrefillAnswer(R"({"id":"c","usage":{"prompt_tokens":4},"kv_transfer_params":null})");
+  EXPECT_EQ(a.kv_raw, "");
+  EXPECT_EQ(a.cached_tokens, -1);
+  // A broken answer gives nothing to pass on (a fuzz finding: its parameters went verbatim).
+  a = ReadPrefillAnswer(R"({"usage":{"prompt_tokens_details":{"cached_tokens":3}},"kv_transfer_params":{ream_}})");
   EXPECT_EQ(a.kv_raw, "");
   EXPECT_EQ(a.cached_tokens, -1);
   std::string chunk = R"(data: {"usage":{"prompt_tokens_details":{"cached_tokens": 1024}}})";
