@@ -891,6 +891,13 @@ void RoutingCore::RankLocked(const PickRequest& request, const sched::PickResult
   }
 }
 
+namespace {
+int64_t PromptTokensOf(const sched::SchedRequest& req) {
+  return req.token_ids.empty() ? req.EstimatedPromptTokens()
+                               : static_cast<int64_t>(req.token_ids.size());
+}
+}  // namespace
+
 PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
   PickResult out;
   std::vector<std::string> logs;  // stays empty (no allocation) unless health changed
@@ -997,25 +1004,40 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       RecordPickLocked(r, pick_s);
     }
     s.budget.OnRequest(now_s, s.budget_options);
+    if (s.pd_active && status == sched::PickStatus::kOk && out.n_ranked > 0) {
+      PdLocked(req, r, out);
+    }
     if (status != sched::PickStatus::kOk) {
       Bump(counters_->picks_failed);
     } else if (request.dispatch_first && out.n_ranked > 0) {
       s.scheduler->OnDispatched(out.handle, out.ranked[0], now_s);
       UpdateStatsLocked(out.ranked[0]);
       out.dispatched = true;
-      const sched::LatencyTrainer::Dispatch d = LatencyDispatchLocked(req, r, out.ranked[0]);
-      if (const auto p = s.latency.PredictTtft(d)) {
-        out.predicted_ttft_s = *p;
-        counters_->predicted_ttft.Observe(*p);
+      sched::LatencyTrainer::Dispatch d = LatencyDispatchLocked(req, r, out.ranked[0]);
+      std::optional<double> ttft;
+      if (out.disaggregated()) {
+        // Both legs: the prefill endpoint computes what it lacks of the prompt, then the
+        // decode endpoint, holding it all once pulled, samples the first token.
+        d = sched::LatencyTrainer::DispatchOf(req, s.states[out.ranked[0]], 1.0);
+        d.remote_prefill = true;
+        const double prompt = static_cast<double>(PromptTokensOf(req));
+        const double share = prompt > 0 ? std::clamp(1.0 - out.prefill_tokens / prompt, 0.0, 1.0) : 0.0;
+        const auto prefill = s.latency.PredictTtft(
+            sched::LatencyTrainer::DispatchOf(req, s.states[out.prefill], share));
+        const auto decode = s.latency.PredictTtft(d);
+        if (prefill && decode) ttft = *prefill + *decode;
+      } else {
+        ttft = s.latency.PredictTtft(d);
+      }
+      if (ttft) {
+        out.predicted_ttft_s = *ttft;
+        counters_->predicted_ttft.Observe(*ttft);
       }
       if (const auto p = s.latency.PredictTpot(d)) {
         out.predicted_tpot_s = *p;
         counters_->predicted_tpot.Observe(*p);
       }
       s.latency.OnDispatched(out.handle, d, now_s);
-    }
-    if (s.pd_active && status == sched::PickStatus::kOk && out.n_ranked > 0) {
-      PdLocked(req, r, out);
     }
   }
   if (out.dispatched && !sc.event_keys.empty()) {
@@ -1131,13 +1153,6 @@ double RoutingCore::CachedShareLocked(const sched::PickResult& r, uint32_t id) c
   }
   return 0.0;
 }
-
-namespace {
-int64_t PromptTokensOf(const sched::SchedRequest& req) {
-  return req.token_ids.empty() ? req.EstimatedPromptTokens()
-                               : static_cast<int64_t>(req.token_ids.size());
-}
-}  // namespace
 
 void RoutingCore::PdLocked(const sched::SchedRequest& req, const sched::PickResult& r,
                            PickResult& out) {

@@ -108,7 +108,8 @@ void LatencyTrainer::OnDispatched(RequestHandle handle, const Dispatch& d, doubl
   r.ttft = TtftFeaturesOf(d);
   r.tpot = TpotFeaturesOf(d);
   r.known = LatencyModel::Encode(r.ttft).has_value();
-  if (const auto p = PredictTtft(d)) r.predicted_ttft = *p;
+  r.learn_ttft = !d.remote_prefill;
+  if (const auto p = PredictTtft(d); p && r.learn_ttft) r.predicted_ttft = *p;
   if (const auto p = model_.PredictTpot(d.endpoint, r.tpot)) r.predicted_tpot = *p;
   r.in_queue = true;
   if (Finite(d.uncached_tokens) && d.uncached_tokens >= 0) r.uncached = d.uncached_tokens;
@@ -129,7 +130,7 @@ void LatencyTrainer::OnFirstToken(RequestHandle handle, double now_s) {
     ++ttft_slo_.observed;
     if (ttft + r->queued_s > r->slo_ttft_s) ++ttft_slo_.violated;
   }
-  if (!r->known) return;
+  if (!r->known || !r->learn_ttft) return;
   if (model_.ObserveTtft(r->endpoint, r->ttft, ttft)) {
     ++ttft_samples_;
     Score(ttft_errors_, r->predicted_ttft, ttft);

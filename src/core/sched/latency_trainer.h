@@ -41,6 +41,11 @@ class LatencyTrainer {
     // The answer streams (SchedRequest::streaming): first token and cadence observable.
     // Otherwise the first byte is the whole answer: no TTFT or TPOT sample, no SLO count.
     bool streaming = true;
+    // Prefill/decode pair (issue 25): the prompt is prefilled on another endpoint and
+    // pulled, so this endpoint computes none of it (uncached_tokens 0). Its TTFT spans both
+    // legs: counted against the objective, not learned as this endpoint's (nor scored);
+    // its TPOT is this endpoint's and learned.
+    bool remote_prefill = false;
   };
   // Requests with an objective whose observation came back, and those that missed it.
   struct SloCounts {
@@ -118,6 +123,7 @@ class LatencyTrainer {
     double slo_tpot_s = 0.0;
     double queued_s = 0.0;  // counted against the TTFT objective, not learned
     bool streaming = true;
+    bool learn_ttft = true;  // false: Dispatch::remote_prefill
   };
   Record* Find(RequestHandle handle);
   void Dequeue(Record& r);

@@ -225,5 +225,68 @@ TEST_F(PdCoreTest, TheDecidersThresholdsComeFromTheOptions) {
   EXPECT_EQ(Pick("long " + std::string(9000, 'x')).pd, PdDecision::kDisaggregate);
 }
 
+// The latency model predicts both legs of a pair: the prefill endpoint's TTFT for what it
+// lacks of the prompt, plus the decode endpoint's with the prompt all held (pulled). A
+// pair's TTFT spans both legs, so it counts against the objective but is not learned as
+// the decode endpoint's; its TPOT is learned.
+TEST(PdLatency, APairsTtftIsBothLegsAndIsNotLearnedAsTheDecodeEndpoints) {
+  RoutingCore core;
+  CoreOptions o;
+  o.scheduling.policy = "round-robin";  // no prefix model: every prompt token uncached
+  o.health.staleness_s = 1e9;
+  o.default_slo_ttft_s = 0.2;
+  auto role = [](const char* r) { return Labels{{"llm-d.ai/role", r}}; };
+  ASSERT_TRUE(core.Configure(o, {test_support::TestEndpoint("a", 9001, role("decode")),
+                                 test_support::TestEndpoint("b", 9002, role("decode")),
+                                 test_support::TestEndpoint("p", 9003, role("prefill"))},
+                             0)
+                  .ok());
+  for (uint32_t id = 0; id < 3; ++id) core.OnScrape(id, test_support::ScrapedLoad("4", "0", "0.2", 0), 0);
+  // True TTFT: a 10 ms step plus the uncached prompt at 40k tokens/s, everywhere.
+  auto ttft = [](double uncached) { return 0.010 + uncached / 40000; };
+  auto run = [&](double tokens, double now, double first_after) {
+    PickRequest pr;
+    pr.request = Req(std::string(static_cast<std::size_t>(tokens) * 4, 'x'));
+    pr.dispatch_first = true;
+    PickResult r = core.Pick(pr, now);
+    EXPECT_TRUE(r.ok());
+    const double first = now + first_after;
+    core.OnFirstToken(r.handle, first);
+    for (int k = 1; k <= 20; ++k) core.OnTokens(r.handle, k, first + 0.015 * (k - 1));
+    core.OnFinished(r.handle, r.ranked[0], 200, first + 0.015 * 19);
+    if (r.disaggregated()) core.OnPrefillDone(r.prefill, r.prefill_tokens);
+    return r;
+  };
+  // Train on prompts below the decider's 256 tokens: decoded alone, learned.
+  double now = 0;
+  for (int i = 0; i < 200; ++i) {
+    now += 1.0;
+    const double tokens = 10 + (i * 37) % 240;
+    const PickResult r = run(tokens, now, ttft(tokens));
+    ASSERT_EQ(r.pd, PdDecision::kShortPrompt);
+  }
+  const LatencyStats trained = core.latency_stats();
+  EXPECT_EQ(trained.ttft_samples, 200u);
+  // A 3,000-token prompt: a pair. Prefill on p (its model: the fleet's) for all 3,000
+  // tokens, then the decode endpoint with none left to compute.
+  now += 1.0;
+  const PickResult pair = run(3000, now, /*first_after=*/0.5);  // slow on purpose
+  ASSERT_EQ(pair.pd, PdDecision::kDisaggregate);
+  EXPECT_EQ(pair.prefill_endpoint().spec.name, "p");
+  EXPECT_NEAR(pair.predicted_ttft_s, ttft(3000) + ttft(0), 0.003);
+  EXPECT_NEAR(pair.predicted_tpot_s, 0.015, 0.001);  // extrapolated to a longer context
+  // Its 0.5 s TTFT was not learned (nor scored); its TPOT was; it missed the 200 ms objective.
+  const LatencyStats after = core.latency_stats();
+  EXPECT_EQ(after.ttft_samples, trained.ttft_samples);
+  EXPECT_EQ(after.ttft_errors.n, trained.ttft_errors.n);
+  EXPECT_EQ(after.tpot_samples, trained.tpot_samples + 1);
+  EXPECT_EQ(after.ttft_slo.observed, trained.ttft_slo.observed + 1);
+  EXPECT_EQ(after.ttft_slo.violated, trained.ttft_slo.violated + 1);
+  // So the next short prompt's prediction is as accurate as before.
+  now += 1.0;
+  const PickResult next = run(200, now, ttft(200));
+  EXPECT_NEAR(next.predicted_ttft_s, ttft(200), 0.002);
+}
+
 }  // namespace
 }  // namespace kvroute::routing
