@@ -18,18 +18,13 @@
 #include <string_view>
 
 #include "core/api/pd_legs.h"
+#include "fuzz_check.h"
 #include "sidecar/sidecar.h"
 
 namespace {
 
 using namespace kvroute;
-
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant violated: %s\n", what);
-    std::abort();
-  }
-}
+using kvroute::fuzz::Check;
 
 // 1: a JSON object; 0: other valid JSON; -1: not JSON.
 int Kind(std::string_view s) {

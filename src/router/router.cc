@@ -22,6 +22,7 @@
 #include "core/routing/routing_core.h"
 #include "http/client.h"
 #include "http/io_pool.h"
+#include "http/relay.h"
 #include "http/server.h"
 #include "core/metrics/prom_writer.h"
 #include "pool/pool.h"
@@ -54,9 +55,6 @@ constexpr std::string_view kPrefillHeader = "x-kvroute-prefill";
 // Complete (non-streamed) upstream responses up to this size are relayed in one write
 // with Content-Length; anything else is streamed chunk by chunk.
 constexpr uint64_t kMaxBufferedResponse = 1u << 20;
-// A streamed response whose client reads slower than the upstream writes stops reading
-// the upstream once this much is queued for the client, and resumes when it drained.
-constexpr std::size_t kMaxClientBacklog = 1u << 20;
 // The InferenceObjective a request names (the Gateway API Inference Extension's header,
 // then llm-d's older one): its priority band and, unless flow.flow_header says otherwise,
 // its flow.
@@ -535,17 +533,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       }
       std::string chunk(d);
       if (RewritesUsage()) RewriteCachedTokens(chunk, pd->prefill_cached);
-      if (ex->pending_write_bytes() + d.size() <= kMaxClientBacklog) {
-        ex->SendChunk(std::move(chunk));
-      } else {
-        // Slow client: read no more from the upstream until this chunk (and so
-        // everything before it) has been written; the upstream's own flow control
-        // then holds the replica's output back.
-        call.Pause();
-        ex->SendChunk(std::move(chunk), [weak = weak_from_this()](bool) {
-          if (auto self = weak.lock()) self->call.Resume();
-        });
-      }
+      http::RelayChunk(*ex, call, std::move(chunk), weak_from_this());
     } else {
       buffered.append(d);
     }

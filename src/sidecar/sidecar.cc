@@ -21,6 +21,7 @@
 #include "core/metrics/prom_writer.h"
 #include "http/client.h"
 #include "http/io_pool.h"
+#include "http/relay.h"
 #include "http/server.h"
 #include "pd/pd_counters.h"
 
@@ -37,9 +38,6 @@ constexpr std::string_view kPrefillerHeader = "x-prefiller-host-port";
 // Larger answers are not buffered: a prefill answer (one token) or an error body never
 // comes near it.
 constexpr std::size_t kMaxBuffered = 4u << 20;
-// A slow client: past this much unwritten, the engine's answer is read no further until it
-// drains.
-constexpr std::size_t kMaxClientBacklog = 1u << 20;
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -400,14 +398,7 @@ struct Call : std::enable_shared_from_this<Call> {
     }
     std::string chunk(d);
     if (Rewrites()) api::RewriteCachedTokens(chunk, prefill_cached);
-    if (ex->pending_write_bytes() + chunk.size() <= kMaxClientBacklog) {
-      ex->SendChunk(std::move(chunk));
-    } else {
-      call.Pause();
-      ex->SendChunk(std::move(chunk), [weak = weak_from_this()](bool) {
-        if (auto self = weak.lock()) self->call.Resume();
-      });
-    }
+    http::RelayChunk(*ex, call, std::move(chunk), weak_from_this());
   }
 
   void CountDecode(PdOutcome o) {
