@@ -24,6 +24,7 @@ namespace {
 
 using http::Fetch;
 using kvroute::test_support::CompletionBody;
+using kvroute::test_support::TokensPrompt;
 using kvroute::test_support::LoopbackServer;
 using kvroute::test_support::RecordingUpstream;
 using kvroute::test_support::StubUpstream;
@@ -31,14 +32,6 @@ using kvroute::test_support::WaitFor;
 using metrics::testing::MetricSum;
 
 // ---- through serve ----
-
-// A prompt of about `tokens` tokens (the sim and the router count 4 bytes a token);
-// `seed` makes prompts distinct from their first block.
-std::string Prompt(int tokens, int seed) {
-  std::string s = "seed" + std::to_string(seed) + " ";
-  while (s.size() < static_cast<std::size_t>(tokens) * 4) s += "lorem ipsum dolor sit amet ";
-  return s.substr(0, static_cast<std::size_t>(tokens) * 4);
-}
 
 // "r<i>", built so g++ 12 raises no false -Wrestrict on `"r" + std::to_string(i)`.
 std::string Name(int i) {
@@ -113,7 +106,7 @@ TEST_F(PdServeTest, LongPromptGoesPrefillThenDecodeAndStreamsTheDecodeAnswer) {
   StartRouter(SimEntry(0, "prefill") + SimEntry(1, "prefill") + SimEntry(2, "decode") +
                   SimEntry(3, "decode"),
               4);
-  auto r = Post(CompletionBody(Prompt(1000, 1), 5, /*stream=*/true, /*include_usage=*/true));
+  auto r = Post(CompletionBody(TokensPrompt(1000, 1), 5, /*stream=*/true, /*include_usage=*/true));
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;
   const std::string decode = r->Header("x-kvroute-endpoint");
@@ -147,7 +140,7 @@ TEST_F(PdServeTest, LongPromptGoesPrefillThenDecodeAndStreamsTheDecodeAnswer) {
   EXPECT_EQ(MetricSum(m, "kvroute_requests_total", {{"endpoint", decode}, {"code", "200"}}), 1);
 
   // Not streamed: the whole body, usage rewritten the same way.
-  r = Post(CompletionBody(Prompt(1000, 2), 3));
+  r = Post(CompletionBody(TokensPrompt(1000, 2), 3));
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_FALSE(r->Header("x-kvroute-prefill").empty());
@@ -190,7 +183,7 @@ TEST_F(PdServeTest, ADeadPrefillReplicaIsRetriedOnAnother) {
   // cold prefill endpoints); it looks healthy to the scraper, then stops accepting.
   StartRouter(Entry("dead", dead.port(), "prefill") + SimEntry(0, "prefill") + SimEntry(1, "decode"), 3);
   dead.StopAccepting();
-  auto r = Post(CompletionBody(Prompt(1000, 3), 4, /*stream=*/true, /*include_usage=*/true));
+  auto r = Post(CompletionBody(TokensPrompt(1000, 3), 4, /*stream=*/true, /*include_usage=*/true));
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(r->Header("x-kvroute-endpoint"), "r1");
@@ -213,7 +206,7 @@ TEST_F(PdServeTest, WithNoPrefillLeftTheDecodeReplicaPrefillsLocally) {
   StubUpstream dead(StubUpstream::Mode::kOk);
   StartRouter(Entry("dead", dead.port(), "prefill") + SimEntry(0, "decode"), 2);
   dead.StopAccepting();
-  auto r = Post(CompletionBody(Prompt(1000, 4), 4, /*stream=*/true, /*include_usage=*/true));
+  auto r = Post(CompletionBody(TokensPrompt(1000, 4), 4, /*stream=*/true, /*include_usage=*/true));
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(r->Header("x-kvroute-endpoint"), "r0");
@@ -236,7 +229,7 @@ TEST_F(PdServeTest, ADecodeLegFailingBeforeItsFirstByteIsRetriedAsAnOrdinaryRequ
   StartRouter(SimEntry(0, "prefill") + Entry("failing", failing.port(), "decode") + SimEntry(1, "decode"), 3);
   // Round-robin puts each decode endpoint first once in two picks.
   for (int i = 0; i < 2; ++i) {
-    auto r = Post(CompletionBody(Prompt(1000, 10 + i), 4, /*stream=*/true, /*include_usage=*/true));
+    auto r = Post(CompletionBody(TokensPrompt(1000, 10 + i), 4, /*stream=*/true, /*include_usage=*/true));
     ASSERT_TRUE(r.has_value());
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(r->Header("x-kvroute-endpoint"), "r1");
@@ -267,7 +260,7 @@ TEST_F(PdServeTest, LegsCarryTheirBodiesAndOneRequestId) {
                            R"("completion_tokens":3,"prompt_tokens_details":{"cached_tokens":288}},)"
                            R"("kv_transfer_params":null})");
   StartRouter(Entry("p", prefill.port(), "prefill") + Entry("d", decode.port(), "decode"), 2);
-  const std::string prompt = Prompt(300, 5);
+  const std::string prompt = TokensPrompt(300, 5);
   const std::string client = R"({"model":"test/model","prompt":")" + prompt +
                              R"(","max_tokens":3,"min_tokens":2,"stream":false,"temperature":0})";
   auto r = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", client,
@@ -296,7 +289,7 @@ TEST_F(PdServeTest, LegsCarryTheirBodiesAndOneRequestId) {
   EXPECT_EQ(d[0].request_id, "client-id-1");
 
   // No X-Request-Id from the client: serve makes one up, the same on both legs.
-  r = Post(CompletionBody(Prompt(300, 6), 3));
+  r = Post(CompletionBody(TokensPrompt(300, 6), 3));
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;
   p = prefill.seen();

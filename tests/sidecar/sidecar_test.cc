@@ -25,6 +25,7 @@ namespace {
 using http::Fetch;
 using kvroute::test_support::ClosedPort;
 using kvroute::test_support::CompletionBody;
+using kvroute::test_support::TokensPrompt;
 using kvroute::test_support::RecordingUpstream;
 using kvroute::test_support::WaitFor;
 using metrics::testing::MetricSum;
@@ -80,14 +81,6 @@ TEST(SidecarHeader, AllowListHoldsTheAddressOrRefusesIt) {
 
 // ---- loopback ----
 
-// A prompt of about `tokens` tokens (the sim counts 4 bytes a token); `seed` makes prompts
-// distinct from their first block.
-std::string Prompt(int tokens, int seed) {
-  std::string s = "seed" + std::to_string(seed) + " ";
-  while (s.size() < static_cast<std::size_t>(tokens) * 4) s += "lorem ipsum dolor sit amet ";
-  return s.substr(0, static_cast<std::size_t>(tokens) * 4);
-}
-
 class SidecarTest : public ::testing::Test {
  protected:
   void TearDown() override {
@@ -138,7 +131,7 @@ class SidecarTest : public ::testing::Test {
 TEST_F(SidecarTest, PrefillThereThenTheLocalEngineStreamsTheAnswer) {
   StartFleet();
   StartSidecar(fleet_->port(1));
-  auto r = Post(CompletionBody(Prompt(1000, 1), 5, /*stream=*/true, /*include_usage=*/true), SimAddress(0));
+  auto r = Post(CompletionBody(TokensPrompt(1000, 1), 5, /*stream=*/true, /*include_usage=*/true), SimAddress(0));
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_NE(r->body.find("\"completion_tokens\":5"), std::string::npos) << r->body;
@@ -162,7 +155,7 @@ TEST_F(SidecarTest, PrefillThereThenTheLocalEngineStreamsTheAnswer) {
 TEST_F(SidecarTest, WithoutTheHeaderEverythingGoesToTheLocalEngineUnchanged) {
   StartFleet();
   StartSidecar(fleet_->port(1));
-  auto r = Post(CompletionBody(Prompt(1000, 2), 3), "");
+  auto r = Post(CompletionBody(TokensPrompt(1000, 2), 3), "");
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(Sim(0, "vllm:request_success_total"), 0);
@@ -198,7 +191,7 @@ TEST_F(SidecarTest, LegsCarryTheirBodiesHeadersAndOneRequestId) {
                            R"("usage":{"prompt_tokens":300,"completion_tokens":3,"prompt_tokens_details":)"
                            R"({"cached_tokens":288}},"kv_transfer_params":null})");
   StartSidecar(engine.port());
-  const std::string prompt = Prompt(300, 3);
+  const std::string prompt = TokensPrompt(300, 3);
   const std::string client = R"({"model":"m","prompt":")" + prompt +
                              R"(","max_tokens":3,"min_tokens":2,"stream":false})";
   auto r = Post(client, "127.0.0.1:" + std::to_string(prefill.port()),
@@ -243,7 +236,7 @@ TEST_F(SidecarTest, ADeadPrefillPodIsRetriedThenTheLocalEnginePrefills) {
   SidecarOptions o;
   o.prefill_max_retries = 2;
   StartSidecar(fleet_->port(1), o);
-  auto r = Post(CompletionBody(Prompt(1000, 4), 4, /*stream=*/true), "127.0.0.1:" + std::to_string(ClosedPort()));
+  auto r = Post(CompletionBody(TokensPrompt(1000, 4), 4, /*stream=*/true), "127.0.0.1:" + std::to_string(ClosedPort()));
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(r->body.substr(r->body.size() - 14), "data: [DONE]\n\n");
@@ -263,7 +256,7 @@ TEST_F(SidecarTest, APrefillPodOutsideTheAllowListIsNeverContacted) {
   o.prefiller_allow = *ParseCidrList("10.0.0.0/8");
   StartSidecar(fleet_->port(1), o);
   for (const std::string& header : {SimAddress(0), std::string("prefill-0:8000")}) {
-    auto r = Post(CompletionBody(Prompt(1000, 5), 2), header);
+    auto r = Post(CompletionBody(TokensPrompt(1000, 5), 2), header);
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->status, 200) << r->body;
   }
@@ -287,7 +280,7 @@ TEST_F(SidecarTest, AFailedTransferIsServedAgainAsAnOrdinaryRequest) {
                             blocks + R"(],"remote_engine_id":"gone","remote_request_id":"x",)"
                             R"("remote_host":"127.0.0.1","remote_port":1,"tp_size":1}})");
   StartSidecar(fleet_->port(1));
-  auto r = Post(CompletionBody(Prompt(1000, 6), 4, /*stream=*/true, /*include_usage=*/true),
+  auto r = Post(CompletionBody(TokensPrompt(1000, 6), 4, /*stream=*/true, /*include_usage=*/true),
                 "127.0.0.1:" + std::to_string(prefill.port()));
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->status, 200) << r->body;

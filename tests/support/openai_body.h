@@ -27,4 +27,12 @@ inline std::string CompletionBody(std::string_view prompt, int max_tokens, bool 
   return body + "}";
 }
 
+// A prompt of `tokens` tokens as the sim and the router count them (4 bytes a token);
+// `seed` makes prompts distinct from their first block.
+inline std::string TokensPrompt(int tokens, int seed) {
+  std::string s = "seed" + std::to_string(seed) + " ";
+  while (s.size() < static_cast<std::size_t>(tokens) * 4) s += "lorem ipsum dolor sit amet ";
+  return s.substr(0, static_cast<std::size_t>(tokens) * 4);
+}
+
 }  // namespace kvroute::test_support
