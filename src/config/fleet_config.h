@@ -61,6 +61,7 @@
 #include "config/yaml_reader.h"
 #include "core/common/status.h"
 #include "core/engine/engine.h"
+#include "core/engine/kv_transfer.h"
 #include "simkit/fault/fault.h"
 
 namespace kvroute::config {
@@ -84,18 +85,24 @@ struct KvPublishConfig {
 struct PdConfig {
   // Engine seconds a prefill leg's blocks stay held for its decode leg (vLLM's
   // VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s in older releases).
-  double lease_s = 30.0;
+  double lease_s = engine::kDefaultKvLeaseS;
   // Bytes per second of a pull (RDMA at 200 Gb/s: 25 GB/s). The pull takes
-  // missing_tokens * engine.kv_bytes_per_token / this, in engine seconds.
-  double transfer_bandwidth = 25e9;
+  // missing_tokens * engine.kv_bytes_per_token / this, in engine seconds
+  // (engine::PlanKvPull).
+  double transfer_bandwidth = engine::kDefaultKvTransferBandwidth;
   // A decode leg missing fewer tokens than this (after its own prefix cache) recomputes
   // them locally instead of pulling.
-  int min_pull_tokens = 64;
+  int min_pull_tokens = engine::kDefaultKvMinPullTokens;
   // What a pull that cannot happen (unknown engine, prefill replica down, lease gone) does:
   // "fail" (vLLM's default: the request fails with a 500) or "recompute" (served locally).
   std::string load_failure_policy = "fail";
   // The replica's remote_engine_id; "" becomes kvroute-sim-<index>-<name> (Fleet).
   std::string engine_id;
+
+  // The transfer rule's inputs for a replica running `engine`.
+  engine::KvTransferModel TransferModel(const engine::EngineConfig& engine) const {
+    return {engine.kv_bytes_per_token, transfer_bandwidth, min_pull_tokens};
+  }
 };
 
 struct ReplicaConfig {

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/api/openai.h"
+#include "core/engine/kv_transfer.h"
 #include "core/engine/tokenizer.h"
 #include "core/metrics/prom_writer.h"
 
@@ -721,12 +722,12 @@ void Replica::StartPull(const std::shared_ptr<Live>& live) {
   const int prompt = static_cast<int>(er.prompt_tokens.size());
   const int ids = kv.remote_block_ids ? static_cast<int>(kv.remote_block_ids->size()) : 0;
   // Only whole blocks travel; prefill held the full blocks of its prompt.
-  const int pullable = std::min(ids, prompt / bs) * bs;
+  const int pullable = engine::PullableTokens(prompt, ids, bs);
   const int local = engine_.PeekCachedTokens(er.prompt_tokens, er.cache_salt);
   const KvPeerDirectory::Peer* peer =
       peers_ && kv.remote_engine_id ? peers_->Find(*kv.remote_engine_id) : nullptr;
   const std::string request_id = kv.remote_request_id.value_or("");
-  if (pullable - local < config_.pd.min_pull_tokens) {
+  if (!engine::PlanKvPull(pullable, local, config_.pd.TransferModel(config_.engine)).pulls()) {
     // Too little to pull: recompute locally. As vLLM's decode does either way, tell the
     // prefill replica it may drop its hold (nothing waits for the answer).
     if (peer && !request_id.empty()) {
@@ -759,18 +760,16 @@ void Replica::OnPulled(const std::shared_ptr<Live>& live, KvClaimOutcome outcome
   engine::EngineRequest& er = live->engine_req;
   if (outcome == KvClaimOutcome::kOk) {
     const int loaded = std::min(blocks * config_.engine.block_size, pullable);
-    const int missing = loaded - local;
-    if (missing < config_.pd.min_pull_tokens) {
+    const engine::KvPull pull =
+        engine::PlanKvPull(loaded, local, config_.pd.TransferModel(config_.engine));
+    if (!pull.pulls()) {
       ++pd_.decode_local;
     } else {
-      const double transfer_s = static_cast<double>(missing) *
-                                static_cast<double>(config_.engine.kv_bytes_per_token) /
-                                config_.pd.transfer_bandwidth;
-      er.kv_load_tokens = loaded;
-      er.kv_ready_s = EngineNow() + transfer_s;
+      er.kv_load_tokens = pull.load_tokens;
+      er.kv_ready_s = EngineNow() + pull.transfer_s;
       ++pd_.decode_pulled;
-      pd_.pulled_tokens += static_cast<uint64_t>(missing);
-      pd_.transfer_seconds += transfer_s;
+      pd_.pulled_tokens += static_cast<uint64_t>(pull.missing_tokens);
+      pd_.transfer_seconds += pull.transfer_s;
     }
     return Admit(live);
   }
