@@ -175,7 +175,8 @@ void ParseArrivals(const ConfigNode& n, workload::ArrivalSpec* a, bool trace) {
 // The keys a fleet group takes; the flat `fleet:` form takes them too (plus its own).
 constexpr std::string_view kGroupKeys[] = {
     "replicas",     "region",       "zone",         "engine_preset",          "kv_blocks",
-    "max_num_seqs", "max_num_batched_tokens",       "max_model_len",          "network_delay_s"};
+    "max_num_seqs", "max_num_batched_tokens",       "max_model_len",          "network_delay_s",
+    "role"};
 
 // The group knobs present in `n` onto `g` (a fleet group, or the flat form's defaults).
 void ParseGroupKnobs(const ConfigNode& n, FleetGroup* g) {
@@ -184,6 +185,15 @@ void ParseGroupKnobs(const ConfigNode& n, FleetGroup* g) {
     if (ConfigNode v = n.Get(key)) {
       *out = v.String();
       if (out->empty()) v.Fail("must not be empty");
+    }
+  }
+  if (ConfigNode v = n.Get("role")) {
+    g->role = v.String();
+    // The deprecated spelling `both` is the label's business, not a scenario's: one name each.
+    if (g->role != "prefill" && g->role != "decode" && g->role != "prefill-decode") {
+      static constexpr std::string_view kRoles[] = {"prefill", "decode", "prefill-decode"};
+      v.Fail("must be prefill, decode or prefill-decode (got '" + g->role + "')" +
+             Suggest(g->role, kRoles));
     }
   }
   if (ConfigNode p = n.Get("engine_preset")) {
@@ -275,6 +285,28 @@ void ParseKvEvents(const ConfigNode& n, ScenarioKvEvents* k) {
   if (ConfigNode v = n.Get("buffer_steps")) k->buffer_steps = v.Int(1, int64_t{1} << 32);
 }
 
+// `pd:`.
+void ParsePd(const ConfigNode& n, ScenarioPd* pd) {
+  if (!n.IsMap()) n.Fail("must be a mapping");
+  n.CheckKeys({"non_cached_tokens", "prompt_tokens", "kv_lease_s", "kv_transfer_bandwidth",
+               "kv_min_pull_tokens", "kv_bytes_per_token"});
+  OptInt(n, "non_cached_tokens", &pd->options.non_cached_tokens, 0);
+  OptInt(n, "prompt_tokens", &pd->options.prompt_tokens, 0);
+  OptNumber(n, "kv_lease_s", &pd->kv_lease_s);
+  if (!(pd->kv_lease_s > 0) || !std::isfinite(pd->kv_lease_s)) {
+    n.Get("kv_lease_s").Fail("must be a number of seconds > 0");
+  }
+  if (ConfigNode v = n.Get("kv_transfer_bandwidth")) {
+    pd->kv_transfer_bandwidth = static_cast<double>(v.ByteSize());
+  }
+  OptInt(n, "kv_min_pull_tokens", &pd->kv_min_pull_tokens, 0);
+  if (ConfigNode v = n.Get("kv_bytes_per_token")) {
+    const uint64_t b = v.ByteSize();
+    if (b > static_cast<uint64_t>(kIntMax)) v.Fail("must be at most 2GiB");
+    pd->kv_bytes_per_token = static_cast<int64_t>(b);
+  }
+}
+
 void ParseSweep(const ConfigNode& n, Scenario* s) {
   n.CheckKeys({"rates", "ttft_p99_bound_s"});
   if (ConfigNode r = n.Get("rates")) {
@@ -352,7 +384,7 @@ void ParseTenants(const ConfigNode& n, std::vector<ScenarioTenant>* out) {
 Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
   root.CheckKeys(
       {"name", "description", "seed", "workload", "arrivals", "fleet", "router", "slo", "policies",
-       "sweep", "faults", "flow", "tenants", "kv_events"});
+       "sweep", "faults", "flow", "tenants", "kv_events", "pd"});
   Scenario s;
   if (ConfigNode n = root.Get("name")) s.name = n.String();
   if (ConfigNode n = root.Get("description")) n.String();
@@ -366,7 +398,20 @@ Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
   } else {
     n.Fail("required");
   }
-  if (ConfigNode n = root.Get("fleet")) ParseFleet(n, &s.fleet);
+  if (ConfigNode n = root.Get("fleet")) {
+    ParseFleet(n, &s.fleet);
+    // Prefill replicas alone could serve nothing: every pick needs a decode-capable one.
+    const std::vector<FleetGroup> groups = s.fleet.Groups();
+    const bool prefill = std::any_of(groups.begin(), groups.end(),
+                                     [](const FleetGroup& g) { return g.role == "prefill"; });
+    const bool decode = std::any_of(groups.begin(), groups.end(),
+                                    [](const FleetGroup& g) { return g.role != "prefill"; });
+    if (prefill && !decode) {
+      n.Fail("every replica has role prefill: some group must be decode-capable (decode, "
+             "prefill-decode or no role)");
+    }
+  }
+  if (ConfigNode n = root.Get("pd")) ParsePd(n, &s.pd);
   if (ConfigNode n = root.Get("router")) {
     ParseRouter(n, s.fleet, &s.router_region, &s.router_replicas);
   }
@@ -413,6 +458,13 @@ Scenario Parse(const ConfigNode& root, std::string_view base_dir) {
 }
 
 }  // namespace
+
+bool Scenario::HasRoles() const {
+  for (const FleetGroup& g : fleet.Groups()) {
+    if (!g.role.empty()) return true;
+  }
+  return false;
+}
 
 std::vector<FleetGroup> FleetSpec::Groups() const {
   if (groups.empty()) return {static_cast<const FleetGroup&>(*this)};

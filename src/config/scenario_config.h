@@ -31,6 +31,9 @@
 //     network_delay_s: 0.0005        # router <-> replica, each way (request, every token)
 //     # or several regions: groups of replicas, each with every knob above but
 //     # scrape_interval_s (fleet-wide); knobs set next to `groups` are their defaults
+//     role: prefill-decode           # P/D role, the endpoint label llm-d.ai/role: prefill |
+//                                    #   decode | prefill-decode (absent: no label, decode-
+//                                    #   capable); a fleet with prefill needs a decode-capable group
 //     # groups:
 //     #   - {replicas: 4, region: us-east, network_delay_s: 0.0005}
 //     #   - {replicas: 4, region: eu-west, zone: eu-west-1a, network_delay_s: 0.035,
@@ -45,6 +48,14 @@
 //     loss: 0                        # fraction of batches lost in transit, 0..1
 //     replay: true                   # a gap is replayed from the publisher's buffer
 //     buffer_steps: 10000            # batches the publisher keeps for replay (>= 1)
+//   pd:                              # prefill/decode disaggregation (issue 25; see "P/D" below)
+//     non_cached_tokens: 256         # the core's decider (scheduling.pd): disaggregate when the
+//     prompt_tokens: 256             #   prompt reaches prompt_tokens and its tokens not cached on
+//                                    #   the decode replica reach non_cached_tokens
+//     kv_lease_s: 30                 # how long a prefill leg's blocks stay held (> 0)
+//     kv_transfer_bandwidth: 25GB    # bytes per second of a pull (a byte size or a number)
+//     kv_min_pull_tokens: 64         # fewer missing tokens are recomputed by the decode replica
+//     kv_bytes_per_token: 128KiB     # KV bytes per token (default: each group's preset's)
 //   slo: {ttft_s: 2.0, tpot_s: 0.1}
 //   policies: [round-robin, kvroute] # default: every built-in policy; `<name>+local-only`
 //                                    #   (`local-only` = kvroute+local-only) runs <name>
@@ -107,6 +118,20 @@
 // core gets every scrape and every event batch. Flow control is not modelled with more
 // than one replica (an error).
 //
+// P/D (`role` on fleet groups, `pd:`): when some group is `prefill`, the core picks a
+// pair as serve's does (core/routing/pd.h): the decode replica by the policy among the
+// decode-capable ones, the decision, and the prefill replica. A disaggregated request's
+// prefill leg (max_tokens 1, its blocks held for kv_lease_s) goes to the prefill replica;
+// its answer reaches the router a network delay after its step (RoutingCore::
+// OnPrefillDone), and the decode leg goes to the decode replica, which pulls the prompt's
+// full blocks it lacks (engine::PlanKvPull: missing tokens x kv_bytes_per_token /
+// kv_transfer_bandwidth; below kv_min_pull_tokens it recomputes them) and waits for them;
+// the prefill replica's hold ends when the pull completes. A prefill leg that fails (its
+// replica crashed or restarting) moves to another prefill replica within the retry budget
+// (RoutingCore::PickPrefill), else the decode replica prefills locally; a pull from a
+// replica that is down, or whose hold expired, is recomputed locally. TTFT runs from the
+// send to the decode leg's first token, E2E to its last. The report gains a `pd` block.
+//
 // Lengths (system_prompt_len, question_len, output_len, input_len) are an integer, a
 // {min, max, mean, std_dev} (mean required; min defaults to 1), or a
 // {mixture: [{weight, value | min, max, mean, std_dev}, ...]}.
@@ -120,6 +145,8 @@
 
 #include "config/yaml_reader.h"
 #include "core/engine/engine.h"
+#include "core/engine/kv_transfer.h"
+#include "core/routing/pd.h"
 #include "simkit/fault/fault.h"
 #include "core/flow/flow_queue.h"
 #include "simkit/report/summary.h"
@@ -134,6 +161,8 @@ struct FleetGroup {
   int replicas = 8;
   std::string region;  // the replicas' endpoint label `region`; empty: none (counts as local)
   std::string zone;    // label `zone`; empty: none
+  // Label llm-d.ai/role: "prefill", "decode" or "prefill-decode"; empty: none.
+  std::string role;
   std::string engine_preset = "llama3-8b-h100";
   int kv_blocks = 0;               // 0: the preset's
   int max_num_seqs = 0;            // 0: the preset's
@@ -188,6 +217,21 @@ struct ScenarioKvEvents {
   int64_t buffer_steps = 10000;  // batches the publisher keeps for replay, >= 1
 };
 
+// Prefill/decode disaggregation (the `pd:` block; used when some group has role prefill).
+struct ScenarioPd {
+  routing::PdOptions options;  // the core's decider thresholds (CoreOptions::pd)
+  double kv_lease_s = engine::kDefaultKvLeaseS;
+  double kv_transfer_bandwidth = engine::kDefaultKvTransferBandwidth;  // bytes/s
+  int kv_min_pull_tokens = engine::kDefaultKvMinPullTokens;
+  int64_t kv_bytes_per_token = 0;  // 0: each replica's engine preset's
+
+  // The transfer rule for a replica running `engine`.
+  engine::KvTransferModel TransferModel(const engine::EngineConfig& engine) const {
+    return {kv_bytes_per_token > 0 ? kv_bytes_per_token : engine.kv_bytes_per_token,
+            kv_transfer_bandwidth, kv_min_pull_tokens};
+  }
+};
+
 struct Scenario {
   std::string name;
   std::string source;  // the file it came from, for messages
@@ -211,6 +255,10 @@ struct Scenario {
   // `router: {replicas: N}`: router replicas, each a routing core of its own (>= 1).
   int router_replicas = 1;
   ScenarioKvEvents kv_events;
+  ScenarioPd pd;
+
+  // Whether some fleet group has a P/D role (the report then has its `pd` block).
+  bool HasRoles() const;
 };
 
 // Parses scenario YAML. `source_name` names the file in errors and becomes

@@ -334,7 +334,7 @@ TEST(ScenarioConfigTest, FleetGroupAndRouterErrorsNameFileLineAndField) {
       {"fleet:\n  groups: [{replicas: 2, scrape_interval_s: 1}]\n",
        "test.yaml:4: fleet.groups[0].scrape_interval_s: unknown key 'scrape_interval_s' "
        "(known: replicas, region, zone, engine_preset, kv_blocks, max_num_seqs, "
-       "max_num_batched_tokens, max_model_len, network_delay_s)"},
+       "max_num_batched_tokens, max_model_len, network_delay_s, role)"},
       {"fleet: {groups: [{replicas: 2}]}\nfaults: [{replica: 2, kind: crash}]\n",
        "test.yaml:4: faults[0].replica: must be <= 1 (got 2)"},
   };
@@ -405,6 +405,78 @@ TEST(ScenarioConfigTest, KvEventsAndRouterReplicasErrorsNameFileLineAndField) {
       {"router: {replicas: 2}\nflow:\n  enabled: true\n",
        "test.yaml:5: flow.enabled: flow control is not modelled with several router replicas "
        "(router.replicas 2)"},
+  };
+  for (const auto& [rest, error] : cases) EXPECT_EQ(ErrorOf(head + rest), error) << rest;
+}
+
+TEST(ScenarioConfigTest, RolesAndPdParse) {
+  // Defaults: no role; the core's decider defaults, a 30 s lease, 25 GB/s, 64 tokens, and
+  // the preset's bytes per token.
+  const Scenario d = MustParse(kSharedPrefix);
+  EXPECT_FALSE(d.HasRoles());
+  EXPECT_EQ(d.fleet.Groups()[0].role, "");
+  EXPECT_EQ(d.pd.options.non_cached_tokens, routing::PdOptions{}.non_cached_tokens);
+  EXPECT_EQ(d.pd.options.prompt_tokens, routing::PdOptions{}.prompt_tokens);
+  EXPECT_DOUBLE_EQ(d.pd.kv_lease_s, 30.0);
+  EXPECT_DOUBLE_EQ(d.pd.kv_transfer_bandwidth, 25e9);
+  EXPECT_EQ(d.pd.kv_min_pull_tokens, 64);
+  EXPECT_EQ(d.pd.kv_bytes_per_token, 0);
+  const engine::EngineConfig preset = *engine::PresetConfig("qwen3-32b-tp2-h100");
+  EXPECT_EQ(d.pd.TransferModel(preset).bytes_per_token, preset.kv_bytes_per_token);
+  const Scenario s = MustParse(
+      "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+      "fleet:\n  groups:\n    - {replicas: 3, role: prefill}\n"
+      "    - {replicas: 4, role: decode}\n    - {replicas: 1, role: prefill-decode}\n"
+      "    - {replicas: 1}\n"
+      "pd: {non_cached_tokens: 100, prompt_tokens: 0, kv_lease_s: 2.5, "
+      "kv_transfer_bandwidth: 10GB, kv_min_pull_tokens: 0, kv_bytes_per_token: 64KiB}\n");
+  ASSERT_EQ(s.fleet.Groups().size(), 4u);
+  EXPECT_EQ(s.fleet.Groups()[0].role, "prefill");
+  EXPECT_EQ(s.fleet.Groups()[1].role, "decode");
+  EXPECT_EQ(s.fleet.Groups()[2].role, "prefill-decode");
+  EXPECT_EQ(s.fleet.Groups()[3].role, "");
+  EXPECT_TRUE(s.HasRoles());
+  EXPECT_EQ(s.pd.options.non_cached_tokens, 100);
+  EXPECT_EQ(s.pd.options.prompt_tokens, 0);
+  EXPECT_DOUBLE_EQ(s.pd.kv_lease_s, 2.5);
+  EXPECT_DOUBLE_EQ(s.pd.kv_transfer_bandwidth, 10e9);
+  EXPECT_EQ(s.pd.kv_min_pull_tokens, 0);
+  EXPECT_EQ(s.pd.kv_bytes_per_token, 65536);
+  EXPECT_EQ(s.pd.TransferModel(preset).bytes_per_token, 65536);
+  // The flat form takes a role too.
+  EXPECT_EQ(MustParse("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n"
+                      "fleet: {replicas: 2, role: decode}\n")
+                .fleet.Groups()[0]
+                .role,
+            "decode");
+}
+
+TEST(ScenarioConfigTest, RolesAndPdErrorsNameFileLineAndField) {
+  const std::string head = "workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"fleet:\n  groups:\n    - {replicas: 2, role: prefil}\n",
+       "test.yaml:5: fleet.groups[0].role: must be prefill, decode or prefill-decode (got "
+       "'prefil') (did you mean 'prefill'?)"},
+      {"fleet:\n  groups:\n    - {replicas: 2, role: both}\n",
+       "test.yaml:5: fleet.groups[0].role: must be prefill, decode or prefill-decode (got "
+       "'both') (known: prefill, decode, prefill-decode)"},
+      {"fleet:\n  replicas: 2\n  role: ''\n",
+       "test.yaml:5: fleet.role: must be prefill, decode or prefill-decode (got '') (known: "
+       "prefill, decode, prefill-decode)"},
+      {"fleet:\n  groups:\n    - {replicas: 2, role: prefill}\n",
+       "test.yaml:4: fleet: every replica has role prefill: some group must be decode-capable "
+       "(decode, prefill-decode or no role)"},
+      {"pd:\n  kv_lease_s: 0\n", "test.yaml:4: pd.kv_lease_s: must be a number of seconds > 0"},
+      {"pd:\n  prompt_tokens: -1\n", "test.yaml:4: pd.prompt_tokens: must be >= 0 (got -1)"},
+      {"pd:\n  non_cached_tokens: many\n",
+       "test.yaml:4: pd.non_cached_tokens: must be an integer (got 'many')"},
+      {"pd:\n  kv_transfer_bandwidth: 0\n",
+       "test.yaml:4: pd.kv_transfer_bandwidth: must be > 0"},
+      {"pd:\n  kv_min_pull_tokens: -5\n",
+       "test.yaml:4: pd.kv_min_pull_tokens: must be >= 0 (got -5)"},
+      {"pd:\n  kv_lease: 30\n",
+       "test.yaml:4: pd.kv_lease: unknown key 'kv_lease' (did you mean 'kv_lease_s'?)"},
+      {"pd: 8\n", "test.yaml:3: pd: must be a mapping"},
   };
   for (const auto& [rest, error] : cases) EXPECT_EQ(ErrorOf(head + rest), error) << rest;
 }
