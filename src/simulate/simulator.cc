@@ -10,12 +10,15 @@
 #include <queue>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "config/core_options.h"
 #include "config/router_config.h"
 #include "core/engine/engine.h"
+#include "core/engine/kv_transfer.h"
 #include "core/engine/tokenizer.h"
 #include "core/flow/flow_gate.h"
 #include "core/flow/flow_queue.h"
@@ -52,10 +55,22 @@ enum class Ev : uint8_t {
   kFlowExpiry,  // the flow queue's earliest expiry is due
   kKvArrive,    // the oldest KV-event batch in transit reaches its router replica
   kKvReplay,    // a replay reaches its router replica: a = router * replicas + replica
+  // P/D (issue 25).
+  kPrefillReach,  // a prefill leg reaches its prefill replica: a = slot
+  kPrefillDone,   // the prefill leg's answer reaches the router: a = slot
+  kPrefillFail,   // the router learns the prefill leg failed (refused, reset): a = slot
+  kKvReady,       // a decode leg's KV pull completes on replica a: its engine may step
+  kTransferDone,  // a pull completes: the prefill replica's hold ends (a = index in pulls_)
+  kHoldExpiry,    // a hold's lease on replica a may have ended
 };
 
 // Where a live request is; a crash or restart acts on those at or heading to the replica.
-enum class Stage : uint8_t { kWaiting, kNetwork, kEngine, kDone };
+// A disaggregated request's prefill leg: kPrefillNetwork (heading to its prefill replica),
+// kPrefill (in that engine), kPrefillAnswer (the answer on its way back); then the decode
+// leg goes through kNetwork and kEngine as any request.
+enum class Stage : uint8_t {
+  kWaiting, kNetwork, kEngine, kDone, kPrefillNetwork, kPrefill, kPrefillAnswer
+};
 
 constexpr uint32_t kNoEndpoint = routing::RoutingCore::kNoEndpoint;
 
@@ -100,6 +115,20 @@ struct Live {
   int64_t predicted_cached = -1;
   int64_t admitted_cached = -1;
   bool flow_queued = false;  // waiting in the flow gate now
+  // P/D (a pool with prefill replicas): the core's decision; for a disaggregated pick the
+  // prefill leg's replica and the prefill work the core charged there (released once, by
+  // OnPrefillDone), the prefill replicas that failed it, and what the decode leg takes.
+  routing::PdDecision pd = routing::PdDecision::kOff;
+  int32_t prefill = -1;
+  double prefill_charge = 0.0;
+  bool prefill_charged = false;
+  bool prefill_rejected = false;  // its engine refused the leg (a 4xx: no other prefill)
+  std::vector<uint32_t> prefill_tried;
+  bool pull = false;         // the next decode attempt carries the prefill's answer
+  int held_blocks = 0;       // blocks the prefill leg held at its finish (remote_block_ids)
+  bool served_pd = false;    // the decode leg reached its replica with that answer
+  int64_t prefill_cached = -1;  // the prefill leg's cached tokens (what serve reports)
+  double transfer_s = -1.0;  // the decode leg's pull; -1: none
   Stage stage = Stage::kWaiting;
   report::ErrorKind error = report::ErrorKind::kNone;
 };
@@ -120,6 +149,14 @@ struct Replica {
   double slow = 1.0;
   int64_t past_queries = 0, past_hits = 0, past_preemptions = 0;
   int restarts = 0;  // restart faults so far (each new engine gets another hash seed)
+  double busy_s = 0.0;  // virtual seconds of steps run (per-role utilisation)
+  int64_t past_released = 0, past_expired = 0;  // P/D holds of replaced engines
+};
+
+// A KV pull in progress: when it completes, the prefill replica's hold on `id` ends.
+struct Pull {
+  uint32_t prefill = 0;
+  uint64_t id = 0;
 };
 
 // A KV-event batch on its way to one router replica.
@@ -144,6 +181,7 @@ class Simulation {
     const engine::EngineConfig config = s.fleet.EngineConfigFor();
     model_ = config.model_name;
     kv_events_ = s.kv_events.enabled;
+    pd_report_ = s.HasRoles();
     replicas_.reserve(static_cast<size_t>(s.fleet.replicas));
     const std::vector<config::FleetGroup> groups = s.fleet.Groups();
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -249,6 +287,27 @@ class Simulation {
         case Ev::kKvReplay:
           KvReplay(ev.a, ev.t);
           break;
+        case Ev::kPrefillReach:
+          PrefillReach(ev.a, ev.t);
+          break;
+        case Ev::kPrefillDone:
+          PrefillDone(ev.a, ev.t);
+          break;
+        case Ev::kPrefillFail:
+          PrefillFail(ev.a, ev.t);
+          break;
+        case Ev::kKvReady:
+          if (!replicas_[ev.a].busy && replicas_[ev.a].engine.HasWork()) StartStep(ev.a, ev.t);
+          break;
+        case Ev::kTransferDone: {
+          const Pull& p = pulls_[ev.a];
+          replicas_[p.prefill].engine.ReleaseHold(p.id);
+          break;
+        }
+        case Ev::kHoldExpiry:
+          // A busy engine expires holds at its next step.
+          if (!replicas_[ev.a].busy) replicas_[ev.a].engine.ExpireHolds(ev.t);
+          break;
       }
       if (progress_ && (events_ & 0xffff) == 0) progress_(now_, sent_, finished_);
     }
@@ -267,6 +326,7 @@ class Simulation {
   }
 
   std::vector<report::RequestRecord>& records() { return records_; }
+  const std::vector<report::RequestRecord>& records() const { return records_; }
   const report::GapHistogram& gaps() const { return gaps_; }
   const report::FleetRecorder& fleet() const { return fleet_; }
   int64_t events() const { return events_; }
@@ -309,6 +369,35 @@ class Simulation {
     return t;
   }
   int64_t steps() const { return steps_; }
+  // P/D: the core's decisions (by PdDecision), what the legs did, the inter-token gaps of
+  // requests served aggregated [0] and disaggregated [1] (when some group has a role), and
+  // each replica's busy seconds.
+  struct PdTotals {
+    int64_t served = 0;           // decode legs that reached their replica with an answer
+    int64_t pulls = 0;            // of which pulled KV
+    int64_t recomputed = 0;       // of which had too little to pull (kv_min_pull_tokens)
+    int64_t pull_failures = 0;    // of which found the prefill replica down or its hold gone
+    int64_t prefill_retries = 0;  // prefill legs moved to another prefill replica
+    int64_t local_prefills = 0;   // disaggregated picks the decode replica prefilled alone
+  };
+  const std::array<int64_t, routing::kNumPdDecisions>& pd_decisions() const {
+    return pd_decisions_;
+  }
+  const PdTotals& pd_totals() const { return pd_totals_; }
+  const report::GapHistogram& pd_gaps(bool disaggregated) const {
+    return pd_gaps_[disaggregated ? 1 : 0];
+  }
+  double busy_s(size_t replica) const { return replicas_[replica].busy_s; }
+  // Holds ended by a release and by their lease, every engine of the run.
+  std::pair<int64_t, int64_t> holds_ended() const {
+    std::pair<int64_t, int64_t> n{0, 0};
+    for (const Replica& r : replicas_) {
+      const engine::EngineStats st = r.engine.Stats();
+      n.first += st.kv_holds_released + r.past_released;
+      n.second += st.kv_holds_expired + r.past_expired;
+    }
+    return n;
+  }
   // Flow control's outcomes: tenant of each record (records() order), router waits of
   // the requests that left the queue by dispatch (0 for those dispatched at admission).
   const std::vector<int32_t>& record_tenants() const { return record_tenants_; }
@@ -365,6 +454,17 @@ class Simulation {
     l.queued_s = 0.0;
     l.output_tokens = l.cached_tokens = 0;
     l.retries = 0;
+    l.pd = routing::PdDecision::kOff;
+    l.prefill = -1;
+    l.prefill_charge = 0.0;
+    l.prefill_charged = false;
+    l.prefill_rejected = false;
+    l.prefill_tried.clear();
+    l.pull = false;
+    l.held_blocks = 0;
+    l.served_pd = false;
+    l.prefill_cached = -1;
+    l.transfer_s = -1.0;
     l.stage = Stage::kWaiting;
     l.error = report::ErrorKind::kNone;
     ++live_;
@@ -509,11 +609,7 @@ class Simulation {
     Render(l.spec);
     l.prompt_tokens = static_cast<int64_t>(engine::CountTokens(text_));
     routing::PickRequest pr;
-    pr.request.model = model_;
-    pr.request.prompt = text_;
-    pr.request.max_tokens = l.spec.max_tokens;
-    pr.request.prompt_tokens = l.prompt_tokens;
-    pr.request.queued_s = l.queued_s;
+    FillSchedRequest(l, &pr.request);
     pr.dispatch_first = true;
     l.tokens_ready = false;
     if (kv_events_) {
@@ -535,6 +631,11 @@ class Simulation {
       c.handle = pick.handle;
       c.ranked.assign(pick.ranked.begin(), pick.ranked.begin() + pick.n_ranked);
       if (!pick.ok()) c.ranked.clear();
+      c.pd = pick.pd;
+      if (pick.disaggregated()) {
+        c.prefill = pick.prefill;
+        c.tokens = pick.prefill_tokens;
+      }
     });
     if (!pick.ok() || pick.n_ranked == 0) {
       l.error = report::ErrorKind::kNoEndpoint;
@@ -547,7 +648,209 @@ class Simulation {
     l.handle = pick.handle;
     l.n_ranked = static_cast<uint32_t>(pick.n_ranked);
     std::copy(pick.ranked.begin(), pick.ranked.begin() + pick.n_ranked, l.ranked.begin());
+    l.pd = pick.pd;
+    ++pd_decisions_[static_cast<size_t>(pick.pd)];
+    if (pick.disaggregated()) {
+      // Both legs send the same prompt ids: tokenize once.
+      if (!l.tokens_ready) {
+        l.tokens.clear();
+        engine::TokenizeInto(text_, &l.tokens);
+        l.tokens_ready = true;
+      }
+      l.prefill = static_cast<int32_t>(pick.prefill);
+      l.prefill_charge = pick.prefill_tokens;
+      l.prefill_charged = true;
+      SendPrefill(s, t);
+      return;
+    }
     SendAttempt(s, 0, t);
+  }
+
+  // The request as the core's scheduler sees it (text_ holds its rendered prompt).
+  void FillSchedRequest(Live& l, sched::SchedRequest* req) {
+    req->model = model_;
+    req->prompt = text_;
+    req->max_tokens = l.spec.max_tokens;
+    req->prompt_tokens = l.prompt_tokens;
+    req->queued_s = l.queued_s;
+  }
+
+  // ---- P/D: the prefill leg of a disaggregated pick, as serve runs it ----
+
+  // The prefill leg (max_tokens 1, blocks held for the lease) leaves for l.prefill.
+  void SendPrefill(uint32_t s, double t) {
+    Live& l = slots_[s];
+    l.stage = Stage::kPrefillNetwork;
+    l.prefill_rejected = false;
+    Push(t + replicas_[static_cast<size_t>(l.prefill)].delay_s, Ev::kPrefillReach, s);
+  }
+
+  void PrefillReach(uint32_t s, double t) {
+    Live& l = slots_[s];
+    if (l.stage != Stage::kPrefillNetwork) return;  // failed on the way
+    const auto pi = static_cast<uint32_t>(l.prefill);
+    Replica& r = replicas_[pi];
+    if (r.down) {
+      l.stage = Stage::kWaiting;
+      l.refused = true;
+      Push(t + r.delay_s, Ev::kPrefillFail, s);
+      return;
+    }
+    engine::EngineRequest er;
+    er.id = l.spec.id;
+    er.prompt_tokens = l.tokens;  // a copy: the decode leg sends them again
+    er.max_tokens = 1;
+    er.arrival_s = t;
+    er.kv_hold_s = sc_.pd.kv_lease_s;
+    if (slot_of_.size() <= l.spec.id)
+      slot_of_.resize(std::max<size_t>(l.spec.id + 1, slot_of_.size() * 2));
+    slot_of_[l.spec.id] = s;
+    if (auto err = r.engine.AddRequest(std::move(er))) {
+      l.stage = Stage::kWaiting;
+      l.prefill_rejected = true;  // a 400: the request's doing, not the replica's
+      Push(t + r.delay_s, Ev::kPrefillFail, s);
+      return;
+    }
+    l.stage = Stage::kPrefill;
+    if (!r.busy) StartStep(pi, t);
+  }
+
+  // A step of replica `ri` produced the prefill leg's token: the leg is done (its length
+  // cap is 1), and its answer, with the blocks it holds, reaches the router `visible`.
+  void PrefillOutput(uint32_t s, uint32_t ri, const engine::RequestOutput& o, double visible) {
+    Live& l = slots_[s];
+    if (!o.finished) return;
+    Replica& r = replicas_[ri];
+    l.stage = Stage::kPrefillAnswer;
+    l.prefill_cached = o.cached_tokens;
+    // Finished by anything but its length cap, it holds nothing (null kv_transfer_params).
+    l.held_blocks = o.reason == engine::FinishReason::kLength
+                        ? static_cast<int>(r.engine.HeldBlocks(o.id).size())
+                        : 0;
+    if (l.held_blocks > 0) Push(o.finish_s + sc_.pd.kv_lease_s, Ev::kHoldExpiry, ri);
+    Push(visible, Ev::kPrefillDone, s);
+  }
+
+  // The prefill leg's charge on its replica ends (answered, failed or given up).
+  void PrefillEnded(Live& l) {
+    if (!l.prefill_charged) return;
+    l.prefill_charged = false;
+    PrefillDoneCall(l, static_cast<uint32_t>(l.prefill), l.prefill_charge);
+  }
+
+  void PrefillDoneCall(const Live& l, uint32_t prefill, double tokens) {
+    Core(l).OnPrefillDone(prefill, tokens);
+    Tap(l.core, CoreCall::Kind::kPrefillDone, now_, [&](CoreCall& c) {
+      c.endpoint = prefill;
+      c.prefill = prefill;
+      c.tokens = tokens;
+    });
+  }
+
+  // The prefill answer reached the router: the decode leg leaves with it (none: the
+  // decode replica prefills alone).
+  void PrefillDone(uint32_t s, double t) {
+    Live& l = slots_[s];
+    if (l.stage != Stage::kPrefillAnswer) return;
+    PrefillEnded(l);
+    Core(l).OnAttemptSucceeded(static_cast<uint32_t>(l.prefill));
+    Tap(l.core, CoreCall::Kind::kAttemptSucceeded, t, [&](CoreCall& c) {
+      c.endpoint = static_cast<uint32_t>(l.prefill);
+    });
+    l.pull = l.held_blocks > 0;
+    if (!l.pull) ++pd_totals_.local_prefills;
+    SendAttempt(s, 0, t);
+  }
+
+  // The prefill leg failed before answering: as serve, a replica's fault moves it to
+  // another prefill replica within the retry budget; else (or for a 4xx) the decode
+  // replica prefills locally. Nothing is lost either way.
+  void PrefillFail(uint32_t s, double t) {
+    Live& l = slots_[s];
+    const auto pi = static_cast<uint32_t>(l.prefill);
+    PrefillEnded(l);
+    const bool refused = l.refused;
+    l.refused = false;
+    if (!l.prefill_rejected) {
+      const routing::UpstreamFailure failure{refused ? "connect_refused" : "reset", refused};
+      Core(l).OnUpstreamFailure(pi, failure, t);
+      Tap(l.core, CoreCall::Kind::kUpstreamFailure, t, [&](CoreCall& c) {
+        c.endpoint = pi;
+        c.failure_kind = std::string(failure.kind);
+        c.flag = refused;
+      });
+      l.prefill_tried.push_back(pi);
+      Render(l.spec);
+      sched::SchedRequest req;
+      FillSchedRequest(l, &req);
+      routing::PickResult alt;
+      const bool picked = Core(l).PickPrefill(req, l.ranked[0], l.prefill_tried, alt);
+      Tap(l.core, CoreCall::Kind::kPickPrefill, t, [&](CoreCall& c) {
+        c.model = model_;
+        c.prompt = text_;
+        c.max_tokens = req.max_tokens;
+        c.prompt_tokens = req.prompt_tokens;
+        c.endpoint = l.ranked[0];
+        c.exclude = l.prefill_tried;
+        c.allowed = picked;
+        if (picked) {
+          c.prefill = alt.prefill;
+          c.tokens = alt.prefill_tokens;
+        }
+      });
+      if (picked) {
+        const bool allowed = Core(l).AllowRetry(t, refused);
+        Tap(l.core, CoreCall::Kind::kAllowRetry, t, [&](CoreCall& c) {
+          c.flag = refused;
+          c.allowed = allowed;
+        });
+        if (allowed) {
+          l.prefill = static_cast<int32_t>(alt.prefill);
+          l.prefill_charge = alt.prefill_tokens;
+          l.prefill_charged = true;
+          ++pd_totals_.prefill_retries;
+          SendPrefill(s, t);
+          return;
+        }
+        PrefillDoneCall(l, alt.prefill, alt.prefill_tokens);  // not sent after all
+      }
+    }
+    ++pd_totals_.local_prefills;
+    l.pull = false;
+    SendAttempt(s, 0, t);
+  }
+
+  // The decode leg reached replica `r` with the prefill's answer: it pulls the prompt's
+  // full blocks it lacks (engine::PlanKvPull, as `kvroute sim` does) and waits for them in
+  // its engine; the prefill replica's hold ends when the pull completes. Too little to
+  // pull: recomputed, and the hold is dropped now. The prefill replica down or its lease
+  // gone: recomputed (kv_load_failure_policy recompute).
+  void PlanPull(Live& l, Replica& r, uint32_t ri, engine::EngineRequest* er, double t) {
+    l.served_pd = true;
+    ++pd_totals_.served;
+    const auto pi = static_cast<uint32_t>(l.prefill);
+    Replica& p = replicas_[pi];
+    const int prompt = static_cast<int>(er->prompt_tokens.size());
+    const int local = r.engine.PeekCachedTokens(er->prompt_tokens);
+    const engine::KvPull pull = engine::PlanKvPull(
+        engine::PullableTokens(prompt, l.held_blocks, r.config.block_size), local,
+        sc_.pd.TransferModel(r.config));
+    if (!pull.pulls()) {
+      ++pd_totals_.recomputed;
+      if (!p.down) p.engine.ReleaseHold(er->id);
+      return;
+    }
+    if (p.down || p.engine.HeldBlocks(er->id).empty()) {
+      ++pd_totals_.pull_failures;
+      return;
+    }
+    er->kv_load_tokens = pull.load_tokens;
+    er->kv_ready_s = t + pull.transfer_s;
+    l.transfer_s = pull.transfer_s;
+    ++pd_totals_.pulls;
+    pulls_.push_back({pi, er->id});
+    Push(t + pull.transfer_s, Ev::kTransferDone, static_cast<uint32_t>(pulls_.size() - 1));
+    Push(er->kv_ready_s, Ev::kKvReady, ri);
   }
 
   // Attempt `attempt` of slot `s` goes to ranked[attempt] (the first was recorded with
@@ -633,6 +936,10 @@ class Simulation {
     er.prompt_tokens = std::move(l.tokens);
     er.max_tokens = static_cast<int>(l.spec.max_tokens);
     er.arrival_s = t;
+    if (l.pull) {
+      l.pull = false;
+      PlanPull(l, r, static_cast<uint32_t>(l.replica), &er, t);
+    }
     if (slot_of_.size() <= l.spec.id)
       slot_of_.resize(std::max<size_t>(l.spec.id + 1, slot_of_.size() * 2));
     slot_of_[l.spec.id] = s;
@@ -656,6 +963,7 @@ class Simulation {
     }
     ++steps_;
     r.busy = true;
+    r.busy_s += r.step.duration_s * r.slow;
     Push(t + r.step.duration_s * r.slow, Ev::kStepDone, ri);
   }
 
@@ -670,6 +978,10 @@ class Simulation {
     for (const engine::RequestOutput& o : r.step.outputs) {
       const uint32_t s = slot_of_[o.id];
       Live& l = slots_[s];
+      if (l.stage == Stage::kPrefill && l.prefill == static_cast<int32_t>(ri)) {
+        PrefillOutput(s, ri, o, visible);
+        continue;
+      }
       // Dropped by a crash or restart during the step (and perhaps sent elsewhere since).
       if (l.stage != Stage::kEngine || l.replica != static_cast<int32_t>(ri)) continue;
       if (o.new_tokens > 0) {
@@ -679,6 +991,7 @@ class Simulation {
         } else {
           const double gap = visible - l.last_token_s;
           gaps_.Add(gap);
+          if (pd_report_) pd_gaps_[l.served_pd ? 1 : 0].Add(gap);
           l.max_gap_s = std::max(l.max_gap_s, gap);
         }
         l.last_token_s = visible;
@@ -717,6 +1030,12 @@ class Simulation {
     rec.cached_tokens = l.cached_tokens;
     rec.max_itl_s = l.max_gap_s;
     rec.retries = l.retries;
+    if (l.served_pd) {
+      rec.prefill_endpoint = l.prefill;
+      rec.kv_transfer_s = l.transfer_s;
+      // As serve's usage: the prefill leg's cached tokens, not the tokens decode loaded.
+      if (l.prefill_cached >= 0) rec.cached_tokens = l.prefill_cached;
+    }
     if (l.first_token_s >= 0) rec.ttft_s = l.first_token_s - l.send_s;
     if (l.error == report::ErrorKind::kNone) rec.e2e_s = t - l.send_s;
     records_.push_back(rec);
@@ -838,6 +1157,7 @@ class Simulation {
       return;
     }
     ++l.retries;
+    l.pull = false;  // a decode leg that failed is retried as an ordinary request
     Render(l.spec);
     SendAttempt(s, attempt + 1, t);
   }
@@ -848,6 +1168,13 @@ class Simulation {
   void DropRequestsOn(uint32_t ri, double t, bool abort_engine) {
     for (uint32_t s = 0; s < slots_.size(); ++s) {
       Live& l = slots_[s];
+      if (l.prefill == static_cast<int32_t>(ri) &&
+          (l.stage == Stage::kPrefillNetwork || l.stage == Stage::kPrefill)) {
+        if (l.stage == Stage::kPrefill && abort_engine) replicas_[ri].engine.Abort(l.spec.id);
+        l.stage = Stage::kWaiting;
+        Push(t + replicas_[ri].delay_s, Ev::kPrefillFail, s);
+        continue;
+      }
       if (l.replica != static_cast<int32_t>(ri)) continue;
       if (l.stage != Stage::kNetwork && l.stage != Stage::kEngine) continue;
       if (l.stage == Stage::kEngine && abort_engine) replicas_[ri].engine.Abort(l.spec.id);
@@ -871,6 +1198,8 @@ class Simulation {
         r.past_queries += st.prefix_queries_tokens;
         r.past_hits += st.prefix_hits_tokens;
         r.past_preemptions += st.preemptions;
+        r.past_released += st.kv_holds_released;
+        r.past_expired += st.kv_holds_expired;
         // A step in flight still ends (its outputs are ignored: nothing is on it now).
         // The new engine hashes with another seed (vLLM without PYTHONHASHSEED) and its
         // publisher numbers batches from 0 again.
@@ -1061,6 +1390,12 @@ class Simulation {
   std::vector<kvevents::KvEvent> kv_drain_;
   std::vector<Delivery> deliveries_;
   KvTotals kv_totals_;
+  // P/D (issue 25).
+  bool pd_report_ = false;  // some fleet group has a role
+  std::array<int64_t, routing::kNumPdDecisions> pd_decisions_{};
+  PdTotals pd_totals_;
+  std::array<report::GapHistogram, 2> pd_gaps_;
+  std::vector<Pull> pulls_;  // every pull started, indexed by its kTransferDone event
 };
 
 constexpr std::string_view kFlowSuffix = "+flow";
@@ -1111,6 +1446,61 @@ std::vector<report::RegionReport> ByRegion(const config::Scenario& sc,
     rows[i].ttft_p99_s = st.p99;
   }
   return rows;
+}
+
+// The P/D block of the report: the core's decisions, what the legs did, latency of the
+// requests served disaggregated against the others, transfers, and busy time by role.
+void ReportPd(const config::Scenario& sc, const Simulation& sim, report::PolicyReport* rep) {
+  report::PdReport& pd = rep->pd;
+  rep->pd_reported = true;
+  for (size_t d = 0; d < routing::kNumPdDecisions; ++d) {
+    pd.decisions.emplace_back(
+        std::string(routing::PdDecisionName(static_cast<routing::PdDecision>(d))),
+        sim.pd_decisions()[d]);
+  }
+  const Simulation::PdTotals& t = sim.pd_totals();
+  pd.disaggregated = t.served;
+  pd.pulls = t.pulls;
+  pd.recomputed = t.recomputed;
+  pd.pull_failures = t.pull_failures;
+  pd.prefill_retries = t.prefill_retries;
+  pd.local_prefills = t.local_prefills;
+  std::tie(pd.holds_released, pd.holds_expired) = sim.holds_ended();
+  std::vector<report::RequestRecord> split[2];
+  std::vector<double> transfers;
+  for (const report::RequestRecord& rec : sim.records()) {
+    split[rec.prefill_endpoint >= 0 ? 1 : 0].push_back(rec);
+    if (rec.kv_transfer_s >= 0) transfers.push_back(rec.kv_transfer_s);
+  }
+  for (int k = 0; k < 2; ++k) {
+    const report::PolicyReport sub = report::Summarize(rep->policy, split[k], sc.slo,
+                                                       report::FleetTotals{},
+                                                       &sim.pd_gaps(k == 1), nullptr);
+    report::PdClassReport& c = k == 1 ? pd.disaggregated_requests : pd.aggregated_requests;
+    c.requests = sub.requests;
+    c.succeeded = sub.succeeded;
+    c.ttft_s = sub.ttft_s;
+    c.tpot_s = sub.tpot_s;
+    c.e2e_s = sub.e2e_s;
+    c.itl_mean_s = sub.itl_mean_s;
+    c.itl_p99_s = sub.itl_p99_s;
+  }
+  pd.transfer_s = report::Summarize(transfers);
+  // Busy time by role, over the run's span (groups without a role: "none").
+  size_t replica = 0;
+  for (const config::FleetGroup& g : sc.fleet.Groups()) {
+    const std::string role = g.role.empty() ? "none" : g.role;
+    auto it = std::find_if(pd.roles.begin(), pd.roles.end(),
+                           [&](const report::PdRoleReport& r) { return r.role == role; });
+    if (it == pd.roles.end()) it = pd.roles.insert(pd.roles.end(), report::PdRoleReport{role});
+    it->replicas += g.replicas;
+    for (int k = 0; k < g.replicas; ++k) it->busy_s += sim.busy_s(replica++);
+  }
+  for (report::PdRoleReport& r : pd.roles) {
+    if (rep->span_s > 0 && r.replicas > 0) {
+      r.utilization = r.busy_s / (rep->span_s * static_cast<double>(r.replicas));
+    }
+  }
 }
 
 }  // namespace
@@ -1186,6 +1576,7 @@ std::vector<routing::EndpointSpec> SimulationEndpoints(const config::Scenario& s
       // As `labels: {region: R}` on a configured endpoint of `kvroute serve`.
       if (!g.region.empty()) e.labels.emplace_back("region", g.region);
       if (!g.zone.empty()) e.labels.emplace_back("zone", g.zone);
+      if (!g.role.empty()) e.labels.emplace_back(std::string(routing::kRoleLabel), g.role);
       if (scenario.kv_events.enabled) e.kv_events = "sim://" + e.address;
       endpoints.push_back(std::move(e));
     }
@@ -1202,6 +1593,7 @@ routing::CoreOptions SimulationCoreOptions(const config::Scenario& scenario,
   // The scenario's SLOs are the pool default (requests carry none of their own).
   opts.default_slo_ttft_s = scenario.slo.ttft_s;
   opts.default_slo_tpot_s = scenario.slo.tpot_s;
+  opts.pd = scenario.pd.options;
   ApplyRouterRegion(scenario, &opts);
   return opts;
 }
@@ -1275,6 +1667,7 @@ SimulationResult RunSimulationWith(const config::Scenario& requested,
     rep.tenants.push_back(std::move(t));
   }
   rep.regions = ByRegion(scenario, sim.records());
+  if (scenario.HasRoles()) ReportPd(scenario, sim, &rep);
   {
     const routing::LatencyStats lat = sim.latency();
     rep.latency_ttft_samples = static_cast<int64_t>(lat.ttft_samples);

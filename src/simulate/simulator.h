@@ -36,6 +36,13 @@
 // requests round-robin in send order, each request's lifecycle on the core that picked
 // it, every scrape and event batch to every core. The tap (CoreTap) sees every call but
 // the KV-event ones, each with the core it went to.
+// Prefill/decode disaggregation (fleet groups' `role`, scenario `pd:`; scenario_config.h,
+// "P/D"): a disaggregated pick's prefill leg runs on its prefill replica (max_tokens 1,
+// blocks held for the lease), RoutingCore::OnPrefillDone when its answer reaches the
+// router, then the decode leg on the decode replica waits for its KV pull
+// (engine::PlanKvPull); a failed prefill leg moves with RoutingCore::PickPrefill or is
+// prefilled locally, as in serve. The report's `pd` block counts decisions and legs and
+// compares requests served disaggregated with the others.
 // The core runs with a default RouterConfig's options (config::CoreOptionsFrom), the
 // scenario's policy, seed and router region. Deterministic: same scenario, policy and
 // seed give the same report.
@@ -131,6 +138,10 @@ struct CoreCall {
     kUpstreamFailure,   // OnUpstreamFailure(endpoint, {kind, flag = connect failed}, t)
     kAttemptSucceeded,  // OnAttemptSucceeded(endpoint)
     kAllowRetry,        // AllowRetry(t, flag = free) -> allowed
+    // P/D (issue 25).
+    kPrefillDone,       // OnPrefillDone(endpoint = prefill, tokens)
+    kPickPrefill,       // PickPrefill(request, endpoint = decode, exclude) -> allowed =
+                        //   picked, prefill and tokens its answer
   };
   Kind kind = Kind::kPick;
   uint32_t core = 0;  // the router replica whose core was called (router.replicas)
@@ -142,10 +153,16 @@ struct CoreCall {
   bool allowed = false;
   std::string failure_kind;
   routing::ScrapeResult scrape;
-  // kPick: the request as the core saw it, and what it answered.
+  // kPick and kPickPrefill: the request as the core saw it, and what it answered.
   std::string model, prompt;
   int64_t max_tokens = -1, prompt_tokens = -1;
   std::vector<uint32_t> ranked;
+  // P/D: kPick's decision, and the prefill endpoint and its charged tokens (kPick when it
+  // disaggregates, kPickPrefill when it picked, kPrefillDone); kPickPrefill's exclusions.
+  routing::PdDecision pd = routing::PdDecision::kOff;
+  uint32_t prefill = routing::RoutingCore::kNoEndpoint;
+  double tokens = 0.0;
+  std::vector<uint32_t> exclude;
 };
 using CoreTap = std::function<void(const CoreCall&)>;
 

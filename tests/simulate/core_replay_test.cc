@@ -48,7 +48,7 @@ faults:
 )";
 
 struct Replayed {
-  int picks = 0, mismatches = 0, retries_checked = 0;
+  int picks = 0, mismatches = 0, retries_checked = 0, prefill_picks = 0;
   std::map<CoreCall::Kind, int> calls;
 };
 
@@ -80,7 +80,10 @@ Replayed Replay(const config::Scenario& s, const std::string& policy,
         std::vector<uint32_t> ranked;
         if (r.ok()) ranked.assign(r.ranked.begin(), r.ranked.begin() + r.n_ranked);
         ++out.picks;
-        if (ranked != c.ranked) ++out.mismatches;
+        if (ranked != c.ranked || r.pd != c.pd) ++out.mismatches;
+        if (r.disaggregated() && (r.prefill != c.prefill || r.prefill_tokens != c.tokens)) {
+          ++out.mismatches;
+        }
         if (r.handle != sched::kNoHandle) handle[c.handle] = r.handle;
         break;
       }
@@ -106,6 +109,21 @@ Replayed Replay(const config::Scenario& s, const std::string& policy,
         EXPECT_EQ(core.AllowRetry(c.t, c.flag), c.allowed) << "at t=" << c.t;
         ++out.retries_checked;
         break;
+      case CoreCall::Kind::kPrefillDone:
+        core.OnPrefillDone(c.prefill, c.tokens);
+        break;
+      case CoreCall::Kind::kPickPrefill: {
+        sched::SchedRequest req;
+        req.model = c.model;
+        req.prompt = c.prompt;
+        req.max_tokens = c.max_tokens;
+        req.prompt_tokens = c.prompt_tokens;
+        routing::PickResult r;
+        const bool picked = core.PickPrefill(req, c.endpoint, c.exclude, r);
+        ++out.prefill_picks;
+        if (picked != c.allowed || (picked && r.prefill != c.prefill)) ++out.mismatches;
+        break;
+      }
     }
   }
   return out;
@@ -131,6 +149,62 @@ TEST(CoreReplayTest, SimulatesPicksAreTheCoresAnswersToTheSameInputs) {
     EXPECT_GT(replay.calls[CoreCall::Kind::kTokens], 0);
     EXPECT_EQ(replay.calls[CoreCall::Kind::kFinished], 400);
   }
+}
+
+// The same with prefill/decode pairs: 2 prefill and 2 decode replicas (a few prompts short
+// or cached enough to stay aggregated), both prefill replicas crashing while they run legs
+// (moved to the other prefill replica, or prefilled locally when both are down) and a
+// decode replica restarting. The decisions, prefill choices and
+// moves are the core's answers to the same inputs.
+TEST(CoreReplayTest, PrefillDecodePairsAreTheCoresAnswers) {
+  const config::Scenario s = MustParse(R"(
+name: replay-pd
+seed: 7
+workload:
+  type: shared-prefix
+  num_groups: 6
+  num_prompts_per_group: 100
+  system_prompt_len: 200
+  question_len: {min: 10, max: 3000, mean: 1200, std_dev: 900}
+  output_len: {min: 20, max: 120, mean: 60, std_dev: 30}
+arrivals: {process: poisson, rate: 40, num_requests: 400}
+fleet:
+  engine_preset: llama3-8b-h100
+  kv_blocks: 4000
+  scrape_interval_s: 0.05
+  network_delay_s: 0.001
+  groups:
+    - {replicas: 2, role: prefill}
+    - {replicas: 2, role: decode}
+faults:
+  - {replica: 0, kind: slow, at: 2.5s, duration: 0.5s, factor: 50}
+  - {replica: 0, kind: crash, at: 3s, duration: 2s}
+  - {replica: 1, kind: slow, at: 3.5s, duration: 0.5s, factor: 50}
+  - {replica: 1, kind: crash, at: 4s, duration: 0.5s}
+  - {replica: 3, kind: restart, at: 4s}
+)");
+  std::vector<CoreCall> calls;
+  const SimulationResult r =
+      RunSimulationWith(s, SimulationCoreOptions(s, "kvroute"), "kvroute", -1, {},
+                        [&](const CoreCall& c) { calls.push_back(c); });
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(r.report.requests, 400);
+  const Replayed replay = Replay(s, "kvroute", calls);
+  EXPECT_EQ(replay.mismatches, 0);
+  // Every path ran: pairs, aggregated picks, a moved leg, a local prefill.
+  EXPECT_GT(r.report.pd.disaggregated, 0);
+  EXPECT_GT(r.report.pd.aggregated_requests.requests, 0);
+  EXPECT_GT(replay.prefill_picks, 0);
+  EXPECT_GT(r.report.pd.prefill_retries, 0);
+  EXPECT_GT(r.report.pd.local_prefills, 0);
+  // Every prefill leg sent was released exactly once.
+  int64_t charged = 0, released = 0;
+  for (const CoreCall& c : calls) {
+    if (c.kind == CoreCall::Kind::kPick && c.pd == routing::PdDecision::kDisaggregate) ++charged;
+    if (c.kind == CoreCall::Kind::kPickPrefill && c.allowed) ++charged;
+    if (c.kind == CoreCall::Kind::kPrefillDone) ++released;
+  }
+  EXPECT_EQ(charged, released);
 }
 
 // The replay would not notice a simulate that ignored the core's answer; the records do:

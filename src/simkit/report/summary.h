@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvroute::report {
@@ -45,6 +46,10 @@ struct RequestRecord {
   int32_t endpoint = -1;      // where it was served; -1 when unknown
   int32_t retries = 0;        // attempts after the first (another endpoint, before any byte)
   ErrorKind error = ErrorKind::kNone;
+  // Prefill/decode disaggregation (simulate): the replica whose prefill leg the decode leg
+  // took over (-1: served without one), and how long its KV pull took (-1: no pull).
+  int32_t prefill_endpoint = -1;
+  double kv_transfer_s = -1.0;
 
   bool ok() const { return error == ErrorKind::kNone; }
   // TPOT as defined above; -1 when output_tokens < 2 or the request failed.
@@ -167,6 +172,40 @@ struct RegionReport {
   double ttft_p50_s = 0.0, ttft_p99_s = 0.0;  // its succeeded requests
 };
 
+// Requests of one kind in a P/D run: served disaggregated (a prefill leg on a prefill
+// replica, then the decode leg) or aggregated (one replica did both).
+struct PdClassReport {
+  int64_t requests = 0;
+  int64_t succeeded = 0;
+  Stats ttft_s, tpot_s, e2e_s;                // succeeded requests only
+  double itl_mean_s = 0.0, itl_p99_s = 0.0;   // their inter-token gaps
+};
+
+// Replicas of one P/D role ("prefill", "decode", "prefill-decode", "none").
+struct PdRoleReport {
+  std::string role;
+  int64_t replicas = 0;
+  double busy_s = 0.0;       // seconds of engine steps, summed over its replicas
+  double utilization = 0.0;  // busy_s / (span * replicas)
+};
+
+// Prefill/decode disaggregation in simulate (issue 25).
+struct PdReport {
+  // The routing core's decision per pick, by its name (off, short_prompt, cached,
+  // disaggregate, no_prefill), in that order.
+  std::vector<std::pair<std::string, int64_t>> decisions;
+  int64_t disaggregated = 0;    // decode legs that reached their replica with a prefill answer
+  int64_t pulls = 0;            // of which pulled KV from the prefill replica
+  int64_t recomputed = 0;       // of which had too little to pull and recomputed it
+  int64_t pull_failures = 0;    // of which found the prefill replica down or its hold gone
+  int64_t prefill_retries = 0;  // prefill legs moved to another prefill replica
+  int64_t local_prefills = 0;   // disaggregate decisions the decode replica prefilled alone
+  int64_t holds_released = 0, holds_expired = 0;  // prefill holds ended by pulls / leases
+  PdClassReport disaggregated_requests, aggregated_requests;
+  Stats transfer_s;  // the pulls' transfer times
+  std::vector<PdRoleReport> roles;  // in fleet group order
+};
+
 struct PolicyReport {
   std::string policy;
   int64_t requests = 0;  // records (sent)
@@ -227,6 +266,9 @@ struct PolicyReport {
   double latency_tpot_mape = -1;
   double latency_ttft_mae_s = -1;  // mean |predicted - observed|, seconds; -1 none scored
   double latency_tpot_mae_s = -1;
+  // P/D (simulate with fleet roles); written only when pd_reported.
+  bool pd_reported = false;
+  PdReport pd;
   // For charts: up to 200 (ttft, cumulative fraction) points, ascending.
   std::vector<std::pair<double, double>> ttft_cdf;
   std::vector<double> kv_times;

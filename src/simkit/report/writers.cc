@@ -89,6 +89,52 @@ void WriteStats(JsonWriter& w, std::string_view name, const Stats& s) {
   w.Close('}');
 }
 
+void WritePdClass(JsonWriter& w, std::string_view name, const PdClassReport& c) {
+  w.Key(name);
+  w.Open('{');
+  w.FieldInt("requests", c.requests);
+  w.FieldInt("succeeded", c.succeeded);
+  WriteStats(w, "ttft_s", c.ttft_s);
+  WriteStats(w, "tpot_s", c.tpot_s);
+  WriteStats(w, "e2e_s", c.e2e_s);
+  w.Field("itl_mean_s", c.itl_mean_s);
+  w.Field("itl_p99_s", c.itl_p99_s);
+  w.Close('}');
+}
+
+void WritePd(JsonWriter& w, const PdReport& pd) {
+  w.Key("pd");
+  w.Open('{');
+  w.Key("decisions");
+  w.Open('{');
+  for (const auto& [name, n] : pd.decisions) w.FieldInt(name, n);
+  w.Close('}');
+  w.FieldInt("disaggregated", pd.disaggregated);
+  w.FieldInt("pulls", pd.pulls);
+  w.FieldInt("recomputed", pd.recomputed);
+  w.FieldInt("pull_failures", pd.pull_failures);
+  w.FieldInt("prefill_retries", pd.prefill_retries);
+  w.FieldInt("local_prefills", pd.local_prefills);
+  w.FieldInt("holds_released", pd.holds_released);
+  w.FieldInt("holds_expired", pd.holds_expired);
+  WritePdClass(w, "disaggregated_requests", pd.disaggregated_requests);
+  WritePdClass(w, "aggregated_requests", pd.aggregated_requests);
+  WriteStats(w, "transfer_s", pd.transfer_s);
+  w.Key("roles");
+  w.Open('[');
+  for (const PdRoleReport& r : pd.roles) {
+    w.Elem();
+    w.Open('{');
+    w.Field("role", r.role);
+    w.FieldInt("replicas", r.replicas);
+    w.Field("busy_s", r.busy_s);
+    w.Field("utilization", r.utilization);
+    w.Close('}');
+  }
+  w.Close(']');
+  w.Close('}');
+}
+
 const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 constexpr size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
@@ -217,6 +263,7 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.FieldOrNull("ttft_mae_s", p.latency_ttft_mae_s);
     w.FieldOrNull("tpot_mae_s", p.latency_tpot_mae_s);
     w.Close('}');
+    if (p.pd_reported) WritePd(w, p.pd);
     if (p.kv_events_reported) {
       w.Key("kv_events");
       w.Open('{');
@@ -306,6 +353,43 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
                        Ms(std::max(0.0, p.latency_tpot_mae_s)), p.latency_tpot_scored);
   }
   if (!lat.empty()) out += "\nLatency model (mean absolute error of its predictions):" + lat + ".\n";
+  std::string pd;
+  for (const PolicyReport& p : policies) {
+    if (!p.pd_reported) continue;
+    for (const auto* c : {&p.pd.disaggregated_requests, &p.pd.aggregated_requests}) {
+      if (c->requests == 0) continue;
+      pd += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p.policy,
+                        c == &p.pd.disaggregated_requests ? "disaggregated" : "aggregated",
+                        c->requests, Ms(c->ttft_s.mean), Ms(c->ttft_s.p99), Ms(c->itl_mean_s),
+                        Ms(c->itl_p99_s), Ms(c->tpot_s.mean), Ms(c->e2e_s.mean),
+                        Ms(c->e2e_s.p99));
+    }
+  }
+  if (!pd.empty()) {
+    out += "\n| policy | P/D served | requests | TTFT mean | TTFT p99 | ITL mean | ITL p99 | "
+           "TPOT mean | E2E mean | E2E p99 |\n"
+           "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n" + pd;
+    std::string legs;
+    for (const PolicyReport& p : policies) {
+      if (!p.pd_reported) continue;
+      std::string decisions, roles;
+      for (const auto& [name, n] : p.pd.decisions) {
+        if (n > 0) decisions += fmt::format("{}{} {}", decisions.empty() ? "" : ", ", n, name);
+      }
+      for (const PdRoleReport& r : p.pd.roles) {
+        roles += fmt::format("{}{} {:.0f}% ({})", roles.empty() ? "" : ", ", r.role,
+                             r.utilization * 100, r.replicas);
+      }
+      legs += fmt::format(
+          "\n- {}: decisions {}; {} disaggregated ({} pulled, transfer mean {} p99 {}; {} "
+          "recomputed, {} pull failures); {} prefill retries, {} local prefills; busy by role: "
+          "{}.",
+          p.policy, decisions.empty() ? "none" : decisions, p.pd.disaggregated, p.pd.pulls,
+          Ms(p.pd.transfer_s.mean), Ms(p.pd.transfer_s.p99), p.pd.recomputed,
+          p.pd.pull_failures, p.pd.prefill_retries, p.pd.local_prefills, roles);
+    }
+    out += "\nPrefill/decode:" + legs + "\n";
+  }
   std::string tenants;
   for (const PolicyReport& p : policies) {
     for (const TenantReport& t : p.tenants) {
