@@ -956,8 +956,9 @@ class Simulation {
     Replica& r = replicas_[ri];
     r.engine.Step(t, &r.step);
     if (r.step.duration_s <= 0.0) {
-      // Nothing schedulable (should not happen with work queued); wait for the next
-      // arrival rather than spin.
+      // Nothing schedulable: decode legs waiting for their KV pull (kKvReady wakes the
+      // replica); otherwise it should not happen with work queued. Wait for the next
+      // event rather than spin.
       r.busy = false;
       return;
     }
@@ -998,7 +999,10 @@ class Simulation {
       }
       l.output_tokens = o.completion_tokens;
       l.cached_tokens = o.cached_tokens;
-      if (l.admitted_cached < 0 && l.retries == 0) l.admitted_cached = o.cached_tokens;
+      // A decode leg's cached tokens include the ones it pulled: no route receipt for it.
+      if (l.admitted_cached < 0 && l.retries == 0 && l.transfer_s < 0) {
+        l.admitted_cached = o.cached_tokens;
+      }
       // The router sees the tokens on the stream network_delay_s from now; telling the
       // scheduler here (stamped with that time) saves one event per token and step.
       if (o.new_tokens > 0 && l.handle != sched::kNoHandle) {

@@ -114,8 +114,8 @@ Status LocalOnlyScenario(const config::Scenario& scenario, config::Scenario* out
 void ApplyRouterRegion(const config::Scenario& scenario, routing::CoreOptions* opts);
 
 // The core's endpoints for `scenario`'s replicas, replica i as endpoint i: address and
-// name "replica-<i>", and its group's region and zone as labels (as `labels: {region: R,
-// zone: Z}` on a configured endpoint of `kvroute serve`).
+// name "replica-<i>", and its group's region, zone and P/D role as labels (as `labels:
+// {region: R, zone: Z, llm-d.ai/role: prefill}` on a configured endpoint of `kvroute serve`).
 std::vector<routing::EndpointSpec> SimulationEndpoints(const config::Scenario& scenario);
 
 // The routing core's options RunSimulation runs `policy` with on `scenario`: a default
