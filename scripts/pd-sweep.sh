@@ -3,7 +3,8 @@
 # (llm-d's P/D guide shape: 5,000-token prompts, 250-token outputs) on the same 8 replicas
 # split 2:6, 3:5, 4:4, 5:3 and 6:2, plus all 8 aggregated (pd-prefill-heavy-aggregated.yaml),
 # one policy. Writes each variant to a temporary directory, runs `kvroute simulate` on it
-# (progress on stderr) and prints one Markdown table on stdout.
+# (progress on stderr) and prints one Markdown table on stdout. "busy / KV by role": the
+# share of the run a role's replicas spent in engine steps, and their mean KV usage.
 #
 #   scripts/pd-sweep.sh [BUILD_DIR]    (default build; needs kvroute)
 #   RATE=45 REQUESTS=2000 POLICY=least-request SEED=2 scripts/pd-sweep.sh
@@ -38,11 +39,14 @@ run() {  # run LABEL FILE
   echo "pd-sweep: $1 at $RATE req/s, $REQUESTS requests, $POLICY, seed $SEED" >&2
   "$KV" simulate --scenario "$2" --policies "$POLICY" --seed "$SEED" --requests "$REQUESTS" \
     --quiet --out "$tmp/out-$1" >/dev/null 2>"$tmp/$1.log" || { cat "$tmp/$1.log" >&2; exit 1; }
-  jq -r --arg name "$1" '.policies[0] as $p | $p.pd as $pd |
-    ($pd.roles | map("\(.role) \(.utilization * 100 | round)%") | join(", ")) as $busy |
-    "| \($name) | \($p.e2e_s.mean * 100 | round / 100) s | \($p.itl_mean_s * 10000 | round / 10) ms" +
+  jq -r --arg name "$1" '
+    def fixed(n): (. * pow(10; n) | round) as $c |
+      "\($c / pow(10; n) | floor).\($c % pow(10; n) | tostring | ("000" + .)[-n:])";
+    .policies[0] as $p | $p.pd as $pd |
+    ($pd.roles | map("\(.role) \(.utilization * 100 | round)% / \(.kv_usage_mean * 100 | round)%") | join(", ")) as $busy |
+    "| \($name) | \($p.e2e_s.mean | fixed(2)) s | \($p.itl_mean_s * 1000 | fixed(1)) ms" +
     " | \($p.ttft_s.mean * 1000 | round) ms | \($p.ttft_s.p99 * 1000 | round) ms" +
-    " | \($p.goodput_requests_per_s * 100 | round / 100) | \($pd.disaggregated) | \($busy) |"' \
+    " | \($p.goodput_requests_per_s | fixed(2)) | \($pd.disaggregated) | \($busy) |"' \
     "$tmp/out-$1/report.json" >>"$tmp/rows.md"
 }
 
@@ -53,6 +57,6 @@ for p in 2 3 4 5 6; do
   variant "$BASE" "$tmp/p$p.yaml" "$p" "$d"
   run "$p:$d" "$tmp/p$p.yaml"
 done
-echo "| P:D | E2E mean | ITL mean | TTFT mean | TTFT p99 | goodput/s | disaggregated | busy by role |"
+echo "| P:D | E2E mean | ITL mean | TTFT mean | TTFT p99 | goodput/s | disaggregated | busy / KV by role |"
 echo "|---|--:|--:|--:|--:|--:|--:|---|"
 cat "$tmp/rows.md"

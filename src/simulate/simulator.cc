@@ -150,6 +150,7 @@ struct Replica {
   int64_t past_queries = 0, past_hits = 0, past_preemptions = 0;
   int restarts = 0;  // restart faults so far (each new engine gets another hash seed)
   double busy_s = 0.0;  // virtual seconds of steps run (per-role utilisation)
+  double kv_sum = 0.0;  // KV usage summed over scrapes (its mean, per role)
   int64_t past_released = 0, past_expired = 0;  // P/D holds of replaced engines
 };
 
@@ -388,6 +389,11 @@ class Simulation {
     return pd_gaps_[disaggregated ? 1 : 0];
   }
   double busy_s(size_t replica) const { return replicas_[replica].busy_s; }
+  // Mean KV usage of `replica` over the scrapes (0 before any).
+  double kv_mean(size_t replica) const {
+    return fleet_.samples() > 0 ? replicas_[replica].kv_sum / static_cast<double>(fleet_.samples())
+                                : 0.0;
+  }
   // Holds ended by a release and by their lease, every engine of the run.
   std::pair<int64_t, int64_t> holds_ended() const {
     std::pair<int64_t, int64_t> n{0, 0};
@@ -1267,6 +1273,7 @@ class Simulation {
         });
       }
       kv_[i] = st.kv_cache_usage;
+      replicas_[i].kv_sum += st.kv_cache_usage;
       waiting_[i] = st.waiting;
     }
     fleet_.AddSample(t, kv_, waiting_);
@@ -1498,12 +1505,15 @@ void ReportPd(const config::Scenario& sc, const Simulation& sim, report::PolicyR
                            [&](const report::PdRoleReport& r) { return r.role == role; });
     if (it == pd.roles.end()) it = pd.roles.insert(pd.roles.end(), report::PdRoleReport{role});
     it->replicas += g.replicas;
-    for (int k = 0; k < g.replicas; ++k) it->busy_s += sim.busy_s(replica++);
+    for (int k = 0; k < g.replicas; ++k, ++replica) {
+      it->busy_s += sim.busy_s(replica);
+      it->kv_usage_mean += sim.kv_mean(replica);  // a sum until divided below
+    }
   }
   for (report::PdRoleReport& r : pd.roles) {
-    if (rep->span_s > 0 && r.replicas > 0) {
-      r.utilization = r.busy_s / (rep->span_s * static_cast<double>(r.replicas));
-    }
+    if (r.replicas == 0) continue;
+    if (rep->span_s > 0) r.utilization = r.busy_s / (rep->span_s * static_cast<double>(r.replicas));
+    r.kv_usage_mean /= static_cast<double>(r.replicas);
   }
 }
 

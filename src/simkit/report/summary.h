@@ -187,6 +187,7 @@ struct PdRoleReport {
   int64_t replicas = 0;
   double busy_s = 0.0;       // seconds of engine steps, summed over its replicas
   double utilization = 0.0;  // busy_s / (span * replicas)
+  double kv_usage_mean = 0.0;  // its replicas' scraped KV usage, mean over scrapes and replicas
 };
 
 // Prefill/decode disaggregation in simulate (issue 25).

@@ -129,6 +129,7 @@ void WritePd(JsonWriter& w, const PdReport& pd) {
     w.FieldInt("replicas", r.replicas);
     w.Field("busy_s", r.busy_s);
     w.Field("utilization", r.utilization);
+    w.Field("kv_usage_mean", r.kv_usage_mean);
     w.Close('}');
   }
   w.Close(']');
@@ -377,16 +378,19 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
         if (n > 0) decisions += fmt::format("{}{} {}", decisions.empty() ? "" : ", ", n, name);
       }
       for (const PdRoleReport& r : p.pd.roles) {
-        roles += fmt::format("{}{} {:.0f}% ({})", roles.empty() ? "" : ", ", r.role,
-                             r.utilization * 100, r.replicas);
+        roles += fmt::format("{}{} x{}: busy {:.0f}%, KV {:.0f}%", roles.empty() ? "" : "; ",
+                             r.role, r.replicas, r.utilization * 100, r.kv_usage_mean * 100);
       }
+      const std::string transfer =
+          p.pd.pulls > 0 ? fmt::format(", transfer mean {} p99 {}", Ms(p.pd.transfer_s.mean),
+                                       Ms(p.pd.transfer_s.p99))
+                         : "";
       legs += fmt::format(
-          "\n- {}: decisions {}; {} disaggregated ({} pulled, transfer mean {} p99 {}; {} "
-          "recomputed, {} pull failures); {} prefill retries, {} local prefills; busy by role: "
-          "{}.",
+          "\n- {}: decisions {}; {} disaggregated ({} pulled{}; {} recomputed, {} pull "
+          "failures); {} prefill retries, {} local prefills; by role (mean over the run): {}.",
           p.policy, decisions.empty() ? "none" : decisions, p.pd.disaggregated, p.pd.pulls,
-          Ms(p.pd.transfer_s.mean), Ms(p.pd.transfer_s.p99), p.pd.recomputed,
-          p.pd.pull_failures, p.pd.prefill_retries, p.pd.local_prefills, roles);
+          transfer, p.pd.recomputed, p.pd.pull_failures, p.pd.prefill_retries,
+          p.pd.local_prefills, roles);
     }
     out += "\nPrefill/decode:" + legs + "\n";
   }

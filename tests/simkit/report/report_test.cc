@@ -170,5 +170,44 @@ TEST(WritersTest, JsonHasTheSchemaFieldsAndMarkdownARow) {
   EXPECT_NE(KvUsageSvg(ps).find("</svg>"), std::string::npos);
 }
 
+TEST(WritersTest, PdBlockOnlyWhenReported) {
+  std::vector<RequestRecord> recs{Rec(0, 0.0, 0.1, 1.1, 11, 100, 32)};
+  PolicyReport p = Summarize("kvroute", recs, {}, {}, nullptr, nullptr);
+  ReportMeta meta;
+  std::vector<PolicyReport> ps{p};
+  EXPECT_EQ(ReportJson(meta, ps).find("\"pd\""), std::string::npos);
+  EXPECT_EQ(ReportMarkdown(meta, ps).find("Prefill/decode"), std::string::npos);
+  PolicyReport& q = ps[0];
+  q.pd_reported = true;
+  q.pd.decisions = {{"off", 0}, {"short_prompt", 2}, {"disaggregate", 5}};
+  q.pd.disaggregated = 5;
+  q.pd.pulls = 4;
+  q.pd.recomputed = 1;
+  q.pd.disaggregated_requests.requests = 5;
+  q.pd.disaggregated_requests.ttft_s.mean = 0.25;
+  q.pd.disaggregated_requests.itl_mean_s = 0.016;
+  q.pd.aggregated_requests.requests = 2;
+  q.pd.transfer_s.mean = 0.026;
+  q.pd.transfer_s.p99 = 0.026;
+  q.pd.roles = {{"prefill", 4, 10.0, 0.5, 0.02}, {"decode", 4, 20.0, 1.0, 0.45}};
+  const std::string json = ReportJson(meta, ps);
+  for (const char* field :
+       {"\"pd\": {", "\"disaggregate\": 5", "\"short_prompt\": 2", "\"disaggregated\": 5",
+        "\"pulls\": 4", "\"recomputed\": 1", "\"disaggregated_requests\": {",
+        "\"aggregated_requests\": {", "\"transfer_s\": {", "\"role\": \"decode\"",
+        "\"kv_usage_mean\": 0.45", "\"utilization\": 0.5"}) {
+    EXPECT_NE(json.find(field), std::string::npos) << field << "\n" << json;
+  }
+  const std::string md = ReportMarkdown(meta, ps);
+  EXPECT_NE(md.find("| kvroute | disaggregated | 5 | 250 ms |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| kvroute | aggregated | 2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("- kvroute: decisions 2 short_prompt, 5 disaggregate; 5 disaggregated (4 "
+                    "pulled, transfer mean 26 ms p99 26 ms; 1 recomputed, 0 pull failures); 0 "
+                    "prefill retries, 0 local prefills; by role (mean over the run): prefill x4: "
+                    "busy 50%, KV 2%; decode x4: busy 100%, KV 45%."),
+            std::string::npos)
+      << md;
+}
+
 }  // namespace
 }  // namespace kvroute::report
