@@ -210,6 +210,29 @@ TEST(SimulatePdTest, PrefillLegCaughtByACrashMovesToAnotherPrefillReplica) {
               1e-9);
 }
 
+TEST(SimulatePdTest, HoldPastItsLeaseIsRecomputed) {
+  // A 1 ms lease and a decode replica 200 ms away: the hold has expired when the decode leg
+  // arrives, so it prefills the whole prompt itself (kv_load_failure_policy recompute).
+  const config::Scenario s = MustParse(
+      PdScenario(1000, 1,
+                 "    - {replicas: 1, role: prefill}\n"
+                 "    - {replicas: 1, role: decode, network_delay_s: 0.2}\n",
+                 "pd: {kv_lease_s: 0.001}\n"));
+  const SimulationResult r = RunSimulation(s, "kvroute", -1);
+  ASSERT_EQ(r.records.size(), 1u);
+  const report::RequestRecord& rec = r.records[0];
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec.prefill_endpoint, 0);
+  EXPECT_EQ(rec.kv_transfer_s, -1.0);
+  EXPECT_NEAR(rec.ttft_s, kDelay + Step(1000, 0, 1000) + kDelay + 0.2 + Step(1000, 0, 1000) + 0.2,
+              1e-9);
+  EXPECT_EQ(r.report.pd.disaggregated, 1);
+  EXPECT_EQ(r.report.pd.pulls, 0);
+  EXPECT_EQ(r.report.pd.pull_failures, 1);
+  EXPECT_EQ(r.report.pd.holds_released, 0);
+  EXPECT_EQ(r.report.pd.holds_expired, 1);
+}
+
 TEST(SimulatePdTest, AggregatedFleetWithRolesReportsDecisionsOff) {
   const config::Scenario s =
       MustParse(PdScenario(1000, 2, "    - {replicas: 2, role: prefill-decode}\n"));
