@@ -115,10 +115,9 @@ struct Live {
   int64_t predicted_cached = -1;
   int64_t admitted_cached = -1;
   bool flow_queued = false;  // waiting in the flow gate now
-  // P/D (a pool with prefill replicas): the core's decision; for a disaggregated pick the
-  // prefill leg's replica and the prefill work the core charged there (released once, by
-  // OnPrefillDone), the prefill replicas that failed it, and what the decode leg takes.
-  routing::PdDecision pd = routing::PdDecision::kOff;
+  // P/D (a disaggregated pick): the prefill leg's replica and the prefill work the core
+  // charged there (released once, by OnPrefillDone), the prefill replicas that failed it,
+  // and what the decode leg takes.
   int32_t prefill = -1;
   double prefill_charge = 0.0;
   bool prefill_charged = false;
@@ -460,7 +459,6 @@ class Simulation {
     l.queued_s = 0.0;
     l.output_tokens = l.cached_tokens = 0;
     l.retries = 0;
-    l.pd = routing::PdDecision::kOff;
     l.prefill = -1;
     l.prefill_charge = 0.0;
     l.prefill_charged = false;
@@ -654,7 +652,6 @@ class Simulation {
     l.handle = pick.handle;
     l.n_ranked = static_cast<uint32_t>(pick.n_ranked);
     std::copy(pick.ranked.begin(), pick.ranked.begin() + pick.n_ranked, l.ranked.begin());
-    l.pd = pick.pd;
     ++pd_decisions_[static_cast<size_t>(pick.pd)];
     if (pick.disaggregated()) {
       // Both legs send the same prompt ids: tokenize once.
@@ -1167,7 +1164,10 @@ class Simulation {
       return;
     }
     ++l.retries;
-    l.pull = false;  // a decode leg that failed is retried as an ordinary request
+    // A decode leg that failed is retried as an ordinary request (and counts as one).
+    l.pull = false;
+    l.served_pd = false;
+    l.transfer_s = -1.0;
     Render(l.spec);
     SendAttempt(s, attempt + 1, t);
   }
