@@ -157,6 +157,7 @@ struct Replica {
 struct Pull {
   uint32_t prefill = 0;
   uint64_t id = 0;
+  double transfer_s = 0.0;
 };
 
 // A KV-event batch on its way to one router replica.
@@ -388,6 +389,13 @@ class Simulation {
     return pd_gaps_[disaggregated ? 1 : 0];
   }
   double busy_s(size_t replica) const { return replicas_[replica].busy_s; }
+  // Every pull's transfer time, in start order.
+  std::vector<double> transfer_times() const {
+    std::vector<double> v;
+    v.reserve(pulls_.size());
+    for (const Pull& p : pulls_) v.push_back(p.transfer_s);
+    return v;
+  }
   // Mean KV usage of `replica` over the scrapes (0 before any).
   double kv_mean(size_t replica) const {
     return fleet_.samples() > 0 ? replicas_[replica].kv_sum / static_cast<double>(fleet_.samples())
@@ -851,7 +859,7 @@ class Simulation {
     er->kv_ready_s = t + pull.transfer_s;
     l.transfer_s = pull.transfer_s;
     ++pd_totals_.pulls;
-    pulls_.push_back({pi, er->id});
+    pulls_.push_back({pi, er->id, pull.transfer_s});
     Push(t + pull.transfer_s, Ev::kTransferDone, static_cast<uint32_t>(pulls_.size() - 1));
     Push(er->kv_ready_s, Ev::kKvReady, ri);
   }
@@ -1478,10 +1486,8 @@ void ReportPd(const config::Scenario& sc, const Simulation& sim, report::PolicyR
   pd.local_prefills = t.local_prefills;
   std::tie(pd.holds_released, pd.holds_expired) = sim.holds_ended();
   std::vector<report::RequestRecord> split[2];
-  std::vector<double> transfers;
   for (const report::RequestRecord& rec : sim.records()) {
     split[rec.prefill_endpoint >= 0 ? 1 : 0].push_back(rec);
-    if (rec.kv_transfer_s >= 0) transfers.push_back(rec.kv_transfer_s);
   }
   for (int k = 0; k < 2; ++k) {
     const report::PolicyReport sub = report::Summarize(rep->policy, split[k], sc.slo,
@@ -1496,6 +1502,7 @@ void ReportPd(const config::Scenario& sc, const Simulation& sim, report::PolicyR
     c.itl_mean_s = sub.itl_mean_s;
     c.itl_p99_s = sub.itl_p99_s;
   }
+  std::vector<double> transfers = sim.transfer_times();
   pd.transfer_s = report::Summarize(transfers);
   // Busy time by role, over the run's span (groups without a role: "none").
   size_t replica = 0;
