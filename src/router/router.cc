@@ -582,7 +582,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     if (!has_id) forward_headers.emplace_back("x-request-id", NewRequestId());
     std::optional<std::string> body = BuildPrefillBody(ex->request().body());
     if (!body) {  // parsed, so cannot happen; the decode endpoint serves it alone
-      core().OnPrefillDone(pd->prefill_id, pd->prefill_tokens);
+      core().OnPrefillDone(pd->prefill_id, pd->prefill_tokens, pick.handle);
       CountFallback(PdFallback::kLocalPrefill);
       return Dispatch();
     }
@@ -619,13 +619,14 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
 
   void OnPrefillDone(http::UpstreamResult&& r) {
     call = {};
-    core().OnPrefillDone(pd->prefill_id, pd->prefill_tokens);
+    const bool answered = r.ok() && pd->status >= 200 && pd->status < 300 && !pd->too_big;
+    core().OnPrefillDone(pd->prefill_id, pd->prefill_tokens, pick.handle, answered, router->Now());
     if (r.error == http::UpstreamError::kCancelled) {
       CountPd(PdOutcome::kCancelled, false);
       return Finish(499);  // client left
     }
     const double now = router->Now();
-    if (r.ok() && pd->status >= 200 && pd->status < 300 && !pd->too_big) {
+    if (answered) {
       core().OnAttemptSucceeded(pd->prefill_id);
       PrefillAnswer a = ReadPrefillAnswer(pd->answer);
       std::optional<std::string> body;
@@ -890,7 +891,7 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
                                std::shared_ptr<const FrontSettings> fs, routing::PickResult pick,
                                api::ParsedRequest* parsed) {
   if (pick.ok() && pick.disaggregated() && (!parsed || ex->client_gone())) {
-    core().OnPrefillDone(pick.prefill, pick.prefill_tokens);  // no leg will be sent
+    core().OnPrefillDone(pick.prefill, pick.prefill_tokens, pick.handle);  // no leg will be sent
     pick.pd = routing::PdDecision::kNoPrefill;
   }
   if (!pick.ok()) {

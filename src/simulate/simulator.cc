@@ -743,18 +743,22 @@ class Simulation {
   }
 
   // The prefill leg's charge on its replica ends (answered, failed or given up).
-  void PrefillEnded(Live& l) {
+  // `answered`: the leg's answer reached the router (the latency model learns its TTFT).
+  void PrefillEnded(Live& l, bool answered) {
     if (!l.prefill_charged) return;
     l.prefill_charged = false;
-    PrefillDoneCall(l, static_cast<uint32_t>(l.prefill), l.prefill_charge);
+    PrefillDoneCall(l, static_cast<uint32_t>(l.prefill), l.prefill_charge, l.handle, answered);
   }
 
-  void PrefillDoneCall(const Live& l, uint32_t prefill, double tokens) {
-    Core(l).OnPrefillDone(prefill, tokens);
+  void PrefillDoneCall(const Live& l, uint32_t prefill, double tokens,
+                       sched::RequestHandle handle = sched::kNoHandle, bool answered = false) {
+    Core(l).OnPrefillDone(prefill, tokens, handle, answered, now_);
     Tap(l.core, CoreCall::Kind::kPrefillDone, now_, [&](CoreCall& c) {
       c.endpoint = prefill;
       c.prefill = prefill;
       c.tokens = tokens;
+      c.handle = handle;
+      c.flag = answered;
     });
   }
 
@@ -763,7 +767,7 @@ class Simulation {
   void PrefillDone(uint32_t s, double t) {
     Live& l = slots_[s];
     if (l.stage != Stage::kPrefillAnswer) return;
-    PrefillEnded(l);
+    PrefillEnded(l, /*answered=*/true);
     Core(l).OnAttemptSucceeded(static_cast<uint32_t>(l.prefill));
     Tap(l.core, CoreCall::Kind::kAttemptSucceeded, t, [&](CoreCall& c) {
       c.endpoint = static_cast<uint32_t>(l.prefill);
@@ -779,7 +783,7 @@ class Simulation {
   void PrefillFail(uint32_t s, double t) {
     Live& l = slots_[s];
     const auto pi = static_cast<uint32_t>(l.prefill);
-    PrefillEnded(l);
+    PrefillEnded(l, /*answered=*/false);
     const bool refused = l.refused;
     l.refused = false;
     if (!l.prefill_rejected) {

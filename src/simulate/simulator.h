@@ -139,7 +139,7 @@ struct CoreCall {
     kAttemptSucceeded,  // OnAttemptSucceeded(endpoint)
     kAllowRetry,        // AllowRetry(t, flag = free) -> allowed
     // P/D (issue 25).
-    kPrefillDone,       // OnPrefillDone(endpoint = prefill, tokens)
+    kPrefillDone,       // OnPrefillDone(endpoint = prefill, tokens, handle, flag = answered, t)
     kPickPrefill,       // PickPrefill(request, endpoint = decode, exclude) -> allowed =
                         //   picked, prefill and tokens its answer
   };

@@ -110,7 +110,7 @@ Replayed Replay(const config::Scenario& s, const std::string& policy,
         ++out.retries_checked;
         break;
       case CoreCall::Kind::kPrefillDone:
-        core.OnPrefillDone(c.prefill, c.tokens);
+        core.OnPrefillDone(c.prefill, c.tokens, c.handle, c.flag, c.t);
         break;
       case CoreCall::Kind::kPickPrefill: {
         sched::SchedRequest req;

@@ -1022,10 +1022,12 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
         d.remote_prefill = true;
         const double prompt = static_cast<double>(PromptTokensOf(req));
         const double share = prompt > 0 ? std::clamp(1.0 - out.prefill_tokens / prompt, 0.0, 1.0) : 0.0;
-        const auto prefill = s.latency.PredictTtft(
-            sched::LatencyTrainer::DispatchOf(req, s.states[out.prefill], share));
+        const sched::LatencyTrainer::Dispatch leg =
+            sched::LatencyTrainer::DispatchOf(req, s.states[out.prefill], share);
+        const auto prefill = s.latency.PredictTtft(leg);
         const auto decode = s.latency.PredictTtft(d);
         if (prefill && decode) ttft = *prefill + *decode;
+        s.latency.OnPrefillSent(out.handle, leg, now_s);
       } else {
         ttft = s.latency.PredictTtft(d);
       }
@@ -1211,9 +1213,14 @@ bool RoutingCore::ChoosePrefillLocked(const sched::SchedRequest& req, uint32_t d
   return true;
 }
 
-void RoutingCore::OnPrefillDone(uint32_t prefill_id, double tokens) {
+void RoutingCore::OnPrefillDone(uint32_t prefill_id, double tokens, sched::RequestHandle handle,
+                                bool answered, double now_s) {
   std::unique_lock<RwSpinLock> lock(sched_mu_);
   SchedState& s = *sched_;
+  if (handle != sched::kNoHandle) {
+    s.latency.OnPrefillAnswered(handle, prefill_id, answered, now_s);
+    PublishLatencyLocked();
+  }
   if (prefill_id >= s.pd_queued.size() || !std::isfinite(tokens)) return;
   s.pd_queued[prefill_id] = std::max(0.0, s.pd_queued[prefill_id] - tokens);
 }

@@ -276,8 +276,11 @@ class RoutingCore {
   // A disaggregated pick's prefill leg on `prefill_id` ended (answered, failed or given
   // up): its `tokens` (PickResult::prefill_tokens) no longer count as queued prefill work
   // there. A front end that moves the leg to another prefill endpoint picks that one with
-  // PickPrefill.
-  void OnPrefillDone(uint32_t prefill_id, double tokens);
+  // PickPrefill. With the pick's `handle`, the latency model takes the leg off that
+  // endpoint's queue, and learns its TTFT when it `answered` at `now_s` (a leg moved by
+  // PickPrefill is not learned).
+  void OnPrefillDone(uint32_t prefill_id, double tokens, sched::RequestHandle handle = sched::kNoHandle,
+                     bool answered = false, double now_s = 0.0);
   // Another prefill endpoint for a disaggregated request whose prefill leg failed on the
   // ones in `exclude`: the same rule as the pick's (core/routing/pd.h), charged the same
   // way. False when none is ready (the decode endpoint then prefills alone).

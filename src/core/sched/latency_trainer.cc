@@ -97,14 +97,19 @@ void LatencyTrainer::OnDispatched(RequestHandle handle, const Dispatch& d, doubl
   const double slo_tpot = d.slo_tpot_s > 0 ? d.slo_tpot_s : retry ? r.slo_tpot_s : 0.0;
   const bool r_streaming = r.streaming;  // a retry is the same request
   const double queued = retry ? r.queued_s : d.queued_s;
-  r = Record{};
-  r.handle = handle;
-  r.endpoint = d.endpoint;
-  r.dispatch_s = now_s;
+  Arm(r, handle, d, now_s);
   r.slo_ttft_s = slo_ttft;
   r.slo_tpot_s = slo_tpot;
   r.queued_s = queued;
   r.streaming = retry ? r_streaming : d.streaming;
+}
+
+void LatencyTrainer::Arm(Record& r, RequestHandle handle, const Dispatch& d, double now_s) {
+  r = Record{};
+  r.handle = handle;
+  r.endpoint = d.endpoint;
+  r.dispatch_s = now_s;
+  r.streaming = d.streaming;
   r.ttft = TtftFeaturesOf(d);
   r.tpot = TpotFeaturesOf(d);
   r.known = LatencyModel::Encode(r.ttft).has_value();
@@ -165,12 +170,39 @@ void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, 
 void LatencyTrainer::ForgetEndpoint(uint32_t endpoint) {
   model_.ForgetEndpoint(endpoint);
   if (endpoint < queue_.size()) queue_[endpoint] = Queue{};
-  for (Record& r : records_) {
-    if (r.handle != kNoHandle && r.endpoint == endpoint) {
-      r.in_queue = false;
-      r.known = false;  // its dispatch-time features describe the endpoint before
+  for (auto* v : {&records_, &legs_}) {
+    for (Record& r : *v) {
+      if (r.handle != kNoHandle && r.endpoint == endpoint) {
+        r.in_queue = false;
+        r.known = false;  // its dispatch-time features describe the endpoint before
+      }
     }
   }
+}
+
+void LatencyTrainer::OnPrefillSent(RequestHandle handle, const Dispatch& d, double now_s) {
+  if (handle == kNoHandle) return;
+  const uint32_t slot = static_cast<uint32_t>(handle & 0xffffffffu);
+  if (slot >= legs_.size()) legs_.resize(slot + 1);
+  Record& r = legs_[slot];
+  if (r.handle != kNoHandle) Dequeue(r);  // an older leg never reported: off its queue
+  Dispatch leg = d;
+  leg.streaming = true;  // its one token is its whole answer: the answer time is its TTFT
+  leg.remote_prefill = false;
+  Arm(r, handle, leg, now_s);
+}
+
+void LatencyTrainer::OnPrefillAnswered(RequestHandle handle, uint32_t endpoint, bool ok, double now_s) {
+  const uint32_t slot = static_cast<uint32_t>(handle & 0xffffffffu);
+  if (handle == kNoHandle || slot >= legs_.size()) return;
+  Record& r = legs_[slot];
+  if (r.handle != handle || r.endpoint != endpoint) return;
+  Dequeue(r);
+  if (ok && r.known && model_.ObserveTtft(r.endpoint, r.ttft, now_s - r.dispatch_s)) {
+    ++ttft_samples_;
+    Score(ttft_errors_, r.predicted_ttft, now_s - r.dispatch_s);
+  }
+  r.handle = kNoHandle;
 }
 
 }  // namespace kvroute::sched

@@ -71,6 +71,15 @@ class LatencyTrainer {
   // The endpoint left the pool or restarted: its model and its queue start again.
   void ForgetEndpoint(uint32_t endpoint);
 
+  // Prefill legs (P/D, issue 25), kept apart from the requests (a request and its leg
+  // share a handle). The leg of `handle` was sent to d.endpoint: it is queued there as a
+  // request is, until OnPrefillAnswered. Its answer (one token, not streamed) arriving is a
+  // TTFT sample of that endpoint; no objective is counted for it (the pair's TTFT is).
+  void OnPrefillSent(RequestHandle handle, const Dispatch& d, double now_s);
+  // The leg of `handle` on `endpoint` ended: answered (`ok`: learned) or not. Ignored when
+  // that endpoint is not where the leg was sent (a leg moved elsewhere is not learned).
+  void OnPrefillAnswered(RequestHandle handle, uint32_t endpoint, bool ok, double now_s);
+
   // The features the model would see for a request sent now with `d`, and its predictions.
   TtftFeatures TtftFeaturesOf(const Dispatch& d) const;
   TpotFeatures TpotFeaturesOf(const Dispatch& d) const;
@@ -126,11 +135,14 @@ class LatencyTrainer {
     bool learn_ttft = true;  // false: Dispatch::remote_prefill
   };
   Record* Find(RequestHandle handle);
+  // Fills `r` for a request or leg sent now with `d` (slot and handle already checked).
+  void Arm(Record& r, RequestHandle handle, const Dispatch& d, double now_s);
   void Dequeue(Record& r);
   static void Score(Errors& e, double predicted, double observed);
 
   LatencyModel model_;
   std::vector<Record> records_;  // by the handle's slot (its low 32 bits)
+  std::vector<Record> legs_;     // prefill legs, likewise
   // What an endpoint has been sent that has no first token yet.
   struct Queue {
     double prefill_tokens = 0.0;  // their uncached prompt tokens (where known)

@@ -476,7 +476,8 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
 void Exchange::ReleasePrefill() {
   if (!prefill_open_) return;
   prefill_open_ = false;
-  env_.core->OnPrefillDone(pick_.prefill, pick_.prefill_tokens);
+  // The sidecar runs the leg: when it answered is not seen here, so nothing is learned.
+  env_.core->OnPrefillDone(pick_.prefill, pick_.prefill_tokens, pick_.handle);
 }
 
 void Exchange::OnResponseHeaders(const pb::HttpHeaders& h, std::vector<pb::ProcessingResponse>& out) {

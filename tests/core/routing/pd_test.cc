@@ -228,7 +228,8 @@ TEST_F(PdCoreTest, TheDecidersThresholdsComeFromTheOptions) {
 // The latency model predicts both legs of a pair: the prefill endpoint's TTFT for what it
 // lacks of the prompt, plus the decode endpoint's with the prompt all held (pulled). A
 // pair's TTFT spans both legs, so it counts against the objective but is not learned as
-// the decode endpoint's; its TPOT is learned.
+// the decode endpoint's; its TPOT is, and the prefill leg's answer time is learned as the
+// prefill endpoint's TTFT.
 TEST(PdLatency, APairsTtftIsBothLegsAndIsNotLearnedAsTheDecodeEndpoints) {
   RoutingCore core;
   CoreOptions o;
@@ -250,11 +251,12 @@ TEST(PdLatency, APairsTtftIsBothLegsAndIsNotLearnedAsTheDecodeEndpoints) {
     pr.dispatch_first = true;
     PickResult r = core.Pick(pr, now);
     EXPECT_TRUE(r.ok());
+    // A prefill leg answers when its endpoint has computed the prompt.
+    if (r.disaggregated()) core.OnPrefillDone(r.prefill, r.prefill_tokens, r.handle, true, now + ttft(tokens));
     const double first = now + first_after;
     core.OnFirstToken(r.handle, first);
     for (int k = 1; k <= 20; ++k) core.OnTokens(r.handle, k, first + 0.015 * (k - 1));
     core.OnFinished(r.handle, r.ranked[0], 200, first + 0.015 * 19);
-    if (r.disaggregated()) core.OnPrefillDone(r.prefill, r.prefill_tokens);
     return r;
   };
   // Train on prompts below the decider's 256 tokens: decoded alone, learned.
@@ -275,10 +277,13 @@ TEST(PdLatency, APairsTtftIsBothLegsAndIsNotLearnedAsTheDecodeEndpoints) {
   EXPECT_EQ(pair.prefill_endpoint().spec.name, "p");
   EXPECT_NEAR(pair.predicted_ttft_s, ttft(3000) + ttft(0), 0.003);
   EXPECT_NEAR(pair.predicted_tpot_s, 0.015, 0.001);  // extrapolated to a longer context
-  // Its 0.5 s TTFT was not learned (nor scored); its TPOT was; it missed the 200 ms objective.
+  // Its 0.5 s TTFT was not learned as a's or b's (nor scored); its prefill leg's answer
+  // time was, as p's (and scored against the leg's prediction); its TPOT was learned; it
+  // missed the 200 ms objective.
   const LatencyStats after = core.latency_stats();
-  EXPECT_EQ(after.ttft_samples, trained.ttft_samples);
-  EXPECT_EQ(after.ttft_errors.n, trained.ttft_errors.n);
+  EXPECT_EQ(after.ttft_samples, trained.ttft_samples + 1);
+  EXPECT_EQ(after.ttft_errors.n, trained.ttft_errors.n + 1);
+  EXPECT_NEAR(after.ttft_errors.abs_s - trained.ttft_errors.abs_s, 0.0, 0.003);
   EXPECT_EQ(after.tpot_samples, trained.tpot_samples + 1);
   EXPECT_EQ(after.ttft_slo.observed, trained.ttft_slo.observed + 1);
   EXPECT_EQ(after.ttft_slo.violated, trained.ttft_slo.violated + 1);

@@ -50,6 +50,42 @@ TEST(LatencyTrainer, QueuedPrefillIsUncachedTokensUntilTheFirstToken) {
   EXPECT_EQ(t.QueuedPrefill(2), 300);
 }
 
+// P/D (issue 25): a prefill leg is queued on its endpoint apart from its request (same
+// handle), leaves the queue when it ends, and is a TTFT sample only when it answered there.
+TEST(LatencyTrainer, APrefillLegIsQueuedOnItsEndpointAndLearnedWhenAnswered) {
+  LatencyTrainer t;
+  LatencyTrainer::Dispatch decode = D(1, 0);
+  decode.remote_prefill = true;
+  t.OnDispatched(H(0), decode, 0.0);
+  t.OnPrefillSent(H(0), D(2, 1000), 0.0);
+  EXPECT_EQ(t.QueuedPrefill(1), 0);
+  EXPECT_EQ(t.QueuedPrefill(2), 1000);
+  EXPECT_EQ(t.QueuedRequests(2), 1u);
+  // Reported on another endpoint (a moved leg): ignored.
+  t.OnPrefillAnswered(H(0), 3, true, 0.05);
+  EXPECT_EQ(t.QueuedPrefill(2), 1000);
+  t.OnPrefillAnswered(H(0), 2, true, 0.05);
+  EXPECT_EQ(t.QueuedPrefill(2), 0);
+  EXPECT_EQ(t.QueuedRequests(2), 0u);
+  EXPECT_EQ(t.ttft_samples(), 1u);
+  // The pair's own first token, 0.3 s after dispatch, is not a sample (it spans both legs),
+  // and no objective was counted for the leg.
+  t.OnFirstToken(H(0), 0.3);
+  EXPECT_EQ(t.ttft_samples(), 1u);
+  EXPECT_EQ(t.ttft_slo().observed, 0u);
+  // A leg that failed leaves the queue without a sample; a second report changes nothing.
+  t.OnPrefillSent(H(1), D(2, 700), 1.0);
+  t.OnPrefillAnswered(H(1), 2, false, 1.2);
+  t.OnPrefillAnswered(H(1), 2, true, 1.3);
+  EXPECT_EQ(t.QueuedPrefill(2), 0);
+  EXPECT_EQ(t.ttft_samples(), 1u);
+  // A leg never reported is taken off its queue when its slot's next leg is sent.
+  t.OnPrefillSent(H(2), D(2, 400), 2.0);
+  t.OnPrefillSent(H(2, 2), D(3, 100), 3.0);
+  EXPECT_EQ(t.QueuedPrefill(2), 0);
+  EXPECT_EQ(t.QueuedPrefill(3), 100);
+}
+
 TEST(LatencyTrainer, LearnsFromTheLifecycleAndScoresItsPredictions) {
   LatencyTrainer t;
   Rng rng(2);
