@@ -72,6 +72,12 @@ std::string ErrorJson(int status, std::string message) {
   return api::ErrorBody(api::MakeError(status, std::move(message)));
 }
 
+// The 503 when no endpoint can take a request, saying so in x-llm-d-request-dropped-reason.
+void RespondNoEndpoint(http::Exchange& ex, std::string message) {
+  ex.Respond(503, ErrorJson(503, std::move(message)), "application/json",
+             {{std::string(api::kDroppedReasonHeader), std::string(api::kDroppedNoEndpoints)}});
+}
+
 // The client-facing server's counters (limits and connections), as kvroute_http_*.
 void AppendServerMetrics(std::string& out, const http::ServerStats& s) {
   auto load = [](const auto& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
@@ -323,11 +329,6 @@ struct Router::Impl {
   // Arms the one timer for `at` (Now() seconds) unless it is armed for earlier.
   void ArmFlowTimer(double at);
   void OnFlowTimer(double at);
-
-  void Answer(const std::shared_ptr<http::Exchange>& ex, int code, std::string message) {
-    ex->Respond(code, ErrorJson(code, std::move(message)));
-    core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, code, Now());
-  }
 
   std::string MetricsText() {
     std::string out;
@@ -896,7 +897,7 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
   }
   if (!pick.ok()) {
     core().OnFinished(pick.handle, routing::RoutingCore::kNoEndpoint, 503, Now());
-    ex->Respond(503, ErrorJson(503, "No usable endpoint: " + pick.status.message() + "."));
+    RespondNoEndpoint(*ex, "No usable endpoint: " + pick.status.message() + ".");
     return;
   }
   if (ex->client_gone()) {  // left between a flow dispatch and this
@@ -930,7 +931,8 @@ void Router::Impl::Models(std::shared_ptr<http::Exchange> ex) {
   pc->pick.n_ranked = core().AnyUsable(Now(), pc->pick.ranked.data(), 3);
   pc->max_attempts = pc->pick.n_ranked;
   if (pc->pick.n_ranked == 0) {
-    Answer(ex, 503, "No usable endpoint: no healthy endpoint is available.");
+    RespondNoEndpoint(*ex, "No usable endpoint: no healthy endpoint is available.");
+    core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 503, Now());
     return;
   }
   pc->ex = std::move(ex);
@@ -943,10 +945,13 @@ void Router::Impl::Models(std::shared_ptr<http::Exchange> ex) {
 
 namespace {
 
-// The 429 flow control answers: an OpenAI-shaped RateLimitError with Retry-After.
-void RespondRateLimited(http::Exchange& ex, std::string message) {
+// The 429 flow control answers: an OpenAI-shaped RateLimitError with Retry-After, and why
+// (x-llm-d-request-dropped-reason).
+void RespondRateLimited(http::Exchange& ex, std::string message,
+                        std::string_view dropped = api::kDroppedSaturated) {
   ex.Respond(429, ErrorJson(429, std::move(message)), "application/json",
-             {{"retry-after", std::string(kRetryAfterS)}});
+             {{"retry-after", std::string(kRetryAfterS)},
+              {std::string(api::kDroppedReasonHeader), std::string(dropped)}});
 }
 
 }  // namespace
@@ -966,7 +971,16 @@ std::pair<int64_t, uint64_t> Router::Impl::FlowKeys(const http::Request& req, co
       priority = jt->second;
     }
   }
-  std::string_view flow_name = fs.flow_header.empty() ? objective : HeaderValue(req, fs.flow_header);
+  // The flow: the configured flow header's value; without one, the fairness id (llm-d's
+  // header, then the older one), else the objective.
+  std::string_view flow_name;
+  if (!fs.flow_header.empty()) {
+    flow_name = HeaderValue(req, fs.flow_header);
+  } else {
+    flow_name = HeaderValue(req, api::kFairnessHeader);
+    if (flow_name.empty()) flow_name = HeaderValue(req, api::kFairnessHeaderOld);
+    if (flow_name.empty()) flow_name = objective;
+  }
   return {priority, flow_name.empty() ? 0 : std::hash<std::string_view>{}(flow_name)};
 }
 
@@ -995,11 +1009,12 @@ struct Router::Impl::Waiting final : flow::FlowWaiter, std::enable_shared_from_t
     asio::post(ex->executor(), [self = shared_from_this(), no_endpoint] {
       Impl& r = *self->router;
       if (no_endpoint) {
-        self->ex->Respond(503, ErrorJson(503, "No usable endpoint: none became ready while the "
-                                              "request waited (flow.no_endpoint_ttl)."));
+        RespondNoEndpoint(*self->ex, "No usable endpoint: none became ready while the "
+                                     "request waited (flow.no_endpoint_ttl).");
       } else {
         RespondRateLimited(*self->ex, "Too many requests: the pool stayed saturated for the "
-                                      "request's whole wait (flow.ttl).");
+                                      "request's whole wait (flow.ttl).",
+                           api::kDroppedTtlExpired);
       }
       r.core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint,
                           no_endpoint ? 503 : 429, r.Now());

@@ -183,10 +183,12 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
       if (finish_wanted_ || !exchange_.held()) return;
       if (reason == flow::ExpireReason::kNoEndpointTtl) {
         exchange_.Refuse(503, "No usable endpoint: none became ready while the request waited "
-                              "(flow.no_endpoint_ttl).", {}, server_->clock_(), out_);
+                              "(flow.no_endpoint_ttl).", {}, api::kDroppedNoEndpoints,
+                         server_->clock_(), out_);
       } else {
         exchange_.Refuse(429, "Too many requests: the pool stayed saturated for the request's "
-                              "whole wait (flow.ttl).", kRetryAfterS, server_->clock_(), out_);
+                              "whole wait (flow.ttl).", kRetryAfterS, api::kDroppedTtlExpired,
+                         server_->clock_(), out_);
       }
       TakeOutLocked(a);
       NextWriteLocked(a);
@@ -275,7 +277,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
                       ") and the request is predicted to miss its time-to-first-token objective."
                 : "Too many requests: the flow queue is full (" +
                       std::string(flow::RejectReasonName(r.reason)) + ").";
-        exchange_.Refuse(429, std::move(why), kRetryAfterS, now, out_);
+        exchange_.Refuse(429, std::move(why), kRetryAfterS, api::kDroppedSaturated, now, out_);
         return;
       }
       case flow::AdmitOutcome::kQueued:

@@ -163,6 +163,7 @@ TEST_F(FlowTest, SheddableGets429AtOnceWhileSaturated) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);  // at once, not after a wait
     EXPECT_EQ(r->status, 429) << r->body;
     EXPECT_EQ(r->Header("retry-after"), "1");
+    EXPECT_EQ(r->Header("x-llm-d-request-dropped-reason"), "rejected-saturated");
     EXPECT_NE(r->body.find("\"type\":\"RateLimitError\""), std::string::npos) << r->body;
     EXPECT_NE(r->body.find("sheddable"), std::string::npos) << r->body;
   }
@@ -194,6 +195,7 @@ TEST_F(FlowTest, PastItsTtlAWaitingRequestGets429WithRetryAfter) {
   EXPECT_GE(waited, 300ms);
   EXPECT_LT(waited, 1500ms);  // the TTL, not the saturating request's end
   EXPECT_EQ(got.Header("retry-after"), "1");
+  EXPECT_EQ(got.Header("x-llm-d-request-dropped-reason"), "rejected-ttl-expired");
   EXPECT_EQ(got.Header("content-type"), "application/json");
   EXPECT_NE(got.body.find("{\"error\":{\"message\":"), std::string::npos) << got.body;
   EXPECT_NE(got.body.find("\"type\":\"RateLimitError\""), std::string::npos) << got.body;
@@ -215,6 +217,7 @@ TEST_F(FlowTest, OverTheBandBoundGets429) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_EQ(r->Header("retry-after"), "1");
+  EXPECT_EQ(r->Header("x-llm-d-request-dropped-reason"), "rejected-saturated");
   EXPECT_NE(r->body.find("\"type\":\"RateLimitError\""), std::string::npos) << r->body;
   EXPECT_EQ(Metric("kvroute_flow_rejected_total", {{"reason", "band_full_requests"}}), 1);
   EXPECT_EQ(Waiting(), 1);
@@ -282,6 +285,7 @@ TEST_F(FlowTest, NoEndpointReadyWaitsItsNoEndpointTtlThen503) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
   EXPECT_EQ(r->status, 503) << r->body;
   EXPECT_NE(r->body.find("\"code\":503"), std::string::npos) << r->body;
+  EXPECT_EQ(r->Header("x-llm-d-request-dropped-reason"), "rejected-no-endpoints");
   EXPECT_EQ(Metric("kvroute_flow_expired_total", {{"reason", "no_endpoint_ttl"}}), 1);
 }
 

@@ -70,6 +70,17 @@ inline constexpr std::string_view kSloTpotHeader = "x-llm-d-slo-tpot-ms";
 inline constexpr std::string_view kSloTtftHeaderOld = "x-slo-ttft-ms";
 inline constexpr std::string_view kSloTpotHeaderOld = "x-slo-tpot-ms";
 
+// The flow a request belongs to for flow control's fairness (llm-d Router's name, then the
+// Gateway API Inference Extension's older one), when the configuration names no flow header.
+inline constexpr std::string_view kFairnessHeader = "x-llm-d-inference-fairness-id";
+inline constexpr std::string_view kFairnessHeaderOld = "x-gateway-inference-fairness-id";
+// Written on a refusal, saying why (llm-d Router's header and values): the pool saturated
+// (a sheddable request, a full queue), no endpoint to send to, the wait in the queue over.
+inline constexpr std::string_view kDroppedReasonHeader = "x-llm-d-request-dropped-reason";
+inline constexpr std::string_view kDroppedSaturated = "rejected-saturated";
+inline constexpr std::string_view kDroppedNoEndpoints = "rejected-no-endpoints";
+inline constexpr std::string_view kDroppedTtlExpired = "rejected-ttl-expired";
+
 // An error in the shape vLLM and OpenAI use:
 // {"error":{"message":...,"type":...,"param":...,"code":<status>}}.
 struct ApiError {

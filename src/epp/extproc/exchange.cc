@@ -217,6 +217,8 @@ void Exchange::OnRequestHeaders(const pb::HttpHeaders& h, std::vector<pb::Proces
       slo_headers_[3] = Trim(HeaderValueOf(hv));
     } else if (Is(key, kPrefillerHeader)) {
       client_prefiller_ = true;
+    } else if (Is(key, api::kFairnessHeader) || (Is(key, api::kFairnessHeaderOld) && fairness_.empty())) {
+      fairness_ = Trim(HeaderValueOf(hv));
     }
     if (!settings_->flow_header.empty() && Is(key, settings_->flow_header)) {
       flow_value_ = Trim(HeaderValueOf(hv));
@@ -382,12 +384,12 @@ void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out, do
   }
 }
 
-void Exchange::Refuse(int status, std::string message, std::string_view retry_after, double now_s,
-                      std::vector<pb::ProcessingResponse>& out) {
+void Exchange::Refuse(int status, std::string message, std::string_view retry_after, std::string_view dropped,
+                      double now_s, std::vector<pb::ProcessingResponse>& out) {
   if (phase_ != Phase::kHeld || closed_) return;
   now_s_ = now_s;
   awaiting_tokens_ = false;
-  FailParsed(status, api::ErrorBody(api::MakeError(status, std::move(message))), out, retry_after);
+  FailParsed(status, api::ErrorBody(api::MakeError(status, std::move(message))), out, retry_after, dropped);
 }
 
 void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out) {
@@ -551,11 +553,15 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
 }
 
 void Exchange::Fail(int status, std::string message, std::vector<pb::ProcessingResponse>& out) {
-  FailParsed(status, api::ErrorBody(api::MakeError(status, std::move(message))), out);
+  // The picker's own refusals: a sheddable request while saturated (429), no endpoint (503).
+  const std::string_view dropped = status == 429   ? api::kDroppedSaturated
+                                   : status == 503 ? api::kDroppedNoEndpoints
+                                                   : std::string_view();
+  FailParsed(status, api::ErrorBody(api::MakeError(status, std::move(message))), out, {}, dropped);
 }
 
 void Exchange::FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out,
-                          std::string_view retry_after) {
+                          std::string_view retry_after, std::string_view dropped) {
   if (env_.stats) env_.stats->OnError(model_, status);
   served_ = routing::RoutingCore::kNoEndpoint;
   FinishRequest(status);
@@ -567,6 +573,7 @@ void Exchange::FailParsed(int status, std::string body, std::vector<pb::Processi
   ir->mutable_status()->set_code(static_cast<::envoy::type::v3::StatusCode>(status));
   SetHeader(ir->mutable_headers(), "content-type", "application/json");
   if (!retry_after.empty()) SetHeader(ir->mutable_headers(), "retry-after", retry_after);
+  if (!dropped.empty()) SetHeader(ir->mutable_headers(), api::kDroppedReasonHeader, dropped);
   ir->set_body(std::move(body));
   ir->set_details("kvroute_epp_" + std::to_string(status));
   // Observability mode expects no answers, but an error still ends the exchange.

@@ -216,16 +216,21 @@ class Exchange {
   const std::string& objective() const { return objective_; }
   // What names the request's flow: settings.flow_header's value, or the objective when
   // that is empty or the header absent.
-  const std::string& flow_key() const { return flow_value_.empty() ? objective_ : flow_value_; }
+  // The flow: the configured flow header's value, else the fairness id (llm-d's header, then
+  // the older one), else the objective.
+  const std::string& flow_key() const {
+    return !flow_value_.empty() ? flow_value_ : !fairness_.empty() ? fairness_ : objective_;
+  }
   // Picks now and appends the answers the pick calls for (the pick, or a 503
   // ImmediateResponse). Nothing happens unless held(). `queued_s`: how long it waited in
   // the flow queue (counted against its TTFT objective).
   void Resume(double now_s, std::vector<pb::ProcessingResponse>& out, double queued_s = 0.0);
   // Ends the held request with an ImmediateResponse `status` (OpenAI-shaped body with
-  // `message`), with a retry-after header when `retry_after` is not empty; finished as
-  // `status` without an endpoint. Nothing happens unless held().
-  void Refuse(int status, std::string message, std::string_view retry_after, double now_s,
-              std::vector<pb::ProcessingResponse>& out);
+  // `message`), with a retry-after header when `retry_after` is not empty and
+  // x-llm-d-request-dropped-reason `dropped` (api::kDropped*); finished as `status`
+  // without an endpoint. Nothing happens unless held().
+  void Refuse(int status, std::string message, std::string_view retry_after, std::string_view dropped,
+              double now_s, std::vector<pb::ProcessingResponse>& out);
 
  private:
   enum class Phase { kHeaders, kBody, kHeld, kPicked, kDone };
@@ -245,7 +250,7 @@ class Exchange {
   // Emits the ImmediateResponse and finishes the request (kNoEndpoint).
   void Fail(int status, std::string message, std::vector<pb::ProcessingResponse>& out);
   void FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out,
-                  std::string_view retry_after = {});
+                  std::string_view retry_after = {}, std::string_view dropped = {});
   void ReadSubset(const pb::ProcessingRequest& request);
   // generated_tokens: the streamed answer's chunk count when it ended whole (-1: none).
   void FinishRequest(int code, int64_t generated_tokens = -1);
@@ -272,6 +277,7 @@ class Exchange {
   // that order; the router consumes them and removes them from the forwarded request.
   std::array<std::string, 4> slo_headers_;
   std::string flow_value_;
+  std::string fairness_;  // x-llm-d-inference-fairness-id (or the older header)
   std::string request_id_;
   std::string content_type_;
   std::string body_;

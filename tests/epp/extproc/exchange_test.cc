@@ -193,14 +193,19 @@ class ExchangeTest : public ::testing::Test {
     return dest;
   }
 
-  void ExpectImmediate(const Responses& out, int status) {
+  // An immediate JSON error; `dropped`: its x-llm-d-request-dropped-reason ("" none).
+  void ExpectImmediate(const Responses& out, int status, std::string_view dropped = "") {
     ASSERT_EQ(out.size(), 1u);
     ASSERT_TRUE(out[0].has_immediate_response());
     const pb::ImmediateResponse& ir = out[0].immediate_response();
     EXPECT_EQ(static_cast<int>(ir.status().code()), status);
-    ASSERT_EQ(ir.headers().set_headers_size(), 1);
+    ASSERT_EQ(ir.headers().set_headers_size(), dropped.empty() ? 1 : 2);
     EXPECT_EQ(ir.headers().set_headers(0).header().key(), "content-type");
     EXPECT_EQ(ir.headers().set_headers(0).header().raw_value(), "application/json");
+    if (!dropped.empty()) {
+      EXPECT_EQ(ir.headers().set_headers(1).header().key(), "x-llm-d-request-dropped-reason");
+      EXPECT_EQ(ir.headers().set_headers(1).header().raw_value(), dropped);
+    }
     EXPECT_NE(ir.body().find("\"error\":{"), std::string::npos) << ir.body();
     EXPECT_NE(ir.body().find("\"code\":" + std::to_string(status)), std::string::npos) << ir.body();
   }
@@ -418,7 +423,7 @@ TEST_F(ExchangeTest, NoUsableEndpointIs503) {
   ScrapeAll(down);
   auto ex = New();
   Feed(*ex, Headers("/v1/completions"));
-  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 503);
+  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 503, "rejected-no-endpoints");
   EXPECT_EQ(Inflight(), 0.0);
   EXPECT_EQ(Requests("503"), 1.0);
 }
@@ -429,11 +434,11 @@ TEST_F(ExchangeTest, SheddableRequestsGet429WhenThePoolIsSaturated) {
   ScrapeAll(Idle(now_, /*waiting=*/20));
   auto ex = New();
   Feed(*ex, Headers("/v1/completions", false, {{"x-gateway-inference-objective", "batch"}}));
-  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 429);
+  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 429, "rejected-saturated");
   // The other objective header name, the same table.
   auto ex2 = New();
   Feed(*ex2, Headers("/v1/completions", false, {{"x-llm-d-inference-objective", "batch"}}));
-  ExpectImmediate(Feed(*ex2, Body(Completion("x"), true)), 429);
+  ExpectImmediate(Feed(*ex2, Body(Completion("x"), true)), 429, "rejected-saturated");
   // Not sheddable: still routed.
   for (const char* objective : {"critical", "unknown"}) {
     auto ex3 = New();
@@ -463,7 +468,7 @@ TEST_F(ExchangeTest, SubsetHintRestrictsThePick) {
   pb::ProcessingRequest h = Headers("/v1/completions");
   SetSubset(h, {"192.168.9.9:1"});
   Feed(*ex, h);
-  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 503);
+  ExpectImmediate(Feed(*ex, Body(Completion("x"), true)), 503, "rejected-no-endpoints");
 }
 
 // The current GIE spec's namespace for the hint, envoy.lb.subset_hint, works the same.
@@ -869,13 +874,15 @@ TEST_F(ExchangeTest, DeferredPickRefusedWithRetryAfterOr503) {
   EXPECT_EQ(ex->priority(), -1);
   EXPECT_EQ(ex->objective(), "batch");
   Responses out;
-  ex->Refuse(429, "Too many requests.", "1", now_, out);
+  ex->Refuse(429, "Too many requests.", "1", "rejected-ttl-expired", now_, out);
   ASSERT_EQ(out.size(), 1u);
   const pb::ImmediateResponse& ir = out[0].immediate_response();
   EXPECT_EQ(static_cast<int>(ir.status().code()), 429);
-  ASSERT_EQ(ir.headers().set_headers_size(), 2);
+  ASSERT_EQ(ir.headers().set_headers_size(), 3);
   EXPECT_EQ(ir.headers().set_headers(1).header().key(), "retry-after");
   EXPECT_EQ(ir.headers().set_headers(1).header().raw_value(), "1");
+  EXPECT_EQ(ir.headers().set_headers(2).header().key(), "x-llm-d-request-dropped-reason");
+  EXPECT_EQ(ir.headers().set_headers(2).header().raw_value(), "rejected-ttl-expired");
   EXPECT_NE(ir.body().find("RateLimitError"), std::string::npos) << ir.body();
   EXPECT_TRUE(ex->done());
   EXPECT_TRUE(ex->finished());
@@ -885,8 +892,8 @@ TEST_F(ExchangeTest, DeferredPickRefusedWithRetryAfterOr503) {
   Feed(*ex2, Headers("/v1/completions"));
   Feed(*ex2, Body(Completion("y"), true));
   Responses out2;
-  ex2->Refuse(503, "No usable endpoint.", "", now_, out2);
-  ExpectImmediate(out2, 503);
+  ex2->Refuse(503, "No usable endpoint.", "", "rejected-no-endpoints", now_, out2);
+  ExpectImmediate(out2, 503, "rejected-no-endpoints");
   EXPECT_EQ(Requests("503"), 1.0);
   EXPECT_EQ(Inflight(), 0.0);
 }
@@ -911,7 +918,7 @@ TEST_F(ExchangeTest, DeferredPickClosedWhileHeldFinishesAs499AndErrorsStayImmedi
   EXPECT_FALSE(bad->held());
 }
 
-TEST_F(ExchangeTest, FlowKeyIsTheFlowHeaderElseTheObjective) {
+TEST_F(ExchangeTest, FlowKeyIsTheFlowHeaderElseTheFairnessIdElseTheObjective) {
   settings_->defer_pick = true;
   settings_->flow_header = "x-tenant-id";
   auto ex = New();
@@ -920,6 +927,21 @@ TEST_F(ExchangeTest, FlowKeyIsTheFlowHeaderElseTheObjective) {
   auto ex2 = New();
   Feed(*ex2, Headers("/v1/completions", true, {{"x-gateway-inference-objective", "chat"}}));
   EXPECT_EQ(ex2->flow_key(), "chat");
+  // Without its flow header (or without one configured): the fairness id, llm-d's header
+  // before the older one, whatever their order.
+  settings_->flow_header.clear();
+  auto ex3 = New();
+  Feed(*ex3, Headers("/v1/completions", true,
+                     {{"x-gateway-inference-objective", "chat"}, {"x-gateway-inference-fairness-id", "old"},
+                      {"x-llm-d-inference-fairness-id", "team-a"}}));
+  EXPECT_EQ(ex3->flow_key(), "team-a");
+  auto ex4 = New();
+  Feed(*ex4, Headers("/v1/completions", true,
+                     {{"x-llm-d-inference-fairness-id", "team-b"}, {"x-gateway-inference-fairness-id", "old"}}));
+  EXPECT_EQ(ex4->flow_key(), "team-b");
+  auto ex5 = New();
+  Feed(*ex5, Headers("/v1/completions", true, {{"x-gateway-inference-fairness-id", "team-c"}}));
+  EXPECT_EQ(ex5->flow_key(), "team-c");
 }
 
 TEST(FindUsageTest, ReadsTheLastUsageObject) {
