@@ -336,7 +336,7 @@ struct Epp::Impl {
       std::lock_guard<std::mutex> lock(settings_mu);
       name = pool_label;
     }
-    stats.AppendMetrics(out, name, pool->core().Load(now));
+    stats.AppendMetrics(out, name, pool->core().Gauges(now));
     if (grpc) AppendServerMetrics(out, grpc->stats());
     if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
     if (tokenizer && pool->core().kv_events_active()) {

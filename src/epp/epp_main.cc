@@ -85,15 +85,25 @@ inferencepools and inferenceobjectives. No pool: no endpoints, readiness NOT_SER
 watched until it exists. kvroute_k8s_* on /metrics; each API failure is one log line.
 gRPC health (grpc.health.v1) on the health port: liveness, readiness (SERVING once an
 endpoint has fresh metrics), envoy.service.ext_proc.v3.ExternalProcessor (as readiness).
-Metrics port: GET /metrics (kvroute_* series plus inference_objective_request_total,
-inference_objective_request_error_total, inference_objective_input_tokens_total,
-inference_objective_output_tokens_total, inference_pool_average_kv_cache_utilization,
-inference_pool_average_queue_size, inference_pool_ready_pods,
-inference_extension_scheduler_e2e_duration_seconds; kvroute_locality_picks_total{decision},
+Metrics port: GET /metrics (kvroute_* series plus llm-d Router v1.0's names, each beside
+its older twin where the reference picker has one: llm_d_epp_request_total
+(inference_objective_request_total), llm_d_epp_request_error_total (..._request_error_total),
+llm_d_epp_average_kv_cache_utilization, llm_d_epp_average_queue_size (inference_pool_*),
+llm_d_epp_average_running_requests, llm_d_epp_std_dev_kv_cache_utilization,
+llm_d_epp_std_dev_queue_size, llm_d_epp_ready_endpoints (inference_pool_ready_pods),
+llm_d_epp_per_endpoint_queue_size (inference_pool_per_pod_queue_size),
+llm_d_epp_scheduler_e2e_duration_seconds (inference_extension_scheduler_e2e_duration_seconds),
+llm_d_epp_request_predicted_ttft_seconds, llm_d_epp_request_predicted_tpot_seconds,
+llm_d_epp_request_slo_violation_total; inference_objective_input_tokens_total,
+inference_objective_output_tokens_total; kvroute_locality_picks_total{decision},
 kvroute_locality_spill_ratio, kvroute_locality_requests_total{region},
 kvroute_locality_rtt_seconds{region,source}), GET /healthz, GET /readyz.
 On start one line goes to stderr:
   kvroute epp: ext_proc on HOST:PORT, health on HOST:PORT, metrics on HOST:PORT
+Headers read: x-llm-d-inference-objective (x-gateway-inference-objective), the flow's
+x-llm-d-inference-fairness-id (x-gateway-inference-fairness-id) unless flow.flow_header is
+set, x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms (x-slo-*). Refusals carry
+x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints, rejected-ttl-expired.
 SIGHUP reloads the file (a bad one is rejected with file:line; the running configuration
 stays); SIGINT and SIGTERM stop it.)";
 

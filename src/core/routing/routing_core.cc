@@ -1460,6 +1460,41 @@ bool RoutingCore::Ready(double now_s) const {
   return false;
 }
 
+double RoutingCore::Moments::StdDev() const {
+  if (n < 2) return 0.0;
+  const double mean = Mean();
+  return std::sqrt(std::max(0.0, sum_sq / static_cast<double>(n) - mean * mean));
+}
+
+RoutingCore::PoolGauges RoutingCore::Gauges(double now_s) {
+  Load(now_s);  // folds in pending scrapes, as the other pool figures do
+  PoolGauges g;
+  auto table = table_.load();
+  auto slots = slots_.load();
+  auto options = options_.load();
+  for (const auto& ep : table->by_id) {
+    if (!ep || ep->id >= slots->size() || !(*slots)[ep->id]) continue;
+    const Slot& slot = *(*slots)[ep->id];
+    health::Verdict v;
+    metrics::EngineMetrics m;
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      v = AssessSlot(slot, now_s, options->health);
+      m = slot.health.last();
+    }
+    if (v.condition != health::Condition::kUp || v.ejected || v.treatment == health::Treatment::kDown) continue;
+    ++g.ready;
+    const double kv = Get(ep->stats->kv_adjusted);
+    const double waiting = Get(ep->stats->waiting_adjusted);
+    const bool waiting_known = v.Known(health::Signal::kWaiting) && std::isfinite(waiting);
+    if (v.Known(health::Signal::kKvUsage) && std::isfinite(kv)) g.kv_usage.Add(kv);
+    if (waiting_known) g.waiting.Add(waiting);
+    if (v.Known(health::Signal::kRunning) && std::isfinite(m.running)) g.running.Add(m.running);
+    g.queues.push_back({ep->spec.name, ep->spec.address, waiting_known ? waiting : kNaN});
+  }
+  return g;
+}
+
 RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
   // Fold in the scrapes since the last pick first, as a pick would: the adjusted loads
   // read below are published by that sync.

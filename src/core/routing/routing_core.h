@@ -341,6 +341,34 @@ class RoutingCore {
   // Folds in pending scrapes first (a short exclusive section, as a pick does).
   PoolLoad Load(double now_s);
 
+  // The pool as a picker's /metrics reports it (llm_d_epp_* and inference_pool_*): over
+  // the ready endpoints (fresh, not down, not ejected), the mean and spread of each known
+  // signal (KV usage and queue with the in-flight estimate, running as scraped) and each
+  // one's queue. Copies each endpoint's state under its lock: for rendering, not for the
+  // request path.
+  struct Moments {
+    std::size_t n = 0;
+    double sum = 0.0, sum_sq = 0.0;
+    void Add(double x) {
+      ++n;
+      sum += x;
+      sum_sq += x * x;
+    }
+    double Mean() const { return n ? sum / static_cast<double>(n) : 0.0; }
+    // Population standard deviation; 0 below two values.
+    double StdDev() const;
+  };
+  struct PoolGauges {
+    std::size_t ready = 0;
+    Moments kv_usage, waiting, running;
+    struct Queue {
+      std::string name, address;
+      double waiting = 0.0;  // NaN: unknown
+    };
+    std::vector<Queue> queues;  // ready endpoints, by id
+  };
+  PoolGauges Gauges(double now_s);
+
   // Flow control's prefix probe (Scheduler::PrefixKey / HeldBlocks), under the shared side
   // of the scheduler lock: a waiting request's chain, computed once, and how many of its
   // leading blocks endpoint `endpoint_id` holds by what the policy has learned. A chain

@@ -50,29 +50,40 @@ uint64_t EppStats::picks_timed() const {
 }
 
 void EppStats::AppendMetrics(std::string& out, std::string_view pool,
-                             const routing::RoutingCore::PoolLoad& load) const {
+                             const routing::RoutingCore::PoolGauges& gauges) const {
   using metrics::AppendHeader;
   using metrics::AppendSample;
   using metrics::Label;
   using metrics::MetricType;
+  // Each family under every name in `names`, the samples alike.
+  auto twins = [&](std::initializer_list<std::string_view> names, std::string_view help, MetricType type,
+                   auto&& samples) {
+    for (std::string_view name : names) {
+      AppendHeader(out, name, help, type);
+      samples(name);
+    }
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
-    AppendHeader(out, "inference_objective_request_total",
-                 "Requests the picker scheduled (or refused), by model.", MetricType::kCounter);
-    for (const auto& [model, m] : models_) {
-      Label labels[] = {{"model_name", model}, {"target_model_name", model}};
-      AppendSample(out, "inference_objective_request_total", labels, static_cast<double>(m.requests));
-    }
-    AppendHeader(out, "inference_objective_request_error_total",
-                 "Requests answered with an immediate error response, by model and HTTP status.",
-                 MetricType::kCounter);
-    for (const auto& [model, m] : models_) {
-      for (const auto& [code, n] : m.errors) {
-        const std::string code_s = std::to_string(code);
-        Label labels[] = {{"model_name", model}, {"target_model_name", model}, {"error_code", code_s}};
-        AppendSample(out, "inference_objective_request_error_total", labels, static_cast<double>(n));
-      }
-    }
+    twins({"llm_d_epp_request_total", "inference_objective_request_total"},
+          "Requests the picker scheduled (or refused), by model.", MetricType::kCounter,
+          [&](std::string_view name) {
+            for (const auto& [model, m] : models_) {
+              Label labels[] = {{"model_name", model}, {"target_model_name", model}};
+              AppendSample(out, name, labels, static_cast<double>(m.requests));
+            }
+          });
+    twins({"llm_d_epp_request_error_total", "inference_objective_request_error_total"},
+          "Requests answered with an immediate error response, by model and HTTP status.",
+          MetricType::kCounter, [&](std::string_view name) {
+            for (const auto& [model, m] : models_) {
+              for (const auto& [code, n] : m.errors) {
+                const std::string code_s = std::to_string(code);
+                Label labels[] = {{"model_name", model}, {"target_model_name", model}, {"error_code", code_s}};
+                AppendSample(out, name, labels, static_cast<double>(n));
+              }
+            }
+          });
     AppendHeader(out, "inference_objective_input_tokens_total",
                  "Prompt tokens reported in response usage, by model.", MetricType::kCounter);
     for (const auto& [model, m] : models_) {
@@ -88,22 +99,40 @@ void EppStats::AppendMetrics(std::string& out, std::string_view pool,
     }
   }
   Label name[] = {{"name", pool}};
-  metrics::AppendGauge(out, "inference_pool_average_kv_cache_utilization",
-                       "Mean KV-cache usage (0..1, in-flight estimate included) over ready endpoints.",
-                       name, load.kv_known ? load.kv_usage_sum / static_cast<double>(load.kv_known) : 0.0);
-  metrics::AppendGauge(out, "inference_pool_average_queue_size",
-                       "Mean queued requests (in-flight estimate included) over ready endpoints.", name,
-                       load.waiting_known ? load.waiting_sum / static_cast<double>(load.waiting_known) : 0.0);
-  metrics::AppendGauge(out, "inference_pool_ready_pods",
-                       "Endpoints with fresh metrics, not down or ejected.", name,
-                       static_cast<double>(load.ready));
-  AppendHeader(out, "inference_extension_scheduler_e2e_duration_seconds",
-               "Time to pick an endpoint for one request (subset and shedding checks included).",
-               MetricType::kHistogram);
+  auto gauge = [&](std::initializer_list<std::string_view> names, std::string_view help, double v) {
+    for (std::string_view n : names) metrics::AppendGauge(out, n, help, name, v);
+  };
+  gauge({"llm_d_epp_average_kv_cache_utilization", "inference_pool_average_kv_cache_utilization"},
+        "Mean KV-cache usage (0..1, in-flight estimate included) over ready endpoints that report it.",
+        gauges.kv_usage.Mean());
+  gauge({"llm_d_epp_average_queue_size", "inference_pool_average_queue_size"},
+        "Mean queued requests (in-flight estimate included) over ready endpoints that report it.",
+        gauges.waiting.Mean());
+  gauge({"llm_d_epp_average_running_requests"},
+        "Mean running requests (as scraped) over ready endpoints that report it.", gauges.running.Mean());
+  gauge({"llm_d_epp_std_dev_kv_cache_utilization"},
+        "Standard deviation of KV-cache usage over ready endpoints that report it (the spread).",
+        gauges.kv_usage.StdDev());
+  gauge({"llm_d_epp_std_dev_queue_size"},
+        "Standard deviation of queued requests over ready endpoints that report it.", gauges.waiting.StdDev());
+  gauge({"llm_d_epp_ready_endpoints", "inference_pool_ready_pods"},
+        "Endpoints with fresh metrics, not down or ejected.", static_cast<double>(gauges.ready));
+  twins({"llm_d_epp_per_endpoint_queue_size", "inference_pool_per_pod_queue_size"},
+        "Queued requests (in-flight estimate included) of each ready endpoint (NaN: unknown).",
+        MetricType::kGauge, [&](std::string_view n) {
+          const bool old = n.front() == 'i';
+          for (const auto& q : gauges.queues) {
+            Label labels[] = {{"name", pool}, {old ? "model_server_pod" : "model_server_endpoint", q.address}};
+            AppendSample(out, n, labels, q.waiting);
+          }
+        });
   std::array<uint64_t, kBounds.size() + 1> counts;
   for (std::size_t i = 0; i < counts.size(); ++i) counts[i] = buckets_[i].load(std::memory_order_relaxed);
-  metrics::AppendHistogramSeries(out, "inference_extension_scheduler_e2e_duration_seconds", {},
-                                 kBounds, counts, sum_.load(std::memory_order_relaxed));
+  const double sum = sum_.load(std::memory_order_relaxed);
+  twins({"llm_d_epp_scheduler_e2e_duration_seconds", "inference_extension_scheduler_e2e_duration_seconds"},
+        "Time to pick an endpoint for one request (subset and shedding checks included).",
+        MetricType::kHistogram,
+        [&](std::string_view n) { metrics::AppendHistogramSeries(out, n, {}, kBounds, counts, sum); });
 }
 
 }  // namespace kvroute::extproc

@@ -1,6 +1,7 @@
 // The endpoint picker's own counters, in the reference picker's metric names where they
-// mean the same thing (REFERENCE.md 6): requests and errors per model, tokens per model,
-// the pick's end-to-end duration, and the pool gauges rendered from RoutingCore::Load.
+// mean the same thing (REFERENCE.md 6 and 17): requests and errors per model, tokens per
+// model, the pick's end-to-end duration, and the pool gauges rendered from
+// RoutingCore::Gauges.
 //
 // Threads: every method may be called from any thread. Per-model counters sit behind
 // one mutex taken once per request (a map lookup); the histogram is atomics.
@@ -37,10 +38,12 @@ class EppStats {
   uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
   uint64_t picks_timed() const;
 
-  // Appends the inference_* series. `pool` names the pool in the `name` label;
-  // `load` is RoutingCore::Load at the time of rendering.
+  // Appends the series, each under llm-d Router v1.0's name (llm_d_epp_*) and, where the
+  // reference picker has one, its older name (inference_objective_*, inference_pool_*,
+  // inference_extension_*), so dashboards for either read them (REFERENCE.md 17). `pool`
+  // names the pool in the `name` label; `gauges` is RoutingCore::Gauges at rendering.
   void AppendMetrics(std::string& out, std::string_view pool,
-                     const routing::RoutingCore::PoolLoad& load) const;
+                     const routing::RoutingCore::PoolGauges& gauges) const;
 
  private:
   struct PerModel {

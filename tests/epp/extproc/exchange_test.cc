@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+
 #include <set>
 #include <string>
 #include <vector>
@@ -558,7 +561,7 @@ TEST_F(ExchangeTest, ResponsePathReadsServedEndpointStatusAndUsage) {
   }
   EXPECT_EQ(served_count, 1.0) << served_name;
   std::string epp;
-  stats_.AppendMetrics(epp, "pool", core_.Load(now_));
+  stats_.AppendMetrics(epp, "pool", core_.Gauges(now_));
   EXPECT_NE(epp.find("inference_objective_input_tokens_total{model_name=\"test/model\",target_model_name=\"test/model\"} 12"),
             std::string::npos) << epp;
   EXPECT_NE(epp.find("inference_objective_output_tokens_total{model_name=\"test/model\",target_model_name=\"test/model\"} 3"),
@@ -780,7 +783,7 @@ TEST_F(ExchangeTest, StatsCountRequestsErrorsAndPickDurations) {
   EXPECT_EQ(stats_.requests(), 4u);
   EXPECT_EQ(stats_.picks_timed(), 3u);
   std::string text;
-  stats_.AppendMetrics(text, "pool", core_.Load(now_));
+  stats_.AppendMetrics(text, "pool", core_.Gauges(now_));
   EXPECT_NE(text.find("inference_objective_request_total{model_name=\"test/model\",target_model_name=\"test/model\"} 3"),
             std::string::npos) << text;
   EXPECT_NE(text.find("inference_objective_request_error_total{model_name=\"m2\",target_model_name=\"m2\",error_code=\"400\"} 1"),
@@ -789,6 +792,57 @@ TEST_F(ExchangeTest, StatsCountRequestsErrorsAndPickDurations) {
   EXPECT_NE(text.find("inference_pool_average_kv_cache_utilization{name=\"pool\"}"), std::string::npos);
   EXPECT_NE(text.find("inference_pool_average_queue_size{name=\"pool\"}"), std::string::npos);
   EXPECT_NE(text.find("inference_extension_scheduler_e2e_duration_seconds_count 3"), std::string::npos);
+}
+
+// llm-d Router v1.0's names (REFERENCE.md 17) next to the older ones, with the same
+// samples; the pool's spread over the ready endpoints.
+TEST_F(ExchangeTest, LlmdNamesTwinTheOlderOnesAndThePoolSpreadIsExact) {
+  for (const auto& ep : core_.table()->by_id) {
+    routing::ScrapeResult r = Idle(now_, /*waiting=*/ep->id, /*kv=*/0.1 * (ep->id + 1));
+    r.metrics.running = 2.0 * (ep->id + 1);
+    core_.OnScrape(ep->id, r, now_);
+  }
+  auto ex = New();
+  Feed(*ex, Headers("/v1/completions"));
+  Feed(*ex, Body(Completion("hello"), true));
+  ex->Close(now_, false);
+  std::string text;
+  stats_.AppendMetrics(text, "pool", core_.Gauges(now_));
+  std::map<std::string, double> v;  // name{labels} -> value
+  for (const auto& smp : metrics::ParseAllSamples(text)) {
+    std::string key = smp.name;
+    for (const auto& [k, val] : smp.labels) key += "," + k + "=" + val;
+    v[key] += smp.value;
+  }
+  for (const auto& [now, old] : std::vector<std::pair<std::string, std::string>>{
+           {"llm_d_epp_request_total", "inference_objective_request_total"},
+           {"llm_d_epp_average_kv_cache_utilization", "inference_pool_average_kv_cache_utilization"},
+           {"llm_d_epp_average_queue_size", "inference_pool_average_queue_size"},
+           {"llm_d_epp_ready_endpoints", "inference_pool_ready_pods"},
+           {"llm_d_epp_scheduler_e2e_duration_seconds_count", "inference_extension_scheduler_e2e_duration_seconds_count"}}) {
+    bool found = false;
+    for (const auto& [key, val] : v) {
+      if (key.rfind(now + ",", 0) != 0 && key != now) continue;
+      found = true;
+      EXPECT_EQ(v[old + key.substr(now.size())], val) << key;
+    }
+    EXPECT_TRUE(found) << now << "\n" << text;
+  }
+  EXPECT_EQ(v["llm_d_epp_request_total,model_name=test/model,target_model_name=test/model"], 1);
+  EXPECT_EQ(v["llm_d_epp_ready_endpoints,name=pool"], 4);
+  // The request finished: the scraped figures exactly (queues 0..3, KV 0.1..0.4, running
+  // 2..8), the spread as a population standard deviation.
+  for (int i = 0; i < 4; ++i) {
+    const std::string addr = "10.0.0." + std::to_string(i + 1) + ":8000";
+    EXPECT_EQ(v["llm_d_epp_per_endpoint_queue_size,name=pool,model_server_endpoint=" + addr], i) << addr;
+    EXPECT_EQ(v["inference_pool_per_pod_queue_size,name=pool,model_server_pod=" + addr], i) << addr;
+  }
+  EXPECT_DOUBLE_EQ(v["llm_d_epp_average_queue_size,name=pool"], 1.5);
+  EXPECT_NEAR(v["llm_d_epp_std_dev_queue_size,name=pool"], std::sqrt(1.25), 1e-9);
+  EXPECT_DOUBLE_EQ(v["llm_d_epp_average_running_requests,name=pool"], 5.0);
+  // KV usage is the adjusted one: the finished request's estimate leaves a few millionths.
+  EXPECT_NEAR(v["llm_d_epp_average_kv_cache_utilization,name=pool"], 0.25, 1e-4);
+  EXPECT_NEAR(v["llm_d_epp_std_dev_kv_cache_utilization,name=pool"], std::sqrt(0.0125), 1e-4);
 }
 
 // Deferred pick (flow control in `kvroute epp`): the exchange stops where it would pick,
