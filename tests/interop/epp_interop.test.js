@@ -586,3 +586,42 @@ test('Prometheus text on the metrics port', async () => {
   assert.match(text, /^inference_pool_ready_pods(\{[^}]*\})? 4(\.0*)?$/m);
   assert.match(text, /^inference_objective_request_total(\{[^}]*\})? [1-9]/m);
 });
+
+// llm-d Router v1.0's names (REFERENCE.md 17) on the picker's /metrics, beside the older
+// ones, checked by Debian's Prometheus tooling: promtool parses the exposition (exit 1 on
+// a format error) and lints it; the only lint finding allowed is the one llm-d's own
+// prefix draws ("llm_d_" reads as the abbreviated unit "d").
+test('promtool check metrics, and llm-d Router v1.0 names beside the older ones', async () => {
+  const text = await new Promise((resolve, reject) => {
+    http.get(`http://${epp.buffered.metrics}/metrics`, (r) => {
+      let data = '';
+      r.on('data', (d) => { data += d; });
+      r.on('end', () => resolve(data));
+    }).on('error', reject);
+  });
+  for (const name of [
+    'llm_d_epp_request_total', 'llm_d_epp_request_error_total', 'llm_d_epp_request_duration_seconds',
+    'llm_d_epp_request_input_tokens', 'llm_d_epp_request_output_tokens', 'llm_d_epp_request_cached_tokens',
+    'llm_d_epp_request_running', 'llm_d_epp_request_ttft_seconds', 'llm_d_epp_request_ntpot_seconds',
+    'llm_d_epp_average_kv_cache_utilization', 'llm_d_epp_average_queue_size',
+    'llm_d_epp_average_running_requests', 'llm_d_epp_std_dev_kv_cache_utilization',
+    'llm_d_epp_std_dev_queue_size', 'llm_d_epp_ready_endpoints', 'llm_d_epp_per_endpoint_queue_size',
+    'llm_d_epp_scheduler_e2e_duration_seconds', 'llm_d_epp_scheduler_attempts_total',
+    'llm_d_epp_flow_control_pool_saturation', 'llm_d_epp_request_predicted_ttft_seconds',
+    'llm_d_epp_request_predicted_tpot_seconds', 'llm_d_epp_request_slo_violation_total',
+    'inference_objective_request_total', 'inference_pool_ready_pods', 'inference_pool_per_pod_queue_size',
+  ]) {
+    assert.match(text, new RegExp(`^# TYPE ${name} `, 'm'), name);
+  }
+  // The same samples under both names.
+  const sample = (re) => (text.match(re) || [])[1];
+  assert.equal(sample(/^llm_d_epp_ready_endpoints\{[^}]*\} (\S+)$/m), sample(/^inference_pool_ready_pods\{[^}]*\} (\S+)$/m));
+  const { spawnSync } = require('node:child_process');
+  const r = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+  assert.ok(!r.error, `promtool: ${r.error} (scripts/install-deps.sh installs Debian's prometheus)`);
+  assert.notEqual(r.status, 1, `promtool found format errors:\n${r.stdout}${r.stderr}`);
+  const findings = `${r.stdout}${r.stderr}`.split('\n').filter((l) => l.trim() !== '');
+  const others = findings.filter((l) => !/^llm_d_epp_\S+ metric names should not contain abbreviated units$/.test(l));
+  assert.deepEqual(others, [], findings.join('\n'));
+  assert.equal(r.status, findings.length ? 3 : 0);
+});

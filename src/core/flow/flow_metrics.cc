@@ -24,19 +24,38 @@ void AppendFlowMetrics(std::string& out, const flow::FlowStats& st) {
       AppendSample(out, name, {&l, 1}, static_cast<double>(value(st.bands[i])));
     }
   };
-  per_band("kvroute_flow_waiting_requests", "Requests waiting in the flow queue, by priority band.",
-           [](const flow::BandStats& b) { return b.waiting_requests; });
+  for (std::string_view name : {"kvroute_flow_waiting_requests", "llm_d_epp_flow_control_queue_size"}) {
+    per_band(name, "Requests waiting in the flow queue, by priority band.",
+             [](const flow::BandStats& b) { return b.waiting_requests; });
+  }
   per_band("kvroute_flow_waiting_bytes", "Request body bytes waiting in the flow queue, by priority band.",
            [](const flow::BandStats& b) { return b.waiting_bytes; });
-  AppendHeader(out, "kvroute_flow_wait_seconds",
-               "Time dispatched requests waited in the flow queue (0 when dispatched at arrival), "
-               "by priority band.",
-               MetricType::kHistogram);
+  for (std::string_view name : {"kvroute_flow_wait_seconds", "llm_d_epp_flow_control_request_queue_duration_seconds"}) {
+    AppendHeader(out, name,
+                 "Time dispatched requests waited in the flow queue (0 when dispatched at arrival), "
+                 "by priority band.",
+                 MetricType::kHistogram);
+    for (std::size_t i = 0; i < st.bands.size(); ++i) {
+      const Label l{"priority", prios[i]};
+      const flow::WaitHistogram& w = st.bands[i].wait;
+      metrics::AppendHistogramSeries(out, name, {&l, 1}, flow::kWaitBucketBoundsS, w.counts, w.sum_s);
+    }
+  }
+  // llm-d Router's per-band outcomes of the requests that entered the queue or went at once
+  // (refusals at arrival are kvroute_flow_rejected_total, by reason, not by band).
+  AppendHeader(out, "llm_d_epp_flow_control_requests_total",
+               "Requests through flow control, by outcome (dispatched, expired, cancelled) and "
+               "priority band.",
+               MetricType::kCounter);
   for (std::size_t i = 0; i < st.bands.size(); ++i) {
-    const Label l{"priority", prios[i]};
-    const flow::WaitHistogram& w = st.bands[i].wait;
-    metrics::AppendHistogramSeries(out, "kvroute_flow_wait_seconds", {&l, 1}, flow::kWaitBucketBoundsS,
-                                   w.counts, w.sum_s);
+    const flow::BandStats& b = st.bands[i];
+    uint64_t expired_n = 0;
+    for (uint64_t e : b.expired) expired_n += e;
+    for (const auto& [outcome, n] : {std::pair<std::string_view, uint64_t>{"dispatched", b.dispatched + b.dispatched_at_once},
+                                     {"expired", expired_n}, {"cancelled", b.cancelled}}) {
+      const Label l[] = {{"outcome", outcome}, {"priority", prios[i]}};
+      AppendSample(out, "llm_d_epp_flow_control_requests_total", l, static_cast<double>(n));
+    }
   }
   per_band("kvroute_flow_late_total",
            "Waiting requests moved behind the on-time ones because they were predicted to miss "

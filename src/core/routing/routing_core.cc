@@ -1467,8 +1467,9 @@ double RoutingCore::Moments::StdDev() const {
 }
 
 RoutingCore::PoolGauges RoutingCore::Gauges(double now_s) {
-  Load(now_s);  // folds in pending scrapes, as the other pool figures do
+  const PoolLoad load = Load(now_s);  // folds in pending scrapes, as the other pool figures do
   PoolGauges g;
+  g.saturated = load.saturated;
   auto table = table_.load();
   auto slots = slots_.load();
   auto options = options_.load();

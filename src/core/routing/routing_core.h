@@ -360,6 +360,7 @@ class RoutingCore {
   };
   struct PoolGauges {
     std::size_t ready = 0;
+    std::size_t saturated = 0;  // of the ready ones, by the detector's rule (Load)
     Moments kv_usage, waiting, running;
     struct Queue {
       std::string name, address;

@@ -1,6 +1,8 @@
 #include "epp/extproc/epp_stats.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "core/metrics/prom_writer.h"
 
@@ -40,6 +42,40 @@ void EppStats::OnPickDuration(double seconds) {
   // toolchain here has.
   double old = sum_.load(std::memory_order_relaxed);
   while (!sum_.compare_exchange_weak(old, old + seconds, std::memory_order_relaxed)) {
+  }
+}
+
+template <std::size_t N>
+void EppStats::Histogram<N>::Observe(const std::array<double, N>& bounds, double v) {
+  if (!(v >= 0) || !std::isfinite(v)) return;
+  ++counts[static_cast<std::size_t>(std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin())];
+  sum += v;
+}
+
+EppStats::PerModel& EppStats::ModelLocked(std::string_view model) {
+  auto it = models_.find(model);
+  if (it == models_.end()) it = models_.emplace(std::string(model), PerModel{}).first;
+  return it->second;
+}
+
+void EppStats::OnPickOutcome(bool ok) { (ok ? picks_ok_ : picks_failed_).fetch_add(1, std::memory_order_relaxed); }
+
+void EppStats::OnPicked(std::string_view model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++ModelLocked(model).running;
+}
+
+void EppStats::OnDone(std::string_view model, const Done& d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PerModel& m = ModelLocked(model);
+  if (m.running > 0) --m.running;
+  m.duration.Observe(kDurationBounds, d.duration_s);
+  if (d.ttft_s >= 0) m.ttft.Observe(kTtftBounds, d.ttft_s);
+  if (d.input_tokens >= 0) m.input.Observe(kTokenBounds, static_cast<double>(d.input_tokens));
+  if (d.output_tokens >= 0) m.output.Observe(kTokenBounds, static_cast<double>(d.output_tokens));
+  if (d.cached_tokens >= 0) m.cached.Observe(kTokenBounds, static_cast<double>(d.cached_tokens));
+  if (d.end_after_first_s >= 0 && d.output_tokens >= 2) {
+    m.ntpot.Observe(kTpotBounds, d.end_after_first_s / static_cast<double>(d.output_tokens - 1));
   }
 }
 
@@ -97,6 +133,36 @@ void EppStats::AppendMetrics(std::string& out, std::string_view pool,
       AppendSample(out, "inference_objective_output_tokens_total", labels,
                    static_cast<double>(m.completion_tokens));
     }
+    auto histogram = [&](std::string_view name, std::string_view help, const auto& bounds, auto field) {
+      AppendHeader(out, name, help, MetricType::kHistogram);
+      for (const auto& [model, m] : models_) {
+        Label labels[] = {{"model_name", model}, {"target_model_name", model}};
+        const auto& h = field(m);
+        metrics::AppendHistogramSeries(out, name, labels, bounds, h.counts, h.sum);
+      }
+    };
+    histogram("llm_d_epp_request_duration_seconds",
+              "Picked requests' time from their headers to the end of the response (or the stream's close).",
+              kDurationBounds, [](const PerModel& m) -> const auto& { return m.duration; });
+    histogram("llm_d_epp_request_ttft_seconds",
+              "Picked requests' time from the pick to the first response body byte (response bodies sent).",
+              kTtftBounds, [](const PerModel& m) -> const auto& { return m.ttft; });
+    histogram("llm_d_epp_request_ntpot_seconds",
+              "Picked requests' time per output token after the first byte (two tokens or more).",
+              kTpotBounds, [](const PerModel& m) -> const auto& { return m.ntpot; });
+    histogram("llm_d_epp_request_input_tokens", "Prompt tokens reported in response usage.", kTokenBounds,
+              [](const PerModel& m) -> const auto& { return m.input; });
+    histogram("llm_d_epp_request_output_tokens", "Completion tokens reported in response usage.", kTokenBounds,
+              [](const PerModel& m) -> const auto& { return m.output; });
+    histogram("llm_d_epp_request_cached_tokens",
+              "Cached prompt tokens reported in response usage (prompt_tokens_details.cached_tokens).",
+              kTokenBounds, [](const PerModel& m) -> const auto& { return m.cached; });
+    AppendHeader(out, "llm_d_epp_request_running", "Picked requests not yet answered in full, by model.",
+                 MetricType::kGauge);
+    for (const auto& [model, m] : models_) {
+      Label labels[] = {{"model_name", model}, {"target_model_name", model}};
+      AppendSample(out, "llm_d_epp_request_running", labels, static_cast<double>(m.running));
+    }
   }
   Label name[] = {{"name", pool}};
   auto gauge = [&](std::initializer_list<std::string_view> names, std::string_view help, double v) {
@@ -115,6 +181,9 @@ void EppStats::AppendMetrics(std::string& out, std::string_view pool,
         gauges.kv_usage.StdDev());
   gauge({"llm_d_epp_std_dev_queue_size"},
         "Standard deviation of queued requests over ready endpoints that report it.", gauges.waiting.StdDev());
+  gauge({"llm_d_epp_flow_control_pool_saturation"},
+        "Share of the ready endpoints the saturation detector calls saturated (1 when none is ready).",
+        gauges.ready ? static_cast<double>(gauges.saturated) / static_cast<double>(gauges.ready) : 1.0);
   gauge({"llm_d_epp_ready_endpoints", "inference_pool_ready_pods"},
         "Endpoints with fresh metrics, not down or ejected.", static_cast<double>(gauges.ready));
   twins({"llm_d_epp_per_endpoint_queue_size", "inference_pool_per_pod_queue_size"},
@@ -129,6 +198,13 @@ void EppStats::AppendMetrics(std::string& out, std::string_view pool,
   std::array<uint64_t, kBounds.size() + 1> counts;
   for (std::size_t i = 0; i < counts.size(); ++i) counts[i] = buckets_[i].load(std::memory_order_relaxed);
   const double sum = sum_.load(std::memory_order_relaxed);
+  AppendHeader(out, "llm_d_epp_scheduler_attempts_total", "Picks, by status: success or failure (no usable endpoint).",
+               MetricType::kCounter);
+  for (const auto& [status, n] : {std::pair<std::string_view, uint64_t>{"success", picks_ok_.load()},
+                                  {"failure", picks_failed_.load()}}) {
+    const Label l{"status", status};
+    AppendSample(out, "llm_d_epp_scheduler_attempts_total", {&l, 1}, static_cast<double>(n));
+  }
   twins({"llm_d_epp_scheduler_e2e_duration_seconds", "inference_extension_scheduler_e2e_duration_seconds"},
         "Time to pick an endpoint for one request (subset and shedding checks included).",
         MetricType::kHistogram,

@@ -34,6 +34,32 @@ class EppStats {
   void OnUsage(std::string_view model, int64_t prompt_tokens, int64_t completion_tokens);
   // One pick took `seconds` (Pick call, the subset and shedding checks included).
   void OnPickDuration(double seconds);
+  // A pick's outcome: an endpoint chosen, or none usable (llm_d_epp_scheduler_attempts_total).
+  void OnPickOutcome(bool ok);
+
+  // A picked request's life, for llm_d_epp_request_*: running from OnPicked until
+  // OnDone, which observes its duration (headers to the response's end or the stream's
+  // close), its TTFT (pick to the first response body byte; < 0: none seen), its tokens
+  // (< 0: not reported) and its normalized time per output token ((end - first byte) /
+  // (output tokens - 1), with at least two tokens and a first byte).
+  void OnPicked(std::string_view model);
+  struct Done {
+    double duration_s = -1.0;
+    double ttft_s = -1.0;
+    double end_after_first_s = -1.0;  // end - first byte
+    int64_t input_tokens = -1, output_tokens = -1, cached_tokens = -1;
+  };
+  void OnDone(std::string_view model, const Done& d);
+
+  // Bucket upper bounds of the request histograms.
+  static constexpr std::array<double, 20> kDurationBounds = {
+      0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0};
+  static constexpr std::array<double, 15> kTtftBounds = {
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0};
+  static constexpr std::array<double, 14> kTpotBounds = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0};
+  static constexpr std::array<double, 18> kTokenBounds = {
+      1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288};
 
   uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
   uint64_t picks_timed() const;
@@ -46,16 +72,29 @@ class EppStats {
                      const routing::RoutingCore::PoolGauges& gauges) const;
 
  private:
+  template <std::size_t N>
+  struct Histogram {
+    std::array<uint64_t, N + 1> counts{};
+    double sum = 0.0;
+    void Observe(const std::array<double, N>& bounds, double v);
+  };
   struct PerModel {
     uint64_t requests = 0;
     std::map<int, uint64_t> errors;
     uint64_t prompt_tokens = 0, completion_tokens = 0, usage_reports = 0;
+    int64_t running = 0;
+    Histogram<kDurationBounds.size()> duration;
+    Histogram<kTtftBounds.size()> ttft;
+    Histogram<kTpotBounds.size()> ntpot;
+    Histogram<kTokenBounds.size()> input, output, cached;
   };
+  PerModel& ModelLocked(std::string_view model);
   mutable std::mutex mu_;
   std::map<std::string, PerModel, std::less<>> models_;  // guarded by mu_
   std::atomic<uint64_t> requests_{0};
   std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};
   std::atomic<double> sum_{0.0};
+  std::atomic<uint64_t> picks_ok_{0}, picks_failed_{0};
 };
 
 }  // namespace kvroute::extproc

@@ -190,6 +190,7 @@ void Exchange::ReadSubset(const pb::ProcessingRequest& request) {
 }
 
 void Exchange::OnRequestHeaders(const pb::HttpHeaders& h, std::vector<pb::ProcessingResponse>& out) {
+  if (started_s_ < 0) started_s_ = now_s_;
   if (phase_ != Phase::kHeaders) {
     pb::ProcessingResponse r;
     r.mutable_request_headers();
@@ -403,6 +404,7 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
       }
     }
     if (only.empty()) {
+      if (env_.stats) env_.stats->OnPickOutcome(false);
       return Fail(503, "No usable endpoint: none of the gateway's subset hint is in the pool.", out);
     }
   }
@@ -413,9 +415,16 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
   pick_ = env_.core->Pick(pr, now_s_);
   if (env_.timer && env_.stats) env_.stats->OnPickDuration(env_.timer() - t0);
   if (!pick_.ok() || pick_.n_ranked == 0) {
+    if (env_.stats) env_.stats->OnPickOutcome(false);
     return Fail(503, "No usable endpoint: " + pick_.status.message() + ".", out);
   }
   served_ = pick_.ranked[0];
+  picked_s_ = now_s_;
+  if (env_.stats) {
+    env_.stats->OnPickOutcome(true);
+    env_.stats->OnPicked(model_);
+    stats_running_ = true;
+  }
   if (!pick_.dispatched) env_.core->OnDispatched(pick_.handle, served_, now_s_);
   const std::size_t n = std::min(pick_.n_ranked, 1 + settings_->fallbacks);
   destination_.clear();
@@ -519,6 +528,7 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
     response_seen_ = true;
     if (!first_token_ && !b.body().empty()) {
       first_token_ = true;
+      first_byte_s_ = now_s_;
       env_.core->OnFirstToken(pick_.handle, now_s_);
     }
     std::string_view chunk = b.body();
@@ -534,6 +544,9 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
     if (b.end_of_stream()) {
       Usage u = FindUsage(response_tail_);
       if (env_.stats) env_.stats->OnUsage(model_, u.prompt_tokens, u.completion_tokens);
+      usage_input_ = u.prompt_tokens;
+      usage_output_ = u.completion_tokens;
+      usage_cached_ = u.cached_tokens;
       if (pick_.predicted_cached_tokens >= 0 && (status_ == 0 || status_ == 200) &&
           pick_.n_ranked > 0 && served_ == pick_.ranked[0]) {
         env_.core->OnRouteReceipt(served_, pick_.predicted_cached_tokens, u.cached_tokens);
@@ -584,6 +597,19 @@ void Exchange::FinishRequest(int code, int64_t generated_tokens) {
   ReleasePrefill();
   if (finished_) return;
   finished_ = true;
+  if (stats_running_ && env_.stats) {
+    stats_running_ = false;
+    EppStats::Done d;
+    d.duration_s = now_s_ - started_s_;
+    if (first_byte_s_ >= 0) {
+      d.ttft_s = first_byte_s_ - picked_s_;
+      d.end_after_first_s = now_s_ - first_byte_s_;
+    }
+    d.input_tokens = usage_input_;
+    d.output_tokens = usage_output_ >= 0 ? usage_output_ : generated_tokens;
+    d.cached_tokens = usage_cached_;
+    env_.stats->OnDone(model_, d);
+  }
   env_.core->OnFinished(pick_.handle, pick_.handle == sched::kNoHandle ? routing::RoutingCore::kNoEndpoint
                                                                        : served_,
                         code, now_s_, generated_tokens);

@@ -307,9 +307,16 @@ class Exchange {
   int status_ = 0;
   bool response_seen_ = false;
   bool prefill_open_ = false;
-  bool client_prefiller_ = false;  // the request came with an x-prefiller-host-port  // a pair was picked and its prefill charge not yet released
+  bool client_prefiller_ = false;  // the request came with an x-prefiller-host-port
+  // prefill_open_: a pair was picked and its prefill charge not yet released.
   void ReleasePrefill();
   bool first_token_ = false;
+  // For the llm_d_epp_request_* series: when the headers came, the pick, the first response
+  // body byte (-1: not yet), the usage the response reported, and whether the stats count
+  // this request as running.
+  double started_s_ = -1.0, picked_s_ = -1.0, first_byte_s_ = -1.0;
+  int64_t usage_input_ = -1, usage_output_ = -1, usage_cached_ = -1;
+  bool stats_running_ = false;
   std::string response_tail_;  // the response body's last bytes (usage)
   api::ChoiceChunkCounter chunks_;  // streamed chunks with a choice (TPOT's token count)
 };

@@ -845,6 +845,78 @@ TEST_F(ExchangeTest, LlmdNamesTwinTheOlderOnesAndThePoolSpreadIsExact) {
   EXPECT_NEAR(v["llm_d_epp_std_dev_kv_cache_utilization,name=pool"], std::sqrt(0.0125), 1e-4);
 }
 
+// llm_d_epp_request_*: a streamed request's duration, TTFT, time per output token and
+// tokens land in the buckets its timeline gives; running while it is answered.
+TEST_F(ExchangeTest, RequestSeriesFollowTheResponsesTimeline) {
+  auto sample = [&](std::string_view name, std::vector<std::pair<std::string, std::string>> want) {
+    std::string text;
+    stats_.AppendMetrics(text, "pool", core_.Gauges(now_));
+    for (const auto& smp : metrics::ParseAllSamples(text)) {
+      if (smp.name != name) continue;
+      bool all = true;
+      for (const auto& w : want) {
+        bool has = false;
+        for (const auto& l : smp.labels) has = has || l == w;
+        all = all && has;
+      }
+      if (all) return smp.value;
+    }
+    return -1.0;
+  };
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  SetProtocol(h, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED);
+  const double start = now_;
+  Feed(*ex, h);
+  now_ += 0.05;  // the body arrives: the pick
+  Feed(*ex, Body(Completion("timeline"), true));
+  EXPECT_EQ(sample("llm_d_epp_request_running", {{"model_name", kModel}}), 1);
+  EXPECT_EQ(sample("llm_d_epp_scheduler_attempts_total", {{"status", "success"}}), 1);
+  now_ += 0.1;
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "200");
+  Feed(*ex, rh);
+  now_ += 0.15;  // first byte 0.25 s after the pick
+  pb::ProcessingRequest b1;
+  b1.mutable_response_body()->set_body("data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
+  Feed(*ex, b1);
+  now_ += 0.9;  // 10 more tokens: 90 ms each
+  pb::ProcessingRequest b2;
+  b2.mutable_response_body()->set_body(
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":11,"
+      "\"prompt_tokens_details\":{\"cached_tokens\":16}}}\n\ndata: [DONE]\n\n");
+  b2.mutable_response_body()->set_end_of_stream(true);
+  Feed(*ex, b2);
+  EXPECT_EQ(sample("llm_d_epp_request_running", {{"model_name", kModel}}), 0);
+  const std::vector<std::pair<std::string, std::string>> m = {{"model_name", kModel}};
+  // Duration 1.2 s (headers to the end): in (1.0, 1.5].
+  EXPECT_NEAR(sample("llm_d_epp_request_duration_seconds_sum", m), now_ - start, 1e-9);
+  EXPECT_EQ(sample("llm_d_epp_request_duration_seconds_bucket", {{"model_name", kModel}, {"le", "1.0"}}), 0);
+  EXPECT_EQ(sample("llm_d_epp_request_duration_seconds_bucket", {{"model_name", kModel}, {"le", "1.5"}}), 1);
+  // TTFT 0.25 s (pick to first byte): in (0.1, 0.25].
+  EXPECT_NEAR(sample("llm_d_epp_request_ttft_seconds_sum", m), 0.25, 1e-9);
+  EXPECT_EQ(sample("llm_d_epp_request_ttft_seconds_bucket", {{"model_name", kModel}, {"le", "0.1"}}), 0);
+  EXPECT_EQ(sample("llm_d_epp_request_ttft_seconds_bucket", {{"model_name", kModel}, {"le", "0.25"}}), 1);
+  // 0.9 s over the 10 tokens after the first.
+  EXPECT_NEAR(sample("llm_d_epp_request_ntpot_seconds_sum", m), 0.09, 1e-9);
+  EXPECT_EQ(sample("llm_d_epp_request_input_tokens_sum", m), 40);
+  EXPECT_EQ(sample("llm_d_epp_request_output_tokens_sum", m), 11);
+  EXPECT_EQ(sample("llm_d_epp_request_cached_tokens_sum", m), 16);
+  EXPECT_EQ(sample("llm_d_epp_request_cached_tokens_bucket", {{"model_name", kModel}, {"le", "8.0"}}), 0);
+  EXPECT_EQ(sample("llm_d_epp_request_cached_tokens_bucket", {{"model_name", kModel}, {"le", "16.0"}}), 1);
+  // A request refused for want of an endpoint counts as a failed attempt, never running.
+  routing::ScrapeResult down;  // every endpoint refuses connections: nothing usable
+  down.ok = false;
+  down.connect_failed = true;
+  down.sent_at_s = now_;
+  ScrapeAll(down);
+  auto refused = New();
+  Feed(*refused, Headers("/v1/completions"));
+  Feed(*refused, Body(Completion("none"), true));
+  EXPECT_EQ(sample("llm_d_epp_scheduler_attempts_total", {{"status", "failure"}}), 1);
+  EXPECT_EQ(sample("llm_d_epp_request_duration_seconds_count", m), 1);
+}
+
 // Deferred pick (flow control in `kvroute epp`): the exchange stops where it would pick,
 // emits nothing, and answers exactly as it would have when Resume comes.
 TEST_F(ExchangeTest, DeferredPickHoldsTheAnswerUntilResume) {
