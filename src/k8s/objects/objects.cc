@@ -1,5 +1,7 @@
 #include "k8s/objects/objects.h"
 
+#include <charconv>
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -196,12 +198,49 @@ Status ReadMeta(object obj, const std::string& path, bool name_required, ObjectM
   return Status::Ok();
 }
 
+// "8000, 8001,x": the port numbers 1-65535 among the comma-separated entries.
+std::vector<uint16_t> ParsePortList(std::string_view text) {
+  std::vector<uint16_t> out;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    unsigned v = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (!item.empty() && ec == std::errc() && end == item.data() + item.size() && v >= 1 && v <= 65535) {
+      out.push_back(static_cast<uint16_t>(v));
+    }
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
 Status ReadPod(element e, const std::string& path, Pod& pod) {
   object obj;
   if (e.get_object().get(obj)) return FieldError(path.empty() ? "pod" : path, "not an object");
   if (Status s = ReadMeta(obj, path, /*name_required=*/true, pod.meta); !s.ok()) return s;
   object status;
   bool present = false;
+  {
+    object m, annotations;
+    const std::string mpath = Join(path, "metadata");
+    if (Status s = OptObject(obj, "metadata", path, m, present); !s.ok()) return s;
+    if (present) {
+      if (Status s = OptObject(m, "annotations", mpath, annotations, present); !s.ok()) return s;
+    }
+    if (present) {
+      Labels a;
+      if (Status s = ReadStringMap(annotations, Join(mpath, "annotations"), a); !s.ok()) return s;
+      for (std::string_view key : {kActivePortsAnnotation, kActivePortsAnnotationOld}) {
+        auto it = std::find_if(a.begin(), a.end(), [&](const auto& kv) { return kv.first == key; });
+        if (it == a.end()) continue;
+        pod.active_ports = ParsePortList(it->second);
+        break;
+      }
+    }
+  }
   if (Status s = OptObject(obj, "status", path, status, present); !s.ok() || !present) return s;
   const std::string spath = Join(path, "status");
   if (Status s = OptString(status, "podIP", spath, pod.ip); !s.ok()) return s;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,11 +36,20 @@ struct ObjectMeta {
   bool being_deleted = false;     // metadata.deletionTimestamp is set (not null)
 };
 
+// Data-parallel engines (REFERENCE.md 17): a pod's annotation naming the ports (pool
+// target ports) it serves, comma separated ("8000,8001"); the older key is read when the
+// new one is absent.
+inline constexpr std::string_view kActivePortsAnnotation = "llm-d.ai/active-ports";
+inline constexpr std::string_view kActivePortsAnnotationOld = "inference.networking.k8s.io/active-ports";
+
 struct Pod {
   ObjectMeta meta;
   std::string ip;       // status.podIP; "" when not yet assigned
   bool ready = false;   // status.conditions[type=Ready].status == "True"
   std::string phase;    // status.phase ("Pending", "Running", ...); "" when absent
+  // The active-ports annotation's port numbers (entries that are not a port 1-65535 are
+  // left out); nullopt without the annotation (then every target port is served).
+  std::optional<std::vector<uint16_t>> active_ports;
 };
 
 struct PodList {

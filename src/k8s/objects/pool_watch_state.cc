@@ -213,6 +213,11 @@ void PoolWatchState::Recompute() {
       if (!Selected(pod)) continue;
       const bool v6 = pod.ip.find(':') != std::string::npos;
       for (uint16_t port : pool_->target_ports) {
+        // A pod that names its active ports (data-parallel ranks) serves those only.
+        if (pod.active_ports &&
+            std::find(pod.active_ports->begin(), pod.active_ports->end(), port) == pod.active_ports->end()) {
+          continue;
+        }
         routing::EndpointSpec e;
         e.address = v6 ? "[" + pod.ip + "]:" : pod.ip + ":";
         e.address += std::to_string(port);

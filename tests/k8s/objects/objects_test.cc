@@ -65,6 +65,30 @@ TEST(DecodePodList, EmptyAndNullItems) {
   EXPECT_TRUE(null_items->items.empty());
 }
 
+// Data-parallel ranks: llm-d.ai/active-ports (else the older key) names the ports served;
+// entries that are no port are left out; without either annotation, nullopt (all ports).
+TEST(DecodePodList, ActivePortsAnnotation) {
+  Result<PodList> list = DecodePodList(R"({"items":[
+      {"metadata":{"name":"a","annotations":{"llm-d.ai/active-ports":"8000, 8002"}}},
+      {"metadata":{"name":"b","annotations":{"inference.networking.k8s.io/active-ports":"8001"}}},
+      {"metadata":{"name":"c","annotations":{"inference.networking.k8s.io/active-ports":"8001",
+                                             "llm-d.ai/active-ports":"8003"}}},
+      {"metadata":{"name":"d","annotations":{"llm-d.ai/active-ports":"x,0,70000,8004,"}}},
+      {"metadata":{"name":"e","annotations":{"other":"1"}}},
+      {"metadata":{"name":"f"}}]})");
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  ASSERT_EQ(list->items.size(), 6u);
+  EXPECT_THAT(list->items[0].active_ports.value(), ElementsAre(8000, 8002));
+  EXPECT_THAT(list->items[1].active_ports.value(), ElementsAre(8001));
+  EXPECT_THAT(list->items[2].active_ports.value(), ElementsAre(8003));
+  EXPECT_THAT(list->items[3].active_ports.value(), ElementsAre(8004));
+  EXPECT_FALSE(list->items[4].active_ports.has_value());
+  EXPECT_FALSE(list->items[5].active_ports.has_value());
+  Result<PodList> bad = DecodePodList(R"({"items":[{"metadata":{"name":"a","annotations":{"llm-d.ai/active-ports":8000}}}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "items[0].metadata.annotations.llm-d.ai/active-ports: not a string");
+}
+
 TEST(DecodePodList, ABadItemRejectsTheList) {
   Result<PodList> list = DecodePodList(
       R"({"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b","labels":{"app":7}}}]})");

@@ -265,6 +265,31 @@ TEST_F(PoolWatchStateTest, TargetPortsChangeToTwoPortsPerPod) {
   EXPECT_THAT(e.labels, ElementsAre(Pair("app", "vllm")));
 }
 
+// Data-parallel engines: one endpoint per pod and target port, narrowed by the pod's
+// active-ports annotation; a change of the annotation moves the endpoints.
+TEST_F(PoolWatchStateTest, ActivePortsNarrowAPodsEndpoints) {
+  PoolEvent ev;
+  ev.type = WatchEventType::kModified;
+  ev.pool = Pool({{"app", "vllm"}}, {8000, 8001, 8002}, "3");
+  ASSERT_TRUE(state_.ApplyPoolEvent(ev).ok());
+  Pod a = MakePod("a", "10.0.0.1", true);
+  a.active_ports = std::vector<uint16_t>{8002, 8000, 9000};  // 9000 is no target port
+  ASSERT_TRUE(state_.ApplyPodEvent(Event(WatchEventType::kModified, a, "101")).ok());
+  Pod b = MakePod("b", "10.0.0.2", true);
+  b.active_ports = std::vector<uint16_t>{};  // declares none active
+  ASSERT_TRUE(state_.ApplyPodEvent(Event(WatchEventType::kModified, b, "102")).ok());
+  Pod c = MakePod("c", "10.0.0.3", true);  // no annotation: every target port
+  ASSERT_TRUE(state_.ApplyPodEvent(Event(WatchEventType::kAdded, c, "103")).ok());
+  EXPECT_THAT(Endpoints(), ElementsAre("10.0.0.1:8000 a:8000", "10.0.0.1:8002 a:8002", "10.0.0.3:8000 c:8000",
+                                       "10.0.0.3:8001 c:8001", "10.0.0.3:8002 c:8002"));
+  // Rank 1 of a comes up.
+  a.active_ports->push_back(8001);
+  ASSERT_TRUE(state_.ApplyPodEvent(Event(WatchEventType::kModified, a, "104")).ok());
+  EXPECT_TRUE(state_.endpoints_changed());
+  EXPECT_THAT(Endpoints(), ElementsAre("10.0.0.1:8000 a:8000", "10.0.0.1:8001 a:8001", "10.0.0.1:8002 a:8002",
+                                       "10.0.0.3:8000 c:8000", "10.0.0.3:8001 c:8001", "10.0.0.3:8002 c:8002"));
+}
+
 TEST_F(PoolWatchStateTest, PoolEventsForAnotherPoolAreIgnored) {
   PoolEvent ev;
   ev.type = WatchEventType::kModified;
