@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "http/client.h"
 #include "http/server.h"
@@ -18,7 +19,19 @@ inline constexpr std::size_t kMaxClientBacklog = 1u << 20;
 // Sends `chunk` on `ex`'s open stream. When the client is slow (over kMaxClientBacklog
 // queued), `call` is paused until this chunk, and so everything before it, has been
 // written: the upstream's own flow control then holds the engine's output back. `owner`
-// owns `call`; the resume runs only while it lives. Thread: the exchange's.
-void RelayChunk(Exchange& ex, UpstreamCall& call, std::string chunk, std::weak_ptr<void> owner);
+// (an enable_shared_from_this) owns `call`; the resume runs only while it lives. Only the
+// slow path takes a weak reference: a chunk to a keeping-up client costs no atomic.
+// Thread: the exchange's.
+template <typename Owner>
+void RelayChunk(Exchange& ex, UpstreamCall& call, std::string chunk, Owner& owner) {
+  if (ex.pending_write_bytes() + chunk.size() <= kMaxClientBacklog) {
+    ex.SendChunk(std::move(chunk));
+    return;
+  }
+  call.Pause();
+  ex.SendChunk(std::move(chunk), [&call, weak = owner.weak_from_this()](bool) {
+    if (auto alive = weak.lock()) call.Resume();
+  });
+}
 
 }  // namespace kvroute::http

@@ -534,7 +534,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       }
       std::string chunk(d);
       if (RewritesUsage()) RewriteCachedTokens(chunk, pd->prefill_cached);
-      http::RelayChunk(*ex, call, std::move(chunk), weak_from_this());
+      http::RelayChunk(*ex, call, std::move(chunk), *this);
     } else {
       buffered.append(d);
     }

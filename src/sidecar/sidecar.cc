@@ -398,7 +398,7 @@ struct Call : std::enable_shared_from_this<Call> {
     }
     std::string chunk(d);
     if (Rewrites()) api::RewriteCachedTokens(chunk, prefill_cached);
-    http::RelayChunk(*ex, call, std::move(chunk), weak_from_this());
+    http::RelayChunk(*ex, call, std::move(chunk), *this);
   }
 
   void CountDecode(PdOutcome o) {
