@@ -103,8 +103,9 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
                                 #   with no endpoint ready) -> 503
     fairness: round_robin       # round_robin | global: across flows inside a band
     ordering: fcfs              # fcfs | earliest_deadline: inside a flow
-    flow_header: x-tenant-id    # the header naming the flow (reloadable); default: the
-                                #   objective header
+    flow_header: x-tenant-id    # the header naming the flow (reloadable); default:
+                                #   x-llm-d-inference-fairness-id (or the older
+                                #   x-gateway-inference-fairness-id), else the objective
     affinity_window: 16         # late binding (1..64): the replica that freed (or has the
     max_affinity_skips: 8       #   most room) takes the waiting request of these it holds
                                 #   the most prefix of; passed over 8 times goes first
@@ -143,7 +144,9 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
 
 Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
 chunk), GET /v1/models, GET /metrics (the router's own), GET /healthz, GET /readyz.
-Responses carry x-kvroute-endpoint, and x-kvroute-attempts: N after a retry. SIGHUP reloads the file; a bad file is rejected (the
+Responses carry x-kvroute-endpoint, and x-kvroute-attempts: N after a retry; refusals
+(429, 503) carry x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints
+or rejected-ttl-expired. SIGHUP reloads the file; a bad file is rejected (the
 running configuration stays) with file:line in the log.)";
 
 }  // namespace
