@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <simdjson.h>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -10,6 +11,8 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <set>
+#include <span>
 #include <limits>
 #include <thread>
 #include <unordered_map>
@@ -921,24 +924,96 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
   pc->Dispatch();
 }
 
+namespace {
+
+// GET /v1/models: the union of what every usable endpoint lists, each model once (the
+// first endpoint to list an id wins) and as that replica wrote it (`parent`, `root`,
+// `max_model_len` kept). All of it runs on the exchange's worker: no lock.
+struct ModelsCall : std::enable_shared_from_this<ModelsCall> {
+  std::shared_ptr<http::Exchange> ex;
+  std::shared_ptr<const routing::EndpointTable> table;  // holds the endpoints alive
+  std::vector<http::UpstreamCall> calls;
+  std::vector<std::string> bodies;
+  std::vector<int> statuses;
+  std::size_t pending = 0;
+
+  ~ModelsCall() {
+    if (ex) ex->OnClientGone({});
+  }
+
+  void Start(http::UpstreamClient& client, const FrontSettings& fs, std::span<const uint32_t> ids) {
+    pending = ids.size();
+    bodies.resize(ids.size());
+    statuses.assign(ids.size(), 0);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const routing::Endpoint& ep = *table->by_id[ids[i]];
+      http::UpstreamRequest req;
+      req.method = bhttp::verb::get;
+      req.target = "/v1/models";
+      req.connect_timeout = fs.connect_timeout;
+      req.first_byte_timeout = fs.connect_timeout * 5;  // a listing, not a generation
+      req.idle_timeout = fs.idle_timeout;
+      http::UpstreamCallbacks cb;
+      cb.on_head = [this, i](const http::ResponseHead& h) { statuses[i] = h.status; };
+      cb.on_data = [this, i](std::string_view d) {
+        if (bodies[i].size() + d.size() <= kMaxBufferedResponse) bodies[i].append(d);
+      };
+      cb.on_done = [this, i](http::UpstreamResult&& r) {
+        if (!r.ok()) statuses[i] = 0;
+        if (--pending == 0) Finish();
+      };
+      cb.owner = shared_from_this();
+      calls.push_back(client.Start(ep.spec.host, ep.spec.port, req, std::move(cb)));
+    }
+  }
+
+  void Finish() {
+    std::string out = "{\"object\":\"list\",\"data\":[";
+    std::set<std::string, std::less<>> seen;
+    bool any = false;
+    simdjson::dom::parser dom;
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      if (statuses[i] != 200) continue;
+      simdjson::dom::element root;
+      simdjson::dom::array data;
+      if (dom.parse(bodies[i]).get(root) || root["data"].get_array().get(data)) continue;
+      any = true;
+      for (simdjson::dom::element m : data) {
+        std::string_view id;
+        if (m["id"].get_string().get(id) || seen.count(id)) continue;
+        seen.emplace(id);
+        if (out.back() != '[') out.push_back(',');
+        out += simdjson::minify(m);
+      }
+    }
+    out += "]}";
+    if (!any) {
+      ex->Respond(502, ErrorJson(502, "No endpoint answered GET /v1/models."));
+      return;
+    }
+    ex->Respond(200, std::move(out));
+  }
+};
+
+}  // namespace
+
 void Router::Impl::Models(std::shared_ptr<http::Exchange> ex) {
-  auto pc = std::make_shared<ProxyCall>();
-  pc->router = this;
-  pc->settings = settings.load();
-  pc->client = clients[ex->worker()].get();
-  pc->method = bhttp::verb::get;
-  pc->pick.table = core().table();
-  pc->pick.n_ranked = core().AnyUsable(Now(), pc->pick.ranked.data(), 3);
-  pc->max_attempts = pc->pick.n_ranked;
-  if (pc->pick.n_ranked == 0) {
+  auto table = core().table();
+  std::vector<uint32_t> ids(std::max<std::size_t>(1, table->by_id.size()));
+  ids.resize(core().AnyUsable(Now(), ids.data(), ids.size()));
+  if (ids.empty()) {
     RespondNoEndpoint(*ex, "No usable endpoint: no healthy endpoint is available.");
     core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 503, Now());
     return;
   }
-  pc->ex = std::move(ex);
-  ProxyCall* raw = pc.get();
-  pc->ex->OnClientGone([raw] { raw->call.Cancel(); });
-  pc->Dispatch();
+  auto mc = std::make_shared<ModelsCall>();
+  mc->ex = std::move(ex);
+  mc->table = std::move(table);
+  ModelsCall* raw = mc.get();
+  mc->ex->OnClientGone([raw] {
+    for (auto& c : raw->calls) c.Cancel();
+  });
+  mc->Start(*clients[mc->ex->worker()], *settings.load(), ids);
 }
 
 // ---- flow control ----

@@ -143,7 +143,8 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     # on /metrics.
 
 Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
-chunk), GET /v1/models, GET /metrics (the router's own), GET /healthz, GET /readyz.
+chunk), GET /v1/models (the union of the usable replicas' listings, each model once),
+GET /metrics (the router's own), GET /healthz, GET /readyz.
 Responses carry x-kvroute-endpoint, and x-kvroute-attempts: N after a retry; refusals
 (429, 503) carry x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints
 or rejected-ttl-expired. SIGHUP reloads the file; a bad file is rejected (the

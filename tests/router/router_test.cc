@@ -143,6 +143,50 @@ TEST_F(RouterTest, ProxiesCompletionAndNamesTheEndpoint) {
   EXPECT_EQ(health->status, 200);
 }
 
+// GET /v1/models answers the union of the usable endpoints' listings: each model once,
+// as its replica wrote it (issue 26, item 1).
+TEST_F(RouterTest, ModelsIsTheUnionOfTheReplicasListings) {
+  std::vector<sim::ReplicaConfig> rs = {Replica(), Replica(), Replica()};
+  rs[1].engine.model_name = "other/model";  // r0 and r2 serve the test model
+  StartFleet(std::move(rs));
+  // A fourth endpoint looks healthy to the scraper but answers 503: left out of the union.
+  kvroute::test_support::StubUpstream restarting(kvroute::test_support::StubUpstream::Mode::kFail503);
+  StartRouter(Yaml(FleetEndpoints() + "    - {address: " + restarting.address() + ", name: s}\n"));
+  ASSERT_TRUE(WaitFor([&] {
+    auto m = Fetch("127.0.0.1", router_->port(), "GET", "/metrics");
+    return m && MetricSum(m->body, "kvroute_endpoint_metrics_fresh") == 4;
+  }));
+  auto r = Fetch("127.0.0.1", router_->port(), "GET", "/v1/models");
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->body.rfind("{\"object\":\"list\",\"data\":[", 0), 0u) << r->body;
+  auto count = [&](std::string_view needle) {
+    int n = 0;
+    for (std::size_t at = r->body.find(needle); at != std::string::npos; at = r->body.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("\"id\":\"test/model\""), 1) << r->body;
+  EXPECT_EQ(count("\"id\":\"other/model\""), 1) << r->body;
+  EXPECT_EQ(count("\"object\":\"model\""), 2) << r->body;
+  EXPECT_EQ(count("\"parent\":null"), 2) << r->body;  // the replicas' fields, kept
+  // The fleet gone, only the 503 stub usable: no listing to merge, a 502 that says so.
+  fleet_.reset();
+  ASSERT_TRUE(WaitFor([&] {
+    auto m = Fetch("127.0.0.1", router_->port(), "GET", "/v1/models");
+    return m && m->status == 502 && m->body.find("No endpoint answered GET /v1/models.") != std::string::npos;
+  })) << "the router kept listing a dead fleet";
+  // No endpoint usable at all: a 503 that says why.
+  router_->Stop();
+  router_.reset();
+  StartRouter(Yaml("    - {address: " + kvroute::test_support::LoopbackAddress(kvroute::test_support::ClosedPort()) +
+                   ", name: gone}\n"));
+  auto gone = Fetch("127.0.0.1", router_->port(), "GET", "/v1/models");
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->status, 503) << gone->body;
+  EXPECT_EQ(gone->Header("x-llm-d-request-dropped-reason"), "rejected-no-endpoints");
+  EXPECT_NE(gone->body.find("\"code\":503"), std::string::npos) << gone->body;
+}
+
 // Latency objectives (issue 24) in request headers: counted against what the replica
 // answered (a 1 ms TTFT objective is missed over loopback HTTP, a 60 s one met); a value
 // that is not a positive number of milliseconds is a 400 naming the header.
