@@ -951,7 +951,7 @@ struct ModelsCall : std::enable_shared_from_this<ModelsCall> {
       req.method = bhttp::verb::get;
       req.target = "/v1/models";
       req.connect_timeout = fs.connect_timeout;
-      req.first_byte_timeout = fs.connect_timeout * 5;  // a listing, not a generation
+      req.first_byte_timeout = fs.first_byte_timeout;
       req.idle_timeout = fs.idle_timeout;
       http::UpstreamCallbacks cb;
       cb.on_head = [this, i](const http::ResponseHead& h) { statuses[i] = h.status; };
