@@ -10,7 +10,6 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
-#include <random>
 #include <set>
 #include <span>
 #include <limits>
@@ -31,6 +30,7 @@
 #include "pool/pool.h"
 #include "core/api/pd_legs.h"
 #include "pd/pd_counters.h"
+#include "pd/request_id.h"
 #include "tokenize/http_tokenizer.h"
 #include "tokenize/tokenize_metrics.h"
 
@@ -106,14 +106,6 @@ void AppendServerMetrics(std::string& out, const http::ServerStats& s) {
     metrics::AppendSample(out, "kvroute_http_requests_rejected_total", {&reason, 1},
                           load(s.requests_rejected[i]));
   }
-}
-
-// An X-Request-Id for the two legs of a request whose client sent none.
-std::string NewRequestId() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "kvroute-%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
 }
 
 // What the front end itself takes from a configuration; replaced whole on reload.
@@ -583,7 +575,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     // One X-Request-Id on both legs (and any retry).
     bool has_id = false;
     for (const auto& [name, value] : forward_headers) has_id = has_id || name == "x-request-id";
-    if (!has_id) forward_headers.emplace_back("x-request-id", NewRequestId());
+    if (!has_id) forward_headers.emplace_back("x-request-id", pd::NewRequestId());
     std::optional<std::string> body = BuildPrefillBody(ex->request().body());
     if (!body) {  // parsed, so cannot happen; the decode endpoint serves it alone
       core().OnPrefillDone(pd->prefill_id, pd->prefill_tokens, pick.handle);

@@ -3,6 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
 #include <atomic>
@@ -12,7 +13,6 @@
 #include <cstdio>
 #include <functional>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <utility>
 
@@ -24,6 +24,7 @@
 #include "http/relay.h"
 #include "http/server.h"
 #include "pd/pd_counters.h"
+#include "pd/request_id.h"
 
 namespace kvroute::sidecar {
 
@@ -45,16 +46,7 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) { return boost::beast::iequals(a, b); }
 
 // Parses an address literal into `c` (bits set to the full length). False if not one.
 bool ParseAddress(std::string_view text, Cidr& c) {
@@ -95,13 +87,6 @@ bool Contains(const Cidr& range, const Cidr& addr) {
 
 std::string ErrorJson(int status, std::string message) {
   return api::ErrorBody(api::MakeError(status, std::move(message)));
-}
-
-std::string NewRequestId() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "kvroute-%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
 }
 
 // Hop-by-hop fields (RFC 9110 section 7.6.1) and those the HTTP layers write themselves.
@@ -523,7 +508,7 @@ void Sidecar::Impl::Handle(std::shared_ptr<http::Exchange> ex) {
   if (!c->pd) return c->SendEngine();
   bool has_id = false;
   for (const auto& [name, value] : c->headers) has_id = has_id || EqualsIgnoreCase(name, "x-request-id");
-  if (!has_id) c->headers.emplace_back("x-request-id", NewRequestId());
+  if (!has_id) c->headers.emplace_back("x-request-id", pd::NewRequestId());
   c->SendPrefill();
 }
 
