@@ -3,6 +3,7 @@
 // so the scraper can run it every 50 ms per endpoint.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -64,6 +65,7 @@ struct EngineMetrics {
     kPreemptions = 1u << 5,
     kBlockSize = 1u << 6,
     kNumGpuBlocks = 1u << 7,
+    kLora = 1u << 8,  // the LoRA fields below (vllm:lora_requests_info)
   };
 
   double running = 0;
@@ -75,6 +77,17 @@ struct EngineMetrics {
   int64_t block_size = 0;      // tokens per block (first engine's), 0 when unknown
   int64_t num_gpu_blocks = 0;  // summed over engines, 0 when unknown
   int engines = 0;             // KV-usage series aggregated (one per engine)
+  // LoRA adapters (issue 26), from the newest series of vllm:lora_requests_info: the most
+  // adapters one batch may hold, and the adapters with running and with waiting requests,
+  // as AdapterKey(name) (fixed capacity: no allocation per scrape; adapters past
+  // kMaxLoraListed are dropped and `lora_truncated` set). Meaningful when Has(kLora).
+  static constexpr std::size_t kMaxLoraListed = 16;
+  int64_t max_lora = 0;
+  uint8_t n_running_loras = 0;
+  uint8_t n_waiting_loras = 0;
+  bool lora_truncated = false;
+  std::array<uint64_t, kMaxLoraListed> running_loras{};
+  std::array<uint64_t, kMaxLoraListed> waiting_loras{};
   uint32_t present = 0;        // Field bits for what the scrape contained, usable
   // Field bits for series the scrape contained but that cannot be used: a sample that is
   // NaN, +/-Inf, negative, above kMaxPlausibleCount (counts), or outside [0, 1] (KV
@@ -90,6 +103,16 @@ struct EngineMetrics {
   bool Has(Field f) const { return (present & f) != 0; }
   bool Invalid(Field f) const { return (invalid & f) != 0; }
 };
+
+// An adapter name's key in EngineMetrics' LoRA lists: FNV-1a 64 of the name, never 0.
+constexpr uint64_t AdapterKey(std::string_view name) {
+  uint64_t h = 14695981039346656037ull;
+  for (char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;
+}
 
 // Reads `text` (one scrape) into `out` using `names`. When `model_name` is not empty,
 // series whose model label differs are ignored (series without the label are kept:
