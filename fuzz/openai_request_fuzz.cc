@@ -1,7 +1,8 @@
 // Fuzz target: a client's POST body through the OpenAI request parser, as the router and
 // the simulator call it: ParseRequest (unpadded) and ParseRequestPadded (the body in a
 // buffer with exactly kJsonPadding spare bytes, like a receive buffer), for completions
-// and chat, then the scheduler's view of a parsed request (sched::FromParsed).
+// chat, embeddings and responses, then the scheduler's view of a parsed request
+// (sched::FromParsed); and ScanRoutingFields, the router's read of any other path's body.
 //
 // Invariants: both entry points agree on every input; an error is a 400 BadRequestError
 // with a message whose ErrorBody is valid JSON that carries the message back; a parsed
@@ -78,7 +79,13 @@ void CheckError(const api::ApiError& e) {
 void CheckRequest(const api::ParsedRequest& r, api::Endpoint endpoint) {
   Check(r.endpoint == endpoint, "endpoint not kept");
   Check(!r.max_tokens || *r.max_tokens >= 0, "negative max_tokens accepted");
-  if (endpoint == api::Endpoint::kChatCompletions) {
+  if (endpoint == api::Endpoint::kEmbeddings) {
+    Check(!r.inputs.empty() || !r.input_token_ids.empty(), "embeddings without an input");
+    for (const auto& ids : r.input_token_ids) Check(!ids.empty(), "an empty token-id input");
+    Check(!r.dimensions || *r.dimensions > 0, "dimensions that are not positive");
+    Check(!r.stream, "a streamed embeddings request");
+  }
+  if (endpoint == api::Endpoint::kChatCompletions || endpoint == api::Endpoint::kResponses) {
     constexpr std::string_view kTail = "<|assistant|>\n";
     Check(r.prompt_text.size() >= kTail.size() &&
               r.prompt_text.compare(r.prompt_text.size() - kTail.size(), kTail.size(), kTail) == 0,
@@ -103,6 +110,7 @@ void CheckRequest(const api::ParsedRequest& r, api::Endpoint endpoint) {
   Check(s.priority == r.priority, "priority");
   Check(s.max_tokens == r.max_tokens.value_or(-1), "max_tokens");
   Check(s.EstimatedPromptTokens() >= 0, "negative prompt-token estimate");
+  Check(s.disaggregable == api::Disaggregable(endpoint), "disaggregable");
 }
 
 }  // namespace
@@ -115,7 +123,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memset(padded.get() + size, 0, api::kJsonPadding);
   const std::string_view padded_body(padded.get(), size);
 
-  for (api::Endpoint ep : {api::Endpoint::kCompletions, api::Endpoint::kChatCompletions}) {
+  for (api::Endpoint ep : {api::Endpoint::kCompletions, api::Endpoint::kChatCompletions,
+                           api::Endpoint::kEmbeddings, api::Endpoint::kResponses}) {
     const api::ParseResult a = api::ParseRequest(ep, body);
     const api::ParseResult b = api::ParseRequestPadded(ep, padded_body);
     Check(Same(a, b), "ParseRequest and ParseRequestPadded disagree");
@@ -125,6 +134,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       CheckError(a.error);
     }
   }
+  // Any other path's body: never fails; a JSON object says so, and its fields are what a
+  // full parse of the same body as that kind would see.
+  const api::RoutingFields f = api::ScanRoutingFields(body);
+  Check(f.json || (f.model.empty() && f.prompt_text.empty()), "fields read from a non-object");
+  const api::ParseResult as_completion = api::ParseRequest(api::Endpoint::kCompletions, body);
+  if (as_completion.ok()) Check(f.model == as_completion.request->model, "scanned model differs");
   const std::string_view header = body.substr(0, std::min(body.find('\n'), body.size()));
   for (int which = 0; which < 4; ++which) {
     std::string_view v[4] = {};

@@ -300,7 +300,14 @@ struct Router::Impl {
   // After parsing (and tokenizing, for precise prefix routing): flow control, then pick.
   void Route(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
              api::ParsedRequest& parsed);
-  void Models(std::shared_ptr<http::Exchange> ex);
+  void Models(std::shared_ptr<http::Exchange> ex, bool models = true);
+  // Any other path vLLM serves (ForwardedPath): picked by the policy with the body's model
+  // and text (api::ScanRoutingFields: prefix-aware where there is a prompt or input,
+  // load-aware otherwise), forwarded as it came, never disaggregated.
+  void Forward(std::shared_ptr<http::Exchange> ex);
+  // Runtime LoRA loading and unloading: sent to every usable endpoint, so the adapter is
+  // servable wherever the policy sends its requests.
+  void FanOut(std::shared_ptr<http::Exchange> ex);
   // `parsed`: the request, moved from when the pick is disaggregated (the prefill leg may
   // need another prefill endpoint); may be null for other picks.
   void StartPicked(std::shared_ptr<http::Exchange> ex, std::shared_ptr<const FrontSettings> fs,
@@ -462,6 +469,10 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     req.target = std::string_view(ex->request().target().data(), ex->request().target().size());
     const std::string& body = ex->request().body();
     req.body = body;
+    // As the client sent it (multipart audio uploads, a charset); JSON when it said none.
+    if (std::string_view ct = HeaderValue(ex->request(), "content-type"); !ct.empty()) {
+      req.content_type = ct;
+    }
     if (pd && pd->remote && attempt == 0) req.body = pd->decode_body;
     req.headers = forward_headers.empty() ? nullptr : &forward_headers;
     req.connect_timeout = settings->connect_timeout;
@@ -755,6 +766,27 @@ std::string_view Path(std::string_view target) {
   return target.substr(0, target.find('?'));
 }
 
+// The other paths vLLM's OpenAI server answers, forwarded to one endpoint as they came
+// (Router::Impl::Forward), with the one method each takes. nullopt: not one of them.
+std::optional<bhttp::verb> ForwardedPath(std::string_view path) {
+  static constexpr std::string_view kPost[] = {
+      "/v1/score",    "/v1/rerank", "/v1/audio/transcriptions", "/v1/audio/translations",
+      "/tokenize",    "/detokenize", "/pooling",                "/classify",
+      "/score",       "/rerank",     "/v2/rerank",              "/invocations"};
+  for (std::string_view p : kPost) {
+    if (path == p) return bhttp::verb::post;
+  }
+  // /v1/responses/{id} (GET: a stored response) and /v1/responses/{id}/cancel (POST).
+  static constexpr std::string_view kResponses = "/v1/responses/";
+  if (path.size() > kResponses.size() && path.substr(0, kResponses.size()) == kResponses) {
+    std::string_view rest = path.substr(kResponses.size());
+    const auto slash = rest.find('/');
+    if (slash == std::string_view::npos) return bhttp::verb::get;
+    if (slash > 0 && rest.substr(slash) == "/cancel") return bhttp::verb::post;
+  }
+  return std::nullopt;
+}
+
 void CollectForwardHeaders(const http::Request& req,
                            std::vector<std::pair<std::string, std::string>>& out) {
   static constexpr std::string_view kForward[] = {"authorization", "x-request-id", "traceparent"};
@@ -780,9 +812,22 @@ void Router::Impl::Handle(std::shared_ptr<http::Exchange> ex) {
     return Generate(std::move(ex), path == "/v1/completions" ? api::Endpoint::kCompletions
                                                              : api::Endpoint::kChatCompletions);
   }
+  if (path == "/v1/embeddings" || path == "/v1/responses") {
+    if (!only(bhttp::verb::post)) return;
+    return Generate(std::move(ex), path == "/v1/embeddings" ? api::Endpoint::kEmbeddings
+                                                            : api::Endpoint::kResponses);
+  }
   if (path == "/v1/models") {
     if (!only(bhttp::verb::get)) return;
     return Models(std::move(ex));
+  }
+  if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
+    if (!only(bhttp::verb::post)) return;
+    return FanOut(std::move(ex));
+  }
+  if (auto verb = ForwardedPath(path)) {
+    if (!only(*verb)) return;
+    return Forward(std::move(ex));
   }
   if (path == "/healthz") {
     if (!only(bhttp::verb::get)) return;
@@ -841,7 +886,11 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
       if (parsed.request->slo_tpot_s <= 0) parsed.request->slo_tpot_s = it->second.tpot_s;
     }
   }
-  if (!core().kv_events_active()) return Route(std::move(ex), std::move(fs), *parsed.request);
+  // Precise routing tokenizes completions and chat (the engines' /tokenize takes those);
+  // embeddings and responses go by the approximate model.
+  if (!core().kv_events_active() || !api::Disaggregable(kind)) {
+    return Route(std::move(ex), std::move(fs), *parsed.request);
+  }
   // Precise prefix routing: the prompt's token ids from the engines' tokenizer (a ready
   // replica, or pool.kv_events.tokenizer), then the pick. Without them (no replica ready,
   // a failure, a timeout) the request is routed by the approximate model.
@@ -906,6 +955,7 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
   pc->settings = std::move(fs);
   pc->client = clients[ex->worker()].get();
   pc->max_attempts = pc->settings->max_attempts;
+  pc->method = ex->request().method() == bhttp::verb::head ? bhttp::verb::get : ex->request().method();
   CollectForwardHeaders(ex->request(), pc->forward_headers);
   pc->ex = std::move(ex);
   // The replica sees us leave and aborts. A plain pointer (no allocation): ~ProxyCall
@@ -918,14 +968,19 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
 
 namespace {
 
-// GET /v1/models: the union of what every usable endpoint lists, each model once (the
-// first endpoint to list an id wins) and as that replica wrote it (`parent`, `root`,
-// `max_model_len` kept). All of it runs on the exchange's worker: no lock.
+// One request sent to every usable endpoint, answered once all have answered (or failed).
+// GET /v1/models: the union of what every endpoint lists, each model once (the first
+// endpoint to list an id wins) and as that replica wrote it (`parent`, `root`,
+// `max_model_len` kept). Otherwise (runtime LoRA loading): every endpoint's 2xx gives the
+// first one's answer, else the first error answer; x-kvroute-fanout says "<2xx>/<sent>".
+// All of it runs on the exchange's worker: no lock.
 struct ModelsCall : std::enable_shared_from_this<ModelsCall> {
   std::shared_ptr<http::Exchange> ex;
   std::shared_ptr<const routing::EndpointTable> table;  // holds the endpoints alive
+  bool models = true;
   std::vector<http::UpstreamCall> calls;
   std::vector<std::string> bodies;
+  std::vector<std::string> content_types;
   std::vector<int> statuses;
   std::size_t pending = 0;
 
@@ -933,20 +988,29 @@ struct ModelsCall : std::enable_shared_from_this<ModelsCall> {
     if (ex) ex->OnClientGone({});
   }
 
-  void Start(http::UpstreamClient& client, const FrontSettings& fs, std::span<const uint32_t> ids) {
+  void Start(http::UpstreamClient& client, const FrontSettings& fs, std::span<const uint32_t> ids,
+             const std::vector<std::pair<std::string, std::string>>* headers) {
     pending = ids.size();
     bodies.resize(ids.size());
+    content_types.resize(ids.size());
     statuses.assign(ids.size(), 0);
+    const http::Request& in = ex->request();
     for (std::size_t i = 0; i < ids.size(); ++i) {
       const routing::Endpoint& ep = *table->by_id[ids[i]];
       http::UpstreamRequest req;
-      req.method = bhttp::verb::get;
-      req.target = "/v1/models";
+      req.method = models ? bhttp::verb::get : in.method();
+      req.target = models ? std::string_view("/v1/models")
+                          : std::string_view(in.target().data(), in.target().size());
+      if (!models) req.body = in.body();
+      req.headers = headers;
       req.connect_timeout = fs.connect_timeout;
       req.first_byte_timeout = fs.first_byte_timeout;
       req.idle_timeout = fs.idle_timeout;
       http::UpstreamCallbacks cb;
-      cb.on_head = [this, i](const http::ResponseHead& h) { statuses[i] = h.status; };
+      cb.on_head = [this, i](const http::ResponseHead& h) {
+        statuses[i] = h.status;
+        content_types[i].assign(h.content_type);
+      };
       cb.on_data = [this, i](std::string_view d) {
         if (bodies[i].size() + d.size() <= kMaxBufferedResponse) bodies[i].append(d);
       };
@@ -960,6 +1024,7 @@ struct ModelsCall : std::enable_shared_from_this<ModelsCall> {
   }
 
   void Finish() {
+    if (!models) return FinishAll();
     std::string out = "{\"object\":\"list\",\"data\":[";
     std::set<std::string, std::less<>> seen;
     bool any = false;
@@ -985,11 +1050,46 @@ struct ModelsCall : std::enable_shared_from_this<ModelsCall> {
     }
     ex->Respond(200, std::move(out));
   }
+
+  void FinishAll() {
+    std::size_t ok = 0;
+    std::optional<std::size_t> first_ok, first_error;
+    for (std::size_t i = 0; i < statuses.size(); ++i) {
+      if (statuses[i] >= 200 && statuses[i] < 300) {
+        ++ok;
+        if (!first_ok) first_ok = i;
+      } else if (statuses[i] != 0 && !first_error) {
+        first_error = i;
+      }
+    }
+    const std::string_view path = Path(std::string_view(ex->request().target().data(),
+                                                        ex->request().target().size()));
+    if (!first_ok && !first_error) {
+      ex->Respond(502, ErrorJson(502, "No endpoint answered POST " + std::string(path) + "."));
+      return;
+    }
+    const std::size_t i = first_error ? *first_error : *first_ok;
+    ex->Respond(statuses[i], std::move(bodies[i]), content_types[i],
+                {{"x-kvroute-fanout", std::to_string(ok) + "/" + std::to_string(statuses.size())}});
+  }
 };
 
 }  // namespace
 
-void Router::Impl::Models(std::shared_ptr<http::Exchange> ex) {
+void Router::Impl::Forward(std::shared_ptr<http::Exchange> ex) {
+  auto fs = settings.load();
+  api::RoutingFields f = api::ScanRoutingFields(ex->request().body());
+  api::ParsedRequest p;
+  p.endpoint = api::Endpoint::kOther;
+  p.model = std::move(f.model);
+  p.prompt_text = std::move(f.prompt_text);
+  p.stream = false;  // nothing for the latency model to learn from
+  Route(std::move(ex), std::move(fs), p);
+}
+
+void Router::Impl::FanOut(std::shared_ptr<http::Exchange> ex) { Models(std::move(ex), false); }
+
+void Router::Impl::Models(std::shared_ptr<http::Exchange> ex, bool models) {
   auto table = core().table();
   std::vector<uint32_t> ids(std::max<std::size_t>(1, table->by_id.size()));
   ids.resize(core().AnyUsable(Now(), ids.data(), ids.size()));
@@ -1001,11 +1101,14 @@ void Router::Impl::Models(std::shared_ptr<http::Exchange> ex) {
   auto mc = std::make_shared<ModelsCall>();
   mc->ex = std::move(ex);
   mc->table = std::move(table);
+  mc->models = models;
   ModelsCall* raw = mc.get();
   mc->ex->OnClientGone([raw] {
     for (auto& c : raw->calls) c.Cancel();
   });
-  mc->Start(*clients[mc->ex->worker()], *settings.load(), ids);
+  std::vector<std::pair<std::string, std::string>> headers;
+  CollectForwardHeaders(mc->ex->request(), headers);
+  mc->Start(*clients[mc->ex->worker()], *settings.load(), ids, headers.empty() ? nullptr : &headers);
 }
 
 // ---- flow control ----

@@ -143,8 +143,16 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     # on /metrics.
 
 Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
-chunk), GET /v1/models (the union of the usable replicas' listings, each model once),
-GET /metrics (the router's own), GET /healthz, GET /readyz.
+chunk), POST /v1/embeddings and POST /v1/responses (parsed, picked prefix-aware, never
+split into P/D legs), GET /v1/models (the union of the usable replicas' listings, each
+model once), POST /v1/load_lora_adapter and /v1/unload_lora_adapter (sent to every usable
+replica; x-kvroute-fanout: <2xx>/<sent>), and forwarded as they came to one picked
+replica (prefix-aware on the body's prompt/input/query/text_1, load-aware without):
+POST /v1/score, /v1/rerank, /v1/audio/transcriptions, /v1/audio/translations, /tokenize,
+/detokenize, /pooling, /classify, /score, /rerank, /v2/rerank, /invocations,
+GET /v1/responses/{id}, POST /v1/responses/{id}/cancel. Any other path: an OpenAI-shaped
+404 at once (a wrong method: 405). GET /metrics (the router's own), GET /healthz,
+GET /readyz.
 Responses carry x-kvroute-endpoint, and x-kvroute-attempts: N after a retry; refusals
 (429, 503) carry x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints
 or rejected-ttl-expired. SIGHUP reloads the file; a bad file is rejected (the

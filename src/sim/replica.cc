@@ -11,6 +11,7 @@
 #include "core/engine/kv_transfer.h"
 #include "core/engine/tokenizer.h"
 #include "core/metrics/prom_writer.h"
+#include "sim/answers.h"
 
 namespace kvroute::sim {
 
@@ -81,7 +82,12 @@ struct Replica::Live {
   engine::EngineRequest engine_req;
   std::string response_id;
   int64_t created = 0;
-  bool chat = false;
+  bool chat = false;  // chat completions, or a Responses request (rendered as chat)
+  api::Endpoint kind = api::Endpoint::kCompletions;
+  std::vector<std::vector<uint32_t>> embed_inputs;  // embeddings: each input's tokens
+  std::size_t embed_dims = 0;
+  std::string msg_id;        // responses: the output message's id
+  int64_t seq = 0;           // responses: the stream's next sequence_number
   bool admitted = false;
   bool sent_role = false;
   std::string text;  // non-streaming: generated text so far
@@ -218,9 +224,14 @@ void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
     ex->Respond(405, api::ErrorBody(e), "application/json", {{"allow", std::string(allow)}});
     return false;
   };
-  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/embeddings" ||
+      path == "/v1/responses") {
     if (!only(verb::post, "POST")) return;
-    return HandleGenerate(std::move(ex), path == "/v1/chat/completions");
+    const api::Endpoint kind = path == "/v1/completions"        ? api::Endpoint::kCompletions
+                               : path == "/v1/chat/completions" ? api::Endpoint::kChatCompletions
+                               : path == "/v1/embeddings"       ? api::Endpoint::kEmbeddings
+                                                                : api::Endpoint::kResponses;
+    return HandleGenerate(std::move(ex), kind);
   }
   if (path == "/tokenize" || path == "/detokenize") {
     if (!only(verb::post, "POST")) return;
@@ -260,13 +271,14 @@ std::string Replica::ModelsBody() const {
   return out;
 }
 
-void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
+void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, api::Endpoint endpoint) {
   if (faults_.TakeHttpError()) {
     const int status = faults_.Find(fault::FaultKind::kHttpError)->spec.status;
     RespondApiError(*ex, status, "Injected fault: http_error (kvroute sim).");
     return;
   }
-  auto endpoint = chat ? api::Endpoint::kChatCompletions : api::Endpoint::kCompletions;
+  const bool chat = endpoint == api::Endpoint::kChatCompletions || endpoint == api::Endpoint::kResponses;
+  const bool embed = endpoint == api::Endpoint::kEmbeddings;
   api::ParseResult parsed = api::ParseRequest(endpoint, ex->request().body());
   if (!parsed.ok()) {
     ex->Respond(parsed.error.status, api::ErrorBody(parsed.error));
@@ -280,18 +292,59 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
   auto live = std::make_shared<Live>();
   live->id = next_id_++;
   live->chat = chat;
+  live->kind = endpoint;
   live->arrival = Clock::now();
   live->created = UnixNow();
-  live->response_id = chat ? "chatcmpl-" : "cmpl-";
+  live->response_id = endpoint == api::Endpoint::kResponses ? "resp_"
+                      : embed                               ? "embd-"
+                      : chat                                ? "chatcmpl-"
+                                                            : "cmpl-";
   AppendHex(live->response_id, static_cast<uint64_t>(index_), 4);
   AppendHex(live->response_id, live->id, 12);
+  if (endpoint == api::Endpoint::kResponses) {
+    live->msg_id = "msg_";
+    AppendHex(live->msg_id, static_cast<uint64_t>(index_), 4);
+    AppendHex(live->msg_id, live->id, 12);
+  }
 
   engine::EngineRequest& er = live->engine_req;
   er.id = live->id;
-  engine::TokenizeInto(req.prompt_text, &er.prompt_tokens);
-  tokenize_api_.Remember(req.prompt_text, er.prompt_tokens);  // for /detokenize
+  if (embed) {
+    // Costed as one prefill of every input's tokens (and the one step an engine request
+    // takes); the answer is the inputs' vectors.
+    live->embed_dims = answers::kEmbeddingDims;
+    if (req.dimensions) {
+      if (*req.dimensions > static_cast<int64_t>(answers::kEmbeddingDims)) {
+        RespondApiError(*ex, 400,
+                        "dimensions must be at most " + std::to_string(answers::kEmbeddingDims) +
+                            " for this model, got " + std::to_string(*req.dimensions) + ".",
+                        "dimensions");
+        return;
+      }
+      live->embed_dims = static_cast<std::size_t>(*req.dimensions);
+    }
+    for (const std::string& text : req.inputs) {
+      live->embed_inputs.emplace_back();
+      engine::TokenizeInto(text, &live->embed_inputs.back());
+    }
+    for (auto& ids : req.input_token_ids) live->embed_inputs.push_back(std::move(ids));
+    for (const auto& ids : live->embed_inputs) {
+      if (ids.empty()) {
+        RespondApiError(*ex, 400, "The input cannot be empty.", "input");
+        return;
+      }
+      er.prompt_tokens.insert(er.prompt_tokens.end(), ids.begin(), ids.end());
+    }
+    req.max_tokens = 1;
+  } else {
+    engine::TokenizeInto(req.prompt_text, &er.prompt_tokens);
+    tokenize_api_.Remember(req.prompt_text, er.prompt_tokens);  // for /detokenize
+  }
   const int prompt_len = static_cast<int>(er.prompt_tokens.size());
-  if (req.max_tokens) {
+  if (embed) {
+    er.max_tokens = 1;
+    er.stop_after_tokens = 1;
+  } else if (req.max_tokens) {
     er.max_tokens = static_cast<int>(std::min<int64_t>(*req.max_tokens, 1 << 30));
   } else if (chat) {
     // vLLM fills the rest of the context; a simulator wants bounded answers.
@@ -317,7 +370,10 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat) {
 
   // Validate now (the engine applies the same checks) so bad requests fail fast.
   if (prompt_len == 0) {
-    RespondApiError(*ex, 400, "The prompt cannot be empty.", chat ? "messages" : "prompt");
+    RespondApiError(*ex, 400, "The prompt cannot be empty.",
+                    endpoint == api::Endpoint::kChatCompletions ? "messages"
+                    : endpoint == api::Endpoint::kCompletions   ? "prompt"
+                                                                : "input");
     return;
   }
   if (er.max_tokens < 1) {
@@ -499,6 +555,20 @@ void Replica::AppendChunkHead(std::string& out, const Live& l) const {
   out += ",\"choices\":[";
 }
 
+answers::Response Replica::ResponseOf(const Live& l, const engine::RequestOutput& o) const {
+  answers::Response r;
+  r.id = l.response_id;
+  r.msg_id = l.msg_id;
+  r.created = l.created;
+  r.model_json = model_json_;
+  r.text = l.text;
+  r.max_output_tokens = l.req.max_tokens.value_or(-1);
+  r.input_tokens = o.prompt_tokens;
+  r.cached_tokens = o.cached_tokens;
+  r.output_tokens = o.completion_tokens;
+  return r;
+}
+
 void Replica::AppendUsage(std::string& out, const engine::RequestOutput& o) const {
   out += "\"usage\":{\"prompt_tokens\":";
   out += std::to_string(o.prompt_tokens);
@@ -549,7 +619,29 @@ void Replica::Deliver() {
       l.last_token = now;
     }
     std::string_view reason = o.finished ? engine::FinishReasonName(o.reason) : "";
-    if (l.req.stream && (o.new_tokens > 0 || o.finished)) {
+    if (l.req.stream && l.kind == api::Endpoint::kResponses && (o.new_tokens > 0 || o.finished)) {
+      std::string frame;
+      answers::Response r = ResponseOf(l, o);
+      if (!l.sent_role) {
+        answers::AppendResponseStart(frame, r, l.seq);
+        l.sent_role = true;
+      }
+      if (o.new_tokens > 0) {
+        std::string_view text =
+            engine::OutputTokenText(o.id, static_cast<std::size_t>(o.completion_tokens - 1));
+        l.text += text;
+        answers::AppendResponseDelta(frame, r, text, l.seq);
+      }
+      if (o.finished) {
+        r.text = l.text;
+        r.finish_reason = reason;
+        answers::AppendResponseEnd(frame, r, l.seq);
+      }
+      ++l.chunks_sent;
+      Reply(l.ex, [frame = std::move(frame)](http::Exchange& ex) mutable {
+        ex.SendChunk(std::move(frame));
+      });
+    } else if (l.req.stream && (o.new_tokens > 0 || o.finished)) {
       std::string frame;
       frame.reserve(512);
       if (l.chat && !l.sent_role) {
@@ -615,6 +707,24 @@ void Replica::Finish(Live& l, const engine::RequestOutput& o) {
     return;
   }
   std::string_view reason = engine::FinishReasonName(o.reason);
+  if (l.kind == api::Endpoint::kEmbeddings) {
+    std::string body = answers::EmbeddingsBody(l.response_id, l.created, model_json_,
+                                               l.embed_inputs, l.embed_dims, l.req.base64,
+                                               o.prompt_tokens);
+    Reply(l.ex, [body = std::move(body)](http::Exchange& ex) mutable {
+      ex.Respond(200, std::move(body));
+    });
+    return;
+  }
+  if (l.kind == api::Endpoint::kResponses) {
+    answers::Response r = ResponseOf(l, o);
+    r.finish_reason = reason;
+    std::string body = answers::ResponseObject(r, true);
+    Reply(l.ex, [body = std::move(body)](http::Exchange& ex) mutable {
+      ex.Respond(200, std::move(body));
+    });
+    return;
+  }
   std::string body;
   body.reserve(256 + l.text.size());
   body += "{\"id\":\"";

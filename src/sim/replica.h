@@ -27,7 +27,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/api/openai.h"
 #include "core/engine/engine.h"
+#include "sim/answers.h"
 #include "simkit/fault/fault.h"
 #include "http/server.h"
 #include "config/fleet_config.h"
@@ -157,7 +159,10 @@ class Replica {
   struct Live;
   using Clock = std::chrono::steady_clock;
 
-  void HandleGenerate(std::shared_ptr<http::Exchange> ex, bool chat);
+  // completions, chat, embeddings (a prefill of the inputs) and responses (chat answered
+  // as a Responses object or event stream).
+  void HandleGenerate(std::shared_ptr<http::Exchange> ex, api::Endpoint endpoint);
+  answers::Response ResponseOf(const Live& l, const engine::RequestOutput& o) const;
   void Admit(const std::shared_ptr<Live>& live);
   void OnClientGone(uint64_t id);
   void Kick();

@@ -15,7 +15,8 @@ namespace kvroute::sim {
 int SimMain(int argc, char** argv) {
   CLI::App app{
       "Run N simulated vLLM replicas in one process. Replica i listens on port P+i and serves\n"
-      "POST /v1/completions, POST /v1/chat/completions (streaming and not), GET /v1/models,\n"
+      "POST /v1/completions, POST /v1/chat/completions, POST /v1/responses (streamed or not),\n"
+      "POST /v1/embeddings, GET /v1/models,\n"
       "POST /tokenize and POST /detokenize (vLLM's; docs/SIM_API.md),\n"
       "GET /health and GET /metrics (vLLM's Prometheus names). Each replica has its own\n"
       "engine (paged KV cache with prefix caching, V1 scheduler, fitted step-time model).\n"

@@ -87,6 +87,33 @@ async function startSidecar(engine) {
   return { proc, address: `127.0.0.1:${matches[0][1]}` };
 }
 
+// `kvroute serve` on a free loopback port in front of `endpoints` ("ip:port" each), with the
+// kvroute policy; resolves once it is ready (an endpoint has fresh metrics).
+async function startServe(endpoints) {
+  const file = path.join(tempDir, `serve-${++configCount}.yaml`);
+  fs.writeFileSync(file, [
+    'threads: 1',
+    'pool:',
+    '  scrape_interval: 50ms',
+    '  endpoints:',
+    ...endpoints.map((e) => `    - {address: ${e}}`),
+    'scheduling:',
+    '  policy: kvroute',
+    ''].join('\n'));
+  const [port] = await closedPorts(1);
+  const { proc, matches } = await startKvroute(
+    ['serve', '--config', file, '--listen', `127.0.0.1:${port}`], { pattern: /listening on port (\d+)/ });
+  const address = `127.0.0.1:${matches[0][1]}`;
+  const deadline = Date.now() + 10000;
+  for (;;) {
+    const r = await fetch(`http://${address}/readyz`).catch(() => null);
+    if (r && r.status === 200) break;
+    if (Date.now() > deadline) throw new Error(`kvroute serve at ${address}: not ready\n${proc.log.join('\n')}`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  return { proc, address };
+}
+
 // Loopback ports nothing listens on: bound, then closed again.
 async function closedPorts(n) {
   const servers = await Promise.all(Array.from({ length: n }, () => new Promise((resolve) => {
@@ -185,4 +212,4 @@ async function startSimWithEvents(replicas, kvBlocks) {
   return out;
 }
 
-module.exports = { startSim, startSimWithEvents, startSidecar, startEpp, stop, closedPorts, waitForHealth, tempDir };
+module.exports = { startSim, startSimWithEvents, startSidecar, startServe, startEpp, stop, closedPorts, waitForHealth, tempDir };

@@ -121,6 +121,125 @@ class RouterTest : public ::testing::Test {
   std::unique_ptr<Router> router_;
 };
 
+// Every other path vLLM serves is forwarded to one endpoint as it came: method, target
+// with its query, body byte for byte, the client's content type (multipart audio); the
+// answer relayed with the endpoint named. Unknown paths and wrong methods are answered by
+// the router at once in the OpenAI shape.
+TEST_F(RouterTest, ForwardsEveryOtherVllmPathAsItCame) {
+  test_support::RecordingUpstream up(R"({"ok":true})");
+  StartRouter(Yaml("    - {address: 127.0.0.1:" + std::to_string(up.port()) + ", name: u}\n"));
+  WaitReady();
+  struct Case {
+    std::string method, target, body, content_type;
+  };
+  const std::vector<Case> cases = {
+      {"POST", "/v1/score", R"({"model":"m","text_1":"a","text_2":"b"})", "application/json"},
+      {"POST", "/v1/rerank", R"({"model":"m","query":"q","documents":["d"]})", "application/json"},
+      {"POST", "/rerank", R"({"model":"m","query":"q","documents":["d"]})", "application/json"},
+      {"POST", "/v2/rerank", R"({"model":"m","query":"q","documents":["d"]})", "application/json"},
+      {"POST", "/score", R"({"model":"m","text_1":"a","text_2":"b"})", "application/json"},
+      {"POST", "/pooling", R"({"model":"m","input":"x"})", "application/json"},
+      {"POST", "/classify", R"({"model":"m","input":"x"})", "application/json"},
+      {"POST", "/tokenize", R"({"model":"m","prompt":"x"})", "application/json"},
+      {"POST", "/detokenize", R"({"model":"m","tokens":[1,2]})", "application/json"},
+      {"POST", "/v1/audio/transcriptions?x=1", "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b--\r\n",
+       "multipart/form-data; boundary=b"},
+      {"POST", "/v1/audio/translations", "--b--\r\n", "multipart/form-data; boundary=b"},
+      {"GET", "/v1/responses/resp_123", "", ""},
+      {"POST", "/v1/responses/resp_123/cancel", "", ""},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!c.content_type.empty()) headers.emplace_back("content-type", c.content_type);
+    auto r = Fetch("127.0.0.1", router_->port(), c.method, c.target, c.body, headers);
+    ASSERT_TRUE(r.has_value()) << c.target;
+    EXPECT_EQ(r->status, 200) << c.target << ": " << r->body;
+    EXPECT_EQ(r->body, R"({"ok":true})") << c.target;
+    EXPECT_EQ(r->Header("x-kvroute-endpoint"), "u") << c.target;
+  }
+  const auto seen = up.seen();
+  ASSERT_EQ(seen.size(), cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(seen[i].method, cases[i].method) << cases[i].target;
+    EXPECT_EQ(seen[i].target, cases[i].target);
+    EXPECT_EQ(seen[i].body, cases[i].body) << cases[i].target;
+    if (!cases[i].content_type.empty()) {
+      EXPECT_EQ(seen[i].Header("content-type"), cases[i].content_type) << cases[i].target;
+    }
+  }
+  // Not a path vLLM serves, or not its method: the router's own OpenAI-shaped answer.
+  auto unknown = Fetch("127.0.0.1", router_->port(), "POST", "/v1/nothing", "{}");
+  ASSERT_TRUE(unknown.has_value());
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(unknown->body,
+            R"({"error":{"message":"Not found: /v1/nothing","type":"NotFoundError","param":null,"code":404}})");
+  EXPECT_EQ(unknown->Header("x-kvroute-endpoint"), "");
+  auto wrong = Fetch("127.0.0.1", router_->port(), "GET", "/v1/embeddings");
+  ASSERT_TRUE(wrong.has_value());
+  EXPECT_EQ(wrong->status, 405);
+  EXPECT_NE(wrong->body.find("\"code\":405"), std::string::npos) << wrong->body;
+  auto deep = Fetch("127.0.0.1", router_->port(), "GET", "/v1/responses/a/b");
+  ASSERT_TRUE(deep.has_value());
+  EXPECT_EQ(deep->status, 404);
+  EXPECT_EQ(up.seen().size(), cases.size());  // none of them reached the upstream
+}
+
+// Embeddings and responses through serve against the sim: parsed, picked, answered in
+// vLLM's shapes; the same embeddings input goes back to the endpoint that holds its prefix
+// (the kvroute policy's prefix model), whichever of three.
+TEST_F(RouterTest, EmbeddingsAndResponsesReachTheSimAndFollowTheirPrefix) {
+  StartFleet({Replica(), Replica(), Replica()});
+  StartRouter(Yaml(FleetEndpoints(), "", "kvroute"));
+  WaitAllFresh(3);
+  const std::string input(2000, 'e');
+  std::set<std::string> where;
+  for (int i = 0; i < 6; ++i) {
+    auto r = Post(R"({"model":")" + std::string(kTestModel) + R"(","input":")" + input + R"("})", {},
+                  "/v1/embeddings");
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_NE(r->body.find("\"object\":\"embedding\""), std::string::npos);
+    where.insert(r->Header("x-kvroute-endpoint"));
+  }
+  EXPECT_EQ(where.size(), 1u);
+  auto resp = Post(R"({"model":")" + std::string(kTestModel) + R"(","input":"hi","max_output_tokens":3})",
+                   {}, "/v1/responses");
+  ASSERT_TRUE(resp.has_value());
+  ASSERT_EQ(resp->status, 200) << resp->body;
+  EXPECT_NE(resp->body.find("\"object\":\"response\""), std::string::npos);
+  EXPECT_NE(resp->body.find("\"output_tokens\":3"), std::string::npos) << resp->body;
+  auto bad = Post(R"({"model":"m","input":[]})", {}, "/v1/embeddings");
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("\"param\":\"input\""), std::string::npos) << bad->body;
+}
+
+// Runtime LoRA loading goes to every usable endpoint; the answer says how many took it.
+TEST_F(RouterTest, AdapterLoadingFansOutToEveryEndpoint) {
+  test_support::RecordingUpstream a("Success"), b("Success");
+  StartRouter(Yaml("    - {address: 127.0.0.1:" + std::to_string(a.port()) + ", name: a}\n" +
+                   "    - {address: 127.0.0.1:" + std::to_string(b.port()) + ", name: b}\n"));
+  WaitAllFresh(2);
+  const std::string body = R"({"lora_name":"sql","lora_path":"/adapters/sql"})";
+  auto r = Post(body, {{"authorization", "Bearer k"}}, "/v1/load_lora_adapter");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->body, "Success");
+  EXPECT_EQ(r->Header("x-kvroute-fanout"), "2/2");
+  for (auto* up : {&a, &b}) {
+    const auto seen = up->seen();
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].method, "POST");
+    EXPECT_EQ(seen[0].target, "/v1/load_lora_adapter");
+    EXPECT_EQ(seen[0].body, body);
+    EXPECT_EQ(seen[0].Header("authorization"), "Bearer k");
+  }
+  auto u = Post(R"({"lora_name":"sql"})", {}, "/v1/unload_lora_adapter");
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->Header("x-kvroute-fanout"), "2/2");
+  EXPECT_EQ(a.seen().back().target, "/v1/unload_lora_adapter");
+}
+
 TEST_F(RouterTest, ProxiesCompletionAndNamesTheEndpoint) {
   StartFleet({Replica()});
   StartRouter(Yaml(FleetEndpoints()));

@@ -153,14 +153,15 @@ class StubUpstream {
   std::unique_ptr<LoopbackServer> server_;  // last: built once the members above exist
 };
 
-// An upstream that looks idle to the scraper, records every other request (target, body,
-// X-Request-Id and every header field, names lower-cased) and answers each with `answer`
+// An upstream that looks idle to the scraper, records every other request (method, target,
+// body, X-Request-Id and every header field, names lower-cased) and answers each with `answer`
 // (200, JSON). Thread: seen() from any.
 class RecordingUpstream {
  public:
   struct Seen {
     std::string target, body, request_id;
     std::map<std::string, std::string> headers;
+    std::string method;
     std::string Header(const std::string& name) const {
       auto it = headers.find(name);
       return it == headers.end() ? std::string() : it->second;
@@ -188,6 +189,7 @@ class RecordingUpstream {
       s.headers[name] = std::string(f.value());
     }
     s.request_id = s.Header("x-request-id");
+    s.method = std::string(req.method_string());
     {
       std::lock_guard<std::mutex> lock(mu_);
       seen_.push_back(std::move(s));

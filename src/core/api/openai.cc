@@ -354,6 +354,135 @@ bool ReadKvTransferParams(element v, ParsedRequest& req, ApiError& err) {
   return true;
 }
 
+// Embeddings' `input`: a string, an array of strings, an array of token ids, or an array
+// of token-id arrays (ParsedRequest::inputs / input_token_ids).
+bool ReadTokenIds(simdjson::dom::array arr, std::string_view param, std::vector<uint32_t>& out,
+                  ApiError& err) {
+  out.reserve(arr.size());
+  for (element t : arr) {
+    int64_t x = 0;
+    if (t.get_int64().get(x) || x < 0 || x > static_cast<int64_t>(UINT32_MAX)) {
+      return WrongType(err, param, "an array of token ids (integers from 0 to 4294967295)");
+    }
+    out.push_back(static_cast<uint32_t>(x));
+  }
+  return true;
+}
+
+bool ReadEmbeddingInput(element v, ParsedRequest& req, ApiError& err) {
+  req.inputs.clear();
+  req.input_token_ids.clear();
+  req.prompt_text.clear();
+  static constexpr std::string_view kShape =
+      "a string, an array of strings, an array of token ids or an array of token-id arrays";
+  if (v.is_string()) {
+    req.inputs.emplace_back();
+    if (!ReadString(v, "input", req.inputs.back(), err)) return false;
+    req.prompt_text = req.inputs.back();
+    return true;
+  }
+  simdjson::dom::array arr;
+  if (v.get_array().get(arr)) return WrongType(err, "input", kShape);
+  if (arr.size() == 0) return Fail(err, "'input' must not be empty", "input");
+  element first = arr.at(0).value_unsafe();
+  if (first.is_int64() || first.is_uint64()) {
+    req.input_token_ids.emplace_back();
+    return ReadTokenIds(arr, "input", req.input_token_ids.back(), err);
+  }
+  size_t i = 0;
+  for (element item : arr) {
+    std::string param = "input[" + std::to_string(i) + "]";
+    if (first.is_string()) {
+      std::string_view text;
+      if (item.get_string().get(text)) return WrongType(err, param, "a string");
+      if (i > 0) req.prompt_text.push_back('\n');
+      req.prompt_text.append(text);
+      req.inputs.emplace_back(text);
+    } else {
+      simdjson::dom::array ids;
+      if (item.get_array().get(ids)) return WrongType(err, "input", kShape);
+      if (ids.size() == 0) return Fail(err, "'" + param + "' must not be empty", param);
+      req.input_token_ids.emplace_back();
+      if (!ReadTokenIds(ids, param, req.input_token_ids.back(), err)) return false;
+    }
+    ++i;
+  }
+  return true;
+}
+
+// One Responses message's content: a string, null, or parts whose text is joined by "\n".
+bool ReadResponseContent(element content, const std::string& param, std::string& out,
+                         ApiError& err) {
+  if (content.is_null()) return true;
+  if (content.is_string()) {
+    out.append(content.get_string().value_unsafe());
+    return true;
+  }
+  simdjson::dom::array parts;
+  if (content.get_array().get(parts)) {
+    return WrongType(err, param, "a string or an array of content parts");
+  }
+  size_t j = 0;
+  for (element part : parts) {
+    const std::string pp = param + "[" + std::to_string(j) + "]";
+    simdjson::dom::object obj;
+    if (part.get_object().get(obj)) return WrongType(err, pp, "an object");
+    std::string_view type;
+    if (obj["type"].get_string().get(type)) return WrongType(err, pp + ".type", "a string");
+    if (type != "input_text" && type != "output_text" && type != "text") {
+      return Fail(err,
+                  "unsupported content part type '" + std::string(type) +
+                      "'; only input_text and output_text parts are supported",
+                  pp + ".type");
+    }
+    std::string_view text;
+    if (obj["text"].get_string().get(text)) return WrongType(err, pp + ".text", "a string");
+    if (j > 0) out.push_back('\n');
+    out.append(text);
+    ++j;
+  }
+  return true;
+}
+
+// Responses' `input` as (role, text) messages: a string is one user message.
+bool ReadResponsesInput(element v, std::vector<std::pair<std::string, std::string>>& msgs,
+                        ApiError& err) {
+  msgs.clear();
+  if (v.is_string()) {
+    msgs.emplace_back("user", std::string(v.get_string().value_unsafe()));
+    return true;
+  }
+  simdjson::dom::array arr;
+  if (v.get_array().get(arr)) return WrongType(err, "input", "a string or an array of items");
+  size_t i = 0;
+  for (element item : arr) {
+    const std::string param = "input[" + std::to_string(i++) + "]";
+    simdjson::dom::object obj;
+    if (item.get_object().get(obj)) return WrongType(err, param, "an object");
+    std::string_view type = "message";
+    element type_el;
+    if (obj["type"].get(type_el) == simdjson::SUCCESS && !type_el.is_null() &&
+        type_el.get_string().get(type)) {
+      return WrongType(err, param + ".type", "a string");
+    }
+    if (type != "message") continue;  // tool calls, their outputs, reasoning: not text
+    std::string_view role;
+    element role_el;
+    if (obj["role"].get(role_el)) {
+      return Fail(err, "Missing required field '" + param + ".role'", param + ".role");
+    }
+    if (role_el.get_string().get(role)) return WrongType(err, param + ".role", "a string");
+    msgs.emplace_back(std::string(role), std::string());
+    element content;
+    if (obj["content"].get(content) == simdjson::SUCCESS &&
+        !ReadResponseContent(content, param + ".content", msgs.back().second, err)) {
+      return false;
+    }
+  }
+  if (msgs.empty()) return Fail(err, "'input' holds no message", "input");
+  return true;
+}
+
 ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
   // One parser per thread: simdjson parsers are not thread-safe, and reusing one keeps
   // its buffers warm so steady-state parsing allocates nothing inside simdjson.
@@ -375,6 +504,11 @@ ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
   req.endpoint = endpoint;
   ApiError& err = result.error;
   const bool chat = endpoint == Endpoint::kChatCompletions;
+  const bool completions = endpoint == Endpoint::kCompletions;
+  const bool embeddings = endpoint == Endpoint::kEmbeddings;
+  const bool responses = endpoint == Endpoint::kResponses;
+  std::vector<std::pair<std::string, std::string>> messages;  // responses
+  std::optional<std::string> instructions;                    // responses
   bool have_model = false;
   bool have_input = false;
   std::optional<int64_t> max_tokens;
@@ -385,7 +519,7 @@ ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
     if (key == "model") {
       if (!ReadString(value, "model", req.model, err)) return result;
       have_model = true;
-    } else if (!chat && key == "prompt") {
+    } else if (completions && key == "prompt") {
       req.prompt_text.clear();
       if (!ReadPrompt(value, req.prompt_text, err)) return result;
       have_input = true;
@@ -393,12 +527,46 @@ ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
       req.prompt_text.clear();
       if (!ReadMessages(value, req.prompt_text, err)) return result;
       have_input = true;
+    } else if (embeddings && key == "input") {
+      if (!ReadEmbeddingInput(value, req, err)) return result;
+      have_input = true;
+    } else if (responses && key == "input") {
+      if (!ReadResponsesInput(value, messages, err)) return result;
+      have_input = true;
     } else if (value.is_null()) {
       continue;  // optional fields: null means "not set"
     } else if (key == "stream") {
       if (!ReadBool(value, "stream", req.stream, err)) return result;
     } else if (key == "stream_options") {
       if (!ReadStreamOptions(value, req, err)) return result;
+    } else if (embeddings && key == "encoding_format") {
+      std::string_view f;
+      if (value.get_string().get(f) || (f != "float" && f != "base64")) {
+        Fail(err, "'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
+        return result;
+      }
+      req.base64 = f == "base64";
+    } else if (embeddings && key == "dimensions") {
+      std::optional<int64_t> d;
+      if (!ReadNonNegativeInt(value, "dimensions", d, err)) return result;
+      if (*d == 0) {
+        Fail(err, "'dimensions' must be a positive integer", "dimensions");
+        return result;
+      }
+      req.dimensions = d;
+    } else if (responses && key == "instructions") {
+      if (!ReadString(value, "instructions", instructions.emplace(), err)) return result;
+    } else if (responses && key == "max_output_tokens") {
+      if (!ReadNonNegativeInt(value, "max_output_tokens", max_tokens, err)) return result;
+    } else if (embeddings || responses) {
+      if (key == "priority") {
+        if (!ReadInt(value, "priority", req.priority, err)) return result;
+      } else if (key == "cache_salt") {
+        if (!ReadString(value, "cache_salt", req.cache_salt, err)) return result;
+      } else if (responses && key == "stream") {
+        if (!ReadBool(value, "stream", req.stream, err)) return result;
+      }
+      continue;  // the generation extras below are not theirs
     } else if (key == "max_tokens") {
       if (!ReadNonNegativeInt(value, "max_tokens", max_tokens, err)) return result;
     } else if (chat && key == "max_completion_tokens") {
@@ -424,16 +592,82 @@ ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
     return result;
   }
   if (!have_input) {
-    const char* field = chat ? "messages" : "prompt";
+    const char* field = chat ? "messages" : completions ? "prompt" : "input";
     Fail(err, std::string("Missing required field '") + field + "'", field);
     return result;
   }
   req.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  if (embeddings) req.stream = req.include_usage = false;  // answered whole
+  if (responses) {
+    req.prompt_text.clear();
+    if (instructions) AppendChatMessage(req.prompt_text, "system", *instructions);
+    for (const auto& [role, text] : messages) AppendChatMessage(req.prompt_text, role, text);
+    AppendChatGenerationPrompt(req.prompt_text);
+  }
   result.request = std::move(req);
   return result;
 }
 
 }  // namespace
+
+std::string_view EndpointPath(Endpoint e) {
+  switch (e) {
+    case Endpoint::kCompletions:
+      return "/v1/completions";
+    case Endpoint::kChatCompletions:
+      return "/v1/chat/completions";
+    case Endpoint::kEmbeddings:
+      return "/v1/embeddings";
+    case Endpoint::kResponses:
+      return "/v1/responses";
+    case Endpoint::kOther:
+      break;
+  }
+  return "";
+}
+
+RoutingFields ScanRoutingFields(std::string_view body) {
+  RoutingFields out;
+  thread_local simdjson::dom::parser parser;
+  element root;
+  simdjson::dom::object obj;
+  if (parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(root) ||
+      root.get_object().get(obj)) {
+    return out;
+  }
+  out.json = true;
+  for (auto [key, value] : obj) {  // a repeated key: the last one, as ParseRequest reads it
+    std::string_view model;
+    if (key == "model") out.model = value.get_string().get(model) == simdjson::SUCCESS ? model : "";
+  }
+  static constexpr std::string_view kTextFields[] = {"prompt", "input", "query", "text_1", "text"};
+  for (std::string_view field : kTextFields) {
+    element v;
+    if (obj[field].get(v)) continue;
+    std::string_view text;
+    if (v.get_string().get(text) == simdjson::SUCCESS) {
+      out.prompt_text = text;
+      return out;
+    }
+    simdjson::dom::array arr;
+    if (v.get_array().get(arr) == simdjson::SUCCESS) {
+      bool any = false;
+      for (element item : arr) {
+        if (item.get_string().get(text)) break;
+        if (any) out.prompt_text.push_back('\n');
+        out.prompt_text.append(text);
+        any = true;
+      }
+      if (any) return out;
+    }
+  }
+  element messages;
+  if (obj["messages"].get(messages) == simdjson::SUCCESS) {
+    ApiError ignored;
+    if (!ReadMessages(messages, out.prompt_text, ignored)) out.prompt_text.clear();
+  }
+  return out;
+}
 
 ParseResult ParseRequest(Endpoint endpoint, std::string_view body) {
   return ParseImpl(endpoint, body, /*padded=*/false);

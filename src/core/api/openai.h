@@ -13,7 +13,19 @@
 
 namespace kvroute::api {
 
-enum class Endpoint { kCompletions, kChatCompletions };
+// The request bodies kvroute parses: generation (completions, chat, responses) and
+// embeddings. Every other path a router forwards is read with ScanRoutingFields.
+// kOther: any other path a router forwards as it came (read with ScanRoutingFields; never
+// passed to ParseRequest).
+enum class Endpoint { kCompletions, kChatCompletions, kEmbeddings, kResponses, kOther };
+
+// The path vLLM serves `e` on ("/v1/completions", ...; "" for kOther).
+std::string_view EndpointPath(Endpoint e);
+// Whether prefill/decode disaggregation may split a request of kind `e`: completions and
+// chat, whose two legs kvroute knows how to build (core/api/pd_legs.h).
+inline bool Disaggregable(Endpoint e) {
+  return e == Endpoint::kCompletions || e == Endpoint::kChatCompletions;
+}
 
 // vLLM's P/D extra (REFERENCE.md section 20): the `kv_transfer_params` object a P/D proxy
 // puts in each leg's body, and prefill's answer carries at top level. Fields absent or
@@ -51,6 +63,14 @@ struct ParsedRequest {
   // vLLM extra: whether the tokenizer adds special tokens (BOS); unset means the
   // endpoint's default (completions true, chat false). kvroute's engine has none.
   std::optional<bool> add_special_tokens;
+  // Embeddings: each input, as text (`input` a string or an array of strings) or as token
+  // ids (an array of integers, or an array of such arrays); prompt_text joins the texts
+  // with "\n" (what the router hashes). encoding_format "base64" (else "float"), and
+  // `dimensions` when given (> 0).
+  std::vector<std::string> inputs;
+  std::vector<std::vector<uint32_t>> input_token_ids;
+  bool base64 = false;
+  std::optional<int64_t> dimensions;
   // vLLM extra: kv_transfer_params (an object); nullopt when absent or null.
   std::optional<KvTransferParams> kv_transfer_params;
   // The prompt's token ids from the engines' tokenizer, when a front end tokenized it for
@@ -140,6 +160,30 @@ struct ParseResult {
 // Thread: any; each thread reuses its own simdjson parser (thread_local), whose buffers
 // grow to the largest body that thread has parsed.
 ParseResult ParseRequest(Endpoint endpoint, std::string_view body);
+
+// Responses (`/v1/responses`): `input` is a string (one user message) or an array of
+// message items ({role, content} with an optional "type": "message"; content a string or
+// parts of type input_text / output_text / text); other item kinds (tool calls and their
+// outputs, reasoning) are skipped. `instructions` becomes a leading system message, and
+// the whole renders through RenderChat as a chat request would. max_output_tokens is
+// max_tokens; stream as chat.
+//
+// Embeddings (`/v1/embeddings`): model and input (required; see ParsedRequest::inputs),
+// encoding_format ("float" or "base64"), dimensions (a positive integer), priority,
+// cache_salt; an empty input array or an empty token array is a 400.
+
+// What a router needs to pick for a request on a path whose body it does not otherwise
+// parse (rerank, score, pooling, classify, tokenize, audio...): the model, and text to
+// hash for prefix affinity (the first of `prompt`, `input`, `query`, `text_1`, `text`
+// that is a string, or an array whose leading strings are joined with "\n"; chat
+// `messages` rendered as RenderChat does). Never fails: a body that is not a JSON object
+// (multipart audio, garbage) gives `json` false and empty fields; the engine judges it.
+struct RoutingFields {
+  bool json = false;
+  std::string model;
+  std::string prompt_text;
+};
+RoutingFields ScanRoutingFields(std::string_view body);
 
 // Bytes that must be readable (any value) after the end of a body passed to
 // ParseRequestPadded.

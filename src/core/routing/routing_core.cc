@@ -1004,7 +1004,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       RecordPickLocked(r, pick_s);
     }
     s.budget.OnRequest(now_s, s.budget_options);
-    if (s.pd_active && status == sched::PickStatus::kOk && out.n_ranked > 0) {
+    if (s.pd_active && req.disaggregable && status == sched::PickStatus::kOk && out.n_ranked > 0) {
       PdLocked(req, r, out);
     }
     if (status != sched::PickStatus::kOk) {

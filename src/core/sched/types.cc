@@ -89,6 +89,7 @@ SchedRequest FromParsed(const api::ParsedRequest& r) {
   s.slo_ttft_s = r.slo_ttft_s;
   s.slo_tpot_s = r.slo_tpot_s;
   s.streaming = r.stream;
+  s.disaggregable = api::Disaggregable(r.endpoint);
   return s;
 }
 

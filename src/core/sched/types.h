@@ -151,6 +151,9 @@ struct SchedRequest {
   // the token cadence are observable). A non-streamed answer arrives whole: its first byte
   // is the end, and the latency model learns nothing from it.
   bool streaming = true;
+  // Prefill/decode disaggregation may split it (completions and chat: api::Disaggregable);
+  // embeddings, responses and every other forwarded path are served whole by one endpoint.
+  bool disaggregable = true;
   // The prompt's token ids as the engines' tokenizer gives them (a front end's tokenizer
   // adapter, or the simulated engine's); empty when unknown. Precise prefix scoring keys
   // them; without them policies use their approximate model.

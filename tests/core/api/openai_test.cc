@@ -393,5 +393,112 @@ TEST(SloHeaders, BadValuesAre400NamingTheHeader) {
             "\"code\":400}}");
 }
 
+constexpr Endpoint kEmbed = Endpoint::kEmbeddings;
+constexpr Endpoint kResp = Endpoint::kResponses;
+
+TEST(ParseEmbeddings, EveryInputForm) {
+  ParsedRequest one = ParseOk(kEmbed, R"({"model":"e5","input":"hello world"})");
+  EXPECT_EQ(one.model, "e5");
+  EXPECT_EQ(one.inputs, (std::vector<std::string>{"hello world"}));
+  EXPECT_TRUE(one.input_token_ids.empty());
+  EXPECT_EQ(one.prompt_text, "hello world");
+  EXPECT_FALSE(one.base64);
+  EXPECT_FALSE(one.dimensions.has_value());
+
+  ParsedRequest many = ParseOk(kEmbed, R"({"model":"e5","input":["a","bc"],
+      "encoding_format":"base64","dimensions":64,"priority":-1,"cache_salt":"s","user":"u"})");
+  EXPECT_EQ(many.inputs, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(many.prompt_text, "a\nbc");
+  EXPECT_TRUE(many.base64);
+  EXPECT_EQ(many.dimensions, 64);
+  EXPECT_EQ(many.priority, -1);
+  EXPECT_EQ(many.cache_salt, "s");
+
+  ParsedRequest ids = ParseOk(kEmbed, R"({"model":"e5","input":[1,2,4294967295]})");
+  EXPECT_TRUE(ids.inputs.empty());
+  EXPECT_EQ(ids.input_token_ids, (std::vector<std::vector<uint32_t>>{{1, 2, 4294967295u}}));
+  EXPECT_EQ(ids.prompt_text, "");
+
+  ParsedRequest batch = ParseOk(kEmbed, R"({"model":"e5","input":[[7],[8,9]]})");
+  EXPECT_EQ(batch.input_token_ids, (std::vector<std::vector<uint32_t>>{{7}, {8, 9}}));
+  EXPECT_FALSE(ParseOk(kEmbed, R"({"model":"e5","input":"x","stream":true})").stream);
+}
+
+TEST(ParseEmbeddings, BadInputsNameTheField) {
+  EXPECT_EQ(ParseErr(kEmbed, R"({"model":"e5"})").param, "input");
+  EXPECT_EQ(ParseErr(kEmbed, R"({"model":"e5","input":[]})").message, "'input' must not be empty");
+  EXPECT_EQ(ParseErr(kEmbed, R"({"model":"e5","input":["a",3]})").param, "input[1]");
+  EXPECT_EQ(ParseErr(kEmbed, R"({"model":"e5","input":[1,-2]})").param, "input");
+  EXPECT_EQ(ParseErr(kEmbed, R"({"model":"e5","input":[[1],[]]})").param, "input[1]");
+  EXPECT_EQ(ParseErr(kEmbed, R"({"model":"e5","input":{"a":1}})").param, "input");
+  EXPECT_EQ(ParseErr(kEmbed, R"({"model":"e5","input":"x","encoding_format":"hex"})").param,
+            "encoding_format");
+  EXPECT_EQ(ParseErr(kEmbed, R"({"model":"e5","input":"x","dimensions":0})").param, "dimensions");
+  EXPECT_EQ(ParseErr(kEmbed, R"({"input":"x"})").param, "model");
+}
+
+TEST(ParseResponses, InputRendersAsChatWithInstructionsFirst) {
+  ParsedRequest s = ParseOk(kResp, R"({"model":"m","input":"Say hi","max_output_tokens":7,
+      "stream":true,"instructions":"Be brief."})");
+  EXPECT_EQ(s.prompt_text, "<|system|>\nBe brief.\n<|user|>\nSay hi\n<|assistant|>\n");
+  EXPECT_EQ(s.max_tokens, 7);
+  EXPECT_TRUE(s.stream);
+
+  ParsedRequest items = ParseOk(kResp, R"({"model":"m","input":[
+      {"type":"message","role":"user","content":[{"type":"input_text","text":"a"},
+                                                 {"type":"input_text","text":"b"}]},
+      {"type":"function_call_output","call_id":"c1","output":"42"},
+      {"role":"assistant","content":[{"type":"output_text","text":"c"}]},
+      {"role":"user","content":"d"}]})");
+  EXPECT_EQ(items.prompt_text, "<|user|>\na\nb\n<|assistant|>\nc\n<|user|>\nd\n<|assistant|>\n");
+  // The chat rendering of the same conversation: one prefix model for both APIs.
+  EXPECT_EQ(ParseOk(kResp, R"({"model":"m","input":"q"})").prompt_text,
+            ParseOk(kChat, R"({"model":"m","messages":[{"role":"user","content":"q"}]})").prompt_text);
+}
+
+TEST(ParseResponses, BadInputsNameTheField) {
+  EXPECT_EQ(ParseErr(kResp, R"({"model":"m"})").param, "input");
+  EXPECT_EQ(ParseErr(kResp, R"({"model":"m","input":5})").param, "input");
+  EXPECT_EQ(ParseErr(kResp, R"({"model":"m","input":[{"content":"x"}]})").param, "input[0].role");
+  EXPECT_EQ(ParseErr(kResp, R"({"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})")
+                .param,
+            "input[0].content[0].type");
+  EXPECT_EQ(ParseErr(kResp, R"({"model":"m","input":[{"type":"reasoning"}]})").message,
+            "'input' holds no message");
+  EXPECT_EQ(ParseErr(kResp, R"({"model":"m","input":"x","max_output_tokens":-1})").param,
+            "max_output_tokens");
+}
+
+TEST(ScanRoutingFields, ModelAndTheFirstTextFieldOrNothing) {
+  RoutingFields score = ScanRoutingFields(R"({"model":"r","text_1":"query","text_2":["a","b"]})");
+  EXPECT_TRUE(score.json);
+  EXPECT_EQ(score.model, "r");
+  EXPECT_EQ(score.prompt_text, "query");
+  EXPECT_EQ(ScanRoutingFields(R"({"model":"r","query":"q","documents":["x"]})").prompt_text, "q");
+  EXPECT_EQ(ScanRoutingFields(R"({"input":["a","b",3,"c"]})").prompt_text, "a\nb");
+  EXPECT_EQ(ScanRoutingFields(R"({"prompt":7,"input":"i"})").prompt_text, "i");
+  EXPECT_EQ(ScanRoutingFields(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})").prompt_text,
+            "<|user|>\nhi\n<|assistant|>\n");
+  RoutingFields none = ScanRoutingFields(R"({"model":5})");
+  EXPECT_TRUE(none.json);
+  EXPECT_EQ(none.model, "");
+  EXPECT_EQ(none.prompt_text, "");
+  RoutingFields multipart = ScanRoutingFields("--boundary\r\nContent-Disposition: form-data\r\n");
+  EXPECT_FALSE(multipart.json);
+  EXPECT_FALSE(ScanRoutingFields("").json);
+  EXPECT_FALSE(ScanRoutingFields("[1,2]").json);
+}
+
+TEST(EndpointKinds, PathsAndWhichMayBeSplit) {
+  EXPECT_EQ(EndpointPath(Endpoint::kEmbeddings), "/v1/embeddings");
+  EXPECT_EQ(EndpointPath(Endpoint::kResponses), "/v1/responses");
+  EXPECT_EQ(EndpointPath(Endpoint::kOther), "");
+  EXPECT_TRUE(Disaggregable(kCmpl));
+  EXPECT_TRUE(Disaggregable(kChat));
+  EXPECT_FALSE(Disaggregable(kEmbed));
+  EXPECT_FALSE(Disaggregable(kResp));
+  EXPECT_FALSE(Disaggregable(Endpoint::kOther));
+}
+
 }  // namespace
 }  // namespace kvroute::api

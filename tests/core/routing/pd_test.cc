@@ -149,6 +149,30 @@ TEST_F(PdCoreTest, ALongPromptGetsAPairAndAShortOneDecodesAlone) {
   EXPECT_NE(s.endpoint(0).spec.name, "q");
 }
 
+// Embeddings, responses and every other forwarded path (SchedRequest::disaggregable
+// false) are served whole by a decode-capable endpoint: the same long prompt that gets a
+// pair as a completion gets none, and no decision is counted for it.
+TEST_F(PdCoreTest, ARequestThatCannotBeSplitIsNeverDisaggregated) {
+  Configure(PdPool());
+  PickRequest pr;
+  pr.request = Req("Z" + std::string(4000, 'x'));
+  pr.request.disaggregable = false;
+  pr.dispatch_first = true;
+  const PickResult r = core_.Pick(pr, now_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.pd, PdDecision::kOff);
+  EXPECT_EQ(r.prefill, RoutingCore::kNoEndpoint);
+  EXPECT_NE(r.endpoint(0).spec.name, "p");
+  EXPECT_NE(r.endpoint(0).spec.name, "q");
+  EXPECT_EQ(Metrics().find("kvroute_pd_decisions_total{decision=\"disaggregate\"} 1"), std::string::npos);
+  EXPECT_NE(Metrics().find("kvroute_pd_decisions_total{decision=\"disaggregate\"}"), std::string::npos);
+  core_.OnFinished(r.handle, r.ranked[0], 200, now_);
+  const PickResult c = Pick("Y" + std::string(4000, 'x'));  // a completion: a pair
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.pd, PdDecision::kDisaggregate);
+  core_.OnPrefillDone(c.prefill, c.prefill_tokens);
+}
+
 // The queue term: prefill legs not yet answered count against their endpoint, so two
 // cold requests in a row go to different prefill endpoints; OnPrefillDone gives it back.
 TEST_F(PdCoreTest, UnansweredPrefillLegsSpreadThePrefillPicks) {
