@@ -22,7 +22,8 @@ jobs="${FUZZ_JOBS:-1}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(prom_parser openai_request router_config scenario_config fleet_config endpoints_file
-           http_server extproc_exchange k8s_watch_event doctor_scrape kv_event_decode tokenize pd_legs)
+           http_server extproc_exchange k8s_watch_event doctor_scrape kv_event_decode tokenize pd_legs
+           session_token)
 fi
 
 dict_for() {

@@ -214,6 +214,8 @@ struct RoutingCore::Counters {
   std::atomic<bool> spilling{false};
   std::mutex regions_mu;  // guards the map's shape (Configure adds, AppendMetrics reads)
   std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>, std::less<>> region_requests;
+  // Picks by what their session did (index = SessionOutcome; kNone not counted).
+  std::array<std::atomic<uint64_t>, kNumSessionOutcomes> session_picks{};
 };
 
 // Scratch buffers for concurrent picks, leased without a lock: a pick takes the first
@@ -285,6 +287,23 @@ RoutingCore::RoutingCore(std::function<void(std::string_view)> log)
   options_.store(std::make_shared<const CoreOptions>());
   measured_rtt_.store(std::make_shared<const std::vector<std::pair<std::string, double>>>());
   events_ = std::make_unique<kvevents::EventIndex>();
+  sessions_ = std::make_unique<SessionTable>();
+}
+
+uint64_t RoutingCore::session_picks(SessionOutcome outcome) const {
+  return counters_->session_picks[static_cast<std::size_t>(outcome)].load(std::memory_order_relaxed);
+}
+
+std::string_view SessionOutcomeName(SessionOutcome o) {
+  switch (o) {
+    case SessionOutcome::kNone: return "none";
+    case SessionOutcome::kBound: return "bound";
+    case SessionOutcome::kNew: return "new";
+    case SessionOutcome::kMovedGone: return "moved_gone";
+    case SessionOutcome::kMovedSaturated: return "moved_saturated";
+    case SessionOutcome::kToken: return "token";
+  }
+  return "none";
 }
 
 RoutingCore::~RoutingCore() = default;
@@ -473,6 +492,9 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     table_.store(table);
     slots_.store(slots);
     options_.store(std::make_shared<const CoreOptions>(options));
+    // Bindings survive: an id keeps its endpoint id while its address survives.
+    sessions_->SetOptions(options.sessions);
+    sessions_enabled_.store(options.sessions.enabled, std::memory_order_relaxed);
     for (uint32_t id = 0; id < n; ++id) {
       if (!s.vacant[id]) UpdateStatsLocked(id);
     }
@@ -864,8 +886,8 @@ bool RoutingCore::SyncDue(double now_s) const {
          now_s >= s.next_change.load(std::memory_order_relaxed);
 }
 
-void RoutingCore::RankLocked(const PickRequest& request, const sched::PickResult& r,
-                             PickResult& out) const {
+std::size_t RoutingCore::RankLocked(const PickRequest& request, const sched::PickResult& r,
+                                    PickResult& out) const {
   const SchedState& s = *sched_;
   const std::size_t limit = s.max_ranked;
   auto add = [&](uint32_t id) {
@@ -885,10 +907,83 @@ void RoutingCore::RankLocked(const PickRequest& request, const sched::PickResult
       if (ep->spec.address == item || ep->spec.name == item) add(id);
     }
   }
+  const std::size_t hinted = out.n_ranked;
   for (uint32_t id : r.ranked) {
     if (out.n_ranked == limit) break;
     add(id);
   }
+  return hinted;
+}
+
+bool RoutingCore::SaturatedLocked(uint32_t id) const {
+  const SchedState& s = *sched_;
+  const health::Verdict& v = s.verdicts[id];
+  if (v.treatment != health::Treatment::kNormal) return true;
+  const sched::EndpointState& st = s.states[id];
+  const double capacity = st.num_gpu_blocks > 0
+                              ? static_cast<double>(st.num_gpu_blocks)
+                              : static_cast<double>(sched::SchedulerOptions{}.default_num_gpu_blocks);
+  const sched::EndpointLoad adj = s.scheduler->inflight().Load(st, capacity, true);
+  return (v.Known(health::Signal::kKvUsage) && adj.kv_usage >= 0.8) ||
+         (v.Known(health::Signal::kWaiting) && adj.waiting >= 5.0);
+}
+
+void RoutingCore::SessionLocked(const PickRequest& request, const sched::PickResult& r,
+                                std::optional<SessionTable::Binding> bound,
+                                std::optional<std::string_view> token_address, PickResult& out,
+                                SessionTable::Binding& bind) const {
+  const SchedState& s = *sched_;
+  auto contains = [](std::span<const uint32_t> ids, uint32_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  // 0: usable; 1: no longer a candidate; 2: saturated (and the policy's pick is not).
+  auto assess = [&](uint32_t id) {
+    if (id >= s.states.size() || s.vacant[id] || !s.states[id].healthy) return 1;
+    if (!request.only.empty() && !contains(request.only, id)) return 1;
+    if (id != out.ranked[0] && SaturatedLocked(id) && !SaturatedLocked(out.ranked[0])) return 2;
+    // Filtered out by the policy for another reason than load (its candidates are the
+    // ids that passed its filters).
+    if (!r.candidates.empty() && !contains(r.candidates, id)) return SaturatedLocked(id) ? 2 : 1;
+    return 0;
+  };
+  auto first = [&](uint32_t id) {
+    std::size_t k = 0;
+    while (k < out.n_ranked && out.ranked[k] != id) ++k;
+    if (k == out.n_ranked) {
+      if (out.n_ranked < s.max_ranked) ++out.n_ranked;
+      k = out.n_ranked - 1;
+    }
+    for (; k > 0; --k) out.ranked[k] = out.ranked[k - 1];
+    out.ranked[0] = id;
+  };
+  bool placed = false;
+  if (token_address) {
+    for (uint32_t id = 0; id < s.states.size() && !placed; ++id) {
+      const Endpoint* ep = s.table->Find(id);
+      if (ep == nullptr || ep->spec.address != *token_address) continue;
+      if (assess(id) == 0) {
+        first(id);
+        out.session = SessionOutcome::kToken;
+        placed = true;
+      }
+      break;
+    }
+  }
+  if (!placed && bound) {
+    const Endpoint* ep = s.table->Find(bound->endpoint);
+    // An id a reload gave to another address is another endpoint: the session's is gone.
+    const int a = ep && SessionKey(ep->spec.address) == bound->address_key ? assess(bound->endpoint) : 1;
+    if (a == 0) {
+      first(bound->endpoint);
+      out.session = SessionOutcome::kBound;
+    } else {
+      out.session = a == 2 ? SessionOutcome::kMovedSaturated : SessionOutcome::kMovedGone;
+    }
+  } else if (!placed && !request.session_id.empty()) {
+    out.session = SessionOutcome::kNew;
+  }
+  bind.endpoint = out.ranked[0];
+  bind.address_key = SessionKey(s.table->by_id[out.ranked[0]]->spec.address);
 }
 
 namespace {
@@ -916,6 +1011,22 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
   // The request as the scheduler sees it: with the precise index and its keys when
   // events are configured and the front end tokenized the prompt.
   sched::SchedRequest req = request.request;
+  // The session's binding and token, read before any scheduler lock (the table has its own).
+  const bool sessions = sessions_enabled_.load(std::memory_order_relaxed) &&
+                        (!request.session_id.empty() || !request.session_token.empty());
+  uint64_t session_key = 0;
+  std::optional<SessionTable::Binding> bound;
+  std::optional<std::string_view> token_address;
+  std::array<char, 256> token_buf;
+  SessionTable::Binding bind;
+  if (sessions) {
+    if (!request.session_id.empty()) {
+      session_key = SessionKey(request.session_id);
+      bound = sessions_->Find(session_key, now_s);
+    }
+    if (!request.session_token.empty()) token_address = DecodeSessionToken(request.session_token, token_buf);
+  }
+  std::size_t hinted = 0;
   // A request with a cache_salt shares no block with unsalted ones in the engine (the
   // salt is in its first block's hash), and the events do not carry salts: precise state
   // would over-predict, so such requests use the approximate model (its keys hold the salt).
@@ -953,7 +1064,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       if (events_lock.owns_lock()) events_lock.unlock();
       if (s.timer) pick_s = s.timer() - t0;
       status = r.status;
-      if (r.ok()) RankLocked(request, r, out);
+      if (r.ok()) hinted = RankLocked(request, r, out);
     }
   }
   if (!configured) {
@@ -998,12 +1109,24 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       status = r.status;
       if (r.ok()) {
         out.handle = r.handle;
-        RankLocked(request, r, out);
+        hinted = RankLocked(request, r, out);
       }
       CountLocalityLocked(r);
       RecordPickLocked(r, pick_s);
     }
     s.budget.OnRequest(now_s, s.budget_options);
+    if (sessions && status == sched::PickStatus::kOk && out.n_ranked > 0) {
+      if (hinted == 0) {
+        SessionLocked(request, r, bound, token_address, out, bind);
+        if (out.session != SessionOutcome::kNone) {
+          Bump(counters_->session_picks[static_cast<std::size_t>(out.session)]);
+        }
+      } else {
+        // A routing hint decided: the session follows it.
+        bind.endpoint = out.ranked[0];
+        bind.address_key = SessionKey(out.endpoint(0).spec.address);
+      }
+    }
     if (s.pd_active && req.disaggregable && status == sched::PickStatus::kOk && out.n_ranked > 0) {
       PdLocked(req, r, out);
     }
@@ -1056,6 +1179,9 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
     }
     if (held < sc.event_keys.size()) events_->OnWorkDispatched(first, now_s);
     events_->AddSpeculative(first, sc.event_keys, now_s);
+  }
+  if (sessions && !request.session_id.empty() && out.n_ranked > 0 && status == sched::PickStatus::kOk) {
+    sessions_->Bind(session_key, bind, now_s);
   }
   if (!logs.empty()) Log(logs);
   out.locality = r.locality;
@@ -1721,6 +1847,24 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
                 {}, GetU(c.ejections_skipped));
   AppendCounter(out, "kvroute_pick_failures_total", "Picks that found no usable endpoint.", {},
                 GetU(c.picks_failed));
+  // Sessions (docs/POLICIES.md "Sessions").
+  sessions_->Sweep(now_s);
+  AppendGauge(out, "kvroute_sessions",
+              "Session ids bound to an endpoint (x-session-id), idle less than the TTL.", {},
+              static_cast<double>(sessions_->size()));
+  AppendHeader(out, "kvroute_session_picks_total",
+               "Picks of requests with a session id or token, by outcome (bound: stayed on "
+               "the session's endpoint; new: first binding; moved_gone, moved_saturated: "
+               "rebound to the policy's pick; token: routed by the session token).",
+               MetricType::kCounter);
+  for (std::size_t i = 1; i < kNumSessionOutcomes; ++i) {
+    Label labels[] = {{"outcome", SessionOutcomeName(static_cast<SessionOutcome>(i))}};
+    AppendSample(out, "kvroute_session_picks_total", labels, GetU(c.session_picks[i]));
+  }
+  AppendCounter(out, "kvroute_sessions_evicted_total",
+                "Session bindings dropped to stay within sessions.max_sessions (idle longest "
+                "first).",
+                {}, static_cast<double>(sessions_->evicted()));
   AppendHeader(out, "kvroute_scheduling_duration_seconds",
                "Time spent in Scheduler::Pick (health refresh excluded).", MetricType::kHistogram);
   {

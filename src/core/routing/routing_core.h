@@ -58,6 +58,7 @@
 #include "core/health/outlier.h"
 #include "core/routing/pd.h"
 #include "core/routing/retry_budget.h"
+#include "core/routing/sessions.h"
 #include "core/sched/latency_trainer.h"
 #include "core/sched/profile_spec.h"
 #include "core/sched/scheduler.h"
@@ -109,6 +110,9 @@ struct CoreOptions {
   // Prefill/decode disaggregation (scheduling.pd; issue 25, core/routing/pd.h): applies
   // when some endpoint is labelled llm-d.ai/role=prefill.
   PdOptions pd;
+  // Session affinity (docs/POLICIES.md "Sessions"; issue 26): the idle TTL and bound of
+  // the session table, and the header names the front ends use.
+  SessionOptions sessions;
 };
 
 // The outcome of one scrape attempt, as the scraper adapter reports it.
@@ -152,7 +156,30 @@ struct PickRequest {
   // in the table are ignored. Empty: every endpoint. A restricted pick ranks under the
   // exclusive side of the lock (rare: only gateways that send a subset).
   std::span<const uint32_t> only;
+  // Session affinity (CoreOptions::sessions; ignored when disabled). `session_id`: the
+  // client's conversation id (x-session-id), bound router-side to the endpoint that serves
+  // it. `session_token`: the x-session-token header as the client sent it (base64 of an
+  // endpoint's address, SessionToken); one that does not decode or names no endpoint is
+  // ignored. Either puts its endpoint first in ranked[] while that endpoint is a candidate
+  // (in the table, healthy, in `only` when given, passed the policy's filters) and not
+  // saturated (PoolLoad's rule, with the in-flight estimate; unknown or stale load counts
+  // as saturated); otherwise the policy's ranking stands and the session is rebound to its
+  // ranked[0]. A valid token wins over the id's binding; a routing hint wins over both.
+  std::string_view session_id;
+  std::string_view session_token;
 };
+
+// What a pick did with the request's session (PickResult::session).
+enum class SessionOutcome : uint8_t {
+  kNone = 0,         // no session id or token (or sessions disabled, or a hint decided)
+  kBound,            // the id's bound endpoint was still usable: it goes first
+  kNew,              // an id without a binding: bound to the pick
+  kMovedGone,        // its endpoint is no longer a candidate: rebound to the pick
+  kMovedSaturated,   // its endpoint is saturated and the pick is not: rebound
+  kToken,            // the token's endpoint was usable: it goes first
+};
+inline constexpr std::size_t kNumSessionOutcomes = 6;
+std::string_view SessionOutcomeName(SessionOutcome o);
 
 struct PickResult {
   // Ok, or Unavailable with why ("every endpoint is saturated or filtered out", "no
@@ -182,12 +209,18 @@ struct PickResult {
   PdDecision pd = PdDecision::kOff;
   uint32_t prefill = 0xffffffffu;
   double prefill_tokens = 0.0;
+  // What the request's session id or token did (SessionOutcome).
+  SessionOutcome session = SessionOutcome::kNone;
 
   bool ok() const { return status.ok(); }
   const Endpoint& endpoint(std::size_t i) const { return *table->by_id[ranked[i]]; }
   bool disaggregated() const { return pd == PdDecision::kDisaggregate; }
   const Endpoint& prefill_endpoint() const { return *table->by_id[prefill]; }
 };
+
+// The session token a front end writes on a response served by `ep` (its
+// SessionOptions::token_header): base64 of the endpoint's address, stable across reloads.
+inline std::string SessionToken(const Endpoint& ep) { return EncodeSessionToken(ep.spec.address); }
 
 // Why an upstream attempt failed, for counters and passive health.
 struct UpstreamFailure {
@@ -397,6 +430,11 @@ class RoutingCore {
   health::Verdict Health(uint32_t id, double now_s) const;
   std::string_view policy() const;
   uint64_t reloads() const { return reloads_ok_.load(std::memory_order_relaxed); }
+  // Picks counted under a session outcome (kvroute_session_picks_total), and session ids
+  // bound (expired ones count until a lookup, a bind in their shard or AppendMetrics drops
+  // them).
+  uint64_t session_picks(SessionOutcome outcome) const;
+  std::size_t sessions() const { return sessions_->size(); }
 
   // Appends the router's metrics: requests by endpoint and code, upstream errors, retries,
   // pick failures, the scheduling-time histogram, scorer summaries, reloads, and per
@@ -442,7 +480,18 @@ class RoutingCore {
   static void CountFinished(const Endpoint& ep, int code);
   // The front end's ranking: hinted endpoints (not down) first, then the scheduler's.
   // Caller holds sched_mu_ (either side).
-  void RankLocked(const PickRequest& request, const sched::PickResult& r, PickResult& out) const;
+  // Returns how many endpoints the hints placed.
+  std::size_t RankLocked(const PickRequest& request, const sched::PickResult& r, PickResult& out) const;
+  // The session's endpoint (the token's, else the id's binding) first in out.ranked when
+  // it is usable; sets out.session and `bind` (the binding for the id after this pick).
+  // Caller holds sched_mu_ exclusively.
+  void SessionLocked(const PickRequest& request, const sched::PickResult& r,
+                     std::optional<SessionTable::Binding> bound,
+                     std::optional<std::string_view> token_address, PickResult& out,
+                     SessionTable::Binding& bind) const;
+  // PoolLoad's saturation rule for endpoint `id` from the scheduler's view (with the
+  // in-flight estimate); an endpoint whose load is unknown or stale counts as saturated.
+  bool SaturatedLocked(uint32_t id) const;
   // Copies the latency trainer's counters to their atomics (caller holds sched_mu_
   // exclusively).
   void PublishLatencyLocked();
@@ -493,6 +542,10 @@ class RoutingCore {
   mutable RwSpinLock events_mu_;
   std::unique_ptr<kvevents::EventIndex> events_;  // guarded by events_mu_
   std::atomic<bool> events_active_{false};
+
+  // Session bindings (its own sharded locks; never held with sched_mu_).
+  std::unique_ptr<SessionTable> sessions_;
+  std::atomic<bool> sessions_enabled_{true};
 
   // Counters without an endpoint.
   struct Counters;
