@@ -19,6 +19,7 @@ routing::CoreOptions CoreOptionsFrom(const RouterConfig& config) {
   o.default_slo_ttft_s = config.slo.ttft_s;
   o.default_slo_tpot_s = config.slo.tpot_s;
   o.pd = config.pd;
+  o.sessions = config.sessions;
   o.region = config.locality.region;
   o.region_rtt_s = config.locality.rtt_s;
   const KvEventsConfig& k = config.pool.kv_events;

@@ -172,7 +172,7 @@ class Loader {
     nested.path = "scheduling";
     root.ForEachKey(
         {"listen", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
-         "outlier_detection", "allow_routing_headers", "epp", "flow", "locality", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
+         "outlier_detection", "allow_routing_headers", "epp", "flow", "locality", "sessions", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
         [&](const std::string& key, const ConfigNode& v) {
           if (key == "listen") {
             cfg.listen = v.String();
@@ -215,6 +215,8 @@ class Loader {
             LoadFlow(v, cfg.flow);
           } else if (key == "locality") {
             LoadLocality(v, cfg.locality);
+          } else if (key == "sessions") {
+            LoadSessions(v, cfg.sessions);
           } else {
             if (top.line == 0) top.line = v.key_line();
             SchedKey(top, key, v);
@@ -582,6 +584,30 @@ class Loader {
                message.substr(option.size() + 1));
     }
     v.Fail(message);
+  }
+
+  void LoadSessions(const ConfigNode& v, routing::SessionOptions& o) {
+    v.ForEachKey({"enabled", "ttl", "max_sessions", "header", "token_header"},
+                 [&](const std::string& key, const ConfigNode& sv) {
+                   if (key == "enabled") {
+                     o.enabled = sv.Bool();
+                   } else if (key == "ttl") {
+                     o.ttl_s = sv.Duration();
+                   } else if (key == "max_sessions") {
+                     o.max_sessions = static_cast<std::size_t>(sv.Int(1, int64_t{1} << 32));
+                   } else {
+                     std::string name = sv.String();
+                     if (name.empty() || !IsHeaderName(name)) {
+                       sv.Fail("must be an HTTP header name (got '" + name + "')");
+                     }
+                     // Front ends compare lower-case names (HTTP/2 and ext_proc send them so).
+                     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+                     (key == "header" ? o.header : o.token_header) = std::move(name);
+                   }
+                 });
+    if (o.header == o.token_header) {
+      v.Fail("header and token_header must differ (both '" + o.header + "')");
+    }
   }
 
   void LoadLocality(const ConfigNode& v, LocalityConfig& l) {

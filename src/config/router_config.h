@@ -136,6 +136,17 @@
 //                                 #   wins over a measured one
 //     measure_rtt: true           # smooth scrape round trips per region into the round
 //                                 #   trip of regions rtt does not name
+//   sessions:                     # session affinity (docs/POLICIES.md "Sessions"; serve
+//                                 #   and epp): a request naming a session goes where the
+//                                 #   session was served while that endpoint is a candidate
+//                                 #   and not saturated
+//     enabled: true               # a request must send the header to be affected
+//     ttl: 300s                   # a binding unused this long expires
+//     max_sessions: 100000        # bindings kept; the oldest-idle one makes room
+//     header: x-session-id        # the request header naming the session (router-side
+//                                 #   binding)
+//     token_header: x-session-token  # written on every response (base64 of the serving
+//                                 #   endpoint's address), followed when a request sends it
 //   A request's priority (its band; higher goes first) is its objective's in
 //   epp.objectives (unknown: 0), else minus the body's vLLM `priority` field; below 0 it
 //   is sheddable: 429 at once while the pool is saturated.
@@ -154,6 +165,7 @@
 #include "config/yaml_reader.h"
 #include "core/flow/flow_queue.h"
 #include "core/routing/pd.h"
+#include "core/routing/sessions.h"
 #include "core/sched/profile_spec.h"
 #include "core/metrics/engine_metrics.h"
 
@@ -331,6 +343,7 @@ struct RouterConfig {
   EppConfig epp;
   FlowConfig flow;
   LocalityConfig locality;
+  routing::SessionOptions sessions;  // `sessions:` (serve and epp)
 };
 
 // Both return the config, or the error naming file, line and field (ConfigOr and
