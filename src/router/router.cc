@@ -120,8 +120,12 @@ struct FrontSettings {
   // name it and state none in their headers.
   std::map<std::string, config::SloConfig, std::less<>> objective_slos;
   std::string flow_header;
-  // "x-kvroute-endpoint: <name>" per endpoint id of the table `version`, built once so a
-  // response costs no allocation for it.
+  // Session affinity (sessions:): the request headers naming the session and carrying its
+  // token, and the response header the token is written on; off: none is read or written.
+  bool sessions = true;
+  std::string session_header, token_header;
+  // "x-kvroute-endpoint: <name>" (and, with sessions, "<token_header>: <token>") per
+  // endpoint id of the table `version`, built once so a response costs no allocation for it.
   uint64_t version = 0;
   std::vector<http::Fields> head_fields;
 };
@@ -175,6 +179,9 @@ struct Router::Impl {
     fs->objectives = cfg.epp.objectives;
     fs->objective_slos = cfg.epp.objective_slos;
     fs->flow_header = cfg.flow.flow_header;
+    fs->sessions = cfg.sessions.enabled;
+    fs->session_header = cfg.sessions.header;
+    fs->token_header = cfg.sessions.token_header;
     if (started_listen && cfg.flow.enabled != (flow_gate != nullptr)) {
       Log("flow.enabled change needs a restart; ignored");
     }
@@ -182,7 +189,9 @@ struct Router::Impl {
     fs->version = table->version;
     fs->head_fields.resize(table->by_id.size());
     for (const auto& ep : table->by_id) {
-      if (ep) fs->head_fields[ep->id] = {{std::string(kEndpointHeader), ep->spec.name}};
+      if (!ep) continue;
+      fs->head_fields[ep->id] = {{std::string(kEndpointHeader), ep->spec.name}};
+      if (fs->sessions) fs->head_fields[ep->id].emplace_back(fs->token_header, routing::SessionToken(*ep));
     }
     settings.store(std::move(fs));
     return Status::Ok();
@@ -441,8 +450,9 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   routing::RoutingCore& core() { return router->core(); }
   uint32_t endpoint_id() const { return pick.ranked[attempt]; }
   const routing::Endpoint& endpoint() const { return pick.endpoint(attempt); }
-  // "x-kvroute-endpoint: <name>", and "x-kvroute-attempts: <n>" when the answer came
-  // after a retry (n attempts in all).
+  // "x-kvroute-endpoint: <name>", the session token of the endpoint that answered (with
+  // sessions on), and "x-kvroute-attempts: <n>" when the answer came after a retry (n
+  // attempts in all).
   const http::Fields& head_fields() {
     uint32_t id = endpoint_id();
     if (attempt == 0 && !pd && settings->version == pick.table->version &&
@@ -450,6 +460,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       return settings->head_fields[id];
     }
     own_head_fields = {{std::string(kEndpointHeader), endpoint().spec.name}};
+    if (settings->sessions) own_head_fields.emplace_back(settings->token_header, routing::SessionToken(endpoint()));
     if (attempt > 0) own_head_fields.emplace_back(std::string(kAttemptsHeader), std::to_string(attempt + 1));
     if (pd && pd->remote && attempt == 0) {
       own_head_fields.emplace_back(std::string(kPrefillHeader), pd->prefill_endpoint().spec.name);
@@ -922,6 +933,11 @@ void Router::Impl::Route(std::shared_ptr<http::Exchange> ex, std::shared_ptr<con
   pr.dispatch_first = true;
   // Client routing hint (EPP style), honoured only when configured.
   if (fs->allow_routing_headers) pr.hint = HeaderValue(ex->request(), kRoutingHeader);
+  // Session affinity: the id (router-side binding) and the token the client carries.
+  if (fs->sessions) {
+    pr.session_id = HeaderValue(ex->request(), fs->session_header);
+    pr.session_token = HeaderValue(ex->request(), fs->token_header);
+  }
   if (flow_gate) {
     if (AdmitFlow(ex, *fs, parsed, pr.hint)) return;
     pr.request = sched::FromParsed(parsed);  // moved out and back: view it afresh
@@ -1161,6 +1177,7 @@ struct Router::Impl::Waiting final : flow::FlowWaiter, std::enable_shared_from_t
   std::shared_ptr<http::Exchange> ex;
   api::ParsedRequest parsed;  // the SchedRequest built at dispatch time views its strings
   std::string hint;           // routing hint, when allowed
+  std::string session_id, session_token;  // the session headers, when sessions are on
 
   void Dispatch(double now_s, double waited_s) override {
     routing::PickRequest pr;
@@ -1168,6 +1185,8 @@ struct Router::Impl::Waiting final : flow::FlowWaiter, std::enable_shared_from_t
     pr.request.queued_s = waited_s;
     pr.dispatch_first = true;
     pr.hint = hint;
+    pr.session_id = session_id;
+    pr.session_token = session_token;
     routing::PickResult pick = router->core().Pick(pr, now_s);
     asio::post(ex->executor(), [self = shared_from_this(), pick = std::move(pick)]() mutable {
       self->router->StartPicked(self->ex, self->router->settings.load(), std::move(pick), &self->parsed);
@@ -1203,6 +1222,10 @@ bool Router::Impl::AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const Fr
   w->router = this;
   w->ex = ex;
   w->hint.assign(hint);
+  if (fs.sessions) {
+    w->session_id.assign(HeaderValue(ex->request(), fs.session_header));
+    w->session_token.assign(HeaderValue(ex->request(), fs.token_header));
+  }
   // The waiter owns the parsed request from before the admission: once queued, a pump on
   // another thread may dispatch it at once.
   w->parsed = std::move(parsed);

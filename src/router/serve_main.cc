@@ -127,6 +127,16 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     # 0), else minus the body's vLLM `priority`. Below 0 is sheddable: 429 at once while
     # the pool is saturated. A client that disconnects while waiting is dropped at once.
     # kvroute_flow_* on /metrics.
+  sessions:                     # session affinity (docs/POLICIES.md "Sessions"; reloadable)
+    enabled: true               # a request with x-session-id stays on the replica that
+    ttl: 300s                   #   served its session while that one is a candidate and not
+    max_sessions: 100000        #   saturated (>= 5 waiting or >= 80% KV); else it moves to
+    header: x-session-id        #   the policy's pick, once. Bindings idle for ttl expire;
+    token_header: x-session-token  # past max_sessions the oldest-idle goes. Every proxied
+                                #   response carries token_header: base64 of the serving
+                                #   replica's host:port; a request sending it back goes there
+                                #   (an unusable or bad token is ignored). kvroute_sessions,
+                                #   kvroute_session_picks_total{outcome} on /metrics
   locality:                     # several regions (docs/REGIONS.md): picks stay in this
     region: us-east             #   region; they spill to a remote one only when every local
                                 #   endpoint is saturated or the local wait exceeds the remote
