@@ -50,6 +50,9 @@ std::shared_ptr<const extproc::ExchangeSettings> SettingsFrom(const config::Rout
   // Flow control holds each stream's pick for the server's queue (ext_proc_server.h).
   s->defer_pick = flow_control;
   s->flow_header = cfg.flow.flow_header;
+  s->sessions = cfg.sessions.enabled;
+  s->session_header = cfg.sessions.header;
+  s->token_header = cfg.sessions.token_header;
   for (char& c : s->flow_header) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   s->body_mode = ModeFrom(cfg.epp.body_mode);
   s->fallbacks = static_cast<std::size_t>(cfg.epp.fallbacks);

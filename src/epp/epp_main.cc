@@ -51,6 +51,11 @@ Keys the picker reads:
                                 #   stay there until every local endpoint is saturated
     rtt: {eu-west: 80ms}        # round trip per remote region; wins over measured
     measure_rtt: true           # smoothed scrape round trips per region (EWMA 0.2)
+  sessions:                     # session affinity, as for serve (docs/POLICIES.md
+    enabled, ttl, max_sessions, #   "Sessions"): the request's x-session-id (header) and
+    header, token_header        #   x-session-token (token_header) go to the pick; the
+                                #   response headers get token_header: base64 of the served
+                                #   endpoint's ip:port (needs response_header_mode SEND)
 Keys only the proxy uses, accepted and ignored (one log line names those set):
   listen, threads, limits.max_connections, limits.max_header_bytes, limits.max_headers,
   timeouts.first_byte, timeouts.idle, timeouts.request_read, timeouts.keepalive_idle,
@@ -107,7 +112,8 @@ On start one line goes to stderr:
   kvroute epp: ext_proc on HOST:PORT, health on HOST:PORT, metrics on HOST:PORT
 Headers read: x-llm-d-inference-objective (x-gateway-inference-objective), the flow's
 x-llm-d-inference-fairness-id (x-gateway-inference-fairness-id) unless flow.flow_header is
-set, x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms (x-slo-*). Refusals carry
+set, x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms (x-slo-*), x-session-id and x-session-token
+(sessions.header, sessions.token_header). Refusals carry
 x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints, rejected-ttl-expired.
 SIGHUP reloads the file (a bad one is rejected with file:line; the running configuration
 stays); SIGINT and SIGTERM stop it.)";

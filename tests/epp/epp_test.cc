@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <set>
 #include <thread>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "config/router_config.h"
 #include "core/api/openai.h"
+#include "core/routing/sessions.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "http/test_client.h"
@@ -723,6 +725,85 @@ TEST(EppConfigNotes, ProxyOnlyKeysAreNamed) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(IgnoredProxyKeys(*r.value), "listen, timeouts.idle, retries.max_attempts");
   EXPECT_EQ(IgnoredProxyKeys(config::RouterConfig{}), "");
+}
+
+// Sessions through the picker (issue 26, item 3): the request's x-session-id binds it to
+// the endpoint that served it; the response headers carry x-session-token (base64 of the
+// served endpoint's address), and a request sending one back goes there.
+class EppSessionsTest : public EppTest {
+ protected:
+  // One request with `headers`, then the response headers as Envoy sends them (status 200,
+  // end of stream). Returns the winner (the first address of the pick) and the token
+  // written on the response.
+  std::pair<std::string, std::string> Session(const std::vector<std::pair<std::string, std::string>>& headers,
+                                              int i) {
+    auto msgs = Request(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED,
+                        Completion("turn " + std::to_string(i)));
+    for (const auto& [k, v] : headers) {
+      auto* h = msgs[0].mutable_request_headers()->mutable_headers()->add_headers();
+      h->set_key(k);
+      h->set_raw_value(v);
+    }
+    pb::ProcessingRequest rh;
+    auto* st = rh.mutable_response_headers()->mutable_headers()->add_headers();
+    st->set_key(":status");
+    st->set_raw_value("200");
+    rh.mutable_response_headers()->set_end_of_stream(true);
+    msgs.push_back(rh);
+    Outcome o = Run(msgs);
+    const std::string dest = Pick(o);
+    std::string token;
+    for (const auto& r : o.responses) {
+      if (r.has_response_headers()) token = SetHeader(r.response_headers().response(), "x-session-token");
+    }
+    return {dest.substr(0, dest.find(',')), token};
+  }
+};
+
+TEST_F(EppSessionsTest, OneSessionStaysThenMovesOnceAndTheTokenIsFollowed) {
+  StartAll(3, "scheduling: {policy: round-robin}\n");
+  std::map<std::string, int> before;
+  for (int i = 0; i < 20; ++i) {
+    auto [winner, token] = Session({{"x-session-id", "conversation-9"}}, i);
+    ++before[winner];
+    EXPECT_EQ(token, routing::EncodeSessionToken(winner));
+  }
+  ASSERT_EQ(before.size(), 1u);
+  const std::string first = before.begin()->first;
+  int out = -1;
+  for (int i = 0; i < 3; ++i) {
+    if ("127.0.0.1:" + std::to_string(fleet_->port(i)) == first) out = i;
+  }
+  ASSERT_GE(out, 0);
+  auto crash = http::Fetch("127.0.0.1", fleet_->port(out), "POST", "/admin/fault",
+                           R"({"kind":"crash","duration":"60s"})");
+  ASSERT_TRUE(crash && crash->status == 200);
+  ASSERT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_metrics_fresh") == 2; }));
+  std::map<std::string, int> after;
+  for (int i = 0; i < 20; ++i) ++after[Session({{"x-session-id", "conversation-9"}}, 20 + i).first];
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_NE(after.begin()->first, first);
+  EXPECT_EQ(after.begin()->second, 20);
+  EXPECT_EQ(Metric("kvroute_session_picks_total"), 40);  // new, bound, moved_gone
+  EXPECT_EQ(Metric("kvroute_sessions"), 1);
+
+  // The token of another live replica routes there.
+  std::string other;
+  for (int i = 0; i < 3; ++i) {
+    const std::string a = "127.0.0.1:" + std::to_string(fleet_->port(i));
+    if (i != out && a != after.begin()->first) other = a;
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto [winner, token] = Session({{"x-session-token", routing::EncodeSessionToken(other)}}, 40 + i);
+    EXPECT_EQ(winner, other);
+    EXPECT_EQ(token, routing::EncodeSessionToken(other));
+  }
+  // A garbage token is ignored: the request is picked as usual.
+  EXPECT_FALSE(Session({{"x-session-token", "!!"}}, 50).first.empty());
+  const std::string m = epp_->MetricsText();
+  EXPECT_NE(m.find("kvroute_session_picks_total{outcome=\"moved_gone\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("kvroute_session_picks_total{outcome=\"token\"} 4"), std::string::npos);
+  EXPECT_NE(m.find("kvroute_session_picks_total{outcome=\"bound\"} 38"), std::string::npos);
 }
 
 }  // namespace

@@ -224,6 +224,13 @@ void Exchange::OnRequestHeaders(const pb::HttpHeaders& h, std::vector<pb::Proces
     if (!settings_->flow_header.empty() && Is(key, settings_->flow_header)) {
       flow_value_ = Trim(HeaderValueOf(hv));
     }
+    if (settings_->sessions) {
+      if (Is(key, settings_->session_header)) {
+        session_id_ = Trim(HeaderValueOf(hv));
+      } else if (Is(key, settings_->token_header)) {
+        session_token_ = Trim(HeaderValueOf(hv));
+      }
+    }
   }
   if (h.end_of_stream() || mode_ == BodyMode::kNone) {
     phase_ = Phase::kBody;  // PickAndAnswer moves on from here
@@ -412,6 +419,8 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
   pr.request = sr_;
   pr.dispatch_first = true;
   pr.only = only;
+  pr.session_id = session_id_;
+  pr.session_token = session_token_;
   pick_ = env_.core->Pick(pr, now_s_);
   if (env_.timer && env_.stats) env_.stats->OnPickDuration(env_.timer() - t0);
   if (!pick_.ok() || pick_.n_ranked == 0) {
@@ -520,6 +529,14 @@ void Exchange::OnResponseHeaders(const pb::HttpHeaders& h, std::vector<pb::Proce
   }
   pb::ProcessingResponse r;
   r.mutable_response_headers();
+  if (settings_->sessions && phase_ == Phase::kPicked && pick_.table) {
+    // The session token of the endpoint that served the request, for the client to send
+    // back (the table the pick holds names every endpoint it could have gone to).
+    if (const routing::Endpoint* ep = pick_.table->Find(served_)) {
+      SetHeader(r.mutable_response_headers()->mutable_response()->mutable_header_mutation(),
+                settings_->token_header, routing::SessionToken(*ep));
+    }
+  }
   Emit(std::move(r), out);
 }
 

@@ -51,6 +51,12 @@
 //                         empty response_body response; end_of_stream: finished
 //   *_trailers            an empty trailers response (response trailers: finished)
 //
+// Sessions (ExchangeSettings::sessions): the request's session id and token headers go to
+// the pick (PickRequest::session_id, session_token); the response_headers response of a
+// picked request sets the token header (OVERWRITE_IF_EXISTS_OR_ADD) to the session token
+// of the endpoint that served it (RoutingCore's SessionToken: base64 of its address), so
+// the client can send it back.
+//
 // The body mode is protocol_config.request_body_mode when Envoy sends it (first message),
 // else ExchangeSettings::body_mode. The subset hint
 // (metadata_context.filter_metadata["envoy.lb"]["x-gateway-destination-endpoint-subset"],
@@ -143,6 +149,12 @@ struct ExchangeSettings {
   // The request header naming its flow (flow.flow_header, lower case); empty: the
   // objective. Read into flow_key().
   std::string flow_header;
+  // Session affinity (sessions:, lower case): the request headers naming the session and
+  // carrying its token, passed to the pick; the token is written on the response headers.
+  // Off: neither is read or written.
+  bool sessions = true;
+  std::string session_header = "x-session-id";
+  std::string token_header = "x-session-token";
 };
 
 // Where the exchange's calls go. `core` is required; `stats` may be null; `timer` (a
@@ -277,6 +289,7 @@ class Exchange {
   // that order; the router consumes them and removes them from the forwarded request.
   std::array<std::string, 4> slo_headers_;
   std::string flow_value_;
+  std::string session_id_, session_token_;  // the session headers (sessions on)
   std::string fairness_;  // x-llm-d-inference-fairness-id (or the older header)
   std::string request_id_;
   std::string content_type_;
