@@ -572,6 +572,49 @@ TEST_F(ExchangeTest, ResponsePathReadsServedEndpointStatusAndUsage) {
 // prompt is routed to a decode endpoint with x-prefiller-host-port naming the prefill one
 // (the llm-d contract); a short prompt gets no such header, and one a client sent is
 // removed. The prefill's queued tokens are released when the response headers arrive.
+// Sessions: the id and token headers reach the pick; the response headers get the token
+// of the endpoint that served (the one Envoy reports, a fallback here).
+TEST_F(ExchangeTest, SessionHeadersReachThePickAndTheServedEndpointsTokenIsWritten) {
+  auto pick = [&](const std::string& header, const std::string& value, const std::string& served) {
+    auto ex = New();
+    pb::ProcessingRequest h = Headers("/v1/completions");
+    AddHeader(h.mutable_request_headers(), header, value);
+    Feed(*ex, h);
+    Feed(*ex, Body(Completion("session " + value), true));
+    const std::string winner = Split(ex->destination())[0];
+    pb::ProcessingRequest rh;
+    AddHeader(rh.mutable_response_headers(), ":status", "200");
+    if (!served.empty()) AddHeader(rh.mutable_response_headers(), std::string(kServedKey), served);
+    Responses out = Feed(*ex, rh);
+    EXPECT_EQ(out.size(), 1u);
+    EXPECT_EQ(HeaderSet(out[0].response_headers().response(), "x-session-token"),
+              routing::EncodeSessionToken(served.empty() ? winner : served));
+    return winner;
+  };
+  const std::string first = pick("X-Session-Id", "s1", "");
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(pick("x-session-id", "s1", ""), first);
+  EXPECT_EQ(core_.session_picks(routing::SessionOutcome::kBound), 5u);
+  EXPECT_EQ(pick("x-session-token", routing::EncodeSessionToken("10.0.0.3:8000"), ""), "10.0.0.3:8000");
+  EXPECT_EQ(core_.session_picks(routing::SessionOutcome::kToken), 1u);
+  // Served by another endpoint than the pick: that one's token.
+  pick("x-session-id", "s2", "10.0.0.4:8000");
+  // Off: nothing read, nothing written.
+  auto off = std::make_shared<ExchangeSettings>();
+  off->sessions = false;
+  settings_ = off;
+  auto ex = New();
+  pb::ProcessingRequest h = Headers("/v1/completions");
+  AddHeader(h.mutable_request_headers(), "x-session-id", "s1");
+  Feed(*ex, h);
+  Feed(*ex, Body(Completion("off"), true));
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "200");
+  Responses out = Feed(*ex, rh);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(out[0].response_headers().has_response());
+  EXPECT_EQ(core_.session_picks(routing::SessionOutcome::kBound), 5u);
+}
+
 TEST_F(ExchangeTest, APairPickSetsThePrefillerHeaderAndRoutesToDecode) {
   std::vector<routing::EndpointSpec> eps;
   for (const auto& ep : core_.table()->by_id) eps.push_back(ep->spec);
