@@ -8,7 +8,8 @@
 //   - label values decode and compare equal to their decoded form;
 //   - ExtractEngineMetrics never marks a field both present and invalid, and every
 //     present value is finite, non-negative and in range (KV usage in [0, 1], counts
-//     at most kMaxPlausibleCount per sample times the samples read).
+//     at most kMaxPlausibleCount per sample times the samples read); LoRA lists within
+//     their capacity, filled only when kLora is present, max_lora in range.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -115,6 +116,19 @@ void CheckMetrics(const EngineMetrics& m, const ParseReport& r) {
   Check(m.Has(EngineMetrics::kBlockSize) == (m.block_size > 0), "block_size vs its bit");
   Check(m.Has(EngineMetrics::kNumGpuBlocks) == (m.num_gpu_blocks > 0), "num_gpu_blocks vs its bit");
   Check(m.engines >= 0, "negative engine count");
+  Check(m.n_running_loras <= EngineMetrics::kMaxLoraListed &&
+            m.n_waiting_loras <= EngineMetrics::kMaxLoraListed,
+        "more adapters listed than the lists hold");
+  if (m.Has(EngineMetrics::kLora)) {
+    Check(m.max_lora >= 0 && m.max_lora <= EngineMetrics::kMaxPlausibleCount,
+          "present max_lora negative or implausible");
+    for (size_t i = 0; i < m.n_running_loras; ++i) Check(m.running_loras[i] != 0, "adapter key 0");
+    for (size_t i = 0; i < m.n_waiting_loras; ++i) Check(m.waiting_loras[i] != 0, "adapter key 0");
+  } else {
+    Check(m.n_running_loras == 0 && m.n_waiting_loras == 0 && m.max_lora == 0 &&
+              !m.lora_truncated,
+          "LoRA lists filled without the kLora bit");
+  }
 }
 
 }  // namespace

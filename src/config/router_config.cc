@@ -146,7 +146,8 @@ constexpr std::string_view kMetricNameKeys[] = {
     "kv_usage_old", "prefix_queries",   "prefix_queries_old",
     "prefix_hits",  "prefix_hits_old",  "preemptions",
     "cache_info",   "block_size_label", "num_blocks_label",
-    "engine_label", "model_label"};
+    "engine_label", "model_label",      "lora_info",
+    "max_lora_label", "running_loras_label", "waiting_loras_label"};
 
 std::string Join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "testdata_util.h"
 
@@ -249,6 +251,159 @@ TEST(EngineMetricsFuzzRegression, NegativeCapacityIsInvalidNoneIsUnknown) {
       "vllm:cache_config_info{block_size=\"None\",num_gpu_blocks=\"None\"} 1\n", EngineType::kVllm);
   EXPECT_EQ(none.invalid, 0u);
   EXPECT_EQ(none.present, 0u);
+}
+
+// ---- LoRA (vllm:lora_requests_info) ----
+
+// The adapters of one list, as AdapterKeys, in the order listed.
+std::vector<uint64_t> Keys(std::initializer_list<std::string_view> names) {
+  std::vector<uint64_t> out;
+  for (std::string_view n : names) out.push_back(AdapterKey(n));
+  return out;
+}
+std::vector<uint64_t> Running(const EngineMetrics& m) {
+  return {m.running_loras.begin(), m.running_loras.begin() + m.n_running_loras};
+}
+std::vector<uint64_t> Waiting(const EngineMetrics& m) {
+  return {m.waiting_loras.begin(), m.waiting_loras.begin() + m.n_waiting_loras};
+}
+std::string LoraLine(std::string_view max_lora, std::string_view running,
+                     std::string_view waiting, std::string_view value) {
+  return "vllm:lora_requests_info{max_lora=\"" + std::string(max_lora) +
+         "\",running_lora_adapters=\"" + std::string(running) + "\",waiting_lora_adapters=\"" +
+         std::string(waiting) + "\"} " + std::string(value) + "\n";
+}
+
+// vLLM's exact output: three series (every label combination it ever wrote); the one with
+// the largest timestamp (the second) is the current state.
+TEST(EngineMetricsLora, VllmFixtureNewestSeries) {
+  ParseReport r;
+  EngineMetrics m = Extract(ReadTestdata(testing::kLora), EngineType::kVllm, {}, &r);
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(m.Has(EngineMetrics::kLora));
+  EXPECT_FALSE(m.Invalid(EngineMetrics::kLora));
+  EXPECT_EQ(m.max_lora, 2);
+  EXPECT_EQ(Running(m), Keys({"sql-lora", "chat-lora"}));
+  EXPECT_EQ(Waiting(m), Keys({"summarize-lora"}));
+  EXPECT_FALSE(m.lora_truncated);
+  EXPECT_EQ(m.base_model_key, AdapterKey("meta-llama/Llama-3.1-8B-Instruct"));
+  EXPECT_EQ(m.running, 6.0);  // the rest of the scrape as usual
+  EXPECT_EQ(m.waiting, 2.0);
+}
+
+// The family has no model_name label in vLLM: a model filter keeps it; and the filtered
+// load series still give the base model.
+TEST(EngineMetricsLora, ModelFilterKeepsTheUnlabelledFamily) {
+  const std::string text = ReadTestdata(testing::kLora);
+  EngineMetrics m = Extract(text, EngineType::kVllm, "meta-llama/Llama-3.1-8B-Instruct");
+  EXPECT_TRUE(m.Has(EngineMetrics::kLora));
+  EXPECT_EQ(Running(m), Keys({"sql-lora", "chat-lora"}));
+  EXPECT_EQ(m.base_model_key, AdapterKey("meta-llama/Llama-3.1-8B-Instruct"));
+  // A filter naming another model drops the load series (base model unknown) but not the
+  // unlabelled LoRA family.
+  EngineMetrics other = Extract(text, EngineType::kVllm, "other-model");
+  EXPECT_FALSE(other.Has(EngineMetrics::kRunning));
+  EXPECT_EQ(other.base_model_key, 0u);
+  EXPECT_TRUE(other.Has(EngineMetrics::kLora));
+  // Were the family labelled with the model, a series of another model is skipped.
+  const std::string labelled =
+      "vllm:lora_requests_info{max_lora=\"3\",model_name=\"base-a\",running_lora_adapters=\"x\","
+      "waiting_lora_adapters=\"\"} 20\n"
+      "vllm:lora_requests_info{max_lora=\"1\",model_name=\"base-b\",running_lora_adapters=\"y\","
+      "waiting_lora_adapters=\"\"} 30\n";
+  EngineMetrics a = Extract(labelled, EngineType::kVllm, "base-a");
+  EXPECT_EQ(a.max_lora, 3);
+  EXPECT_EQ(Running(a), Keys({"x"}));
+  EngineMetrics all = Extract(labelled, EngineType::kVllm);
+  EXPECT_EQ(all.max_lora, 1);
+  EXPECT_EQ(Running(all), Keys({"y"}));
+}
+
+TEST(EngineMetricsLora, MissingFamilyIsAbsentNotInvalid) {
+  EngineMetrics m = Extract(ReadTestdata(kV010), EngineType::kVllm);
+  EXPECT_FALSE(m.Has(EngineMetrics::kLora));
+  EXPECT_FALSE(m.Invalid(EngineMetrics::kLora));
+  EXPECT_EQ(m.n_running_loras, 0);
+  // SGLang has no such family: nothing is read even when the vLLM series is there.
+  EngineMetrics s = Extract(ReadTestdata(testing::kLora), EngineType::kSglang);
+  EXPECT_FALSE(s.Has(EngineMetrics::kLora));
+  EXPECT_FALSE(s.Invalid(EngineMetrics::kLora));
+}
+
+// NaN, Inf and negative values are not timestamps: such series are skipped; only garbage
+// makes the field invalid.
+TEST(EngineMetricsLora, GarbageValues) {
+  EngineMetrics skip = Extract(LoraLine("2", "a", "", "NaN") + LoraLine("2", "b", "", "5") +
+                                   LoraLine("2", "c", "", "+Inf") + LoraLine("2", "d", "", "-9"),
+                               EngineType::kVllm);
+  EXPECT_TRUE(skip.Has(EngineMetrics::kLora));
+  EXPECT_EQ(Running(skip), Keys({"b"}));
+  for (std::string_view v : {"NaN", "+Inf", "-Inf", "-1"}) {
+    EngineMetrics m = Extract(LoraLine("2", "a", "", v), EngineType::kVllm);
+    EXPECT_FALSE(m.Has(EngineMetrics::kLora)) << v;
+    EXPECT_TRUE(m.Invalid(EngineMetrics::kLora)) << v;
+    EXPECT_EQ(m.n_running_loras, 0) << v;
+  }
+  // max_lora must be a non-negative integer.
+  for (std::string_view max : {"", "-1", "two", "1.5", "None", "99999999999999999999"}) {
+    EngineMetrics m = Extract(LoraLine(max, "a", "", "5"), EngineType::kVllm);
+    EXPECT_FALSE(m.Has(EngineMetrics::kLora)) << max;
+    EXPECT_TRUE(m.Invalid(EngineMetrics::kLora)) << max;
+  }
+  EngineMetrics zero = Extract(LoraLine("0", "", "", "5"), EngineType::kVllm);
+  EXPECT_TRUE(zero.Has(EngineMetrics::kLora));
+  EXPECT_EQ(zero.max_lora, 0);
+  // The newest series decides, even when an older one was well formed.
+  EngineMetrics newest_bad =
+      Extract(LoraLine("2", "a", "", "5") + LoraLine("x", "b", "", "6"), EngineType::kVllm);
+  EXPECT_TRUE(newest_bad.Invalid(EngineMetrics::kLora));
+  // The label missing altogether is as bad as a garbage value.
+  EngineMetrics no_max = Extract("vllm:lora_requests_info{running_lora_adapters=\"a\"} 5\n",
+                                 EngineType::kVllm);
+  EXPECT_TRUE(no_max.Invalid(EngineMetrics::kLora));
+}
+
+TEST(EngineMetricsLora, ListsSplitTrimmedAndTruncated) {
+  EngineMetrics m = Extract(LoraLine("4", " a , ,b,,\tc ", ",", "5"), EngineType::kVllm);
+  EXPECT_EQ(Running(m), Keys({"a", "b", "c"}));
+  EXPECT_EQ(m.n_waiting_loras, 0);
+  EXPECT_FALSE(m.lora_truncated);
+  // Escaped label values hash as their decoded names.
+  EngineMetrics esc = Extract(LoraLine("4", "q\\\"x,b\\\\s", "", "5"), EngineType::kVllm);
+  EXPECT_EQ(Running(esc), Keys({"q\"x", "b\\s"}));
+  // More than kMaxLoraListed: the first ones kept, the flag set.
+  std::string many;
+  std::vector<uint64_t> first;
+  for (size_t i = 0; i < EngineMetrics::kMaxLoraListed + 3; ++i) {
+    const std::string name = "lora-" + std::to_string(i);
+    many += (i ? "," : "") + name;
+    if (i < EngineMetrics::kMaxLoraListed) first.push_back(AdapterKey(name));
+  }
+  EngineMetrics t = Extract(LoraLine("64", "", many, "5"), EngineType::kVllm);
+  EXPECT_TRUE(t.Has(EngineMetrics::kLora));
+  EXPECT_TRUE(t.lora_truncated);
+  EXPECT_EQ(t.n_running_loras, 0);
+  EXPECT_EQ(Waiting(t), first);
+}
+
+TEST(EngineMetricsLora, NameOverrides) {
+  MetricNames names = MetricNames::For(EngineType::kVllm);
+  ASSERT_TRUE(names.Set("lora_info", "my:adapters"));
+  ASSERT_TRUE(names.Set("max_lora_label", "cap"));
+  ASSERT_TRUE(names.Set("running_loras_label", "run"));
+  ASSERT_TRUE(names.Set("waiting_loras_label", "wait"));
+  EngineMetrics m;
+  ExtractEngineMetrics("my:adapters{cap=\"3\",run=\"a,b\",wait=\"c\"} 7\n" +
+                           LoraLine("2", "z", "", "9"),
+                       names, {}, m);
+  EXPECT_EQ(m.max_lora, 3);
+  EXPECT_EQ(Running(m), Keys({"a", "b"}));
+  EXPECT_EQ(Waiting(m), Keys({"c"}));
+  // An empty family name turns the reading off.
+  ASSERT_TRUE(names.Set("lora_info", ""));
+  ExtractEngineMetrics("my:adapters{cap=\"3\",run=\"a,b\",wait=\"c\"} 7\n", names, {}, m);
+  EXPECT_FALSE(m.Has(EngineMetrics::kLora));
+  EXPECT_FALSE(m.Invalid(EngineMetrics::kLora));
 }
 
 TEST(EngineMetrics, EngineTypeNames) {

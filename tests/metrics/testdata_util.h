@@ -20,6 +20,7 @@ inline std::string ReadTestdata(const std::string& name) {
 
 inline constexpr const char* kV010 = "metrics-v0.10-engine-label.txt";
 inline constexpr const char* kV06 = "metrics-v0.6-old-names.txt";
+inline constexpr const char* kLora = "metrics-lora.txt";  // vLLM with LoRA on
 
 // Variants of the fixtures for tests of garbage and of fleets: the real files with the
 // engine figures replaced, so every other line is what vLLM really sends.

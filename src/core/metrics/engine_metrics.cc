@@ -42,6 +42,10 @@ MetricNames MetricNames::For(EngineType type) {
   n.num_blocks_label = "num_gpu_blocks";
   n.engine_label = "engine";
   n.model_label = "model_name";
+  n.lora_info = "vllm:lora_requests_info";
+  n.max_lora_label = "max_lora";
+  n.running_loras_label = "running_lora_adapters";
+  n.waiting_loras_label = "waiting_lora_adapters";
   return n;
 }
 
@@ -54,12 +58,15 @@ bool MetricNames::Set(std::string_view key, std::string value) {
       &MetricNames::preemptions,      &MetricNames::cache_info,
       &MetricNames::block_size_label, &MetricNames::num_blocks_label,
       &MetricNames::engine_label,     &MetricNames::model_label,
+      &MetricNames::lora_info,        &MetricNames::max_lora_label,
+      &MetricNames::running_loras_label, &MetricNames::waiting_loras_label,
   };
   constexpr std::string_view keys[] = {
       "running",          "waiting",          "kv_usage",     "kv_usage_old",
       "prefix_queries",   "prefix_queries_old", "prefix_hits", "prefix_hits_old",
       "preemptions",      "cache_info",       "block_size_label", "num_blocks_label",
-      "engine_label",     "model_label",
+      "engine_label",     "model_label",      "lora_info",    "max_lora_label",
+      "running_loras_label", "waiting_loras_label",
   };
   static_assert(std::size(fields) == std::size(keys));
   for (size_t i = 0; i < std::size(keys); ++i) {
@@ -84,6 +91,7 @@ enum Slot : uint8_t {
   kHitsOldSlot,
   kPreemptionsSlot,
   kCacheInfoSlot,
+  kLoraSlot,
   kNumSlots,
 };
 
@@ -110,13 +118,53 @@ bool PlausibleCapacity(int64_t v) {
   return v >= 0 && static_cast<double>(v) <= EngineMetrics::kMaxPlausibleCount;
 }
 
+// AdapterKey of the decoded form of a raw (still escaped) label value, without decoding
+// into a buffer: the same FNV-1a steps over the same bytes.
+uint64_t RawAdapterKey(std::string_view raw) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    char c = raw[i];
+    if (c == '\\' && i + 1 < raw.size()) {
+      c = raw[++i];
+      if (c == 'n') c = '\n';
+    }
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;
+}
+
+// Splits a comma-joined adapter list into `keys`; returns how many were stored and sets
+// `truncated` when more than keys.size() non-empty names were listed.
+uint8_t SplitAdapters(std::string_view raw, std::array<uint64_t, EngineMetrics::kMaxLoraListed>& keys,
+                      bool& truncated) {
+  size_t n = 0;
+  size_t start = 0;
+  while (start <= raw.size()) {
+    size_t end = raw.find(',', start);
+    if (end == std::string_view::npos) end = raw.size();
+    std::string_view name = raw.substr(start, end - start);
+    while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
+    if (!name.empty()) {
+      if (n < keys.size()) {
+        keys[n++] = RawAdapterKey(name);
+      } else {
+        truncated = true;
+      }
+    }
+    start = end + 1;
+  }
+  return static_cast<uint8_t>(n);
+}
+
 class Extractor : public SampleVisitor {
  public:
   Extractor(const MetricNames& names, std::string_view model) : names_(names), model_(model) {
     const std::string* by_slot[kNumSlots] = {
         &names.running,     &names.waiting,        &names.kv_usage,    &names.kv_usage_old,
         &names.prefix_queries, &names.prefix_queries_old, &names.prefix_hits,
-        &names.prefix_hits_old, &names.preemptions, &names.cache_info,
+        &names.prefix_hits_old, &names.preemptions, &names.cache_info, &names.lora_info,
     };
     for (int s = 0; s < kNumSlots; ++s) {
       if (!by_slot[s]->empty()) table_[n_++] = {*by_slot[s], static_cast<Slot>(s)};
@@ -134,13 +182,20 @@ class Extractor : public SampleVisitor {
   }
 
   void OnSample(const Sample& s) override {
-    if (!model_.empty() && !names_.model_label.empty()) {
-      const auto m = s.labels.Find(names_.model_label);
-      if (m && !LabelValueEquals(*m, model_)) return;
-    }
+    std::optional<std::string_view> model;
+    if (!names_.model_label.empty()) model = s.labels.Find(names_.model_label);
+    if (model && !model_.empty() && !LabelValueEquals(*model, model_)) return;
     if (current_ == kCacheInfoSlot) {
       AddCacheInfo(s);
       return;
+    }
+    if (current_ == kLoraSlot) {
+      AddLora(s);
+      return;
+    }
+    if (model && !base_model_ && (current_ == kRunningSlot || current_ == kWaitingSlot ||
+                                  current_ == kUsageSlot || current_ == kUsageOldSlot)) {
+      base_model_ = model;
     }
     seen_[current_] = true;
     if (!Plausible(current_, s.value)) {
@@ -159,6 +214,8 @@ class Extractor : public SampleVisitor {
 
   void Finish(EngineMetrics& out) const {
     out = EngineMetrics{};
+    if (base_model_ && !base_model_->empty()) out.base_model_key = RawAdapterKey(*base_model_);
+    FinishLora(out);
     auto take = [&](Slot slot, Slot old_slot, double& dst, EngineMetrics::Field f) {
       const Slot use = seen_[slot] ? slot : old_slot;
       if (!seen_[use]) return;
@@ -248,6 +305,37 @@ class Extractor : public SampleVisitor {
     u.sum += v;
   }
 
+  // Keeps the newest (largest finite value) lora_info series; garbage values only count.
+  void AddLora(const Sample& s) {
+    seen_[kLoraSlot] = true;
+    if (!std::isfinite(s.value) || s.value < 0) return;
+    if (!lora_best_ || s.value > lora_best_value_) {
+      lora_best_ = s.labels;
+      lora_best_value_ = s.value;
+    }
+  }
+
+  void FinishLora(EngineMetrics& out) const {
+    if (!seen_[kLoraSlot]) return;
+    std::optional<int64_t> max_lora;
+    if (lora_best_ && !names_.max_lora_label.empty()) {
+      max_lora = lora_best_->GetInt(names_.max_lora_label);
+    }
+    if (!max_lora || !PlausibleCapacity(*max_lora)) {
+      out.invalid |= EngineMetrics::kLora;
+      return;
+    }
+    out.max_lora = *max_lora;
+    auto list = [&](const std::string& label) {
+      return label.empty() ? std::string_view() : lora_best_->Find(label).value_or(std::string_view());
+    };
+    out.n_running_loras =
+        SplitAdapters(list(names_.running_loras_label), out.running_loras, out.lora_truncated);
+    out.n_waiting_loras =
+        SplitAdapters(list(names_.waiting_loras_label), out.waiting_loras, out.lora_truncated);
+    out.present |= EngineMetrics::kLora;
+  }
+
   void AddCacheInfo(const Sample& s) {
     if (n_info_ >= kMaxEngines) return;
     CacheInfoEntry e{EngineKey(s), 0, 0};
@@ -289,6 +377,9 @@ class Extractor : public SampleVisitor {
   Usage usage_[2];
   std::array<CacheInfoEntry, kMaxEngines> info_{};
   size_t n_info_ = 0;
+  std::optional<LabelView> lora_best_;  // the newest usable lora_info series
+  double lora_best_value_ = 0;
+  std::optional<std::string_view> base_model_;  // raw model label of a load series
 };
 
 }  // namespace

@@ -38,18 +38,23 @@ struct MetricNames {
   std::string num_blocks_label;
   std::string engine_label;     // data-parallel engine index; empty when not labelled
   std::string model_label;      // served model name
+  std::string lora_info;        // info-style gauge: value = when written, labels = adapters
+  std::string max_lora_label;   // integer: adapters one batch may hold
+  std::string running_loras_label;  // comma-joined adapter names with running requests
+  std::string waiting_loras_label;  // comma-joined adapter names with waiting requests
 
   // vLLM: vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc
   // (old vllm:gpu_cache_usage_perc), vllm:prefix_cache_{queries,hits}_total (old
   // vllm:gpu_prefix_cache_*), vllm:num_preemptions_total, vllm:cache_config_info
-  // {block_size, num_gpu_blocks}, labels engine and model_name.
+  // {block_size, num_gpu_blocks}, vllm:lora_requests_info {max_lora,
+  // running_lora_adapters, waiting_lora_adapters}, labels engine and model_name.
   // SGLang: sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage,
   // sglang:cache_config_info {page_size, num_pages}, label model_name; no prefix
-  // counters or preemptions.
+  // counters, preemptions or LoRA series.
   static MetricNames For(EngineType type);
 
   // Overrides one field by its config key: the member names above ("running",
-  // "kv_usage_old", "num_blocks_label", ...). Returns false for an unknown key.
+  // "kv_usage_old", "num_blocks_label", "lora_info", ...). Returns false for an unknown key.
   bool Set(std::string_view key, std::string value);
 };
 
@@ -88,6 +93,10 @@ struct EngineMetrics {
   bool lora_truncated = false;
   std::array<uint64_t, kMaxLoraListed> running_loras{};
   std::array<uint64_t, kMaxLoraListed> waiting_loras{};
+  // AdapterKey of the served (base) model's name, from the model label of the engine's
+  // load series (running, waiting, KV usage; the first one carrying it); 0 = unknown.
+  // Tells a request for an adapter from one for the base model.
+  uint64_t base_model_key = 0;
   uint32_t present = 0;        // Field bits for what the scrape contained, usable
   // Field bits for series the scrape contained but that cannot be used: a sample that is
   // NaN, +/-Inf, negative, above kMaxPlausibleCount (counts), or outside [0, 1] (KV
@@ -116,8 +125,13 @@ constexpr uint64_t AdapterKey(std::string_view name) {
 
 // Reads `text` (one scrape) into `out` using `names`. When `model_name` is not empty,
 // series whose model label differs are ignored (series without the label are kept:
-// cache_config_info has none in vLLM). A garbage sample (see EngineMetrics::invalid)
-// marks its field invalid instead of present. `out` is overwritten.
+// cache_config_info and lora_requests_info have none in vLLM). A garbage sample (see
+// EngineMetrics::invalid) marks its field invalid instead of present. LoRA: of the
+// lora_info series (one per label combination ever seen), the one with the largest value
+// (a timestamp) is the current one; NaN, Inf and negative values are skipped (all of
+// them garbage: kLora invalid), and so is kLora when that series' max_lora is not an
+// integer in [0, kMaxPlausibleCount]. Adapter lists are split on commas, entries trimmed
+// of spaces and tabs, empty ones skipped. `out` is overwritten.
 // Returns the parse report (bad lines are skipped, see ParsePrometheusText).
 ParseReport ExtractEngineMetrics(std::string_view text, const MetricNames& names,
                                  std::string_view model_name, EngineMetrics& out);
