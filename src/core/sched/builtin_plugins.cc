@@ -6,6 +6,7 @@
 
 #include "core/kvevents/event_index.h"
 #include "core/sched/latency_trainer.h"
+#include "core/sched/lora.h"
 
 namespace kvroute::sched {
 
@@ -171,6 +172,20 @@ void RecentLoadScorer::OnEndpointRemoved(uint32_t endpoint_id) {
 void RecentLoadScorer::AdoptStateFrom(Plugin& previous) {
   // Same type() as this one (the scheduler matched them), so the same class.
   counts_ = std::move(static_cast<RecentLoadScorer&>(previous).counts_);
+}
+
+// ---- lora-affinity-scorer ----
+
+void LoraAffinityScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                               std::span<double> out) {
+  std::fill(out.begin(), out.end(), 0.0);
+  const uint64_t adapter =
+      AdapterRequestKey(ctx.request->model, ctx.endpoints, ctx.now_s, p_.stale_after_s);
+  if (adapter == 0) return;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const EndpointState& e = ctx.endpoints[candidates[i]];
+    if (LoraKnown(e, ctx.now_s, p_.stale_after_s)) out[i] = LoraAffinity(e.engine, adapter);
+  }
 }
 
 void LoadAwareScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,

@@ -141,6 +141,26 @@ class RecentLoadScorer : public Scorer {
   std::vector<Count> counts_;  // by endpoint id
 };
 
+// LoRA adapter affinity (llm-d's lora-affinity-scorer; issue 26): for a request naming an
+// adapter (AdapterRequestKey, lora.h), 1.0 where the adapter has running requests, else 0.8
+// where the engine has room to load it (running + waiting adapters < max_lora), else 0.6
+// where it has waiting requests, else 0 (LoraAffinity). An endpoint whose LoRA state is
+// unknown (not reported, invalid, or scraped more than stale_after_s ago) scores 0. A
+// base-model request, or any request in a fleet that reports no LoRA state, scores 0
+// everywhere: the totals, and so the picks, are exactly those without this scorer.
+class LoraAffinityScorer : public Scorer {
+ public:
+  struct Params {
+    double stale_after_s = 2.0;  // pool.staleness' default
+  };
+  explicit LoraAffinityScorer(const Params& p) : p_(p) {}
+  void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+             std::span<double> out) override;
+
+ private:
+  Params p_;
+};
+
 // 0.5 * (1 - waiting / threshold), 0 at or above the threshold.
 class LoadAwareScorer : public Scorer {
  public:

@@ -105,6 +105,14 @@ void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
                     q.min_spread = Get(p, "minSpread", q.min_spread);
                     return std::make_unique<RecentLoadScorer>(q);
                   }});
+  defs.push_back({"lora-affinity-scorer",
+                  Kind::kScorer,
+                  {{"staleAfterSeconds", 0, kInf, false}},
+                  [](const Params& p) -> std::unique_ptr<Plugin> {
+                    LoraAffinityScorer::Params q;
+                    q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
+                    return std::make_unique<LoraAffinityScorer>(q);
+                  }});
   defs.push_back({"load-aware-scorer",
                   Kind::kScorer,
                   {{"queueThreshold", 1e-9, kInf, false}},
@@ -210,8 +218,11 @@ constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "lea
 // kvroute-region-blind is kvroute without the locality-filter even when a region is set (the
 // simulator's comparison). kvroute-slo is kvroute with the slo-headroom-picker (issue 24:
 // not the default, because it did not beat the blend in simulate; docs/BENCHMARKS.md).
+// kvroute-lora-blind is kvroute without the lora-affinity-scorer (issue 26: the simulator's
+// comparison of adapter affinity).
 constexpr std::string_view kVariantPolicies[] = {"dynamo-cost-output-blocks",
-                                                 "kvroute-region-blind", "kvroute-slo"};
+                                                 "kvroute-region-blind", "kvroute-slo",
+                                                 "kvroute-lora-blind"};
 
 std::string PluginField(size_t i, std::string_view rest = {}) {
   std::string f = "plugins[" + std::to_string(i) + "]";
@@ -420,7 +431,8 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                     {"queue-scorer", 2},
                     {"max-score-picker", 1}});
   }
-  if (policy == "kvroute" || policy == "kvroute-region-blind" || policy == "kvroute-slo") {
+  if (policy == "kvroute" || policy == "kvroute-region-blind" || policy == "kvroute-slo" ||
+      policy == "kvroute-lora-blind") {
     // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
     // between scrapes; a saturation filter on queues and stale metrics only (metrics may
     // be older than GIE's 200 ms, because in-flight accounting covers the gap; KV usage
@@ -438,19 +450,34 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
     // scaled-down seed-8x over seeds 1-20 and the example scenarios (issue 12).
     // kvroute-slo: the blend's choice unless the latency model predicts it misses the
     // request's objective and another endpoint meets it with room (issue 24).
+    // LoRA adapter affinity (issue 26), weight 3 (the prefix scorer's: a loaded adapter
+    // is cached state too): for an adapter request, running it (1.0) against room to load
+    // it (0.8) is worth 0.6, about 1.5 requests of load difference on soft-load-scorer
+    // (4 * d / (d + 8 + 0.25 * mean)) or 3 recent requests on recent-load-scorer, so at
+    // equal load the adapter's replica wins; a replica with room (0.8) against one with
+    // neither room nor the adapter (0) is worth 2.4, which soft load outweighs from about
+    // 12 requests of difference; saturated replicas are filtered before any scorer.
+    // Base-model requests score 0 everywhere (no change to their picks).
     const char* picker = policy == "kvroute-slo" ? "slo-headroom-picker" : "max-score-picker";
-    return Profile({P("inflight-accounting"),
-                    P("saturation-filter", {{"kvThreshold", 1.0}, {"staleAfterSeconds", 1.0}}),
-                    P("prefix-cache-scorer", {{"preciseEvents", 1.0}}), P("kv-cache-utilization-scorer"),
-                    P("soft-load-scorer", {{"minSpread", 8.0}, {"relativeSpread", 0.25}}),
-                    P("recent-load-scorer", {{"halfLifeSeconds", 30.0}, {"minSpread", 2.0}}),
-                    P(picker)},
-                   {{"saturation-filter", 1},
-                    {"prefix-cache-scorer", 3},
-                    {"kv-cache-utilization-scorer", 2},
-                    {"soft-load-scorer", 4},
-                    {"recent-load-scorer", 1},
-                    {picker, 1}});
+    SchedulingSpec spec =
+        Profile({P("inflight-accounting"),
+                 P("saturation-filter", {{"kvThreshold", 1.0}, {"staleAfterSeconds", 1.0}}),
+                 P("prefix-cache-scorer", {{"preciseEvents", 1.0}}), P("kv-cache-utilization-scorer"),
+                 P("soft-load-scorer", {{"minSpread", 8.0}, {"relativeSpread", 0.25}}),
+                 P("recent-load-scorer", {{"halfLifeSeconds", 30.0}, {"minSpread", 2.0}}),
+                 P("lora-affinity-scorer"), P(picker)},
+                {{"saturation-filter", 1},
+                 {"prefix-cache-scorer", 3},
+                 {"kv-cache-utilization-scorer", 2},
+                 {"soft-load-scorer", 4},
+                 {"recent-load-scorer", 1},
+                 {"lora-affinity-scorer", 3},
+                 {picker, 1}});
+    if (policy == "kvroute-lora-blind") {
+      spec.plugins.erase(spec.plugins.end() - 2);
+      spec.profiles[0].plugins.erase(spec.profiles[0].plugins.end() - 2);
+    }
+    return spec;
   }
   return std::nullopt;
 }
@@ -458,7 +485,8 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
 std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
                                            const SchedulerOptions& options) {
   std::optional<SchedulingSpec> spec = PolicyAsSpec(policy);
-  if (spec && (policy == "kvroute" || policy == "kvroute-slo") && !options.region.empty()) {
+  if (spec && (policy == "kvroute" || policy == "kvroute-slo" ||
+               policy == "kvroute-lora-blind") && !options.region.empty()) {
     // Locality first: it must see every candidate, before the saturation filter drops the
     // saturated local ones (which would hide why they are gone).
     spec->plugins.insert(spec->plugins.begin(), P("locality-filter"));

@@ -18,6 +18,10 @@
 //   recent-load-scorer           (halfLifeSeconds 10, minSpread 2) 1 - (c - min) /
 //                                (max - min + minSpread), c = requests dispatched there,
 //                                each counting 2^(-age / halfLife)
+//   lora-affinity-scorer         (staleAfterSeconds 2) for an adapter request (lora.h):
+//                                1 adapter running there, else 0.8 room to load it, else
+//                                0.6 waiting there, else 0; unknown LoRA state 0; a
+//                                base-model request 0 everywhere
 //   load-aware-scorer            (queueThreshold 128) 0.5 * (1 - waiting/threshold)
 //   saturation-filter            (kvThreshold 0.8, queueThreshold 5, staleAfterSeconds 0.2)
 //   locality-filter              the router's region first; spill to a remote region when
@@ -87,7 +91,8 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy);
 // options.region set starts with a locality-filter (default parameters).
 // "kvroute-region-blind" (accepted, not in PolicyNames) is kvroute without it, always;
 // "kvroute-slo" (accepted, not in PolicyNames) is kvroute with the slo-headroom-picker
-// (issue 24), the locality-filter as kvroute's.
+// (issue 24), the locality-filter as kvroute's; "kvroute-lora-blind" (accepted, not in
+// PolicyNames) is kvroute without its lora-affinity-scorer (issue 26), likewise.
 std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
                                            const SchedulerOptions& options);
 
