@@ -7,6 +7,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "core/sched/lora.h"
 #include "core/sched/plugin.h"
 #include "core/sched/registry.h"
 #include "core/metrics/prom_writer.h"
@@ -745,6 +746,12 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
       st.kv_usage = slot.health.kv_usage();
       st.waiting = slot.health.waiting();
       st.running = slot.health.running();
+      // Likewise the LoRA state a previous pass hid as stale, when st.engine holds the
+      // same scrape (a newer one is copied whole by the next sync).
+      if (st.scraped_at_s == slot.health.scraped_at_s()) {
+        st.engine.present = (st.engine.present & ~metrics::EngineMetrics::kLora) |
+                            (slot.health.last().present & metrics::EngineMetrics::kLora);
+      }
     }
     if (v.treatment == health::Treatment::kNormal) ++normal;
     if (v != s.verdicts[id] && logs) {
@@ -777,6 +784,8 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
     }
     const health::Verdict& v = s.verdicts[id];
     const bool fresh = v.condition == health::Condition::kUp;
+    // A stale scrape's adapter lists are not today's: unknown, like a stale load.
+    if (!fresh) st.engine.present &= ~metrics::EngineMetrics::kLora;
     switch (v.treatment) {
       case health::Treatment::kNormal:
         st.healthy = true;
@@ -1034,10 +1043,17 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
                        events_active_.load(std::memory_order_relaxed);
   sc.event_keys.clear();
   std::shared_lock<RwSpinLock> events_lock(events_mu_, std::defer_lock);
-  auto with_events = [&] {
+  // An adapter request's keys are rooted in the adapter's name, as vLLM's block hashes
+  // carry it in their extra keys and the index roots reported chains in lora_name; a
+  // base-model request's in "" (sched::AdapterRequestKey decides, as the
+  // lora-affinity-scorer does).
+  auto with_events = [&](const SchedState& s, std::span<const sched::EndpointState> states) {
     if (!precise) return;
+    const bool adapter =
+        sched::AdapterRequestKey(req.model, states, now_s, s.health.staleness_s) != 0;
     events_lock.lock();
-    events_->RequestKeys("", req.token_ids, &sc.event_keys);
+    events_->RequestKeys(adapter ? req.model : std::string_view(), req.token_ids,
+                         &sc.event_keys);
     req.events = events_.get();
     req.event_keys = sc.event_keys;
   };
@@ -1057,7 +1073,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
       concurrent = true;
       generation = s.generation;
       out.table = s.table;
-      with_events();
+      with_events(s, s.states);
       with_latency(s);
       const double t0 = s.timer ? s.timer() : 0.0;
       r = s.scheduler->Rank(req, s.states, now_s, sc);
@@ -1100,7 +1116,7 @@ PickResult RoutingCore::Pick(const PickRequest& request, double now_s) {
         }
         states = subset;
       }
-      with_events();
+      with_events(s, states);
       with_latency(s);
       const double t0 = s.timer ? s.timer() : 0.0;
       r = s.scheduler->Pick(req, states, now_s);
