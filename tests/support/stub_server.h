@@ -153,9 +153,10 @@ class StubUpstream {
   std::unique_ptr<LoopbackServer> server_;  // last: built once the members above exist
 };
 
-// An upstream that looks idle to the scraper, records every other request (method, target,
-// body, X-Request-Id and every header field, names lower-cased) and answers each with `answer`
-// (200, JSON). Thread: seen() from any.
+// An upstream that looks idle to the scraper (until ServeMetrics sets another /metrics
+// body), records every other request (method, target, body, X-Request-Id and every header
+// field, names lower-cased) and answers each with `answer` (200, JSON). Thread: seen() and
+// ServeMetrics from any.
 class RecordingUpstream {
  public:
   struct Seen {
@@ -170,16 +171,30 @@ class RecordingUpstream {
   explicit RecordingUpstream(std::string answer)
       : answer_(std::move(answer)), server_([this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); }) {}
   uint16_t port() const { return server_.port(); }
+  std::string address() const { return server_.address(); }
   std::vector<Seen> seen() {
     std::lock_guard<std::mutex> lock(mu_);
     return seen_;
+  }
+  // GET /metrics requests received so far.
+  int metrics_requests() const { return metrics_requests_.load(); }
+  // GET /metrics answers `body` (200, text/plain) from now on.
+  void ServeMetrics(std::string body) {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_ = std::move(body);
   }
 
  private:
   void Handle(std::shared_ptr<http::Exchange> ex) {
     const auto& req = ex->request();
     if (req.target() == "/metrics") {
-      ex->Respond(200, StubUpstream::kIdleVllmMetrics, "text/plain");
+      ++metrics_requests_;
+      std::string body;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        body = metrics_;
+      }
+      ex->Respond(200, std::move(body), "text/plain");
       return;
     }
     Seen s{std::string(req.target()), req.body(), {}, {}};
@@ -199,6 +214,8 @@ class RecordingUpstream {
   const std::string answer_;
   std::mutex mu_;
   std::vector<Seen> seen_;
+  std::string metrics_ = StubUpstream::kIdleVllmMetrics;
+  std::atomic<int> metrics_requests_{0};
   LoopbackServer server_;  // last: handlers may run once it exists
 };
 
