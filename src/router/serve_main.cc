@@ -20,7 +20,13 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
   pool:
     engine_type: vllm           # vllm | sglang: default metric names
     model: ""                   # only read metric series of this model_name
-    metric_names: {waiting: "my:queue"}   # per-field overrides of the metric names
+    metric_names: {waiting: "my:queue"}   # per-field overrides of the metric names:
+                                #   running, waiting, kv_usage(_old), prefix_queries(_old),
+                                #   prefix_hits(_old), preemptions, cache_info,
+                                #   block_size_label, num_blocks_label, engine_label,
+                                #   model_label, lora_info (vllm:lora_requests_info),
+                                #   max_lora_label, running_loras_label,
+                                #   waiting_loras_label; "" = not exported
     scrape_interval: 50ms       # durations: "250us", "50ms", "2s", "1m", or seconds
     staleness: 2s               # metrics older than this are stale (>= scrape_interval)
     stale_policy: exclude       # exclude | saturated: what a stale endpoint counts as
@@ -50,7 +56,8 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     policy: kvroute             # round-robin | random | least-request | gie-default |
                                 #   sglang-cache-aware | dynamo-cost | dynamo-kv |
                                 #   llm-d-sticky | llm-d-precise | kvroute |
-                                #   kvroute-slo (kvroute, picking by predicted latency)
+                                #   kvroute-slo (kvroute, picking by predicted latency),
+                                #   kvroute-lora-blind (kvroute without adapter affinity)
     plugins: [{type, name?, parameters?}]
     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
     slo: {ttft: 2s, tpot: 50ms}  # objectives of requests without x-llm-d-slo-ttft-ms /
