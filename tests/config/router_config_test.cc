@@ -101,6 +101,8 @@ pool:
   metric_names:
     waiting: my:queue
     kv_usage_old: ""
+    lora_info: my:loras
+    max_lora_label: cap
   engine_type: sglang
   model: qwen
   scrape_interval: 250us
@@ -136,6 +138,9 @@ allow_routing_headers: true
   EXPECT_EQ(c.pool.metric_names.waiting, "my:queue");              // override
   EXPECT_EQ(c.pool.metric_names.running, "sglang:num_running_reqs");  // engine default
   EXPECT_EQ(c.pool.metric_names.kv_usage_old, "");
+  EXPECT_EQ(c.pool.metric_names.lora_info, "my:loras");  // SGLang has none by default
+  EXPECT_EQ(c.pool.metric_names.max_lora_label, "cap");
+  EXPECT_EQ(c.pool.metric_names.running_loras_label, "");
   EXPECT_EQ(c.pool.model, "qwen");
   EXPECT_DOUBLE_EQ(c.pool.scrape_interval_s, 250e-6);
   EXPECT_DOUBLE_EQ(c.pool.staleness_s, 0.5);
@@ -318,7 +323,8 @@ TEST(RouterConfigErrors, UnknownKeys) {
             "t.yaml:2: pool.metric_names.queue: unknown metric name key 'queue' (known: running, "
             "waiting, kv_usage, kv_usage_old, prefix_queries, prefix_queries_old, prefix_hits, "
             "prefix_hits_old, preemptions, cache_info, block_size_label, num_blocks_label, "
-            "engine_label, model_label)");
+            "engine_label, model_label, lora_info, max_lora_label, running_loras_label, "
+            "waiting_loras_label)");
   EXPECT_EQ(ParseErr("threads: 1\nthreads: 2\n"), "t.yaml:2: threads: duplicate key 'threads'");
 }
 
