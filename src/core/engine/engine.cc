@@ -146,6 +146,12 @@ struct Engine::Impl {
     if (config.enable_prefix_caching) cache.reserve(config.num_gpu_blocks);
     running.reserve(config.max_num_seqs);
     scheduled.reserve(config.max_num_seqs);
+    if (config.lora.enabled) {
+      assert(config.lora.max_loras >= 1);
+      assert(config.lora.cache_capacity() >= config.lora.max_loras);
+      step_loras.reserve(config.max_num_seqs);
+      lora_cache.reserve(config.lora.cache_capacity());
+    }
   }
 
   // ---- free list (LRU: head is evicted first) ----------------------------------------
@@ -400,6 +406,51 @@ struct Engine::Impl {
     spare.emplace_back(r);
   }
 
+  // ---- LoRA ----------------------------------------------------------------------------
+
+  bool StepHasLora(const std::string& name) const {
+    for (const std::string* n : step_loras) {
+      if (*n == name) return true;
+    }
+    return false;
+  }
+
+  void AddStepLora(const std::string& name) {
+    if (!name.empty() && !StepHasLora(name)) step_loras.push_back(&name);
+  }
+
+  // Makes every adapter of this step's batch cached and most recently used; returns how
+  // many had to be loaded. The victim of a full cache is the least recently used adapter
+  // outside the batch (capacity >= max_loras leaves one, unless the running set already
+  // exceeded max_loras, which admission prevents; then the cache grows past capacity
+  // until the next eviction rather than unloading an adapter the batch uses).
+  int LoadStepLoras() {
+    int loads = 0;
+    for (const std::string* name : step_loras) {
+      ++lora_clock;
+      auto it = std::find_if(lora_cache.begin(), lora_cache.end(),
+                             [&](const CachedLora& c) { return c.name == *name; });
+      if (it != lora_cache.end()) {
+        it->last_used = lora_clock;
+        continue;
+      }
+      ++loads;
+      CachedLora* slot = nullptr;
+      if (static_cast<int>(lora_cache.size()) >= config.lora.cache_capacity()) {
+        for (CachedLora& c : lora_cache) {
+          if (StepHasLora(c.name)) continue;
+          if (slot == nullptr || c.last_used < slot->last_used) slot = &c;
+        }
+        if (slot != nullptr) ++stats.lora_evictions;
+      }
+      if (slot == nullptr) slot = &lora_cache.emplace_back();
+      slot->name = *name;
+      slot->last_used = lora_clock;
+    }
+    stats.lora_loads += loads;
+    return loads;
+  }
+
   // ---- the step ------------------------------------------------------------------------
 
   void Step(double now, StepResult* out) {
@@ -409,8 +460,11 @@ struct Engine::Impl {
     out->num_scheduled = 0;
     out->resident_context_tokens = 0;
     out->num_preempted = 0;
+    out->lora_loads = 0;
     out->outputs.clear();
     scheduled.clear();
+    step_loras.clear();
+    const bool lora = config.lora.enabled;
 
     if (!holds.empty()) ExpireHolds(now);
 
@@ -451,15 +505,28 @@ struct Engine::Impl {
       ++i;
     }
 
+    // The adapters the running requests bring into this step's batch.
+    if (lora) {
+      for (const Request* r : scheduled) AddStepLora(r->lora_name);
+    }
+
     // Then waiting requests, unless this step had to preempt. A decode leg whose KV is
-    // still on its way is skipped (j moves past it); with none, j stays 0 and this is
-    // plain head-of-line FCFS / priority admission.
+    // still on its way, and a request whose adapter would exceed max_loras distinct
+    // adapters in the batch, are skipped (j moves past them; they keep their place); with
+    // none, j stays 0 and this is plain head-of-line FCFS / priority admission.
     if (!preempted_any) {
       size_t j = 0;
       while (j < waiting.size() && budget > 0 &&
              static_cast<int>(running.size()) < config.max_num_seqs) {
         Request* r = waiting[j];
         if (r->kv_load_tokens > 0 && r->kv_ready_s > now) {
+          ++j;
+          continue;
+        }
+        if (lora && !r->lora_name.empty() &&
+            static_cast<int>(step_loras.size()) >= config.lora.max_loras &&
+            !StepHasLora(r->lora_name)) {
+          ++stats.lora_skips;
           ++j;
           continue;
         }
@@ -493,6 +560,7 @@ struct Engine::Impl {
         r->scheduled = num_new;
         scheduled.push_back(r);
         budget -= num_new;
+        if (lora) AddStepLora(r->lora_name);
       }
     }
 
@@ -516,6 +584,10 @@ struct Engine::Impl {
     out->duration_s =
         config.step.StepSeconds(out->prefill_tokens, out->decode_seqs,
                                 out->resident_context_tokens);
+    if (lora && !step_loras.empty()) {
+      out->lora_loads = LoadStepLoras();
+      out->duration_s += out->lora_loads * config.lora.load_s;
+    }
     const double end = now + out->duration_s;
 
     bool any_finished = false;
@@ -598,6 +670,15 @@ struct Engine::Impl {
   std::unordered_map<uint64_t, Hold> holds;  // P/D prefill legs' held blocks, by request id
   int held_blocks = 0;
   int pending_loads = 0;  // waiting requests with kv_load_tokens > 0
+
+  // LoRA (config.lora.enabled).
+  struct CachedLora {
+    std::string name;
+    uint64_t last_used = 0;  // lora_clock at the last step that scheduled it
+  };
+  std::vector<CachedLora> lora_cache;      // at most cache_capacity() entries
+  uint64_t lora_clock = 0;
+  std::vector<const std::string*> step_loras;  // distinct adapters of this step's batch
 };
 
 // ---------------------------------------------------------------------------------------
@@ -732,6 +813,7 @@ EngineStats Engine::Stats() const {
   s.kv_holds = static_cast<int>(m.holds.size());
   s.kv_held_blocks = m.held_blocks;
   s.waiting_for_remote_kvs = m.pending_loads;
+  s.loras_cached = static_cast<int>(m.lora_cache.size());
   return s;
 }
 
@@ -801,6 +883,38 @@ std::optional<double> Engine::NextKvReadyS() const {
     if (r->kv_load_tokens > 0 && (!next || r->kv_ready_s < *next)) next = r->kv_ready_s;
   }
   return next;
+}
+
+void Engine::LoraActivity(std::vector<std::string>* running,
+                          std::vector<std::string>* waiting) const {
+  const Impl& m = *impl_;
+  auto collect = [](const auto& queue, std::vector<std::string>* out) {
+    out->clear();
+    for (const Impl::Request* r : queue) {
+      if (r->lora_name.empty()) continue;
+      if (std::find(out->begin(), out->end(), r->lora_name) == out->end()) {
+        out->push_back(r->lora_name);
+      }
+    }
+  };
+  collect(m.running, running);
+  collect(m.waiting, waiting);
+}
+
+bool Engine::LoraCached(std::string_view name) const {
+  for (const auto& c : impl_->lora_cache) {
+    if (c.name == name) return true;
+  }
+  return false;
+}
+
+bool Engine::EvictLora(std::string_view name) {
+  auto& cache = impl_->lora_cache;
+  auto it = std::find_if(cache.begin(), cache.end(),
+                         [&](const auto& c) { return c.name == name; });
+  if (it == cache.end()) return false;
+  cache.erase(it);
+  return true;
 }
 
 void Engine::DrainKvEvents(std::vector<KvEvent>* out) {

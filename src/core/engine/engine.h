@@ -38,6 +38,31 @@ struct StepModel {
                      int64_t resident_context_tokens) const;
 };
 
+// LoRA adapters (REFERENCE.md section 19), as vLLM's --enable-lora serves them. A request
+// names its adapter in EngineRequest::lora_name ("" = the base model).
+//  - Batch rule (vLLM V1's scheduler): admitting waiting requests in order, a request whose
+//    adapter is not among the adapters of the requests already scheduled in this step,
+//    when those are max_loras distinct adapters already, is skipped for this step: it keeps
+//    its place in the queue and admission goes on with the requests behind it. Running
+//    requests are never held back. Base-model requests count no adapter.
+//  - Adapter cache: an LRU of max_cpu_loras adapters. A step that schedules a request whose
+//    adapter is not cached loads it (evicting the least recently used adapter not in this
+//    step's batch when the cache is full) and takes load_s longer per adapter loaded: vLLM
+//    loads adapters synchronously in the worker before the forward pass, so the whole
+//    batch waits for the load. Every adapter a step schedules becomes most recently used.
+//  - load_s default 0.05 s: reading a rank-16 adapter of an 8B model (~20-80 MB of
+//    safetensors, all projections) from local disk or page cache and copying it to the GPU;
+//    an assumption, not a measurement. Set it to what your storage gives.
+// Disabled (the default): lora_name only keys the prefix cache; no rule, no cache, no cost.
+struct LoraConfig {
+  bool enabled = false;
+  int max_loras = 1;      // distinct adapters in one batch, >= 1
+  int max_cpu_loras = 0;  // adapters cached; 0 = max_loras; else >= max_loras
+  double load_s = 0.05;   // engine seconds per adapter load, >= 0
+
+  int cache_capacity() const { return max_cpu_loras > 0 ? max_cpu_loras : max_loras; }
+};
+
 struct EngineConfig {
   std::string model_name = "meta-llama/Llama-3.1-8B-Instruct";
   int block_size = 16;           // tokens per KV block
@@ -71,6 +96,8 @@ struct EngineConfig {
   // transfer time of a pull, and tp_size in kv_transfer_params).
   int64_t kv_bytes_per_token = 131072;  // Llama-3.1-8B bf16: 128 KiB
   int tensor_parallel_size = 1;
+
+  LoraConfig lora;
 };
 
 // Built-in configurations.
@@ -157,12 +184,13 @@ struct RequestOutput {
 };
 
 struct StepResult {
-  double duration_s = 0.0;   // 0 when nothing was scheduled
+  double duration_s = 0.0;   // 0 when nothing was scheduled; includes lora_loads * load_s
   int prefill_tokens = 0;
   int decode_seqs = 0;
   int num_scheduled = 0;     // requests scheduled this step
   int64_t resident_context_tokens = 0;
   int num_preempted = 0;     // preemptions during this step's scheduling
+  int lora_loads = 0;        // adapters loaded for this step (EngineConfig::lora)
   // One entry per scheduled request, in schedule order. Visible at now + duration_s.
   std::vector<RequestOutput> outputs;
 };
@@ -187,6 +215,11 @@ struct EngineStats {
   int waiting_for_remote_kvs = 0;   // waiting requests whose KV load is not applied yet
   int64_t kv_holds_released = 0;    // holds ended by ReleaseHold
   int64_t kv_holds_expired = 0;     // holds ended by their lease
+  // LoRA (EngineConfig::lora enabled).
+  int loras_cached = 0;             // adapters in the cache now
+  int64_t lora_loads = 0;           // adapter loads (each cost lora.load_s)
+  int64_t lora_evictions = 0;       // adapters dropped from the full cache (LRU)
+  int64_t lora_skips = 0;           // admissions skipped by the max_loras rule, per step
 };
 
 // A KV-cache event as vLLM publishes it (REFERENCE.md section 5): the core's one type.
@@ -279,6 +312,17 @@ class Engine {
   // nullopt when there is none. A Step that schedules nothing while HasWork() can be
   // waiting for this time.
   std::optional<double> NextKvReadyS() const;
+
+  // LoRA (EngineConfig::lora). The adapters of the running requests (in admission order)
+  // and of the waiting ones (in queue order), each listed once, replacing the vectors'
+  // contents; vLLM's running_lora_adapters / waiting_lora_adapters (an adapter with
+  // requests in both states is in both). Base-model requests are not listed.
+  void LoraActivity(std::vector<std::string>* running, std::vector<std::string>* waiting) const;
+  // True when `name` is in the adapter cache now.
+  bool LoraCached(std::string_view name) const;
+  // Drops `name` from the adapter cache (vLLM's unload); a later use loads it again.
+  // Returns false when it was not cached.
+  bool EvictLora(std::string_view name);
 
   // Moves the recorded KV events (config.record_kv_events) into `*out` (appended).
   void DrainKvEvents(std::vector<KvEvent>* out);
