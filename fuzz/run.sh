@@ -23,13 +23,13 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(prom_parser openai_request router_config scenario_config fleet_config endpoints_file
            http_server extproc_exchange k8s_watch_event doctor_scrape kv_event_decode tokenize pd_legs
-           session_token)
+           session_token lora_adapter)
 fi
 
 dict_for() {
   case "$1" in
     prom_parser | doctor_scrape) echo prometheus.dict ;;
-    openai_request | tokenize | pd_legs) echo openai.dict ;;
+    openai_request | tokenize | pd_legs | lora_adapter) echo openai.dict ;;
     *_config | endpoints_file) echo yaml.dict ;;
     http_server) echo http.dict ;;
     extproc_exchange) echo extproc.dict ;;

@@ -52,7 +52,12 @@ constexpr std::string_view kSectionKeys[] = {"name",
                                              "kv_transfer_bandwidth",
                                              "kv_min_pull_tokens",
                                              "kv_load_failure_policy",
-                                             "kv_engine_id"};
+                                             "kv_engine_id",
+                                             "enable_lora",
+                                             "max_loras",
+                                             "max_cpu_loras",
+                                             "lora_load_s",
+                                             "lora_modules"};
 
 // Reads one `defaults:` or `replicas[i]` section, key by key in file order.
 ReplicaOverrides ReadSection(const ConfigNode& section) {
@@ -109,6 +114,34 @@ ReplicaOverrides ReadSection(const ConfigNode& section) {
     } else if (key == "kv_engine_id") {
       o.kv_engine_id = v.String();
       if (o.kv_engine_id->empty()) v.Fail("must not be empty");
+    }
+    else if (key == "enable_lora") o.enable_lora = v.Bool();
+    else if (key == "max_loras") o.max_loras = static_cast<int>(v.Int(1, 1024));
+    else if (key == "max_cpu_loras") o.max_cpu_loras = static_cast<int>(v.Int(1, 1 << 20));
+    else if (key == "lora_load_s") {
+      o.lora_load_s = v.Number();
+      if (!(*o.lora_load_s >= 0)) v.Fail("must be >= 0 (seconds)");
+    }
+    else if (key == "lora_modules") {
+      o.lora_modules.emplace();
+      for (const ConfigNode& m : v.Items("a list of name=path entries or {name, path} maps")) {
+        if (m.IsMap()) {
+          api::LoraModule& lm = o.lora_modules->emplace_back();
+          m.ForEachKey({"name", "path", "base_model_name"},
+                       [&](const std::string& k, const ConfigNode& f) {
+                         std::string s = f.String();
+                         if (s.empty()) f.Fail("must not be empty");
+                         (k == "name" ? lm.name : k == "path" ? lm.path : lm.base_model_name) = s;
+                       });
+          if (lm.name.empty()) (void)m.Require("name");
+          if (lm.path.empty()) (void)m.Require("path");
+        } else {
+          std::string error;
+          std::optional<api::LoraModule> lm = api::ParseLoraModule(m.String(), &error);
+          if (!lm) m.Fail(error);
+          o.lora_modules->push_back(std::move(*lm));
+        }
+      }
     }
     else if (key == "step") {
       v.ForEachKey({"base_us", "per_prefill_token_us", "per_decode_seq_us",
@@ -229,6 +262,11 @@ void ReplicaOverrides::ApplyTo(ReplicaConfig& r) const {
   Set(kv_min_pull_tokens, r.pd.min_pull_tokens);
   Set(kv_load_failure_policy, r.pd.load_failure_policy);
   Set(kv_engine_id, r.pd.engine_id);
+  Set(enable_lora, r.engine.lora.enabled);
+  Set(max_loras, r.engine.lora.max_loras);
+  Set(max_cpu_loras, r.engine.lora.max_cpu_loras);
+  Set(lora_load_s, r.engine.lora.load_s);
+  if (lora_modules) r.lora_modules = *lora_modules;
   Set(step_base_us, r.engine.step.base_us);
   Set(step_per_prefill_token_us, r.engine.step.per_prefill_token_us);
   Set(step_per_decode_seq_us, r.engine.step.per_decode_seq_us);
@@ -287,6 +325,26 @@ Status ValidateReplica(const ReplicaConfig& r) {
   if (pd.min_pull_tokens < 0) return bad("kv_min_pull_tokens must be >= 0");
   if (pd.load_failure_policy != "fail" && pd.load_failure_policy != "recompute") {
     return bad("kv_load_failure_policy must be fail or recompute");
+  }
+  const engine::LoraConfig& lora = e.lora;
+  if (lora.max_loras < 1) return bad("max_loras must be >= 1");
+  if (lora.max_cpu_loras != 0 && lora.max_cpu_loras < lora.max_loras) {
+    return bad("max_cpu_loras (" + std::to_string(lora.max_cpu_loras) +
+               ") must be >= max_loras (" + std::to_string(lora.max_loras) + ")");
+  }
+  if (!(lora.load_s >= 0) || !std::isfinite(lora.load_s)) return bad("lora_load_s must be >= 0");
+  if (!r.lora_modules.empty() && !lora.enabled) return bad("lora_modules need enable_lora");
+  for (std::size_t i = 0; i < r.lora_modules.size(); ++i) {
+    const api::LoraModule& m = r.lora_modules[i];
+    if (m.name.empty() || m.path.empty()) return bad("lora_modules: name and path must be set");
+    if (m.name == e.model_name) return bad("lora_modules: '" + m.name + "' is the model's name");
+    if (!m.base_model_name.empty() && m.base_model_name != e.model_name) {
+      return bad("lora_modules: '" + m.name + "' has base_model_name '" + m.base_model_name +
+                 "' but the replica serves '" + e.model_name + "'");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (r.lora_modules[j].name == m.name) return bad("lora_modules: '" + m.name + "' twice");
+    }
   }
   for (const auto& [k, v] : r.labels) {
     if (k != kRoleLabel) continue;

@@ -40,6 +40,12 @@
 //     kv_min_pull_tokens: 64  #   second of a pull; fewer missing tokens are recomputed;
 //     kv_load_failure_policy: fail  # fail | recompute (a pull that cannot happen)
 //     kv_engine_id: p0        # remote_engine_id (default kvroute-sim-<index>-<name>)
+//     enable_lora: true       # LoRA (docs/SIM_API.md, "LoRA adapters"), vLLM's flags:
+//     max_loras: 2            #   distinct adapters in one batch (default 1);
+//     max_cpu_loras: 4        #   adapters cached (default max_loras; else >= max_loras);
+//     lora_load_s: 0.05       #   engine seconds per adapter load (>= 0);
+//     lora_modules: [sql-lora=/adapters/sql, {name: chat, path: /adapters/chat}]
+//                             #   adapters served from the start (replace, not merged)
 //     faults:                 # fault schedule (simkit/fault/fault.h, docs/FAULTS.md):
 //       - {kind: http_error, at: 10s, duration: 5s, status: 503}   # at: default 0;
 //       - {kind: slow, at: 30s, factor: 3}   # no duration: until the run ends
@@ -59,6 +65,7 @@
 #include <vector>
 
 #include "config/yaml_reader.h"
+#include "core/api/lora.h"
 #include "core/common/status.h"
 #include "core/engine/engine.h"
 #include "core/engine/kv_transfer.h"
@@ -137,6 +144,9 @@ struct ReplicaConfig {
   std::vector<fault::FaultSpec> faults;
   KvPublishConfig kv_events;
   PdConfig pd;
+  // LoRA adapters served from the start (--lora-modules); engine.lora.enabled gates them
+  // and the runtime load/unload endpoints. Names are unique and not the model's name.
+  std::vector<api::LoraModule> lora_modules;
 };
 
 // Optional settings as written in a fleet file section or on the command line.
@@ -153,7 +163,10 @@ struct ReplicaOverrides {
   std::optional<double> time_scale, latency_ms, mean_output_tokens, step_base_us,
       step_per_prefill_token_us, step_per_decode_seq_us, step_per_context_token_us;
   std::optional<bool> old_metric_names, enable_prefix_caching, priority_scheduling,
-      enable_prompt_tokens_details;
+      enable_prompt_tokens_details, enable_lora;
+  std::optional<int> max_loras, max_cpu_loras;
+  std::optional<double> lora_load_s;
+  std::optional<std::vector<api::LoraModule>> lora_modules;  // replaces, when set
   std::optional<uint64_t> hash_seed, output_seed;
   std::optional<uint64_t> max_body_bytes;
   std::vector<std::pair<std::string, std::string>> labels;  // merged by key

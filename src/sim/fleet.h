@@ -33,6 +33,12 @@ class Fleet {
   Fleet(const Fleet&) = delete;
   Fleet& operator=(const Fleet&) = delete;
 
+  // Replica i's Unix clock (Replica::SetUnixClock: vllm:lora_requests_info's values).
+  // Call before Start; `clock` is called on replica i's thread.
+  void SetUnixClock(int i, std::function<double()> clock) {
+    replicas_[i]->SetUnixClock(std::move(clock));
+  }
+
   // Binds every replica's port and starts the loops. Returns Unavailable with the first
   // error ("replica-0: bind 127.0.0.1:18001: Address already in use"); nothing keeps
   // running then. Call once.

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 
+#include "core/api/lora.h"
 #include "core/api/openai.h"
 #include "core/engine/kv_transfer.h"
 #include "core/engine/tokenizer.h"
@@ -91,6 +92,7 @@ struct Replica::Live {
   bool admitted = false;
   bool sent_role = false;
   std::string text;  // non-streaming: generated text so far
+  std::string model_json;  // the model answers name, a JSON string (adapter requests)
   int chunks_sent = 0;  // streaming: HTTP chunks sent (stall and reset count them)
   bool pd_prefill = false;       // P/D prefill leg: hold the blocks, answer kv_transfer_params
   bool pd_pull_pending = false;  // P/D decode leg whose pull is not settled yet
@@ -161,6 +163,15 @@ Replica::Replica(asio::io_context& ctx, ReplicaConfig config, int index)
       prompt_len_(RequestTokenBuckets(config_.engine.max_model_len)),
       output_len_(RequestTokenBuckets(config_.engine.max_model_len)) {
   api::AppendJsonString(model_json_, config_.engine.model_name);
+  unix_clock_ = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  if (config_.engine.lora.enabled) {
+    for (const api::LoraModule& m : config_.lora_modules) AddAdapter(m.name, m.path);
+    lora_series_.reserve(kMaxLoraSeries + 1);
+    UpdateLoraInfo();
+  }
   for (const fault::FaultSpec& spec : config_.faults) {
     auto timer = std::make_unique<asio::steady_timer>(ctx_, start_ + WallDuration(spec.at_s));
     timer->async_wait([this, spec](boost::system::error_code ec) {
@@ -255,7 +266,93 @@ void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
     ex->Respond(200, ModelsBody());
     return;
   }
+  if (config_.engine.lora.enabled &&
+      (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")) {
+    if (!only(verb::post, "POST")) return;
+    return HandleLoraAdapter(std::move(ex), path == "/v1/unload_lora_adapter");
+  }
   RespondApiError(*ex, 404, "Not Found");
+}
+
+void Replica::SetUnixClock(std::function<double()> clock) {
+  unix_clock_ = std::move(clock);
+  if (!config_.engine.lora.enabled) return;
+  lora_series_.clear();
+  UpdateLoraInfo();
+}
+
+const Adapter* Replica::FindAdapter(std::string_view name) const {
+  for (const Adapter& a : adapters_) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+void Replica::AddAdapter(std::string name, std::string path) {
+  Adapter& a = adapters_.emplace_back();
+  a.name = std::move(name);
+  a.path = std::move(path);
+  api::AppendJsonString(a.name_json, a.name);
+  a.created = static_cast<int64_t>(unix_clock_());
+}
+
+// vLLM's runtime adapter endpoints (VLLM_ALLOW_RUNTIME_LORA_UPDATING; here with
+// --enable-lora). A load registers the adapter at once; its weights load into the
+// engine's adapter cache on first use (EngineConfig::lora), where vLLM would read them
+// now. An unload forgets it and drops it from the cache; requests already queued for it
+// still finish.
+void Replica::HandleLoraAdapter(std::shared_ptr<http::Exchange> ex, bool unload) {
+  api::LoraAdapterParse parsed = api::ParseLoraAdapterRequest(ex->request().body(), unload);
+  if (!parsed.ok()) {
+    ex->Respond(parsed.error.status, api::ErrorBody(parsed.error));
+    return;
+  }
+  const std::string& name = parsed.request->lora_name;
+  const Adapter* found = FindAdapter(name);
+  if (!unload) {
+    if (found != nullptr || name == config_.engine.model_name) {
+      RespondApiError(*ex, 400, api::LoraAlreadyLoadedMessage(name), "lora_name");
+      return;
+    }
+    AddAdapter(name, std::move(parsed.request->lora_path));
+    ex->Respond(200, api::LoraLoadedMessage(name), "text/plain; charset=utf-8");
+    return;
+  }
+  if (found == nullptr) {
+    RespondApiError(*ex, 404, api::LoraNotFoundMessage(name), "lora_name");
+    return;
+  }
+  engine_.EvictLora(name);
+  std::string answer = api::LoraUnloadedMessage(name);
+  adapters_.erase(adapters_.begin() + (found - adapters_.data()));
+  ex->Respond(200, std::move(answer), "text/plain; charset=utf-8");
+}
+
+void Replica::UpdateLoraInfo() {
+  engine_.LoraActivity(&lora_running_scratch_, &lora_waiting_scratch_);
+  auto join = [](const std::vector<std::string>& names, std::string* out) {
+    out->clear();
+    for (const std::string& n : names) {
+      if (!out->empty()) out->push_back(',');
+      out->append(n);
+    }
+  };
+  join(lora_running_scratch_, &lora_join_running_);
+  join(lora_waiting_scratch_, &lora_join_waiting_);
+  const double now = unix_clock_();
+  for (LoraSeries& series : lora_series_) {
+    if (series.running == lora_join_running_ && series.waiting == lora_join_waiting_) {
+      series.unix_s = now;
+      return;
+    }
+  }
+  if (lora_series_.size() >= kMaxLoraSeries) {
+    auto oldest = std::min_element(
+        lora_series_.begin(), lora_series_.end(),
+        [](const LoraSeries& a, const LoraSeries& b) { return a.unix_s < b.unix_s; });
+    lora_series_.erase(oldest);
+  }
+  lora_series_.push_back({lora_join_running_, lora_join_waiting_, now});
 }
 
 std::string Replica::ModelsBody() const {
@@ -267,7 +364,22 @@ std::string Replica::ModelsBody() const {
   out += model_json_;
   out += ",\"parent\":null,\"max_model_len\":";
   out += std::to_string(config_.engine.max_model_len);
-  out += "}]}";
+  out += "}";
+  // Adapters as vLLM lists them: root is the adapter's path, parent the base model.
+  for (const Adapter& a : adapters_) {
+    out += ",{\"id\":";
+    out += a.name_json;
+    out += ",\"object\":\"model\",\"created\":";
+    out += std::to_string(a.created);
+    out += ",\"owned_by\":\"vllm\",\"root\":";
+    api::AppendJsonString(out, a.path);
+    out += ",\"parent\":";
+    out += model_json_;
+    out += ",\"max_model_len\":";
+    out += std::to_string(config_.engine.max_model_len);
+    out += "}";
+  }
+  out += "]}";
   return out;
 }
 
@@ -285,11 +397,19 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, api::Endpoint e
     return;
   }
   api::ParsedRequest& req = *parsed.request;
+  const Adapter* adapter = nullptr;
   if (req.model != config_.engine.model_name) {
-    RespondApiError(*ex, 404, "The model `" + req.model + "` does not exist.", "model");
-    return;
+    if (config_.engine.lora.enabled) adapter = FindAdapter(req.model);
+    if (adapter == nullptr) {
+      RespondApiError(*ex, 404, "The model `" + req.model + "` does not exist.", "model");
+      return;
+    }
   }
   auto live = std::make_shared<Live>();
+  if (adapter != nullptr) {
+    live->model_json = adapter->name_json;
+    live->engine_req.lora_name = adapter->name;
+  }
   live->id = next_id_++;
   live->chat = chat;
   live->kind = endpoint;
@@ -425,6 +545,7 @@ void Replica::Admit(const std::shared_ptr<Live>& live) {
     return;
   }
   live->admitted = true;
+  if (config_.engine.lora.enabled) UpdateLoraInfo();
   if (live->req.stream) {
     Reply(live->ex, [](http::Exchange& ex) {
       ex.BeginStream(200, "text/event-stream", {{"cache-control", "no-cache"}});
@@ -533,6 +654,7 @@ void Replica::RunStep() {
   auto after = [this, epoch = epoch_](boost::system::error_code ec) {
     if (ec || shut_down_ || epoch != epoch_) return;
     Deliver();
+    if (config_.engine.lora.enabled) UpdateLoraInfo();
     RunStep();
   };
   if (config_.time_scale <= 0) {
@@ -551,7 +673,7 @@ void Replica::AppendChunkHead(std::string& out, const Live& l) const {
                 : "\",\"object\":\"text_completion\",\"created\":";
   out += std::to_string(l.created);
   out += ",\"model\":";
-  out += model_json_;
+  out += l.model_json.empty() ? model_json_ : l.model_json;
   out += ",\"choices\":[";
 }
 
@@ -733,7 +855,7 @@ void Replica::Finish(Live& l, const engine::RequestOutput& o) {
                  : "\",\"object\":\"text_completion\",\"created\":";
   body += std::to_string(l.created);
   body += ",\"model\":";
-  body += model_json_;
+  body += l.model_json.empty() ? model_json_ : l.model_json;
   if (l.chat) {
     body += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":";
     api::AppendJsonString(body, l.text);
@@ -1341,6 +1463,19 @@ std::string Replica::MetricsText() const {
             {"sliding_window", "None"},
             {"swap_space", "4"},
             {"swap_space_bytes", "4294967296"}};
+  }
+  if (c.lora.enabled) {
+    // As vLLM writes it: one series per label combination ever set, valued with the Unix
+    // time it was last set; a reader takes the largest value (the current state).
+    metrics::AppendHeader(out, "vllm:lora_requests_info", "Running stats on lora requests.",
+                          MetricType::kGauge);
+    const std::string max_lora = std::to_string(c.lora.max_loras);
+    for (const LoraSeries& series : lora_series_) {
+      const Label l[] = {{"max_lora", max_lora},
+                         {"running_lora_adapters", series.running},
+                         {"waiting_lora_adapters", series.waiting}};
+      metrics::AppendSample(out, "vllm:lora_requests_info", l, series.unix_s);
+    }
   }
   metrics::AppendGauge(out, "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                        info, 1.0);

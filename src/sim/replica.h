@@ -93,6 +93,14 @@ class KvPeerDirectory {
   std::vector<Peer> peers_;
 };
 
+// One LoRA adapter a replica serves.
+struct Adapter {
+  std::string name;
+  std::string path;
+  std::string name_json;  // the name as a JSON string literal
+  int64_t created = 0;    // Unix seconds it was added
+};
+
 class Replica {
  public:
   // `index` tags response ids. The config must be valid (ValidateReplica).
@@ -106,6 +114,11 @@ class Replica {
 
   // The /metrics exposition (vLLM's names and format).
   std::string MetricsText() const;
+
+  // The wall clock of vllm:lora_requests_info's values: Unix seconds (default: the system
+  // clock). Tests inject a virtual one. Call before the io_context runs; restarts the
+  // metric's series at the new clock's now.
+  void SetUnixClock(std::function<double()> clock);
   engine::EngineStats Stats() const { return engine_.Stats(); }
   // Requests accepted and not yet finished (including those still in network delay).
   int live_requests() const { return static_cast<int>(live_.size()); }
@@ -217,6 +230,15 @@ class Replica {
   void AppendUsage(std::string& out, const engine::RequestOutput& o) const;
   std::string ModelsBody() const;
 
+  // LoRA (docs/SIM_API.md, "LoRA adapters").
+  void HandleLoraAdapter(std::shared_ptr<http::Exchange> ex, bool unload);
+  // nullptr when no adapter is called `name`.
+  const Adapter* FindAdapter(std::string_view name) const;
+  void AddAdapter(std::string name, std::string path);
+  // Records the engine's running/waiting adapters as the newest series of
+  // vllm:lora_requests_info (timestamped now by the Unix clock).
+  void UpdateLoraInfo();
+
   boost::asio::io_context& ctx_;
   ReplicaConfig config_;
   int index_;
@@ -286,6 +308,22 @@ class Replica {
     double transfer_seconds = 0.0;   // engine seconds
     uint64_t failures[4] = {0, 0, 0, 0};  // by KvClaimOutcome
   } pd_;
+
+  // LoRA adapters served (engine.lora.enabled): --lora-modules, then runtime loads.
+  std::vector<Adapter> adapters_;
+  std::function<double()> unix_clock_;
+  // vllm:lora_requests_info: vLLM's gauge keeps one series per label combination it ever
+  // set, each with the time it was last set; kept here newest last, at most
+  // kMaxLoraSeries (the oldest combination is dropped first).
+  static constexpr std::size_t kMaxLoraSeries = 64;
+  struct LoraSeries {
+    std::string running;  // comma-joined adapter names
+    std::string waiting;
+    double unix_s = 0.0;
+  };
+  std::vector<LoraSeries> lora_series_;
+  std::vector<std::string> lora_running_scratch_, lora_waiting_scratch_;
+  std::string lora_join_running_, lora_join_waiting_;
 
   Histogram ttft_;
   Histogram itl_;

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "config/fleet_config.h"
+#include "core/api/lora.h"
 #include "sim/fleet.h"
 
 namespace kvroute::sim {
@@ -18,6 +19,7 @@ int SimMain(int argc, char** argv) {
       "POST /v1/completions, POST /v1/chat/completions, POST /v1/responses (streamed or not),\n"
       "POST /v1/embeddings, GET /v1/models,\n"
       "POST /tokenize and POST /detokenize (vLLM's; docs/SIM_API.md),\n"
+      "with --enable-lora POST /v1/load_lora_adapter and /v1/unload_lora_adapter,\n"
       "GET /health and GET /metrics (vLLM's Prometheus names). Each replica has its own\n"
       "engine (paged KV cache with prefix caching, V1 scheduler, fitted step-time model).\n"
       "Precedence: preset < fleet file defaults < flags given here < fleet file replica entry.\n"
@@ -137,6 +139,32 @@ int SimMain(int argc, char** argv) {
                                      "P/D: a pull that cannot happen fails the request (fail, "
                                      "500) or is recomputed locally (recompute); default fail")
                           ->check(CLI::IsMember({"fail", "recompute"}));
+  // LoRA adapters (docs/SIM_API.md, "LoRA adapters"), as vLLM's flags.
+  bool enable_lora = false;
+  int max_loras = 1, max_cpu_loras = 0, max_lora_rank = 16;
+  double lora_load_s = 0.05;
+  std::vector<std::string> lora_modules;
+  auto* o_lora = app.add_flag("--enable-lora", enable_lora,
+                              "Serve LoRA adapters: requests name one as their model, "
+                              "POST /v1/load_lora_adapter and /v1/unload_lora_adapter, "
+                              "vllm:lora_requests_info");
+  auto* o_max_loras = app.add_option("--max-loras", max_loras,
+                                     "Distinct adapters in one batch; requests of others wait "
+                                     "(default 1)")
+                          ->check(CLI::Range(1, 1024));
+  auto* o_max_cpu = app.add_option("--max-cpu-loras", max_cpu_loras,
+                                   "Adapters kept loaded (LRU); default --max-loras")
+                        ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-lora-rank", max_lora_rank,
+                 "Accepted for vLLM compatibility; the load cost does not depend on it")
+      ->check(CLI::Range(1, 1024));
+  auto* o_lora_load = app.add_option("--lora-load-s", lora_load_s,
+                                     "Engine seconds a step takes longer per adapter it loads "
+                                     "(default 0.05)")
+                          ->check(CLI::NonNegativeNumber);
+  auto* o_lora_modules = app.add_option("--lora-modules", lora_modules,
+                                        "Adapters served from the start: name=path or "
+                                        "'{\"name\":..,\"path\":..}' (several allowed)");
   app.add_option("--threads", threads,
                  "Event-loop threads shared by the replicas (default: one per replica, at most "
                  "the CPU count)")
@@ -204,6 +232,22 @@ int SimMain(int argc, char** argv) {
     }
   }
   if (o_kv_min->count()) cli.kv_min_pull_tokens = kv_min_pull;
+  if (o_lora->count()) cli.enable_lora = enable_lora;
+  if (o_max_loras->count()) cli.max_loras = max_loras;
+  if (o_max_cpu->count()) cli.max_cpu_loras = max_cpu_loras;
+  if (o_lora_load->count()) cli.lora_load_s = lora_load_s;
+  if (o_lora_modules->count()) {
+    cli.lora_modules.emplace();
+    for (const std::string& spec : lora_modules) {
+      std::string error;
+      std::optional<api::LoraModule> m = api::ParseLoraModule(spec, &error);
+      if (!m) {
+        std::fprintf(stderr, "kvroute sim: --lora-modules: %s\n", error.c_str());
+        return 2;
+      }
+      cli.lora_modules->push_back(std::move(*m));
+    }
+  }
   if (o_kv_policy->count()) cli.kv_load_failure_policy = kv_policy;
   int base_port = port;
   if (!app.get_option("--port")->count() && file.base_port) base_port = *file.base_port;
@@ -234,6 +278,11 @@ int SimMain(int argc, char** argv) {
                 c.name.c_str(), fleet.engine_id(i).c_str(), c.pd.lease_s,
                 static_cast<long long>(c.engine.kv_bytes_per_token), c.pd.transfer_bandwidth,
                 c.pd.min_pull_tokens, c.pd.load_failure_policy.c_str());
+    if (c.engine.lora.enabled) {
+      std::printf("%s lora max_loras=%d max_cpu_loras=%d load_s=%g adapters=%zu\n",
+                  c.name.c_str(), c.engine.lora.max_loras, c.engine.lora.cache_capacity(),
+                  c.engine.lora.load_s, c.lora_modules.size());
+    }
     if (!fleet.kv_events_endpoint(i).empty()) {
       std::printf("%s kv-events %s%s%s format=%s hash=%s\n", c.name.c_str(),
                   fleet.kv_events_endpoint(i).c_str(),

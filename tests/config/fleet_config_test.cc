@@ -356,3 +356,65 @@ TEST(FleetConfigTest, PdErrorsNameFileLineAndField) {
 
 }  // namespace
 }  // namespace kvroute::config
+
+namespace kvroute::config {
+namespace {
+
+TEST(FleetConfigLoraTest, LoraKeysResolveIntoTheEngineAndModules) {
+  FleetFile file = MustParse(
+      "defaults:\n  enable_lora: true\n  max_loras: 2\n  max_cpu_loras: 4\n  lora_load_s: 0.1\n"
+      "  lora_modules: [sql-lora=/adapters/sql, {name: chat, path: /adapters/chat}]\n"
+      "replicas:\n  - {name: a}\n  - {name: b, max_loras: 3, lora_modules: []}\n");
+  std::vector<ReplicaConfig> out;
+  ASSERT_TRUE(ResolveFleet(file, {}, 0, 0, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(out[0].engine.lora.enabled);
+  EXPECT_EQ(out[0].engine.lora.max_loras, 2);
+  EXPECT_EQ(out[0].engine.lora.max_cpu_loras, 4);
+  EXPECT_DOUBLE_EQ(out[0].engine.lora.load_s, 0.1);
+  ASSERT_EQ(out[0].lora_modules.size(), 2u);
+  EXPECT_EQ(out[0].lora_modules[0].name, "sql-lora");
+  EXPECT_EQ(out[0].lora_modules[0].path, "/adapters/sql");
+  EXPECT_EQ(out[0].lora_modules[1].name, "chat");
+  EXPECT_EQ(out[0].lora_modules[1].path, "/adapters/chat");
+  EXPECT_EQ(out[1].engine.lora.max_loras, 3);
+  EXPECT_TRUE(out[1].lora_modules.empty());  // a replica's own list replaces the defaults'
+}
+
+TEST(FleetConfigLoraTest, BadLoraSettingsAreNamed) {
+  EXPECT_EQ(ErrorOf("defaults:\n  lora_modules: [nopath]\n"),
+            "f.yaml:2: defaults.lora_modules[0]: must be name=path or a JSON object with name "
+            "and path (got 'nopath')");
+  EXPECT_EQ(ErrorOf("defaults:\n  max_loras: 0\n"),
+            "f.yaml:2: defaults.max_loras: must be >= 1 (got 0)");
+  EXPECT_EQ(ErrorOf("defaults:\n  lora_load_s: -1\n"),
+            "f.yaml:2: defaults.lora_load_s: must be >= 0 (seconds)");
+  std::vector<ReplicaConfig> out;
+  Status s = ResolveFleet(MustParse("defaults: {enable_lora: true, max_loras: 4, max_cpu_loras: 2}\n"),
+                          {}, 1, 0, &out);
+  EXPECT_EQ(s.message(), "replica-0: max_cpu_loras (2) must be >= max_loras (4)");
+  s = ResolveFleet(MustParse("defaults: {lora_modules: [a=/p]}\n"), {}, 1, 0, &out);
+  EXPECT_EQ(s.message(), "replica-0: lora_modules need enable_lora");
+  s = ResolveFleet(MustParse("defaults: {enable_lora: true, lora_modules: [a=/p, a=/q]}\n"), {}, 1,
+                   0, &out);
+  EXPECT_EQ(s.message(), "replica-0: lora_modules: 'a' twice");
+}
+
+TEST(FleetConfigLoraTest, LoraModuleSpecs) {
+  std::string error;
+  std::optional<api::LoraModule> m = api::ParseLoraModule("a=b=c", &error);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->name, "a");
+  EXPECT_EQ(m->path, "b=c");
+  m = api::ParseLoraModule(R"({"name":"x","path":"/p","base_model_name":"m"})", &error);
+  ASSERT_TRUE(m.has_value()) << error;
+  EXPECT_EQ(m->base_model_name, "m");
+  EXPECT_FALSE(api::ParseLoraModule("=p", &error).has_value());
+  EXPECT_FALSE(api::ParseLoraModule(R"({"name":"x"})", &error).has_value());
+  EXPECT_EQ(error, "path is required");
+  EXPECT_FALSE(api::ParseLoraModule(R"({"name":"x","path":3})", &error).has_value());
+  EXPECT_EQ(error, "path must be a string");
+}
+
+}  // namespace
+}  // namespace kvroute::config
