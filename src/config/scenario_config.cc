@@ -82,7 +82,7 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
   if (!n.IsMap()) n.Fail("must be a mapping");
   n.CheckKeys({"type", "endpoint", "num_groups", "num_prompts_per_group", "system_prompt_len",
                "question_len", "output_len", "max_turns", "think_time_s", "input_len", "path",
-               "time_scale", "prefix_len"});
+               "time_scale", "prefix_len", "adapters"});
   w->kind = n.Require("type").Enum<workload::WorkloadKind>(
       "type", {{"shared-prefix", workload::WorkloadKind::kSharedPrefix},
                {"multi-turn", workload::WorkloadKind::kMultiTurn},
@@ -108,6 +108,16 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
   OptNumber(n, "think_time_s", &w->think_time_s);
   OptNumber(n, "time_scale", &w->time_scale);
   OptInt(n, "prefix_len", &w->prefix_len);
+  if (ConfigNode a = n.Get("adapters")) {
+    if (!a.IsMap()) a.Fail("must be a mapping of count, zipf, share");
+    a.CheckKeys({"count", "zipf", "share"});
+    workload::AdapterPopulation& p = w->adapters;
+    p.count = static_cast<int32_t>(a.Require("count").Int(1, 1 << 20));
+    OptNumber(a, "zipf", &p.zipf);
+    OptNumber(a, "share", &p.share);
+    if (!(p.zipf >= 0) || !std::isfinite(p.zipf)) a.Get("zipf").Fail("must be >= 0");
+    if (!(p.share >= 0 && p.share <= 1)) a.Get("share").Fail("must be between 0 and 1");
+  }
   if (w->kind == workload::WorkloadKind::kTrace) {
     const ConfigNode path = n.Get("path");
     if (!path) path.Fail("required for a trace workload");
@@ -176,7 +186,7 @@ void ParseArrivals(const ConfigNode& n, workload::ArrivalSpec* a, bool trace) {
 constexpr std::string_view kGroupKeys[] = {
     "replicas",     "region",       "zone",         "engine_preset",          "kv_blocks",
     "max_num_seqs", "max_num_batched_tokens",       "max_model_len",          "network_delay_s",
-    "role"};
+    "role",         "lora"};
 
 // The group knobs present in `n` onto `g` (a fleet group, or the flat form's defaults).
 void ParseGroupKnobs(const ConfigNode& n, FleetGroup* g) {
@@ -209,6 +219,22 @@ void ParseGroupKnobs(const ConfigNode& n, FleetGroup* g) {
   OptInt(n, "max_num_batched_tokens", &g->max_num_batched_tokens, 0);
   OptInt(n, "max_model_len", &g->max_model_len, 0);
   OptNumber(n, "network_delay_s", &g->network_delay_s);
+  if (ConfigNode l = n.Get("lora")) {
+    if (!l.IsMap()) l.Fail("must be a mapping of max_loras, max_cpu_loras, load_s");
+    l.CheckKeys({"max_loras", "max_cpu_loras", "load_s"});
+    g->lora.enabled = true;
+    if (ConfigNode v = l.Get("max_loras")) g->lora.max_loras = static_cast<int>(v.Int(1, 1024));
+    if (ConfigNode v = l.Get("max_cpu_loras")) {
+      g->lora.max_cpu_loras = static_cast<int>(v.Int(1, 1 << 20));
+    }
+    OptNumber(l, "load_s", &g->lora.load_s);
+    if (!(g->lora.load_s >= 0) || !std::isfinite(g->lora.load_s)) {
+      l.Get("load_s").Fail("must be >= 0 (seconds)");
+    }
+    if (g->lora.max_cpu_loras != 0 && g->lora.max_cpu_loras < g->lora.max_loras) {
+      l.Get("max_cpu_loras").Fail("must be >= max_loras (" + std::to_string(g->lora.max_loras) + ")");
+    }
+  }
   if (g->kv_blocks == 1) n.Get("kv_blocks").Fail("must be 0 (the preset's) or >= 2 (got 1)");
   if (!(g->network_delay_s >= 0)) n.Get("network_delay_s").Fail("must be >= 0");
 }
@@ -480,6 +506,7 @@ engine::EngineConfig FleetGroup::EngineConfigFor() const {
   // Requests run to max_tokens (clients send ignore_eos), so outputs match the workload.
   c.fixed_output_tokens = 0;
   c.mean_output_tokens = 0.0;
+  c.lora = lora;
   return c;
 }
 

@@ -16,6 +16,10 @@
 //     output_len: {mixture: [{weight: 0.8, value: 50}, {weight: 0.2, mean: 2000, ...}]}
 //     # multi-turn: max_turns, think_time_s; random: input_len;
 //     # trace: path (relative to this file), time_scale, prefix_len
+//     adapters: {count: 16, zipf: 1.1, share: 0.8}  # LoRA: `share` of the requests name
+//                                    #   an adapter adapter-0..count-1, drawn with Zipf
+//                                    #   exponent `zipf` (adapter-0 the most popular; 0:
+//                                    #   uniform); seeded per request id
 //   arrivals:
 //     process: poisson               # poisson | gamma | constant
 //     burstiness: 1                  # gamma shape
@@ -29,6 +33,10 @@
 //     max_num_seqs: 256              # and max_num_batched_tokens, max_model_len
 //     scrape_interval_s: 0.05
 //     network_delay_s: 0.0005        # router <-> replica, each way (request, every token)
+//     lora: {max_loras: 2, max_cpu_loras: 4, load_s: 0.05}  # serve LoRA adapters
+//                                    #   (engine::LoraConfig; absent: adapters are only
+//                                    #   prefix-cache keys); a fleet with requests naming
+//                                    #   adapters should set it on every group
 //     # or several regions: groups of replicas, each with every knob above but
 //     # scrape_interval_s (fleet-wide); knobs set next to `groups` are their defaults
 //     role: prefill-decode           # P/D role, the endpoint label llm-d.ai/role: prefill |
@@ -171,6 +179,8 @@ struct FleetGroup {
   // Router <-> replica, each way: a request reaches the replica this much after the pick,
   // and every token (first, streamed, last) reaches the router this much after its step.
   double network_delay_s = 0.0005;
+  // `lora:` (enabled when present): max_loras, max_cpu_loras, load_s.
+  engine::LoraConfig lora;
 
   // The engine configuration of every replica (preset + overrides). The preset must exist.
   engine::EngineConfig EngineConfigFor() const;

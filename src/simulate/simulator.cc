@@ -151,6 +151,8 @@ struct Replica {
   double busy_s = 0.0;  // virtual seconds of steps run (per-role utilisation)
   double kv_sum = 0.0;  // KV usage summed over scrapes (its mean, per role)
   int64_t past_released = 0, past_expired = 0;  // P/D holds of replaced engines
+  int64_t past_lora_loads = 0, past_lora_evictions = 0;  // LoRA, of replaced engines
+  std::vector<bool> adapters_seen;  // LoRA: adapters whose requests reached it
 };
 
 // A KV pull in progress: when it completes, the prefill replica's hold on `id` ends.
@@ -181,6 +183,10 @@ class Simulation {
         fleet_(s.fleet.replicas) {
     const engine::EngineConfig config = s.fleet.EngineConfigFor();
     model_ = config.model_name;
+    adapter_names_.reserve(static_cast<size_t>(std::max(0, s.workload.adapters.count)));
+    for (int32_t k = 0; k < s.workload.adapters.count; ++k) {
+      adapter_names_.push_back(workload::AdapterName(k));
+    }
     kv_events_ = s.kv_events.enabled;
     pd_report_ = s.HasRoles();
     replicas_.reserve(static_cast<size_t>(s.fleet.replicas));
@@ -323,6 +329,24 @@ class Simulation {
       t.prefix_hits_tokens += s.prefix_hits_tokens + r.past_hits;
       t.preemptions += s.preemptions + r.past_preemptions;
     }
+    return t;
+  }
+
+  // LoRA totals over the fleet (engines replaced by restarts included).
+  struct LoraTotals {
+    int64_t loads = 0, evictions = 0;
+    double adapters_per_replica = 0.0;  // distinct adapters served, mean over replicas
+  };
+  LoraTotals lora_totals() const {
+    LoraTotals t;
+    int64_t seen = 0;
+    for (const Replica& r : replicas_) {
+      const engine::EngineStats st = r.engine.Stats();
+      t.loads += st.lora_loads + r.past_lora_loads;
+      t.evictions += st.lora_evictions + r.past_lora_evictions;
+      seen += std::count(r.adapters_seen.begin(), r.adapters_seen.end(), true);
+    }
+    if (!replicas_.empty()) t.adapters_per_replica = static_cast<double>(seen) / replicas_.size();
     return t;
   }
 
@@ -535,7 +559,7 @@ class Simulation {
     fr.bytes = static_cast<uint64_t>(l.spec.prompt_tokens) * engine::kBytesPerToken;
     Render(l.spec);
     sched::SchedRequest req;
-    req.model = model_;
+    req.model = ModelOf(l);
     req.prompt = text_;
     const flow::AdmitResult admitted =
         gate_->Admit(fr, std::make_shared<Waiter>(this, s), req);
@@ -636,7 +660,7 @@ class Simulation {
     l.admitted_cached = -1;
     if (pick.ok() && pick.dispatched) ++kv_totals_.picks;
     Tap(l.core, CoreCall::Kind::kPick, t, [&](CoreCall& c) {
-      c.model = model_;
+      c.model = ModelOf(l);
       c.prompt = text_;
       c.max_tokens = pr.request.max_tokens;
       c.prompt_tokens = pr.request.prompt_tokens;
@@ -679,7 +703,7 @@ class Simulation {
 
   // The request as the core's scheduler sees it (text_ holds its rendered prompt).
   void FillSchedRequest(Live& l, sched::SchedRequest* req) {
-    req->model = model_;
+    req->model = ModelOf(l);
     req->prompt = text_;
     req->max_tokens = l.spec.max_tokens;
     req->prompt_tokens = l.prompt_tokens;
@@ -710,6 +734,7 @@ class Simulation {
     engine::EngineRequest er;
     er.id = l.spec.id;
     er.prompt_tokens = l.tokens;  // a copy: the decode leg sends them again
+    SetAdapter(l, r, &er);
     er.max_tokens = 1;
     er.arrival_s = t;
     er.kv_hold_s = sc_.pd.kv_lease_s;
@@ -801,7 +826,7 @@ class Simulation {
       routing::PickResult alt;
       const bool picked = Core(l).PickPrefill(req, l.ranked[0], l.prefill_tried, alt);
       Tap(l.core, CoreCall::Kind::kPickPrefill, t, [&](CoreCall& c) {
-        c.model = model_;
+        c.model = ModelOf(l);
         c.prompt = text_;
         c.max_tokens = req.max_tokens;
         c.prompt_tokens = req.prompt_tokens;
@@ -949,6 +974,7 @@ class Simulation {
     engine::EngineRequest er;
     er.id = l.spec.id;
     er.prompt_tokens = std::move(l.tokens);
+    SetAdapter(l, r, &er);
     er.max_tokens = static_cast<int>(l.spec.max_tokens);
     er.arrival_s = t;
     if (l.pull) {
@@ -1222,6 +1248,8 @@ class Simulation {
         r.past_preemptions += st.preemptions;
         r.past_released += st.kv_holds_released;
         r.past_expired += st.kv_holds_expired;
+        r.past_lora_loads += st.lora_loads;
+        r.past_lora_evictions += st.lora_evictions;
         // A step in flight still ends (its outputs are ignored: nothing is on it now).
         // The new engine hashes with another seed (vLLM without PYTHONHASHSEED) and its
         // publisher numbers batches from 0 again.
@@ -1276,6 +1304,7 @@ class Simulation {
         m.engines = 1;
         m.present = F::kRunning | F::kWaiting | F::kKvUsage | F::kPrefixQueries |
                     F::kPrefixHits | F::kPreemptions | F::kBlockSize | F::kNumGpuBlocks;
+        if (replicas_[i].config.lora.enabled) FillLora(replicas_[i], &m);
       }
       for (size_t k = 0; k < cores_.size(); ++k) {
         cores_[k]->OnScrape(static_cast<uint32_t>(i), r, t);
@@ -1294,6 +1323,44 @@ class Simulation {
   }
 
   routing::RoutingCore& Core(const Live& l) { return *cores_[l.core]; }
+
+  // LoRA: the model a request names (its adapter's name, else the base model's), as a
+  // client sends it and the router reads it.
+  std::string_view ModelOf(const Live& l) const {
+    return l.spec.adapter >= 0 ? std::string_view(adapter_names_[static_cast<size_t>(l.spec.adapter)])
+                               : std::string_view(model_);
+  }
+  // The engine request names the adapter; the replica remembers it served it.
+  void SetAdapter(const Live& l, Replica& r, engine::EngineRequest* er) {
+    if (l.spec.adapter < 0) return;
+    const auto k = static_cast<size_t>(l.spec.adapter);
+    er->lora_name = adapter_names_[k];
+    if (r.adapters_seen.size() <= k) r.adapters_seen.resize(adapter_names_.size());
+    r.adapters_seen[k] = true;
+  }
+
+  // LoRA: what a scrape of vllm:lora_requests_info gives (its newest series: max_lora and
+  // the adapters with running and with waiting requests), as the metrics parser fills it.
+  void FillLora(const Replica& r, metrics::EngineMetrics* m) {
+    using F = metrics::EngineMetrics;
+    r.engine.LoraActivity(&lora_running_, &lora_waiting_);
+    m->max_lora = r.config.lora.max_loras;
+    m->lora_truncated = false;
+    auto fill = [&](const std::vector<std::string>& names, std::array<uint64_t, F::kMaxLoraListed>* keys,
+                    uint8_t* n) {
+      *n = 0;
+      for (const std::string& name : names) {
+        if (*n == F::kMaxLoraListed) {
+          m->lora_truncated = true;
+          break;
+        }
+        (*keys)[(*n)++] = metrics::AdapterKey(name);
+      }
+    };
+    fill(lora_running_, &m->running_loras, &m->n_running_loras);
+    fill(lora_waiting_, &m->waiting_loras, &m->n_waiting_loras);
+    m->present |= F::kLora;
+  }
 
   // The events replica `ri`'s engine recorded during the step that just ended: one batch
   // (when there are any), numbered by its publisher and sent to every router replica,
@@ -1370,6 +1437,8 @@ class Simulation {
   workload::RequestSpec next_;
   bool generator_done_ = false;
   std::string model_;
+  std::vector<std::string> adapter_names_;  // LoRA: workload::AdapterName(k)
+  std::vector<std::string> lora_running_, lora_waiting_;  // FillLora's scratch
   std::vector<Replica> replicas_;
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
   uint64_t seq_ = 0;
@@ -1707,6 +1776,13 @@ SimulationResult RunSimulationWith(const config::Scenario& requested,
       rep.latency_tpot_mape = lat.tpot_errors.Mape();
       rep.latency_tpot_mae_s = lat.tpot_errors.abs_s / static_cast<double>(lat.tpot_errors.n);
     }
+  }
+  if (scenario.workload.adapters.count > 0) {
+    const auto lora = sim.lora_totals();
+    rep.lora_reported = true;
+    rep.lora_loads = lora.loads;
+    rep.lora_evictions = lora.evictions;
+    rep.lora_adapters_per_replica = lora.adapters_per_replica;
   }
   if (scenario.kv_events.enabled || scenario.router_replicas > 1) {
     const auto kv = sim.kv_totals();

@@ -167,7 +167,8 @@ TEST(FleetConfigTest, ErrorsNameFileLineAndField) {
             "enable_prompt_tokens_details, hash_seed, output_seed, max_body_bytes, step, labels, faults, kv_events_port, "
             "kv_events_replay_port, kv_events_format, kv_events_hash, kv_events_topic, "
             "kv_events_connect, kv_lease, kv_bytes_per_token, kv_transfer_bandwidth, "
-            "kv_min_pull_tokens, kv_load_failure_policy, kv_engine_id)");
+            "kv_min_pull_tokens, kv_load_failure_policy, kv_engine_id, enable_lora, max_loras, "
+            "max_cpu_loras, lora_load_s, lora_modules)");
   EXPECT_EQ(ErrorOf("defaults:\n  kv_blocks: 1\n  kv_blocks: 2\n"),
             "f.yaml:3: defaults.kv_blocks: duplicate key 'kv_blocks'");
   // YAML syntax.

@@ -334,7 +334,7 @@ TEST(ScenarioConfigTest, FleetGroupAndRouterErrorsNameFileLineAndField) {
       {"fleet:\n  groups: [{replicas: 2, scrape_interval_s: 1}]\n",
        "test.yaml:4: fleet.groups[0].scrape_interval_s: unknown key 'scrape_interval_s' "
        "(known: replicas, region, zone, engine_preset, kv_blocks, max_num_seqs, "
-       "max_num_batched_tokens, max_model_len, network_delay_s, role)"},
+       "max_num_batched_tokens, max_model_len, network_delay_s, role, lora)"},
       {"fleet: {groups: [{replicas: 2}]}\nfaults: [{replica: 2, kind: crash}]\n",
        "test.yaml:4: faults[0].replica: must be <= 1 (got 2)"},
   };
@@ -479,6 +479,49 @@ TEST(ScenarioConfigTest, RolesAndPdErrorsNameFileLineAndField) {
       {"pd: 8\n", "test.yaml:3: pd: must be a mapping"},
   };
   for (const auto& [rest, error] : cases) EXPECT_EQ(ErrorOf(head + rest), error) << rest;
+}
+
+}  // namespace
+}  // namespace kvroute::config
+
+namespace kvroute::config {
+namespace {
+
+TEST(ScenarioLoraTest, GroupsTakeALoraBlockAndTheWorkloadAnAdapterPopulation) {
+  Scenario s = MustParse(R"(
+workload:
+  type: random
+  adapters: {count: 16, zipf: 1.1, share: 0.8}
+arrivals: {rate: 1, num_requests: 1}
+fleet:
+  groups:
+    - {replicas: 2, lora: {max_loras: 2, max_cpu_loras: 4, load_s: 0.05}}
+    - {replicas: 1}
+)");
+  EXPECT_EQ(s.workload.adapters.count, 16);
+  EXPECT_DOUBLE_EQ(s.workload.adapters.zipf, 1.1);
+  EXPECT_DOUBLE_EQ(s.workload.adapters.share, 0.8);
+  const std::vector<FleetGroup> groups = s.fleet.Groups();
+  ASSERT_EQ(groups.size(), 2u);
+  const engine::EngineConfig c = groups[0].EngineConfigFor();
+  EXPECT_TRUE(c.lora.enabled);
+  EXPECT_EQ(c.lora.max_loras, 2);
+  EXPECT_EQ(c.lora.max_cpu_loras, 4);
+  EXPECT_DOUBLE_EQ(c.lora.load_s, 0.05);
+  EXPECT_FALSE(groups[1].EngineConfigFor().lora.enabled);
+}
+
+TEST(ScenarioLoraTest, BadLoraSettingsAreNamed) {
+  EXPECT_EQ(ErrorOf("workload:\n  type: random\n  adapters: {count: 4, share: 2}\n"
+                    "arrivals: {rate: 1, num_requests: 1}\n"),
+            "test.yaml:3: workload.adapters.share: must be between 0 and 1");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
+                    "  lora: {max_loras: 4, max_cpu_loras: 2}\n"),
+            "test.yaml:4: fleet.lora.max_cpu_loras: must be >= max_loras (4)");
+  EXPECT_EQ(ErrorOf("workload: {type: random}\narrivals: {rate: 1, num_requests: 1}\nfleet:\n"
+                    "  lora: {max_lora: 4}\n"),
+            "test.yaml:4: fleet.lora.max_lora: unknown key 'max_lora' (did you mean "
+            "'max_loras'?)");
 }
 
 }  // namespace

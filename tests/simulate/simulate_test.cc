@@ -3,6 +3,7 @@
 #include <map>
 
 #include "config/scenario_config.h"
+#include "core/metrics/engine_metrics.h"
 #include "core/sched/dynamo_cost.h"
 #include "simulate/simulator.h"
 #include "testdata.h"
@@ -282,6 +283,60 @@ TEST(SimulateTest, OracleBoundsTheAchievedHitRateOnTheExampleTrace) {
     EXPECT_LE(r.report.request_cached_fraction, oracle + 1e-12) << policy;
     EXPECT_GT(r.report.request_cached_fraction, 0.0) << policy;
   }
+}
+
+}  // namespace
+}  // namespace kvroute::simulate
+
+namespace kvroute::simulate {
+namespace {
+
+// LoRA: 2 replicas that run one adapter per batch, 3 adapters named by every request.
+const char* kLora = R"(
+seed: 5
+workload:
+  type: random
+  input_len: 200
+  output_len: 40
+  adapters: {count: 3, zipf: 1.0, share: 1.0}
+arrivals: {process: poisson, rate: 40, num_requests: 200}
+fleet:
+  replicas: 2
+  lora: {max_loras: 1, max_cpu_loras: 2, load_s: 0.05}
+)";
+
+TEST(SimulateLoraTest, ScrapesCarryTheEnginesAdaptersAndPicksNameThem) {
+  Scenario s = MustParse(kLora);
+  int lora_scrapes = 0, with_running = 0, with_waiting = 0;
+  std::map<std::string, int> models;
+  const uint64_t keys[] = {metrics::AdapterKey("adapter-0"), metrics::AdapterKey("adapter-1"),
+                           metrics::AdapterKey("adapter-2")};
+  auto known = [&](uint64_t k) { return k == keys[0] || k == keys[1] || k == keys[2]; };
+  const SimulationResult r = RunSimulationWith(
+      s, SimulationCoreOptions(s, "round-robin"), "round-robin", -1, {}, [&](const CoreCall& c) {
+        if (c.kind == CoreCall::Kind::kPick) ++models[c.model];
+        if (c.kind != CoreCall::Kind::kScrape || !c.scrape.ok) return;
+        const metrics::EngineMetrics& m = c.scrape.metrics;
+        ASSERT_TRUE(m.Has(metrics::EngineMetrics::kLora));
+        ++lora_scrapes;
+        EXPECT_EQ(m.max_lora, 1);
+        EXPECT_LE(m.n_running_loras, 1);  // the batch rule: one adapter runs at a time
+        EXPECT_FALSE(m.lora_truncated);
+        for (int i = 0; i < m.n_running_loras; ++i) EXPECT_TRUE(known(m.running_loras[i]));
+        for (int i = 0; i < m.n_waiting_loras; ++i) EXPECT_TRUE(known(m.waiting_loras[i]));
+        with_running += m.n_running_loras > 0;
+        with_waiting += m.n_waiting_loras > 0;
+      });
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.report.succeeded, 200);
+  EXPECT_GT(lora_scrapes, 0);
+  EXPECT_GT(with_running, 0);
+  EXPECT_GT(with_waiting, 0);
+  EXPECT_EQ(models.size(), 3u);  // every request names an adapter
+  EXPECT_GT(models["adapter-0"], models["adapter-2"]);
+  EXPECT_TRUE(r.report.lora_reported);
+  EXPECT_GE(r.report.lora_loads, 3);
+  EXPECT_DOUBLE_EQ(r.report.lora_adapters_per_replica, 3.0);  // round-robin spreads them
 }
 
 }  // namespace

@@ -267,6 +267,11 @@ struct PolicyReport {
   double latency_tpot_mape = -1;
   double latency_ttft_mae_s = -1;  // mean |predicted - observed|, seconds; -1 none scored
   double latency_tpot_mae_s = -1;
+  // LoRA adapters (simulate with workload.adapters); written only when lora_reported.
+  bool lora_reported = false;
+  int64_t lora_loads = 0;      // adapter loads over the fleet (each cost the group's load_s)
+  int64_t lora_evictions = 0;  // adapters the full caches dropped (LRU)
+  double lora_adapters_per_replica = 0.0;  // distinct adapters a replica served, mean
   // P/D (simulate with fleet roles); written only when pd_reported.
   bool pd_reported = false;
   PdReport pd;

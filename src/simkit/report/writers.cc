@@ -265,6 +265,14 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.FieldOrNull("tpot_mae_s", p.latency_tpot_mae_s);
     w.Close('}');
     if (p.pd_reported) WritePd(w, p.pd);
+    if (p.lora_reported) {
+      w.Key("lora");
+      w.Open('{');
+      w.FieldInt("loads", p.lora_loads);
+      w.FieldInt("evictions", p.lora_evictions);
+      w.Field("adapters_per_replica", p.lora_adapters_per_replica);
+      w.Close('}');
+    }
     if (p.kv_events_reported) {
       w.Key("kv_events");
       w.Open('{');
@@ -344,6 +352,14 @@ std::string ReportMarkdown(const ReportMeta& meta, std::span<const PolicyReport>
     }
   }
   if (!kv.empty()) out += "\nKV events:" + kv + ".\n";
+  std::string lora;
+  for (const PolicyReport& p : policies) {
+    if (!p.lora_reported) continue;
+    lora += fmt::format("{} {}: {} adapter loads, {} evictions, {:.1f} adapters per replica",
+                        lora.empty() ? "" : ";", p.policy, p.lora_loads, p.lora_evictions,
+                        p.lora_adapters_per_replica);
+  }
+  if (!lora.empty()) out += "\nLoRA:" + lora + ".\n";
   std::string lat;
   for (const PolicyReport& p : policies) {
     if (p.latency_ttft_scored == 0 && p.latency_tpot_scored == 0) continue;

@@ -1,6 +1,8 @@
 #include "simkit/workload/workload.h"
 
+#include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <utility>
 
 namespace kvroute::workload {
@@ -14,6 +16,7 @@ enum KeyKind : uint64_t {
   kRandomKey = 4,
   kTracePrefixKey = 5,
   kTraceBodyKey = 6,
+  kAdapterKey = 7,
 };
 
 uint64_t SegmentKey(uint64_t seed, KeyKind kind, uint64_t index) {
@@ -189,6 +192,35 @@ RequestGenerator::RequestGenerator(const WorkloadSpec& spec, const ArrivalSpec& 
     conversations_.resize(total);
     for (int64_t c = 0; c < total; ++c) conversations_[c].group = c % spec_.num_groups;
   }
+  if (spec_.adapters.count > 0 && spec_.adapters.share > 0) {
+    adapter_cdf_.resize(static_cast<size_t>(spec_.adapters.count));
+    double sum = 0.0;
+    for (int32_t k = 0; k < spec_.adapters.count; ++k) {
+      sum += 1.0 / std::pow(static_cast<double>(k + 1), spec_.adapters.zipf);
+      adapter_cdf_[static_cast<size_t>(k)] = sum;
+    }
+    for (double& c : adapter_cdf_) c /= sum;
+    adapter_cdf_.back() = 1.0;
+  }
+}
+
+std::string AdapterName(int32_t k) { return "adapter-" + std::to_string(k); }
+
+bool RequestGenerator::Next(RequestSpec* out) {
+  if (!NextRequest(out)) return false;
+  out->adapter = -1;
+  if (adapter_cdf_.empty()) return true;
+  const uint64_t key = out->conversation_id >= 0 ? static_cast<uint64_t>(out->conversation_id)
+                                                 : out->id;
+  const uint64_t base = MixKey(MixKey(seed_, kAdapterKey), key);
+  const double u_share = static_cast<double>(Mix64(base) >> 11) * 0x1.0p-53;
+  if (u_share >= spec_.adapters.share) return true;
+  const double u_pick = static_cast<double>(Mix64(base ^ 0xada97e5ULL) >> 11) * 0x1.0p-53;
+  const auto it = std::upper_bound(adapter_cdf_.begin(), adapter_cdf_.end(), u_pick);
+  out->adapter = static_cast<int32_t>(
+      std::min<std::ptrdiff_t>(it - adapter_cdf_.begin(),
+                               static_cast<std::ptrdiff_t>(adapter_cdf_.size()) - 1));
+  return true;
 }
 
 void RequestGenerator::ShufflePrompts() {
@@ -196,7 +228,7 @@ void RequestGenerator::ShufflePrompts() {
   order_pos_ = 0;
 }
 
-bool RequestGenerator::Next(RequestSpec* out) {
+bool RequestGenerator::NextRequest(RequestSpec* out) {
   RequestSpec& r = *out;
   r.segments.clear();
   r.group_id = -1;

@@ -59,7 +59,25 @@ struct RequestSpec {
   // request's output). A driver sends at max(arrival_s, finish + think_time_s).
   int64_t after_request = -1;
   double think_time_s = 0.0;
+  // LoRA: the adapter the request names as its model (AdapterName(adapter)); -1 for the
+  // base model.
+  int32_t adapter = -1;
 };
+
+// A population of LoRA adapters the requests name (WorkloadSpec::adapters). Each request
+// names one with probability `share`, adapter k (0-based) with probability proportional
+// to 1 / (k+1)^zipf (0: uniform). The draw is a pure function of (seed, key): the key is
+// the conversation id in a multi-turn workload (every turn of a conversation keeps its
+// adapter, so its history stays cacheable under it), else the request id; so it never
+// shifts the workload's other draws.
+struct AdapterPopulation {
+  int32_t count = 0;  // 0: no adapters
+  double zipf = 1.0;
+  double share = 1.0;
+};
+
+// "adapter-<k>".
+std::string AdapterName(int32_t k);
 
 enum class WorkloadKind { kSharedPrefix, kMultiTurn, kRandom, kTrace };
 
@@ -80,6 +98,7 @@ struct WorkloadSpec {
   double think_time_s = 0.0;
   // random: prompt length per request (output_len as above).
   LengthDist input_len = LengthDist::Fixed(128);
+  AdapterPopulation adapters;
   // trace replay: rows (see trace.h); arrivals come from the trace, scaled by
   // time_scale (2 = twice as fast); requests in the same prefix group share their first
   // min(prefix_len, ContextTokens) tokens (row's PrefixTokens when present).
@@ -142,6 +161,7 @@ class RequestGenerator {
     std::vector<Segment> history;
   };
   void ShufflePrompts();
+  bool NextRequest(RequestSpec* out);
 
   WorkloadSpec spec_;
   ArrivalSpec arrival_spec_;
@@ -156,6 +176,7 @@ class RequestGenerator {
   std::vector<Conversation> conversations_;
   int64_t next_conversation_id_ = 0;
   size_t trace_pos_ = 0;
+  std::vector<double> adapter_cdf_;  // cumulative Zipf weights, normalised, last = 1
 };
 
 }  // namespace kvroute::workload

@@ -330,3 +330,65 @@ TEST(OracleTest, BlockGranularLongestPrefix) {
 
 }  // namespace
 }  // namespace kvroute::workload
+
+namespace kvroute::workload {
+namespace {
+
+WorkloadSpec AdapterWorkload(double share, double zipf) {
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kRandom;
+  w.input_len = LengthDist::Fixed(8);
+  w.output_len = LengthDist::Fixed(4);
+  w.adapters = {4, zipf, share};
+  return w;
+}
+
+TEST(WorkloadAdapterTest, ShareAndZipfSkewAreHonouredDeterministically) {
+  const std::vector<RequestSpec> a = Generate(AdapterWorkload(0.8, 1.0), Constant(100, 20000), 7);
+  const std::vector<RequestSpec> b = Generate(AdapterWorkload(0.8, 1.0), Constant(100, 20000), 7);
+  std::map<int32_t, int> counts;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].adapter, b[i].adapter);
+    ++counts[a[i].adapter];
+  }
+  EXPECT_NEAR(counts[-1] / 20000.0, 0.2, 0.01);
+  // Zipf 1 over 4: weights 1, 1/2, 1/3, 1/4 (sum 25/12) of the 80%.
+  const double named = 20000.0 * 0.8;
+  EXPECT_NEAR(counts[0] / named, 12.0 / 25, 0.015);
+  EXPECT_NEAR(counts[1] / named, 6.0 / 25, 0.015);
+  EXPECT_NEAR(counts[2] / named, 4.0 / 25, 0.015);
+  EXPECT_NEAR(counts[3] / named, 3.0 / 25, 0.015);
+  EXPECT_EQ(AdapterName(3), "adapter-3");
+}
+
+TEST(WorkloadAdapterTest, AdaptersDoNotShiftTheOtherDraws) {
+  WorkloadSpec plain = AdapterWorkload(0.0, 1.0);
+  plain.adapters.count = 0;
+  const std::vector<RequestSpec> with = Generate(AdapterWorkload(1.0, 0.0), Constant(10, 50), 3);
+  const std::vector<RequestSpec> without = Generate(plain, Constant(10, 50), 3);
+  ASSERT_EQ(with.size(), without.size());
+  for (size_t i = 0; i < with.size(); ++i) {
+    EXPECT_GE(with[i].adapter, 0);
+    EXPECT_EQ(without[i].adapter, -1);
+    EXPECT_EQ(with[i].arrival_s, without[i].arrival_s);
+    EXPECT_EQ(with[i].segments[0].key, without[i].segments[0].key);
+  }
+}
+
+TEST(WorkloadAdapterTest, EveryTurnOfAConversationKeepsItsAdapter) {
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kMultiTurn;
+  w.num_groups = 2;
+  w.num_prompts_per_group = 3;
+  w.max_turns = 4;
+  w.adapters = {8, 1.0, 0.5};
+  std::map<int64_t, int32_t> by_conversation;
+  for (const RequestSpec& r : Generate(w, Constant(10, 100), 5)) {
+    auto [it, inserted] = by_conversation.emplace(r.conversation_id, r.adapter);
+    EXPECT_EQ(it->second, r.adapter) << "conversation " << r.conversation_id;
+  }
+  EXPECT_GT(by_conversation.size(), 6u);
+}
+
+}  // namespace
+}  // namespace kvroute::workload
