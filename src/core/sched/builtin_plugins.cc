@@ -188,6 +188,18 @@ void LoraAffinityScorer::Score(const PickContext& ctx, std::span<const uint32_t>
   }
 }
 
+void LoraAffinityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) {
+  const uint64_t adapter =
+      AdapterRequestKey(ctx.request->model, ctx.endpoints, ctx.now_s, p_.stale_after_s);
+  if (adapter == 0) return;
+  auto batchable = [&](uint32_t pos) {
+    const EndpointState& e = ctx.endpoints[pos];
+    return LoraKnown(e, ctx.now_s, p_.stale_after_s) && LoraAffinity(e.engine, adapter) > 0.0;
+  };
+  if (std::none_of(candidates.begin(), candidates.end(), batchable)) return;
+  std::erase_if(candidates, [&](uint32_t pos) { return !batchable(pos); });
+}
+
 void LoadAwareScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
                             std::span<double> out) {
   for (size_t i = 0; i < candidates.size(); ++i) {

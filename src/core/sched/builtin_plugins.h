@@ -161,6 +161,21 @@ class LoraAffinityScorer : public Scorer {
   Params p_;
 };
 
+// For a request naming a LoRA adapter (AdapterRequestKey): keeps the endpoints where it can
+// be batched without waiting for another adapter's requests to finish: the adapter runs or
+// waits there, or the engine has room to load it (LoraAffinity > 0; unknown LoRA state
+// counts as neither). When no candidate qualifies it keeps them all (load decides), and a
+// base-model request is never filtered. A scorer alone lets load outweigh "no room", and a
+// request sent where max_loras is reached waits behind requests that may run for minutes.
+class LoraAffinityFilter : public Filter {
+ public:
+  explicit LoraAffinityFilter(const LoraAffinityScorer::Params& p) : p_(p) {}
+  void Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) override;
+
+ private:
+  LoraAffinityScorer::Params p_;
+};
+
 // 0.5 * (1 - waiting / threshold), 0 at or above the threshold.
 class LoadAwareScorer : public Scorer {
  public:

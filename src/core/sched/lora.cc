@@ -37,7 +37,15 @@ uint64_t AdapterRequestKey(std::string_view model, std::span<const EndpointState
 
 double LoraAffinity(const metrics::EngineMetrics& m, uint64_t adapter) {
   if (Listed(m.running_loras, m.n_running_loras, adapter)) return 1.0;
-  if (!m.lora_truncated && m.n_running_loras + m.n_waiting_loras < m.max_lora) return 0.8;
+  if (!m.lora_truncated) {
+    // Distinct adapters: one listed as both running and waiting (a request of it queued
+    // behind its running ones) takes one slot of the batch, not two.
+    int64_t distinct = m.n_running_loras;
+    for (uint8_t i = 0; i < m.n_waiting_loras; ++i) {
+      if (!Listed(m.running_loras, m.n_running_loras, m.waiting_loras[i])) ++distinct;
+    }
+    if (distinct < m.max_lora) return 0.8;
+  }
   if (Listed(m.waiting_loras, m.n_waiting_loras, adapter)) return 0.6;
   return 0.0;
 }

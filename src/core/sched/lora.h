@@ -32,7 +32,8 @@ uint64_t AdapterRequestKey(std::string_view model, std::span<const EndpointState
 
 // llm-d's lora-affinity rule for an endpoint whose LoRA state is known, `adapter` being an
 // AdapterKey: 1.0 when the adapter has running requests there; else 0.8 when the engine has
-// room to load another (running + waiting adapters < max_lora); else 0.6 when it has
+// room to load another (distinct running and waiting adapters < max_lora: an adapter in
+// both lists takes one batch slot; llm-d adds the two lists' lengths); else 0.6 when it has
 // waiting requests there; else 0. With truncated lists (more adapters than
 // EngineMetrics::kMaxLoraListed) an adapter not found may still be there and the room is
 // unknown: neither counts.

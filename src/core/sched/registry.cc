@@ -113,6 +113,14 @@ void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
                     q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
                     return std::make_unique<LoraAffinityScorer>(q);
                   }});
+  defs.push_back({"lora-affinity-filter",
+                  Kind::kFilter,
+                  {{"staleAfterSeconds", 0, kInf, false}},
+                  [](const Params& p) -> std::unique_ptr<Plugin> {
+                    LoraAffinityScorer::Params q;
+                    q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
+                    return std::make_unique<LoraAffinityFilter>(q);
+                  }});
   defs.push_back({"load-aware-scorer",
                   Kind::kScorer,
                   {{"queueThreshold", 1e-9, kInf, false}},
@@ -462,20 +470,25 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
     SchedulingSpec spec =
         Profile({P("inflight-accounting"),
                  P("saturation-filter", {{"kvThreshold", 1.0}, {"staleAfterSeconds", 1.0}}),
+                 P("lora-affinity-filter"),
                  P("prefix-cache-scorer", {{"preciseEvents", 1.0}}), P("kv-cache-utilization-scorer"),
                  P("soft-load-scorer", {{"minSpread", 8.0}, {"relativeSpread", 0.25}}),
                  P("recent-load-scorer", {{"halfLifeSeconds", 30.0}, {"minSpread", 2.0}}),
                  P("lora-affinity-scorer"), P(picker)},
                 {{"saturation-filter", 1},
+                 {"lora-affinity-filter", 1},
                  {"prefix-cache-scorer", 3},
                  {"kv-cache-utilization-scorer", 2},
                  {"soft-load-scorer", 4},
                  {"recent-load-scorer", 1},
                  {"lora-affinity-scorer", 3},
                  {picker, 1}});
-    if (policy == "kvroute-lora-blind") {
-      spec.plugins.erase(spec.plugins.end() - 2);
-      spec.profiles[0].plugins.erase(spec.profiles[0].plugins.end() - 2);
+    if (policy == "kvroute-lora-blind") {  // without the LoRA filter and scorer
+      std::erase_if(spec.plugins,
+                    [](const PluginSpec& p) { return p.type.rfind("lora-affinity-", 0) == 0; });
+      std::erase_if(spec.profiles[0].plugins, [](const ProfilePluginRef& r) {
+        return r.plugin_ref.rfind("lora-affinity-", 0) == 0;
+      });
     }
     return spec;
   }

@@ -157,7 +157,8 @@ TEST(LoraAffinityScorer, BaseModelRequestIsNeutral) {
   for (double t : r.totals) EXPECT_EQ(t, 0.0);
 }
 
-// The kvroute policy carries the scorer with weight 3; kvroute-lora-blind does not.
+// The kvroute policy carries the filter and the scorer with weight 3; kvroute-lora-blind
+// neither.
 TEST(LoraAffinityScorer, InTheKvroutePolicy) {
   auto spec = PolicyAsSpec("kvroute");
   ASSERT_TRUE(spec.has_value());
@@ -168,10 +169,14 @@ TEST(LoraAffinityScorer, InTheKvroutePolicy) {
   EXPECT_EQ(weight, 3.0);
   auto blind = PolicyAsSpec("kvroute-lora-blind");
   ASSERT_TRUE(blind.has_value());
-  ASSERT_EQ(blind->plugins.size() + 1, spec->plugins.size());
-  for (const PluginSpec& p : blind->plugins) EXPECT_NE(p.type, "lora-affinity-scorer");
+  ASSERT_EQ(blind->plugins.size() + 2, spec->plugins.size());
+  for (const PluginSpec& p : blind->plugins) {
+    EXPECT_NE(p.type, "lora-affinity-scorer");
+    EXPECT_NE(p.type, "lora-affinity-filter");
+  }
   for (const ProfilePluginRef& ref : blind->profiles[0].plugins) {
     EXPECT_NE(ref.plugin_ref, "lora-affinity-scorer");
+    EXPECT_NE(ref.plugin_ref, "lora-affinity-filter");
   }
   EXPECT_TRUE(MustBuildPolicy("kvroute-lora-blind") != nullptr);
 }
@@ -202,6 +207,39 @@ TEST(LoraAffinityScorer, KvroutePicks) {
   eps[0].running = 30;
   eps[0].waiting = 0;
   for (int i = 0; i < 20; ++i) EXPECT_EQ(First(*s, "a", eps), 1u);
+}
+
+// Room counts distinct adapters: one running and waiting (a request of it queued behind
+// its running ones) takes one batch slot. llm-d adds the lists' lengths and would see none.
+TEST(LoraAffinity, AnAdapterBothRunningAndWaitingTakesOneSlot) {
+  auto eps = MakeEndpoints(1);
+  SetLora(eps[0], 2, {"b"}, {"b"});
+  EXPECT_EQ(LoraAffinity(eps[0].engine, AdapterKey("c")), 0.8);
+  SetLora(eps[0], 2, {"b"}, {"d"});
+  EXPECT_EQ(LoraAffinity(eps[0].engine, AdapterKey("c")), 0.0);
+}
+
+// The lora-affinity-filter: a new adapter never goes where max_loras is reached without it
+// while another endpoint can batch it, however much busier that one is (short of
+// saturation); kvroute-lora-blind (no filter, no scorer) sends it to the idle one.
+TEST(LoraAffinityFilter, ANewAdapterGoesWhereItCanBeBatched) {
+  auto s = MustBuildPolicy("kvroute");
+  auto blind = MustBuildPolicy("kvroute-lora-blind");
+  auto eps = MakeEndpoints(2);
+  SetLora(eps[0], 1, {"a"});  // full: one adapter per batch, a runs
+  SetLora(eps[1], 2, {"b"});  // room for one more
+  eps[1].running = 40;
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(First(*s, "c", eps), 1u) << i;
+    EXPECT_EQ(First(*blind, "c", eps), 0u) << i;
+  }
+  SetLora(eps[1], 2, {"b"}, {"c"});  // c waits there: still batchable there, not on 0
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(First(*s, "c", eps), 1u) << i;
+  SetLora(eps[1], 2, {"b"}, {"d"});  // no room anywhere: load decides
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(First(*s, "c", eps), 0u) << i;
+  // A base-model request is never filtered.
+  SetLora(eps[1], 2, {"b"});
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(First(*s, kBase, eps), 0u) << i;
 }
 
 // The approximate prefix chain is rooted in the request's model, which for an adapter
