@@ -7,6 +7,8 @@
 #include <system_error>
 #include <utility>
 
+#include "core/common/base64.h"
+
 namespace kvroute::k8s {
 
 namespace fs = std::filesystem;
@@ -95,14 +97,6 @@ const std::string& TokenSource::Current(std::string* error) {
 }
 
 std::optional<std::string> DecodeBase64(std::string_view in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
   std::string out;
   out.reserve(in.size() * 3 / 4);
   uint32_t acc = 0;
@@ -113,7 +107,7 @@ std::optional<std::string> DecodeBase64(std::string_view in) {
       ++pad;
       continue;
     }
-    int v = value(c);
+    int v = Base64DigitValue(c);
     if (v < 0 || pad > 0) return std::nullopt;  // bad character, or data after padding
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;

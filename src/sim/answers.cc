@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/api/openai.h"
+#include "core/common/base64.h"
 
 namespace kvroute::sim::answers {
 
@@ -88,31 +89,7 @@ void EmbeddingVector(std::span<const uint32_t> tokens, std::size_t dims, std::ve
   }
 }
 
-std::string Base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) |
-                       (static_cast<uint8_t>(bytes[i + 1]) << 8) | static_cast<uint8_t>(bytes[i + 2]);
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i < bytes.size()) {
-    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
-    const bool two = i + 1 < bytes.size();
-    if (two) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += two ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
+std::string Base64(std::string_view bytes) { return EncodeBase64(bytes); }
 
 std::string EmbeddingsBody(std::string_view id, int64_t created, std::string_view model_json,
                            std::span<const std::vector<uint32_t>> inputs, std::size_t dims,

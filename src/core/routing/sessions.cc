@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/common/base64.h"
+
 namespace kvroute::routing {
 
 uint64_t SessionKey(std::string_view s) {
@@ -16,45 +18,11 @@ uint64_t SessionKey(std::string_view s) {
 
 namespace {
 
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-// The value of a base64 digit, -1 for anything else.
-int DigitValue(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
-
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 }  // namespace
 
-std::string EncodeSessionToken(std::string_view address) {
-  std::string out;
-  out.reserve((address.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 3 <= address.size(); i += 3) {
-    const uint32_t v = static_cast<uint8_t>(address[i]) << 16 |
-                       static_cast<uint8_t>(address[i + 1]) << 8 | static_cast<uint8_t>(address[i + 2]);
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  const std::size_t rest = address.size() - i;
-  if (rest > 0) {
-    uint32_t v = static_cast<uint8_t>(address[i]) << 16;
-    if (rest == 2) v |= static_cast<uint8_t>(address[i + 1]) << 8;
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
+std::string EncodeSessionToken(std::string_view address) { return EncodeBase64(address); }
 
 std::optional<std::string_view> DecodeSessionToken(std::string_view token, std::span<char> buf) {
   while (!token.empty() && IsSpace(token.front())) token.remove_prefix(1);
@@ -71,7 +39,7 @@ std::optional<std::string_view> DecodeSessionToken(std::string_view token, std::
   uint32_t acc = 0;
   int bits = 0;
   for (char c : digits) {
-    const int d = DigitValue(c);
+    const int d = Base64DigitValue(c);
     if (d < 0) return std::nullopt;
     acc = (acc << 6) | static_cast<uint32_t>(d);
     bits += 6;
