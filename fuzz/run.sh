@@ -47,9 +47,12 @@ run_one() {
   # -timeout: an input taking 10 s is a hang; -rss_limit_mb: the default 2 GB, stated.
   # ASan leak checks stay on (a leak is a finding). UBSan aborts on the first report.
   set +e
+  # A target without a dictionary gets no -dict (libFuzzer cannot read a directory).
+  local dict=()
+  [ -n "$(dict_for "$t")" ] && dict=(-dict="$here/dict/$(dict_for "$t")")
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   "$build/fuzz/${t}_fuzz" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 \
-    -rss_limit_mb=2048 -dict="$here/dict/$(dict_for "$t")" -artifact_prefix="$findings/" \
+    -rss_limit_mb=2048 "${dict[@]}" -artifact_prefix="$findings/" \
     ${FUZZ_ARGS:-} "$corpus" "$here/corpus/$t" >"$log" 2>&1
   local rc=$?
   set -e
