@@ -183,6 +183,7 @@ class Simulation {
         fleet_(s.fleet.replicas) {
     const engine::EngineConfig config = s.fleet.EngineConfigFor();
     model_ = config.model_name;
+    model_key_ = model_.empty() ? 0 : metrics::AdapterKey(model_);
     adapter_names_.reserve(static_cast<size_t>(std::max(0, s.workload.adapters.count)));
     for (int32_t k = 0; k < s.workload.adapters.count; ++k) {
       adapter_names_.push_back(workload::AdapterName(k));
@@ -1304,6 +1305,9 @@ class Simulation {
         m.engines = 1;
         m.present = F::kRunning | F::kWaiting | F::kKvUsage | F::kPrefixQueries |
                     F::kPrefixHits | F::kPreemptions | F::kBlockSize | F::kNumGpuBlocks;
+        // The served model, as the model_name label of vLLM's load series tells it: what
+        // tells an adapter nobody has loaded yet from the base model (sched/lora.h).
+        m.base_model_key = model_key_;
         if (replicas_[i].config.lora.enabled) FillLora(replicas_[i], &m);
       }
       for (size_t k = 0; k < cores_.size(); ++k) {
@@ -1437,6 +1441,7 @@ class Simulation {
   workload::RequestSpec next_;
   bool generator_done_ = false;
   std::string model_;
+  uint64_t model_key_ = 0;  // metrics::AdapterKey(model_), 0 without a model name
   std::vector<std::string> adapter_names_;  // LoRA: workload::AdapterName(k)
   std::vector<std::string> lora_running_, lora_waiting_;  // FillLora's scratch
   std::vector<Replica> replicas_;

@@ -312,12 +312,15 @@ TEST(SimulateLoraTest, ScrapesCarryTheEnginesAdaptersAndPicksNameThem) {
   const uint64_t keys[] = {metrics::AdapterKey("adapter-0"), metrics::AdapterKey("adapter-1"),
                            metrics::AdapterKey("adapter-2")};
   auto known = [&](uint64_t k) { return k == keys[0] || k == keys[1] || k == keys[2]; };
+  const uint64_t base_key = metrics::AdapterKey("meta-llama/Llama-3.1-8B-Instruct");
   const SimulationResult r = RunSimulationWith(
       s, SimulationCoreOptions(s, "round-robin"), "round-robin", -1, {}, [&](const CoreCall& c) {
         if (c.kind == CoreCall::Kind::kPick) ++models[c.model];
         if (c.kind != CoreCall::Kind::kScrape || !c.scrape.ok) return;
         const metrics::EngineMetrics& m = c.scrape.metrics;
         ASSERT_TRUE(m.Has(metrics::EngineMetrics::kLora));
+        // The served base model, as the model_name label of a live scrape gives it.
+        EXPECT_EQ(m.base_model_key, base_key);
         ++lora_scrapes;
         EXPECT_EQ(m.max_lora, 1);
         EXPECT_LE(m.n_running_loras, 1);  // the batch rule: one adapter runs at a time
