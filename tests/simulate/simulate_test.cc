@@ -344,3 +344,38 @@ TEST(SimulateLoraTest, ScrapesCarryTheEnginesAdaptersAndPicksNameThem) {
 
 }  // namespace
 }  // namespace kvroute::simulate
+
+namespace kvroute::simulate {
+namespace {
+
+// The example LoRA scenario names kvroute with and without adapter affinity beside the
+// peers, and both run by name. On its skew, keeping adapters together loads fewer of them
+// and serves fewer adapters per replica than the same policy without the scorer
+// (docs/BENCHMARKS.md, "LoRA adapters in simulate"; 1,000 of its requests here).
+TEST(SimulateLoraTest, ExampleSkewComparesAdapterAffinityWithoutIt) {
+  config::ConfigOr<Scenario> load = config::LoadScenarioFile(kvroute::test_support::SourceDir() +
+                                                             "/examples/scenarios/lora-skew.yaml");
+  ASSERT_TRUE(load.ok()) << load.error.ToString();
+  Scenario& s = *load.value;
+  const std::vector<std::string> want = {"round-robin",  "least-request",      "gie-default",
+                                         "llm-d-sticky", "llm-d-precise",      "sglang-cache-aware",
+                                         "dynamo-kv",    "kvroute-lora-blind", "kvroute"};
+  EXPECT_EQ(s.policies, want);
+  s.arrivals.num_requests = 1000;
+  const SimulationResult blind = RunSimulation(s, "kvroute-lora-blind", -1);
+  const SimulationResult affine = RunSimulation(s, "kvroute", -1);
+  ASSERT_EQ(blind.error, "");
+  ASSERT_EQ(affine.error, "");
+  EXPECT_EQ(blind.report.succeeded, 1000);
+  EXPECT_EQ(affine.report.succeeded, 1000);
+  ASSERT_TRUE(blind.report.lora_reported);
+  ASSERT_TRUE(affine.report.lora_reported);
+  EXPECT_LT(affine.report.lora_loads, blind.report.lora_loads);
+  EXPECT_LT(affine.report.lora_adapters_per_replica, blind.report.lora_adapters_per_replica);
+  // 8 caches of 4 and 8 adapters: every load past the 48 they hold evicts one.
+  EXPECT_EQ(affine.report.lora_evictions, affine.report.lora_loads - 48);
+  EXPECT_EQ(blind.report.lora_evictions, blind.report.lora_loads - 48);
+}
+
+}  // namespace
+}  // namespace kvroute::simulate
