@@ -434,6 +434,7 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
     }
     old_scheduler = std::move(s.scheduler);
     s.scheduler = std::move(built.scheduler);
+    s.scheduler->set_plugin_timer(&s.timer);
     // The concurrent picks' tie-breaks follow the configured seed (a reload with the same
     // seed keeps their streams going).
     if (scratch_->seed != options.seed) scratch_->Reseed(options.seed);
@@ -1546,6 +1547,7 @@ bool RoutingCore::AllowRetry(double now_s, bool free) {
 void RoutingCore::set_pick_timer(std::function<double()> seconds) {
   std::unique_lock<RwSpinLock> lock(sched_mu_);
   sched_->timer = std::move(seconds);
+  if (sched_->scheduler) sched_->scheduler->set_plugin_timer(&sched_->timer);
 }
 
 void RoutingCore::OnReloadFailed() { Bump(counters_->reloads_failed); }
@@ -1850,6 +1852,30 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
       Label labels[] = {{"type", kinds[k].kind}};
       AppendSample(out, "llm_d_epp_request_slo_violation_total", labels,
                    static_cast<double>(slo[k]->violated));
+    }
+  }
+  {
+    // Each plugin's time per call of the current scheduler's profile, under llm-d Router
+    // v1.0's name and the Gateway API Inference Extension's (REFERENCE section 17); only
+    // picks with a timer (set_pick_timer) are counted; a reload starts the counts over.
+    thread_local std::vector<sched::Scheduler::TimedPlugin> timed;
+    timed.clear();
+    std::shared_lock<RwSpinLock> lock(sched_mu_);
+    if (sched_->scheduler) sched_->scheduler->TimedPlugins(timed);
+    for (std::string_view name :
+         {"llm_d_epp_plugin_duration_seconds", "inference_extension_plugin_duration_seconds"}) {
+      AppendHeader(out, name, "Time one plugin call of a pick took, by extension point, plugin type and name.",
+                   MetricType::kHistogram);
+      for (const auto& t : timed) {
+        const sched::PluginTiming& pt = t.plugin->timing();
+        std::array<uint64_t, sched::PluginTiming::kBounds.size() + 1> counts;
+        for (std::size_t i = 0; i < counts.size(); ++i) counts[i] = pt.counts[i].load(std::memory_order_relaxed);
+        Label labels[] = {{"extension_point", t.extension_point},
+                          {"plugin_type", t.plugin->type()},
+                          {"plugin_name", t.plugin->name()}};
+        metrics::AppendHistogramSeries(out, name, labels, sched::PluginTiming::kBounds, counts,
+                                       pt.sum.load(std::memory_order_relaxed));
+      }
     }
   }
   AppendCounter(out, "kvroute_retries_free_total",

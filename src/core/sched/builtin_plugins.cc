@@ -230,6 +230,24 @@ void SaturationFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& cand
   std::erase_if(candidates, [&](uint32_t pos) { return Saturated(ctx, pos); });
 }
 
+// ---- timing ----
+
+void PluginTiming::Observe(double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return;
+  const auto i = static_cast<std::size_t>(
+      std::lower_bound(kBounds.begin(), kBounds.end(), seconds) - kBounds.begin());
+  counts[i].fetch_add(1, std::memory_order_relaxed);
+  double old = sum.load(std::memory_order_relaxed);
+  while (!sum.compare_exchange_weak(old, old + seconds, std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t PluginTiming::total() const {
+  uint64_t n = 0;
+  for (const auto& c : counts) n += c.load(std::memory_order_relaxed);
+  return n;
+}
+
 // ---- pickers ----
 
 void RankByMaxScore(std::span<const double> totals, size_t max_ranked, Rng& rng,

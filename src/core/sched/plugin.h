@@ -9,6 +9,8 @@
 // hook runs with exclusive access.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -80,6 +82,19 @@ struct PickContext {
   int prefix_row = -1;
 };
 
+// Time spent in one plugin's calls (llm_d_epp_plugin_duration_seconds): per-bucket
+// counts and the sum, atomics, written by concurrent picks without a lock.
+struct PluginTiming {
+  // Upper bounds, seconds.
+  static constexpr std::array<double, 14> kBounds = {
+      0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001,
+      0.00025,  0.0005,    0.001,    0.0025,  0.005,    0.01,    0.1};
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts{};
+  std::atomic<double> sum{0.0};
+  void Observe(double seconds);
+  uint64_t total() const;
+};
+
 class Plugin {
  public:
   virtual ~Plugin() = default;
@@ -104,12 +119,17 @@ class Plugin {
   // nothing to take.
   virtual void AdoptStateFrom(Plugin& previous) {}
 
+  // Its Apply/Score/Rank calls, when the scheduler has a timer (Scheduler::set_plugin_timer).
+  const PluginTiming& timing() const { return timing_; }
+  PluginTiming& timing() { return timing_; }
+
  private:
   friend class ProfileScheduler;
   friend struct PluginAccess;
   std::string type_;
   std::string name_;
   size_t index_ = 0;
+  PluginTiming timing_;
 };
 
 class Filter : public Plugin {

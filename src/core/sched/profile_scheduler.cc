@@ -18,7 +18,10 @@ ProfileScheduler::ProfileScheduler(Parts parts, const SchedulerOptions& options)
       picker_(std::move(parts.picker)),
       others_(std::move(parts.others)),
       inflight_adjustment_(parts.inflight_adjustment) {
-  if (!picker_) picker_ = std::make_unique<MaxScorePicker>();
+  if (!picker_) {
+    picker_ = std::make_unique<MaxScorePicker>();
+    picker_->type_ = picker_->name_ = "max-score-picker";
+  }
   for (auto& f : filters_) all_.push_back(f.get());
   for (auto& s : scorers_) all_.push_back(s.scorer.get());
   all_.push_back(picker_.get());
@@ -159,8 +162,12 @@ PickResult ProfileScheduler::Rank(const SchedRequest& req,
     }
   }
 
+  // Each plugin call timed when a clock is set (two reads and a few atomics per call).
+  const std::function<double()>* timer = timer_ != nullptr && *timer_ ? timer_ : nullptr;
   for (auto& f : filters_) {
+    const double t0 = timer ? (*timer)() : 0.0;
     f->Apply(ctx, sc.candidates);
+    if (timer) f->timing().Observe((*timer)() - t0);
     if (sc.candidates.empty()) return Fail(PickStatus::kAllFiltered);
   }
 
@@ -169,7 +176,9 @@ PickResult ProfileScheduler::Rank(const SchedRequest& req,
   sc.totals.assign(n, 0.0);
   for (size_t s = 0; s < scorers_.size(); ++s) {
     std::span<double> row(sc.scores.data() + s * n, n);
+    const double t0 = timer ? (*timer)() : 0.0;
     scorers_[s].scorer->Score(ctx, sc.candidates, row);
+    if (timer) scorers_[s].scorer->timing().Observe((*timer)() - t0);
     const double w = scorers_[s].weight;
     for (size_t c = 0; c < n; ++c) {
       // NaN (a scorer's 0/0) counts as 0 rather than poisoning the sum.
@@ -178,9 +187,17 @@ PickResult ProfileScheduler::Rank(const SchedRequest& req,
       sc.totals[c] += w * v;
     }
   }
+  const double t0 = timer ? (*timer)() : 0.0;
   picker_->Rank(ctx, sc.candidates, sc.totals, options_.max_ranked, sc.order);
+  if (timer) picker_->timing().Observe((*timer)() - t0);
   if (sc.pinned != PickScratch::kNoPin) PinFirst(sc, options_.max_ranked);
   return Finish(sc, endpoints);
+}
+
+void ProfileScheduler::TimedPlugins(std::vector<TimedPlugin>& out) const {
+  for (const auto& f : filters_) out.push_back({"Filter", f.get()});
+  for (const auto& s : scorers_) out.push_back({"Scorer", s.scorer.get()});
+  out.push_back({"Picker", picker_.get()});
 }
 
 void ProfileScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {

@@ -53,6 +53,9 @@ class ProfileScheduler : public SchedulerBase {
   void SetRegionRtt(std::string_view region, double seconds) override;
   LocalityStats locality_stats() const override;
 
+  void set_plugin_timer(const std::function<double()>* seconds) override { timer_ = seconds; }
+  void TimedPlugins(std::vector<TimedPlugin>& out) const override;
+
   bool inflight_adjustment() const { return inflight_adjustment_; }
   // The plugins, in order: filters, scorers, picker, others.
   const std::vector<Plugin*>& plugins() const { return all_; }
@@ -72,6 +75,7 @@ class ProfileScheduler : public SchedulerBase {
   std::vector<Plugin*> all_;
   const PrefixCacheScorer* prefix_ = nullptr;  // the first prefix-cache-scorer, if any
   std::vector<LocalityFilter*> localities_;     // the locality-filters, in order
+  const std::function<double()>* timer_ = nullptr;  // set_plugin_timer
 };
 
 // The role of a built-in scorer type ("prefix-cache-scorer" -> kPrefix, ...).

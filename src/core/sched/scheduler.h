@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,8 @@
 #include "core/sched/types.h"
 
 namespace kvroute::sched {
+
+class Plugin;
 
 struct PickScratch;  // plugin.h
 
@@ -195,6 +198,19 @@ class Scheduler {
   // What each row of PickResult::scorer_names measures, in the same order.
   enum class ScorerRole { kPrefix, kKvCache, kQueue, kLoad, kCost, kOther };
   virtual std::span<const ScorerRole> scorer_roles() const = 0;
+
+  // Times each plugin call of a pick (Filter::Apply, Scorer::Score, Picker::Rank) with
+  // `*seconds`, a clock in seconds, when it is set; null or empty: untimed. The function
+  // outlives the scheduler. Set with exclusive access. No-op for policies that are no
+  // plugin profile.
+  virtual void set_plugin_timer(const std::function<double()>* seconds) {}
+  // The plugins whose calls are timed, with their extension point ("Filter", "Scorer",
+  // "Picker", llm-d's spelling), for llm_d_epp_plugin_duration_seconds. Shared access.
+  struct TimedPlugin {
+    std::string_view extension_point;
+    const Plugin* plugin = nullptr;
+  };
+  virtual void TimedPlugins(std::vector<TimedPlugin>& out) const {}
 };
 
 }  // namespace kvroute::sched
