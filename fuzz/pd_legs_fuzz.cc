@@ -1,12 +1,12 @@
 // Fuzz target: what the prefill/decode legs read from outside (issue 25): a client's body
-// (BuildPrefillBody, BuildDecodeBody), a prefill engine's answer (ReadPrefillAnswer), a
+// (BuildPrefillBody, BuildDecodeBody, ReplaceModel), a prefill engine's answer (ReadPrefillAnswer), a
 // decode engine's bytes (RewriteCachedTokens), and the sidecar's x-prefiller-host-port and
 // --prefiller-allow values (ParsePrefiller, ParseCidrList).
 //
 // Invariants: a leg body is built for every JSON object (and for no other valid JSON), and
 // is then a JSON object again; the prefill body has stream false and max_tokens 1; prefill's
 // parameters read back are empty or valid JSON; rewriting cached tokens keeps valid JSON
-// valid; a prefiller accepted names an IP address literal and a port > 0; an allow list
+// valid; a body with its model replaced is a JSON object again; a prefiller accepted names an IP address literal and a port > 0; an allow list
 // parsed has lengths within its family's.
 #include <simdjson.h>
 
@@ -51,6 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::optional<std::string> decode = api::BuildDecodeBody(in, kKv);
   Check(decode.has_value() == prefill.has_value(), "decode body built where prefill's is");
   if (kind == 1) Check(Kind(*decode) == 1, "decode body is a JSON object");
+
+  std::optional<std::string> renamed = api::ReplaceModel(in, "m\"\\x");
+  Check(renamed.has_value() == prefill.has_value(), "model replaced where a prefill body is built");
+  if (kind == 1) Check(Kind(*renamed) == 1, "renamed body is a JSON object");
 
   api::PrefillAnswer a = api::ReadPrefillAnswer(in);
   Check(a.kv_raw.empty() || Kind(a.kv_raw) >= 0, "prefill parameters are JSON");

@@ -24,6 +24,8 @@ constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // What a stream refused by flow control (shed, over a bound, past its TTL) is told to
 // wait before trying again, in seconds (as `kvroute serve` does).
 constexpr std::string_view kRetryAfterS = "1";
+// How long Stop lets the refusals of held requests (rejected-shutting-down) be written.
+constexpr int kShutdownGraceMs = 500;
 
 std::string GrpcAddress(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
@@ -172,6 +174,26 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
       NextWriteLocked(a);
     }
     Act(a);
+  }
+
+  // The server stops: a request still held (waiting in the flow queue, or for its token
+  // ids) is refused with 503 and rejected-shutting-down rather than cut off. True when an
+  // answer was queued for writing.
+  bool RefuseShuttingDown() {
+    Actions a;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finish_wanted_ || !exchange_.held()) return false;
+      if (flow_id_ != 0) {
+        server_->flow_->Cancel(flow_id_);
+        flow_id_ = 0;
+      }
+      exchange_.Refuse(503, "The router is shutting down.", {}, api::kDroppedShuttingDown, server_->clock_(), out_);
+      TakeOutLocked(a);
+      NextWriteLocked(a);
+    }
+    Act(a);
+    return true;
   }
 
   // The held request waited past its TTL (429) or its no-endpoint TTL (503).
@@ -519,10 +541,20 @@ void ExtProcServer::Stop() {
     health_server_->GetHealthCheckService()->SetServingStatus(kExtProcService, false);
     health_server_->GetHealthCheckService()->SetServingStatus("liveness", false);
   }
-  // Open streams are cancelled at once (their OnCancel closes their exchanges); Wait
-  // returns when every reactor is done.
+  // Held requests are refused (rejected-shutting-down); their answers get a moment to be
+  // written. Other open streams are cancelled at once, or when that moment ends (their
+  // OnCancel closes their exchanges); Wait returns when every reactor is done.
+  std::vector<std::shared_ptr<Stream>> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [raw, st] : streams_) open.push_back(st);
+  }
+  bool refused = false;
+  for (auto& st : open) refused = st->RefuseShuttingDown() || refused;
+  open.clear();
   if (server_) {
-    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(refused ? kShutdownGraceMs : 0));
     server_->Wait();
   }
   if (health_server_) {

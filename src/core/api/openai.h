@@ -95,11 +95,17 @@ inline constexpr std::string_view kSloTpotHeaderOld = "x-slo-tpot-ms";
 inline constexpr std::string_view kFairnessHeader = "x-llm-d-inference-fairness-id";
 inline constexpr std::string_view kFairnessHeaderOld = "x-gateway-inference-fairness-id";
 // Written on a refusal, saying why (llm-d Router's header and values): the pool saturated
-// (a sheddable request, a full queue), no endpoint to send to, the wait in the queue over.
+// (a sheddable request, a full queue), no endpoint to send to, the wait in the queue over,
+// the client gone while its request waited in the queue, the router stopping.
 inline constexpr std::string_view kDroppedReasonHeader = "x-llm-d-request-dropped-reason";
 inline constexpr std::string_view kDroppedSaturated = "rejected-saturated";
 inline constexpr std::string_view kDroppedNoEndpoints = "rejected-no-endpoints";
 inline constexpr std::string_view kDroppedTtlExpired = "rejected-ttl-expired";
+inline constexpr std::string_view kDroppedContextCancelled = "rejected-context-cancelled";
+inline constexpr std::string_view kDroppedShuttingDown = "rejected-shutting-down";
+// The model a request is sent as, replacing its body's "model" (llm-d Router's header);
+// consumed: not forwarded.
+inline constexpr std::string_view kModelRewriteHeader = "x-llm-d-model-name-rewrite";
 
 // An error in the shape vLLM and OpenAI use:
 // {"error":{"message":...,"type":...,"param":...,"code":<status>}}.

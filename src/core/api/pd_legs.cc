@@ -82,6 +82,36 @@ std::optional<std::string> BuildPrefillBody(std::string_view body) {
   return out;
 }
 
+std::optional<std::string> ReplaceModel(std::string_view body, std::string_view model) {
+  std::string value;
+  AppendJsonString(value, model);
+  std::string out;
+  out.reserve(body.size() + value.size() + 16);
+  out.push_back('{');
+  bool first = true;
+  bool seen = false;
+  const bool ok = ForEachField(body, [&](const Field& f) {
+    if (f.key == "model") {
+      if (!seen) AppendField(out, first, f.key, value);
+      seen = true;
+      return;
+    }
+    AppendField(out, first, f.key, f.raw);
+  });
+  if (!ok) return std::nullopt;
+  if (!seen) {
+    // At the front: the object is rebuilt with "model" first.
+    std::string front = "{";
+    bool f = true;
+    AppendField(front, f, "model", value);
+    if (out.size() > 1) front.push_back(',');
+    front.append(out, 1);
+    out = std::move(front);
+  }
+  out.push_back('}');
+  return out;
+}
+
 std::optional<std::string> BuildDecodeBody(std::string_view body, std::string_view kv_raw) {
   std::string out;
   out.reserve(body.size() + kv_raw.size() + 32);

@@ -22,6 +22,12 @@ std::optional<std::string> BuildPrefillBody(std::string_view body);
 // nullopt when `body` is not a JSON object.
 std::optional<std::string> BuildDecodeBody(std::string_view body, std::string_view kv_raw);
 
+// The client's JSON object with its top-level "model" set to `model` (x-llm-d-model-name-
+// rewrite): the first "model" field's value replaced, later repeats dropped, every other
+// field kept byte for byte; added first when absent. nullopt when `body` is not a JSON
+// object.
+std::optional<std::string> ReplaceModel(std::string_view body, std::string_view model);
+
 // What serve takes from the prefill leg's answer.
 struct PrefillAnswer {
   // The answer's top-level kv_transfer_params as written (minified by nothing: verbatim);

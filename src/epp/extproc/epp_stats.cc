@@ -2,35 +2,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <utility>
 
 #include "core/metrics/prom_writer.h"
 
 namespace kvroute::extproc {
 
-void EppStats::OnRequest(std::string_view model) {
+void EppStats::OnRequest(const RequestLabels& l) {
   requests_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = models_.find(model);
-  if (it == models_.end()) it = models_.emplace(std::string(model), PerModel{}).first;
-  ++it->second.requests;
+  ++ModelLocked(l).requests;
 }
 
-void EppStats::OnError(std::string_view model, int code) {
+void EppStats::OnError(const RequestLabels& l, int code) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = models_.find(model);
-  if (it == models_.end()) it = models_.emplace(std::string(model), PerModel{}).first;
-  ++it->second.errors[code];
+  ++ModelLocked(l).errors[code];
 }
 
-void EppStats::OnUsage(std::string_view model, int64_t prompt_tokens, int64_t completion_tokens) {
+void EppStats::OnUsage(const RequestLabels& l, int64_t prompt_tokens, int64_t completion_tokens) {
   if (prompt_tokens < 0 && completion_tokens < 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = models_.find(model);
-  if (it == models_.end()) it = models_.emplace(std::string(model), PerModel{}).first;
-  if (prompt_tokens > 0) it->second.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
-  if (completion_tokens > 0) it->second.completion_tokens += static_cast<uint64_t>(completion_tokens);
-  ++it->second.usage_reports;
+  PerModel& m = ModelLocked(l);
+  if (prompt_tokens > 0) m.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
+  if (completion_tokens > 0) m.completion_tokens += static_cast<uint64_t>(completion_tokens);
+  ++m.usage_reports;
 }
 
 void EppStats::OnPickDuration(double seconds) {
@@ -52,22 +48,37 @@ void EppStats::Histogram<N>::Observe(const std::array<double, N>& bounds, double
   sum += v;
 }
 
-EppStats::PerModel& EppStats::ModelLocked(std::string_view model) {
-  auto it = models_.find(model);
-  if (it == models_.end()) it = models_.emplace(std::string(model), PerModel{}).first;
+EppStats::PerModel& EppStats::ModelLocked(const RequestLabels& l) {
+  KeyView k{l.model, l.target_model, l.fairness_id.empty() ? kDefaultFlow : l.fairness_id, l.priority};
+  // The fairness id comes from a client header: bounded per model (the first
+  // kMaxFairnessIds seen get their own series, the rest share "other").
+  auto flows = flows_.find(k.model);
+  if (flows == flows_.end()) flows = flows_.emplace(std::string(k.model), std::set<std::string, std::less<>>{}).first;
+  if (!flows->second.contains(k.fairness)) {
+    if (flows->second.size() < kMaxFairnessIds) {
+      flows->second.emplace(k.fairness);
+    } else {
+      k.fairness = kOtherFlow;
+    }
+  }
+  auto it = models_.find(k);
+  if (it == models_.end()) {
+    it = models_.emplace(Key{std::string(k.model), std::string(k.target), std::string(k.fairness), k.priority},
+                         PerModel{}).first;
+  }
   return it->second;
 }
 
 void EppStats::OnPickOutcome(bool ok) { (ok ? picks_ok_ : picks_failed_).fetch_add(1, std::memory_order_relaxed); }
 
-void EppStats::OnPicked(std::string_view model) {
+void EppStats::OnPicked(const RequestLabels& l) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++ModelLocked(model).running;
+  ++ModelLocked(l).running;
 }
 
-void EppStats::OnDone(std::string_view model, const Done& d) {
+void EppStats::OnDone(const RequestLabels& l, const Done& d) {
   std::lock_guard<std::mutex> lock(mu_);
-  PerModel& m = ModelLocked(model);
+  PerModel& m = ModelLocked(l);
   if (m.running > 0) --m.running;
   m.duration.Observe(kDurationBounds, d.duration_s);
   if (d.ttft_s >= 0) m.ttft.Observe(kTtftBounds, d.ttft_s);
@@ -101,45 +112,86 @@ void EppStats::AppendMetrics(std::string& out, std::string_view pool,
   };
   {
     std::lock_guard<std::mutex> lock(mu_);
-    twins({"llm_d_epp_request_total", "inference_objective_request_total"},
-          "Requests the picker scheduled (or refused), by model.", MetricType::kCounter,
-          [&](std::string_view name) {
-            for (const auto& [model, m] : models_) {
-              Label labels[] = {{"model_name", model}, {"target_model_name", model}};
-              AppendSample(out, name, labels, static_cast<double>(m.requests));
-            }
-          });
-    twins({"llm_d_epp_request_error_total", "inference_objective_request_error_total"},
-          "Requests answered with an immediate error response, by model and HTTP status.",
-          MetricType::kCounter, [&](std::string_view name) {
-            for (const auto& [model, m] : models_) {
-              for (const auto& [code, n] : m.errors) {
-                const std::string code_s = std::to_string(code);
-                Label labels[] = {{"model_name", model}, {"target_model_name", model}, {"error_code", code_s}};
-                AppendSample(out, name, labels, static_cast<double>(n));
-              }
-            }
-          });
+    const auto priority_s = [](const Key& k) { return std::to_string(k.priority); };
+    // The llm_d_epp_request_* labels of one series.
+    const auto for_each = [&](auto&& f) {
+      for (const auto& [k, m] : models_) {
+        const std::string prio = priority_s(k);
+        Label labels[] = {{"model_name", k.model},
+                          {"target_model_name", k.target},
+                          {"fairness_id", k.fairness},
+                          {"priority", prio}};
+        f(std::span<const Label>(labels), m);
+      }
+    };
+    // The older names keep their {model_name, target_model_name} labels: the series of
+    // one pair (adjacent in models_) summed.
+    const auto for_each_pair = [&](auto&& value, auto&& f) {
+      for (auto it = models_.begin(); it != models_.end();) {
+        auto next = it;
+        auto sum = value(it->second);
+        for (++next; next != models_.end() && next->first.model == it->first.model &&
+                     next->first.target == it->first.target;
+             ++next) {
+          const auto v = value(next->second);
+          for (const auto& [code, n] : v) sum[code] += n;
+        }
+        Label labels[] = {{"model_name", it->first.model}, {"target_model_name", it->first.target}};
+        f(std::span<const Label>(labels), sum);
+        it = next;
+      }
+    };
+    using Counts = std::map<int, uint64_t>;  // by error code; requests and tokens use key 0
+    const auto by_pair = [&](std::string_view name, auto value) {
+      for_each_pair(value, [&](std::span<const Label> labels, const Counts& sum) {
+        for (const auto& [code, n] : sum) {
+          if (code == 0) {  // no HTTP status is 0
+            AppendSample(out, name, labels, static_cast<double>(n));
+            continue;
+          }
+          const std::string code_s = std::to_string(code);
+          Label with_code[] = {labels[0], labels[1], {"error_code", code_s}};
+          AppendSample(out, name, with_code, static_cast<double>(n));
+        }
+      });
+    };
+    AppendHeader(out, "llm_d_epp_request_total",
+                 "Requests the picker scheduled (or refused), by model, fairness id and priority.",
+                 MetricType::kCounter);
+    for_each([&](std::span<const Label> labels, const PerModel& m) {
+      AppendSample(out, "llm_d_epp_request_total", labels, static_cast<double>(m.requests));
+    });
+    AppendHeader(out, "inference_objective_request_total", "Requests the picker scheduled (or refused), by model.",
+                 MetricType::kCounter);
+    by_pair("inference_objective_request_total", [](const PerModel& m) { return Counts{{0, m.requests}}; });
+    AppendHeader(out, "llm_d_epp_request_error_total",
+                 "Requests answered with an immediate error response, by model, fairness id, priority and "
+                 "HTTP status.",
+                 MetricType::kCounter);
+    for_each([&](std::span<const Label> labels, const PerModel& m) {
+      for (const auto& [code, n] : m.errors) {
+        const std::string code_s = std::to_string(code);
+        Label with_code[] = {labels[0], labels[1], labels[2], labels[3], {"error_code", code_s}};
+        AppendSample(out, "llm_d_epp_request_error_total", with_code, static_cast<double>(n));
+      }
+    });
+    AppendHeader(out, "inference_objective_request_error_total",
+                 "Requests answered with an immediate error response, by model and HTTP status.",
+                 MetricType::kCounter);
+    by_pair("inference_objective_request_error_total", [](const PerModel& m) { return Counts(m.errors); });
     AppendHeader(out, "inference_objective_input_tokens_total",
                  "Prompt tokens reported in response usage, by model.", MetricType::kCounter);
-    for (const auto& [model, m] : models_) {
-      Label labels[] = {{"model_name", model}, {"target_model_name", model}};
-      AppendSample(out, "inference_objective_input_tokens_total", labels, static_cast<double>(m.prompt_tokens));
-    }
+    by_pair("inference_objective_input_tokens_total", [](const PerModel& m) { return Counts{{0, m.prompt_tokens}}; });
     AppendHeader(out, "inference_objective_output_tokens_total",
                  "Completion tokens reported in response usage, by model.", MetricType::kCounter);
-    for (const auto& [model, m] : models_) {
-      Label labels[] = {{"model_name", model}, {"target_model_name", model}};
-      AppendSample(out, "inference_objective_output_tokens_total", labels,
-                   static_cast<double>(m.completion_tokens));
-    }
+    by_pair("inference_objective_output_tokens_total",
+            [](const PerModel& m) { return Counts{{0, m.completion_tokens}}; });
     auto histogram = [&](std::string_view name, std::string_view help, const auto& bounds, auto field) {
       AppendHeader(out, name, help, MetricType::kHistogram);
-      for (const auto& [model, m] : models_) {
-        Label labels[] = {{"model_name", model}, {"target_model_name", model}};
+      for_each([&](std::span<const Label> labels, const PerModel& m) {
         const auto& h = field(m);
         metrics::AppendHistogramSeries(out, name, labels, bounds, h.counts, h.sum);
-      }
+      });
     };
     histogram("llm_d_epp_request_duration_seconds",
               "Picked requests' time from their headers to the end of the response (or the stream's close).",
@@ -159,10 +211,9 @@ void EppStats::AppendMetrics(std::string& out, std::string_view pool,
               kTokenBounds, [](const PerModel& m) -> const auto& { return m.cached; });
     AppendHeader(out, "llm_d_epp_request_running", "Picked requests not yet answered in full, by model.",
                  MetricType::kGauge);
-    for (const auto& [model, m] : models_) {
-      Label labels[] = {{"model_name", model}, {"target_model_name", model}};
+    for_each([&](std::span<const Label> labels, const PerModel& m) {
       AppendSample(out, "llm_d_epp_request_running", labels, static_cast<double>(m.running));
-    }
+    });
   }
   Label name[] = {{"name", pool}};
   auto gauge = [&](std::initializer_list<std::string_view> names, std::string_view help, double v) {

@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "core/routing/routing_core.h"
 
@@ -26,12 +28,26 @@ class EppStats {
       0.00001, 0.000025, 0.00005, 0.0001, 0.0002, 0.0005, 0.001,
       0.002,   0.005,    0.01,    0.02,   0.05,   0.1,    1.0};
 
+  // The labels of the llm_d_epp_request_* series: the model the client asked for, the one
+  // it is sent as (x-llm-d-model-name-rewrite, else the same), the request's flow
+  // (fairness id; "" counts as "default-flow") and its priority. At most
+  // kMaxFairnessIds distinct fairness ids per model are kept; later ones count as "other".
+  struct RequestLabels {
+    std::string_view model;
+    std::string_view target_model;
+    std::string_view fairness_id;
+    int64_t priority = 0;
+  };
+  static constexpr std::size_t kMaxFairnessIds = 32;
+  static constexpr std::string_view kDefaultFlow = "default-flow";
+  static constexpr std::string_view kOtherFlow = "other";
+
   // A request reached the pick (whatever its outcome), for `model` ("" when unknown).
-  void OnRequest(std::string_view model);
+  void OnRequest(const RequestLabels& l);
   // A request answered with an ImmediateResponse `code`.
-  void OnError(std::string_view model, int code);
+  void OnError(const RequestLabels& l, int code);
   // Tokens a response reported (negative values are ignored).
-  void OnUsage(std::string_view model, int64_t prompt_tokens, int64_t completion_tokens);
+  void OnUsage(const RequestLabels& l, int64_t prompt_tokens, int64_t completion_tokens);
   // One pick took `seconds` (Pick call, the subset and shedding checks included).
   void OnPickDuration(double seconds);
   // A pick's outcome: an endpoint chosen, or none usable (llm_d_epp_scheduler_attempts_total).
@@ -42,14 +58,14 @@ class EppStats {
   // close), its TTFT (pick to the first response body byte; < 0: none seen), its tokens
   // (< 0: not reported) and its normalized time per output token ((end - first byte) /
   // (output tokens - 1), with at least two tokens and a first byte).
-  void OnPicked(std::string_view model);
+  void OnPicked(const RequestLabels& l);
   struct Done {
     double duration_s = -1.0;
     double ttft_s = -1.0;
     double end_after_first_s = -1.0;  // end - first byte
     int64_t input_tokens = -1, output_tokens = -1, cached_tokens = -1;
   };
-  void OnDone(std::string_view model, const Done& d);
+  void OnDone(const RequestLabels& l, const Done& d);
 
   // Bucket upper bounds of the request histograms.
   static constexpr std::array<double, 20> kDurationBounds = {
@@ -88,9 +104,32 @@ class EppStats {
     Histogram<kTpotBounds.size()> ntpot;
     Histogram<kTokenBounds.size()> input, output, cached;
   };
-  PerModel& ModelLocked(std::string_view model);
+  // A series' labels, owned; ordered by model, target model, fairness id, priority, so
+  // the series of one (model, target) pair are adjacent (the older names sum them).
+  struct Key {
+    std::string model, target, fairness;
+    int64_t priority = 0;
+  };
+  struct KeyView {
+    std::string_view model, target, fairness;
+    int64_t priority = 0;
+  };
+  struct KeyLess {
+    using is_transparent = void;
+    static KeyView View(const Key& k) { return {k.model, k.target, k.fairness, k.priority}; }
+    static KeyView View(const KeyView& k) { return k; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      const KeyView x = View(a), y = View(b);
+      return std::tie(x.model, x.target, x.fairness, x.priority) <
+             std::tie(y.model, y.target, y.fairness, y.priority);
+    }
+  };
+  PerModel& ModelLocked(const RequestLabels& l);
   mutable std::mutex mu_;
-  std::map<std::string, PerModel, std::less<>> models_;  // guarded by mu_
+  std::map<Key, PerModel, KeyLess> models_;  // guarded by mu_
+  // The fairness ids given a series of their own, per model (at most kMaxFairnessIds).
+  std::map<std::string, std::set<std::string, std::less<>>, std::less<>> flows_;  // guarded by mu_
   std::atomic<uint64_t> requests_{0};
   std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};
   std::atomic<double> sum_{0.0};

@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "core/api/openai.h"
+#include "core/api/pd_legs.h"
 #include "core/sched/types.h"
 
 namespace kvroute::extproc {
@@ -220,6 +221,8 @@ void Exchange::OnRequestHeaders(const pb::HttpHeaders& h, std::vector<pb::Proces
       client_prefiller_ = true;
     } else if (Is(key, api::kFairnessHeader) || (Is(key, api::kFairnessHeaderOld) && fairness_.empty())) {
       fairness_ = Trim(HeaderValueOf(hv));
+    } else if (Is(key, api::kModelRewriteHeader)) {
+      rewrite_ = Trim(HeaderValueOf(hv));
     }
     if (!settings_->flow_header.empty() && Is(key, settings_->flow_header)) {
       flow_value_ = Trim(HeaderValueOf(hv));
@@ -300,7 +303,8 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
                                                                    : api::ParseRequest(kind, body_);
     if (!parsed_.ok()) {
       model_ = model_header_;
-      if (env_.stats) env_.stats->OnRequest(model_);
+      ResolvePriority();
+      if (env_.stats) env_.stats->OnRequest(StatsLabels());
       return FailParsed(parsed_.error.status, api::ErrorBody(parsed_.error), out);
     }
     model_ = parsed_.request->model;
@@ -317,21 +321,18 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
       }
     }
     sr_ = sched::FromParsed(*parsed_.request);
+    // The request is scheduled as the model it is sent as.
+    if (!rewrite_.empty()) sr_.model = rewrite_;
     kind_ = kind;
     awaiting_tokens_ = env_.want_token_ids && env_.want_token_ids();
   } else {
     model_ = model_header_;
     if (model_.empty() && has_body) model_ = ModelField(body_);
-    sr_.model = model_;
+    sr_.model = rewrite_.empty() ? std::string_view(model_) : std::string_view(rewrite_);
   }
   sr_.priority = 0;  // vLLM's own priority is the engine's business, not the picker's
-  if (env_.stats) env_.stats->OnRequest(model_);
-
-  priority_ = 0;
-  if (!objective_.empty()) {
-    auto it = settings_->objectives.find(objective_);
-    if (it != settings_->objectives.end()) priority_ = it->second;
-  }
+  ResolvePriority();
+  if (env_.stats) env_.stats->OnRequest(StatsLabels());
   if (settings_->defer_pick || awaiting_tokens_) {
     // The caller (tokenizing, flow control) decides when; body_ and parsed_ stay as they are.
     held_with_body_ = with_body;
@@ -340,6 +341,14 @@ void Exchange::PickAndAnswer(bool with_body, bool trailers, std::vector<pb::Proc
     return;
   }
   PickUnlessShed(with_body, trailers, out);
+}
+
+void Exchange::ResolvePriority() {
+  priority_ = 0;
+  if (!objective_.empty()) {
+    auto it = settings_->objectives.find(objective_);
+    if (it != settings_->objectives.end()) priority_ = it->second;
+  }
 }
 
 void Exchange::PickUnlessShed(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out) {
@@ -431,7 +440,7 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
   picked_s_ = now_s_;
   if (env_.stats) {
     env_.stats->OnPickOutcome(true);
-    env_.stats->OnPicked(model_);
+    env_.stats->OnPicked(StatsLabels());
     stats_running_ = true;
   }
   if (!pick_.dispatched) env_.core->OnDispatched(pick_.handle, served_, now_s_);
@@ -463,6 +472,24 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
   for (size_t i = 0; i < slo_headers_.size(); ++i) {
     if (!slo_headers_[i].empty()) {
       common->mutable_header_mutation()->add_remove_headers(std::string(kSloNames[i]));
+    }
+  }
+  if (!rewrite_.empty()) {
+    common->mutable_header_mutation()->add_remove_headers(std::string(api::kModelRewriteHeader));
+    // The body as sent upstream names the rewritten model: replaced here when this answer
+    // can still change it (buffered modes answer the whole body; full duplex re-emits it
+    // below). A streamed body's earlier chunks are gone, and a body that is no JSON object
+    // is left as it is (the engine refuses it).
+    if (with_body && !trailers && !body_.empty() &&
+        (mode_ == BodyMode::kBuffered || mode_ == BodyMode::kBufferedPartial ||
+         mode_ == BodyMode::kFullDuplexStreamed)) {
+      if (std::optional<std::string> b = api::ReplaceModel(body_, rewrite_)) {
+        body_ = std::move(*b);
+        if (mode_ != BodyMode::kFullDuplexStreamed) {
+          common->mutable_body_mutation()->set_body(body_);
+          SetHeader(common->mutable_header_mutation(), "Content-Length", std::to_string(body_.size()));
+        }
+      }
     }
   }
   if (in_body && trailers) {
@@ -560,7 +587,7 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
     }
     if (b.end_of_stream()) {
       Usage u = FindUsage(response_tail_);
-      if (env_.stats) env_.stats->OnUsage(model_, u.prompt_tokens, u.completion_tokens);
+      if (env_.stats) env_.stats->OnUsage(StatsLabels(), u.prompt_tokens, u.completion_tokens);
       usage_input_ = u.prompt_tokens;
       usage_output_ = u.completion_tokens;
       usage_cached_ = u.cached_tokens;
@@ -592,7 +619,7 @@ void Exchange::Fail(int status, std::string message, std::vector<pb::ProcessingR
 
 void Exchange::FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out,
                           std::string_view retry_after, std::string_view dropped) {
-  if (env_.stats) env_.stats->OnError(model_, status);
+  if (env_.stats) env_.stats->OnError(StatsLabels(), status);
   served_ = routing::RoutingCore::kNoEndpoint;
   FinishRequest(status);
   immediate_sent_ = true;
@@ -625,7 +652,7 @@ void Exchange::FinishRequest(int code, int64_t generated_tokens) {
     d.input_tokens = usage_input_;
     d.output_tokens = usage_output_ >= 0 ? usage_output_ : generated_tokens;
     d.cached_tokens = usage_cached_;
-    env_.stats->OnDone(model_, d);
+    env_.stats->OnDone(StatsLabels(), d);
   }
   env_.core->OnFinished(pick_.handle, pick_.handle == sched::kNoHandle ? routing::RoutingCore::kNoEndpoint
                                                                        : served_,

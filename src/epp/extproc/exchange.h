@@ -259,6 +259,8 @@ class Exchange {
   void PickNow(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
   // The sheddable 429 while the pool is saturated, else PickNow.
   void PickUnlessShed(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
+  // priority_ from the objective header (ExchangeSettings::objectives; else 0).
+  void ResolvePriority();
   // Emits the ImmediateResponse and finishes the request (kNoEndpoint).
   void Fail(int status, std::string message, std::vector<pb::ProcessingResponse>& out);
   void FailParsed(int status, std::string body, std::vector<pb::ProcessingResponse>& out,
@@ -291,6 +293,7 @@ class Exchange {
   std::string flow_value_;
   std::string session_id_, session_token_;  // the session headers (sessions on)
   std::string fairness_;  // x-llm-d-inference-fairness-id (or the older header)
+  std::string rewrite_;   // x-llm-d-model-name-rewrite (consumed: not forwarded)
   std::string request_id_;
   std::string content_type_;
   std::string body_;
@@ -312,7 +315,14 @@ class Exchange {
 
   // The pick.
   routing::PickResult pick_;
-  std::string model_;  // the model routed on (metrics)
+  std::string model_;  // the model the client asked for (metrics)
+  // The llm_d_epp_request_* labels: model_, the model sent upstream (rewrite_ or model_),
+  // the fairness id (the configured flow header's value, else llm-d's header or its older
+  // one; none: EppStats' "default-flow"; the objective is not one) and priority_.
+  EppStats::RequestLabels StatsLabels() const {
+    return {model_, rewrite_.empty() ? std::string_view(model_) : std::string_view(rewrite_),
+            !flow_value_.empty() ? std::string_view(flow_value_) : std::string_view(fairness_), priority_};
+  }
   std::string destination_;
   uint32_t served_ = routing::RoutingCore::kNoEndpoint;
 

@@ -858,7 +858,6 @@ TEST_F(ExchangeTest, LlmdNamesTwinTheOlderOnesAndThePoolSpreadIsExact) {
     v[key] += smp.value;
   }
   for (const auto& [now, old] : std::vector<std::pair<std::string, std::string>>{
-           {"llm_d_epp_request_total", "inference_objective_request_total"},
            {"llm_d_epp_average_kv_cache_utilization", "inference_pool_average_kv_cache_utilization"},
            {"llm_d_epp_average_queue_size", "inference_pool_average_queue_size"},
            {"llm_d_epp_ready_endpoints", "inference_pool_ready_pods"},
@@ -871,7 +870,9 @@ TEST_F(ExchangeTest, LlmdNamesTwinTheOlderOnesAndThePoolSpreadIsExact) {
     }
     EXPECT_TRUE(found) << now << "\n" << text;
   }
-  EXPECT_EQ(v["llm_d_epp_request_total,model_name=test/model,target_model_name=test/model"], 1);
+  EXPECT_EQ(v["llm_d_epp_request_total,model_name=test/model,target_model_name=test/model,fairness_id=default-flow,"
+              "priority=0"], 1);
+  EXPECT_EQ(v["inference_objective_request_total,model_name=test/model,target_model_name=test/model"], 1);
   EXPECT_EQ(v["llm_d_epp_ready_endpoints,name=pool"], 4);
   // The request finished: the scraped figures exactly (queues 0..3, KV 0.1..0.4, running
   // 2..8), the spread as a population standard deviation.
@@ -1111,6 +1112,192 @@ TEST_F(ExchangeTest, FlowKeyIsTheFlowHeaderElseTheFairnessIdElseTheObjective) {
   auto ex5 = New();
   Feed(*ex5, Headers("/v1/completions", true, {{"x-gateway-inference-fairness-id", "team-c"}}));
   EXPECT_EQ(ex5->flow_key(), "team-c");
+}
+
+// The request series carry llm-d's {model_name, target_model_name, fairness_id,
+// priority}; the older names keep {model_name, target_model_name}, summed over the rest.
+TEST_F(ExchangeTest, RequestSeriesCarryTheFairnessIdAndPriority) {
+  settings_->objectives = {{"critical", 2}, {"batch", -1}};
+  auto run = [&](std::vector<std::pair<std::string, std::string>> headers, std::string body) {
+    auto ex = New();
+    Feed(*ex, Headers("/v1/completions", false, std::move(headers)));
+    Feed(*ex, Body(std::move(body), true));
+    ex->Close(now_, false);
+  };
+  run({{"x-llm-d-inference-fairness-id", "tenant-a"}, {"x-llm-d-inference-objective", "critical"}}, Completion("a"));
+  run({{"x-llm-d-inference-fairness-id", "tenant-a"}, {"x-gateway-inference-objective", "critical"}}, Completion("b"));
+  run({{"x-gateway-inference-fairness-id", "tenant-b"}, {"x-llm-d-inference-objective", "batch"}}, Completion("c"));
+  run({}, Completion("d"));
+  run({{"x-llm-d-inference-fairness-id", "tenant-b"}, {"x-gateway-model-name", "m2"}}, "[");
+  std::string text;
+  stats_.AppendMetrics(text, "pool", core_.Gauges(now_));
+  for (std::string_view line : {
+           "llm_d_epp_request_total{model_name=\"test/model\",target_model_name=\"test/model\","
+           "fairness_id=\"default-flow\",priority=\"0\"} 1.0\n",
+           "llm_d_epp_request_total{model_name=\"test/model\",target_model_name=\"test/model\","
+           "fairness_id=\"tenant-a\",priority=\"2\"} 2.0\n",
+           "llm_d_epp_request_total{model_name=\"test/model\",target_model_name=\"test/model\","
+           "fairness_id=\"tenant-b\",priority=\"-1\"} 1.0\n",
+           "llm_d_epp_request_total{model_name=\"m2\",target_model_name=\"m2\",fairness_id=\"tenant-b\","
+           "priority=\"0\"} 1.0\n",
+           "llm_d_epp_request_error_total{model_name=\"m2\",target_model_name=\"m2\",fairness_id=\"tenant-b\","
+           "priority=\"0\",error_code=\"400\"} 1.0\n",
+           "llm_d_epp_request_running{model_name=\"test/model\",target_model_name=\"test/model\","
+           "fairness_id=\"tenant-a\",priority=\"2\"} 0.0\n",
+           "llm_d_epp_request_duration_seconds_count{model_name=\"test/model\",target_model_name=\"test/model\","
+           "fairness_id=\"tenant-a\",priority=\"2\"} 2.0\n",
+           "inference_objective_request_total{model_name=\"test/model\",target_model_name=\"test/model\"} 4.0\n",
+           "inference_objective_request_total{model_name=\"m2\",target_model_name=\"m2\"} 1.0\n",
+           "inference_objective_request_error_total{model_name=\"m2\",target_model_name=\"m2\","
+           "error_code=\"400\"} 1.0\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << text;
+  }
+  EXPECT_EQ(text.find("inference_objective_request_total{model_name=\"test/model\",target_model_name=\"test/model\","
+                      "fairness_id"),
+            std::string::npos);
+}
+
+// A client names its fairness id: at most kMaxFairnessIds of them get series of their own
+// per model, the rest count as "other".
+TEST_F(ExchangeTest, FairnessIdsPerModelAreBoundedWithTheRestAsOther) {
+  const std::size_t n = EppStats::kMaxFairnessIds + 5;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string id = "t" + std::to_string(i);
+    const EppStats::RequestLabels l{kModel, kModel, id, 0};
+    stats_.OnRequest(l);
+    stats_.OnRequest(l);
+  }
+  stats_.OnRequest({kModel, kModel, "t0", 0});  // one already seen keeps its own
+  stats_.OnRequest({"other-model", "other-model", "t40", 0});  // per model
+  std::string text;
+  stats_.AppendMetrics(text, "pool", core_.Gauges(now_));
+  std::size_t own = 0;
+  double other = -1;
+  for (const auto& smp : metrics::ParseAllSamples(text)) {
+    if (smp.name != "llm_d_epp_request_total") continue;
+    std::string model, flow;
+    for (const auto& [k, v] : smp.labels) {
+      if (k == "model_name") model = v;
+      if (k == "fairness_id") flow = v;
+    }
+    if (model == "other-model") {
+      EXPECT_EQ(flow, "t40");
+      continue;
+    }
+    if (flow == "other") {
+      other = smp.value;
+    } else {
+      ++own;
+      EXPECT_EQ(smp.value, flow == "t0" ? 3 : 2) << flow;
+    }
+  }
+  EXPECT_EQ(own, EppStats::kMaxFairnessIds);
+  EXPECT_EQ(other, 10);
+}
+
+// x-llm-d-model-name-rewrite: the body sent upstream names the new model where this
+// answer can still change it (buffered: a body mutation; full duplex: the re-emitted
+// body), the header is not forwarded, and target_model_name carries the new name.
+TEST_F(ExchangeTest, ModelNameRewriteReplacesTheBodysModelAndIsConsumed) {
+  const std::string body = Completion("rewrite me");
+  std::string want = body;
+  want.replace(want.find("\"test/model\""), std::string("\"test/model\"").size(), "\"adapter-7\"");
+  {
+    settings_->body_mode = BodyMode::kBuffered;
+    auto ex = New();
+    Feed(*ex, Headers("/v1/completions", false, {{"x-llm-d-model-name-rewrite", "adapter-7"}}));
+    Responses out = Feed(*ex, Body(body, true));
+    ASSERT_EQ(out.size(), 1u);
+    const pb::CommonResponse& c = out[0].request_body().response();
+    CheckPick(out[0], c, 3);
+    EXPECT_EQ(c.body_mutation().body(), want);
+    EXPECT_EQ(HeaderSet(c, "Content-Length"), std::to_string(want.size()));
+    ASSERT_GE(c.header_mutation().remove_headers_size(), 1);
+    EXPECT_EQ(c.header_mutation().remove_headers(0), "x-llm-d-model-name-rewrite");
+    ex->Close(now_, false);
+  }
+  {
+    settings_->body_mode = BodyMode::kFullDuplexStreamed;
+    auto ex = New();
+    Feed(*ex, Headers("/v1/completions", false, {{"X-LLM-D-Model-Name-Rewrite", " adapter-7 "}}));
+    Responses out = Feed(*ex, Body(body, true));
+    ASSERT_EQ(out.size(), 2u);
+    const pb::CommonResponse& c = out[0].request_headers().response();
+    EXPECT_EQ(HeaderSet(c, "Content-Length"), std::to_string(want.size()));
+    EXPECT_EQ(c.header_mutation().remove_headers(0), "x-llm-d-model-name-rewrite");
+    EXPECT_EQ(out[1].request_body().response().body_mutation().streamed_response().body(), want);
+    ex->Close(now_, false);
+  }
+  {
+    // Streamed: the earlier chunks went upstream as they were; the header is still
+    // consumed and the series name the model it was asked to be.
+    settings_->body_mode = BodyMode::kStreamed;
+    auto ex = New();
+    Feed(*ex, Headers("/v1/completions", false, {{"x-llm-d-model-name-rewrite", "adapter-7"}}));
+    Feed(*ex, Body(body.substr(0, 10), false));
+    Responses out = Feed(*ex, Body(body.substr(10), true));
+    ASSERT_EQ(out.size(), 1u);
+    const pb::CommonResponse& c = out[0].request_body().response();
+    EXPECT_FALSE(c.has_body_mutation());
+    EXPECT_EQ(c.header_mutation().remove_headers(0), "x-llm-d-model-name-rewrite");
+    ex->Close(now_, false);
+  }
+  std::string text;
+  stats_.AppendMetrics(text, "pool", core_.Gauges(now_));
+  EXPECT_NE(text.find("llm_d_epp_request_total{model_name=\"test/model\",target_model_name=\"adapter-7\","
+                      "fairness_id=\"default-flow\",priority=\"0\"} 3.0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("inference_objective_request_total{model_name=\"test/model\",target_model_name=\"adapter-7\"} 3.0\n"),
+            std::string::npos);
+}
+
+// llm_d_epp_plugin_duration_seconds: each filter, scorer and the picker of the profile
+// timed once per pick with the core's timer (here a clock that moves 1/1024 s per read:
+// every call takes exactly that, in the (0.0005, 0.001] bucket).
+TEST_F(ExchangeTest, PluginDurationsTimeEachPluginCallOfAPick) {
+  double clock = 0.0;
+  core_.set_pick_timer([&clock] { return clock += 1.0 / 1024; });
+  for (int i = 0; i < 2; ++i) {
+    auto ex = New();
+    Feed(*ex, Headers("/v1/completions"));
+    Feed(*ex, Body(Completion("p" + std::to_string(i)), true));
+    ex->Close(now_, false);
+  }
+  std::string text;
+  core_.AppendMetrics(text, now_);
+  core_.set_pick_timer(nullptr);
+  std::size_t families = 0;
+  std::set<std::string> points;
+  for (const auto& smp : metrics::ParseAllSamples(text)) {
+    const bool now_name = smp.name == "llm_d_epp_plugin_duration_seconds_count";
+    const bool old_name = smp.name == "inference_extension_plugin_duration_seconds_count";
+    if (!now_name && !old_name) continue;
+    ++families;
+    std::string point, type, name;
+    for (const auto& [k, v] : smp.labels) {
+      if (k == "extension_point") point = v;
+      if (k == "plugin_type") type = v;
+      if (k == "plugin_name") name = v;
+    }
+    EXPECT_FALSE(type.empty());
+    EXPECT_FALSE(name.empty());
+    EXPECT_EQ(smp.value, 2) << point << " " << type;
+    if (now_name) points.insert(point);
+  }
+  EXPECT_GE(families, 6u) << text;
+  EXPECT_EQ(points, (std::set<std::string>{"Filter", "Scorer", "Picker"})) << text;
+  for (std::string_view line : {
+           "llm_d_epp_plugin_duration_seconds_sum{extension_point=\"Picker\",plugin_type=\"max-score-picker\","
+           "plugin_name=\"max-score-picker\"} 0.001953125\n",
+           "llm_d_epp_plugin_duration_seconds_bucket{extension_point=\"Scorer\",plugin_type=\"prefix-cache-scorer\","
+           "plugin_name=\"prefix-cache-scorer\",le=\"0.0005\"} 0.0\n",
+           "llm_d_epp_plugin_duration_seconds_bucket{extension_point=\"Scorer\",plugin_type=\"prefix-cache-scorer\","
+           "plugin_name=\"prefix-cache-scorer\",le=\"0.001\"} 2.0\n",
+           "inference_extension_plugin_duration_seconds_count{extension_point=\"Filter\","
+           "plugin_type=\"saturation-filter\",plugin_name=\"saturation-filter\"} 2.0\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << text;
+  }
 }
 
 TEST(FindUsageTest, ReadsTheLastUsageObject) {
