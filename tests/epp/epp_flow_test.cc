@@ -6,8 +6,15 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +22,7 @@
 
 #include "config/router_config.h"
 #include "core/api/openai.h"
+#include "core/metrics/prom_parser.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 #include "epp/epp.h"
 #include "http/test_client.h"
@@ -40,8 +48,10 @@ std::string Body(std::string_view prompt, int max_tokens, bool stream) {
 
 using kvroute::test_support::WaitFor;
 
-// A FULL_DUPLEX_STREAMED request: headers (with `objective` when set), then the body.
-std::vector<pb::ProcessingRequest> Request(const std::string& body, const std::string& objective = "") {
+// A FULL_DUPLEX_STREAMED request: headers (with `objective` and `fairness` when set), then
+// the body.
+std::vector<pb::ProcessingRequest> Request(const std::string& body, const std::string& objective = "",
+                                           const std::string& fairness = "") {
   pb::ProcessingRequest h;
   auto add = [&](std::string k, std::string v) {
     core_pb::HeaderValue* hv = h.mutable_request_headers()->mutable_headers()->add_headers();
@@ -52,6 +62,7 @@ std::vector<pb::ProcessingRequest> Request(const std::string& body, const std::s
   add(":path", "/v1/completions");
   add("content-type", "application/json");
   if (!objective.empty()) add("x-gateway-inference-objective", objective);
+  if (!fairness.empty()) add("x-llm-d-inference-fairness-id", fairness);
   h.mutable_protocol_config()->set_request_body_mode(mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED);
   pb::ProcessingRequest b;
   b.mutable_request_body()->set_body(body);
@@ -276,6 +287,132 @@ TEST_F(EppFlowTest, FlowOffPicksAtOnceAsBefore) {
   EXPECT_EQ(static_cast<int>(r.immediate_response().status().code()), 429);
   EXPECT_EQ(ImmediateHeader(r.immediate_response(), "retry-after"), "<unset>");
   EXPECT_EQ(epp_->MetricsText().find("kvroute_flow_"), std::string::npos);
+}
+
+// Stopping the picker answers a request still waiting in the flow queue with 503 and
+// x-llm-d-request-dropped-reason: rejected-shutting-down, rather than cutting it off.
+TEST_F(EppFlowTest, StoppingRefusesAHeldStreamWithRejectedShuttingDown) {
+  Start("");
+  Saturate('a', 200);
+  Open* b = Send(Request(Body("hello", 4, false)));
+  ASSERT_TRUE(WaitFor([&] { return Waiting() == 1; })) << epp_->MetricsText();
+  std::thread stop([&] { epp_->Stop(); });
+  pb::ProcessingResponse r;
+  const bool read = b->stream->Read(&r);
+  stop.join();
+  ASSERT_TRUE(read);
+  ASSERT_TRUE(r.has_immediate_response());
+  const pb::ImmediateResponse& ir = r.immediate_response();
+  EXPECT_EQ(static_cast<int>(ir.status().code()), 503);
+  EXPECT_EQ(ImmediateHeader(ir, "x-llm-d-request-dropped-reason"), "rejected-shutting-down");
+  EXPECT_EQ(ImmediateHeader(ir, "content-type"), "application/json");
+  EXPECT_NE(ir.body().find("\"code\":503"), std::string::npos) << ir.body();
+  EXPECT_NE(ir.body().find("shutting down"), std::string::npos) << ir.body();
+}
+
+// What an llm-d Router dashboard queries (REFERENCE.md section 17), one metric name a line:
+// llm-d Router v1.0's names, then the older ones dashboards for the Gateway API Inference
+// Extension read.
+constexpr std::string_view kDashboardNames = R"(
+llm_d_epp_request_total
+llm_d_epp_request_error_total
+llm_d_epp_request_duration_seconds
+llm_d_epp_request_input_tokens
+llm_d_epp_request_output_tokens
+llm_d_epp_request_cached_tokens
+llm_d_epp_request_running
+llm_d_epp_request_ttft_seconds
+llm_d_epp_request_ntpot_seconds
+llm_d_epp_average_kv_cache_utilization
+llm_d_epp_average_queue_size
+llm_d_epp_average_running_requests
+llm_d_epp_std_dev_kv_cache_utilization
+llm_d_epp_std_dev_queue_size
+llm_d_epp_ready_endpoints
+llm_d_epp_per_endpoint_queue_size
+llm_d_epp_scheduler_e2e_duration_seconds
+llm_d_epp_scheduler_attempts_total
+llm_d_epp_plugin_duration_seconds
+llm_d_epp_flow_control_queue_size
+llm_d_epp_flow_control_request_queue_duration_seconds
+llm_d_epp_flow_control_pool_saturation
+llm_d_epp_flow_control_requests_total
+llm_d_epp_request_predicted_ttft_seconds
+llm_d_epp_request_predicted_tpot_seconds
+llm_d_epp_request_slo_violation_total
+inference_objective_request_total
+inference_objective_request_error_total
+inference_objective_input_tokens_total
+inference_objective_output_tokens_total
+inference_pool_average_kv_cache_utilization
+inference_pool_average_queue_size
+inference_pool_ready_pods
+inference_pool_per_pod_queue_size
+inference_extension_scheduler_e2e_duration_seconds
+inference_extension_plugin_duration_seconds
+)";
+
+// The done-test of issue 26 item 5: after traffic through the picker (a request picked and
+// answered, one refused), every name a dashboard queries has a sample on /metrics (read
+// over loopback), the request series carry llm-d's labels, and promtool finds nothing but
+// the lint llm-d's own prefix draws ("llm_d_" reads as the abbreviated unit "d").
+TEST_F(EppFlowTest, EveryDashboardNameHasASampleAndPromtoolIsClean) {
+  Start("", "epp:\n  objectives: {batch: -1}\n");
+  Open* a = Saturate('a', 50);
+  Open* shed = Send(Request(Body("hello", 4, false), "batch", "tenant-x"));
+  pb::ProcessingResponse r;
+  ASSERT_TRUE(shed->stream->Read(&r));
+  ASSERT_TRUE(r.has_immediate_response());
+  EXPECT_EQ(ImmediateHeader(r.immediate_response(), "x-llm-d-request-dropped-reason"), "rejected-saturated");
+  Finish(a);
+  std::optional<http::ClientResponse> m = http::Fetch("127.0.0.1", epp_->metrics_port(), "GET", "/metrics");
+  ASSERT_TRUE(m.has_value());
+  ASSERT_EQ(m->status, 200);
+  const std::string& text = m->body;
+  std::set<std::string> sampled;
+  metrics::ParseReport report;
+  for (const auto& smp : metrics::ParseAllSamples(text, &report)) {
+    std::string_view n = smp.name;
+    for (std::string_view suffix : {"_bucket", "_count", "_sum"}) {
+      if (n.size() > suffix.size() && n.substr(n.size() - suffix.size()) == suffix) {
+        sampled.insert(std::string(n.substr(0, n.size() - suffix.size())));
+      }
+    }
+    sampled.insert(smp.name);
+  }
+  EXPECT_TRUE(report.ok());
+  std::istringstream names{std::string(kDashboardNames)};
+  std::size_t checked = 0;
+  for (std::string name; std::getline(names, name);) {
+    if (name.empty()) continue;
+    ++checked;
+    EXPECT_TRUE(sampled.contains(name)) << name << " has no sample";
+  }
+  EXPECT_EQ(checked, 36u);
+  EXPECT_NE(text.find("llm_d_epp_request_error_total{model_name=\"test/model\",target_model_name=\"test/model\","
+                      "fairness_id=\"tenant-x\",priority=\"-1\",error_code=\"429\"} 1"),
+            std::string::npos)
+      << text;
+
+  // Debian's prometheus package (scripts/install-deps.sh) brings promtool.
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "promtool is not installed";
+  const std::string in = ::testing::TempDir() + "epp_metrics.txt";
+  const std::string findings = ::testing::TempDir() + "epp_promtool.txt";
+  std::ofstream(in) << text;
+  const int rc = std::system(("promtool check metrics < '" + in + "' > '" + findings + "' 2>&1").c_str());
+  std::ifstream f(findings);
+  std::string line, others;
+  std::size_t n = 0;
+  while (std::getline(f, line)) {
+    if (line.empty()) continue;
+    ++n;
+    const bool prefix_lint = line.rfind("llm_d_epp_", 0) == 0 &&
+                             line.find(" metric names should not contain abbreviated units") != std::string::npos;
+    if (!prefix_lint) others += line + "\n";
+  }
+  EXPECT_EQ(others, "");
+  // Exit 3: lint findings only (1 would be a format error).
+  EXPECT_EQ(WEXITSTATUS(rc), n ? 3 : 0) << rc;
 }
 
 }  // namespace

@@ -607,6 +607,7 @@ test('promtool check metrics, and llm-d Router v1.0 names beside the older ones'
     'llm_d_epp_average_running_requests', 'llm_d_epp_std_dev_kv_cache_utilization',
     'llm_d_epp_std_dev_queue_size', 'llm_d_epp_ready_endpoints', 'llm_d_epp_per_endpoint_queue_size',
     'llm_d_epp_scheduler_e2e_duration_seconds', 'llm_d_epp_scheduler_attempts_total',
+    'llm_d_epp_plugin_duration_seconds', 'inference_extension_plugin_duration_seconds',
     'llm_d_epp_flow_control_pool_saturation', 'llm_d_epp_request_predicted_ttft_seconds',
     'llm_d_epp_request_predicted_tpot_seconds', 'llm_d_epp_request_slo_violation_total',
     'inference_objective_request_total', 'inference_pool_ready_pods', 'inference_pool_per_pod_queue_size',
