@@ -888,6 +888,16 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
     core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, slo_error->status, Now());
     return;
   }
+  // x-llm-d-model-name-rewrite: the request is scheduled and sent as that model (its
+  // body's "model" replaced); the header itself is not forwarded (not in the forwarding
+  // list).
+  if (std::string_view rewrite = HeaderValue(req, api::kModelRewriteHeader); !rewrite.empty()) {
+    std::optional<std::string> renamed = api::ReplaceModel(body, rewrite);
+    if (renamed) {  // a parsed body is a JSON object: always
+      parsed.request->model = std::string(rewrite);
+      ex->mutable_request().body() = std::move(*renamed);
+    }
+  }
   // What the headers leave unstated, the named objective's own objectives give (the pool
   // default, scheduling.slo, fills in what is still missing, in the core).
   if (!fs->objective_slos.empty() &&

@@ -342,6 +342,24 @@ TEST_F(RouterTest, SloHeadersAreCountedAndBadOnesRefused) {
   EXPECT_NE(bad->body.find("\"type\":\"BadRequestError\""), std::string::npos) << bad->body;
 }
 
+// x-llm-d-model-name-rewrite: the replica sees the body's model replaced (it serves only
+// test/model: the client's alias alone is a 404 from it), and answers as that model.
+TEST_F(RouterTest, ModelNameRewriteReplacesTheModelTheReplicaSees) {
+  StartFleet({Replica()});
+  StartRouter(Yaml(FleetEndpoints()));
+  WaitReady();
+  const std::string body = CompletionBody("rewrite me", 3, false, false, 0, "client-alias");
+  auto plain = Post(body);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->status, 404) << plain->body;
+  EXPECT_NE(plain->body.find("The model `client-alias` does not exist."), std::string::npos) << plain->body;
+  auto renamed = Post(body, {{"x-llm-d-model-name-rewrite", std::string(kTestModel)}});
+  ASSERT_TRUE(renamed.has_value());
+  EXPECT_EQ(renamed->status, 200) << renamed->body;
+  EXPECT_NE(renamed->body.find("\"model\":\"" + std::string(kTestModel) + "\""), std::string::npos) << renamed->body;
+  EXPECT_EQ(renamed->body.find("client-alias"), std::string::npos) << renamed->body;
+}
+
 // An objective's own latency objectives (epp.objectives NAME: {slo: ...}) apply to a
 // request naming it that states none in its headers; a header still wins.
 TEST_F(RouterTest, AnObjectivesSloAppliesWhereTheHeadersStateNone) {

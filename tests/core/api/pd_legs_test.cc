@@ -59,5 +59,16 @@ TEST(PdLegs, PrefillAnswerAndCachedTokensRewrite) {
   EXPECT_EQ(chunk, R"(data: {"usage":{"prompt_tokens_details":{"cached_tokens": 16}}})");
 }
 
+// x-llm-d-model-name-rewrite's body: the first "model" replaced (escaped afresh), later
+// repeats dropped, the rest byte for byte; added first when absent; no object, no body.
+TEST(PdLegs, ReplaceModelSetsTheTopLevelModelOnly) {
+  EXPECT_EQ(ReplaceModel(R"({"model":"a","prompt":"p","extra":{"model":"x"},"model":"b"})", "new/m"),
+            R"({"model":"new/m","prompt":"p","extra":{"model":"x"}})");
+  EXPECT_EQ(ReplaceModel(R"({"prompt": [1, 2]})", "q\"uote"), R"({"model":"q\"uote","prompt":[1, 2]})");
+  EXPECT_EQ(ReplaceModel("{}", "m"), R"({"model":"m"})");
+  EXPECT_EQ(ReplaceModel("[1]", "m"), std::nullopt);
+  EXPECT_EQ(ReplaceModel(R"({"model":"a"} x)", "m"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace kvroute::api
