@@ -93,12 +93,18 @@ endpoint has fresh metrics), envoy.service.ext_proc.v3.ExternalProcessor (as rea
 Metrics port: GET /metrics (kvroute_* series plus llm-d Router v1.0's names, each beside
 its older twin where the reference picker has one: llm_d_epp_request_total
 (inference_objective_request_total), llm_d_epp_request_error_total (..._request_error_total),
+the llm_d_epp_request_* series by {model_name, target_model_name, fairness_id, priority}
+(fairness_id: the flow header's value, else x-llm-d-inference-fairness-id, else
+default-flow; at most 32 per model, the rest as "other"; the older twins keep
+{model_name, target_model_name}),
 llm_d_epp_average_kv_cache_utilization, llm_d_epp_average_queue_size (inference_pool_*),
 llm_d_epp_average_running_requests, llm_d_epp_std_dev_kv_cache_utilization,
 llm_d_epp_std_dev_queue_size, llm_d_epp_ready_endpoints (inference_pool_ready_pods),
 llm_d_epp_per_endpoint_queue_size (inference_pool_per_pod_queue_size),
 llm_d_epp_scheduler_e2e_duration_seconds (inference_extension_scheduler_e2e_duration_seconds),
-llm_d_epp_scheduler_attempts_total{status}, llm_d_epp_request_duration_seconds,
+llm_d_epp_scheduler_attempts_total{status}, llm_d_epp_plugin_duration_seconds
+{extension_point (Filter, Scorer, Picker), plugin_type, plugin_name}
+(inference_extension_plugin_duration_seconds), llm_d_epp_request_duration_seconds,
 llm_d_epp_request_ttft_seconds, llm_d_epp_request_ntpot_seconds (response bodies sent),
 llm_d_epp_request_input_tokens, _output_tokens, _cached_tokens, llm_d_epp_request_running,
 llm_d_epp_flow_control_pool_saturation, and with flow control llm_d_epp_flow_control_queue_size,
@@ -113,8 +119,13 @@ On start one line goes to stderr:
 Headers read: x-llm-d-inference-objective (x-gateway-inference-objective), the flow's
 x-llm-d-inference-fairness-id (x-gateway-inference-fairness-id) unless flow.flow_header is
 set, x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms (x-slo-*), x-session-id and x-session-token
-(sessions.header, sessions.token_header). Refusals carry
-x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints, rejected-ttl-expired.
+(sessions.header, sessions.token_header), x-llm-d-model-name-rewrite (the request is
+scheduled and sent as that model: the body's "model" replaced in the buffered and full-duplex
+body modes; in streamed mode the body goes as it came; the header is removed). Refusals
+carry x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints,
+rejected-ttl-expired, rejected-shutting-down (a request held in the flow queue when the
+picker stops; a request whose client left while queued gets no answer: its stream is gone,
+counted as cancelled in llm_d_epp_flow_control_requests_total).
 SIGHUP reloads the file (a bad one is rejected with file:line; the running configuration
 stays); SIGINT and SIGTERM stop it.)";
 

@@ -172,7 +172,11 @@ GET /v1/responses/{id}, POST /v1/responses/{id}/cancel. Any other path: an OpenA
 GET /readyz.
 Responses carry x-kvroute-endpoint, and x-kvroute-attempts: N after a retry; refusals
 (429, 503) carry x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints
-or rejected-ttl-expired. SIGHUP reloads the file; a bad file is rejected (the
+or rejected-ttl-expired. x-llm-d-model-name-rewrite: the request is scheduled and sent as
+that model (the body's "model" replaced; the header is not forwarded). Every picked
+request's scheduler plugins are timed: llm_d_epp_plugin_duration_seconds
+{extension_point, plugin_type, plugin_name} (and inference_extension_plugin_duration_seconds)
+on /metrics. SIGHUP reloads the file; a bad file is rejected (the
 running configuration stays) with file:line in the log.)";
 
 }  // namespace
