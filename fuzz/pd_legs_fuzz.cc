@@ -1,13 +1,15 @@
 // Fuzz target: what the prefill/decode legs read from outside (issue 25): a client's body
-// (BuildPrefillBody, BuildDecodeBody, ReplaceModel), a prefill engine's answer (ReadPrefillAnswer), a
-// decode engine's bytes (RewriteCachedTokens), and the sidecar's x-prefiller-host-port and
-// --prefiller-allow values (ParsePrefiller, ParseCidrList).
+// (BuildPrefillBody, BuildDecodeBody, and ReplaceModel for x-llm-d-model-name-rewrite), a
+// prefill engine's answer (ReadPrefillAnswer), a decode engine's bytes
+// (RewriteCachedTokens), and the sidecar's x-prefiller-host-port and --prefiller-allow
+// values (ParsePrefiller, ParseCidrList).
 //
 // Invariants: a leg body is built for every JSON object (and for no other valid JSON), and
-// is then a JSON object again; the prefill body has stream false and max_tokens 1; prefill's
-// parameters read back are empty or valid JSON; rewriting cached tokens keeps valid JSON
-// valid; a body with its model replaced is a JSON object again; a prefiller accepted names an IP address literal and a port > 0; an allow list
-// parsed has lengths within its family's.
+// is then a JSON object again; the prefill body has stream false and max_tokens 1; a body
+// with its model replaced is built where a leg body is, and is a JSON object again;
+// prefill's parameters read back are empty or valid JSON; rewriting cached tokens keeps
+// valid JSON valid; a prefiller accepted names an IP address literal and a port > 0; an
+// allow list parsed has lengths within its family's.
 #include <simdjson.h>
 
 #include <cstddef>
