@@ -154,8 +154,9 @@ TEST_F(PdCoreTest, ALongPromptGetsAPairAndAShortOneDecodesAlone) {
 // pair as a completion gets none, and no decision is counted for it.
 TEST_F(PdCoreTest, ARequestThatCannotBeSplitIsNeverDisaggregated) {
   Configure(PdPool());
+  const std::string prompt = "Z" + std::string(4000, 'x');  // outlives the pick's views
   PickRequest pr;
-  pr.request = Req("Z" + std::string(4000, 'x'));
+  pr.request = Req(prompt);
   pr.request.disaggregable = false;
   pr.dispatch_first = true;
   const PickResult r = core_.Pick(pr, now_);
