@@ -798,12 +798,51 @@ std::optional<bhttp::verb> ForwardedPath(std::string_view path) {
   return std::nullopt;
 }
 
-void CollectForwardHeaders(const http::Request& req,
+bool IEquals(std::string_view a, std::string_view b) {
+  return boost::beast::iequals(boost::beast::string_view(a.data(), a.size()),
+                               boost::beast::string_view(b.data(), b.size()));
+}
+
+// Whether `list` (a Connection header's value: comma-separated tokens) names `name`.
+bool ConnectionNames(std::string_view list, std::string_view name) {
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    std::string_view token = list.substr(0, comma);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (IEquals(token, name)) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+// Every end-to-end request header goes to the replica (tracing's traceparent, tracestate
+// and baggage, vLLM's own, the application's), except (issue 29, item 4):
+//   - hop-by-hop ones (RFC 9110 section 7.6.1: Connection, Proxy-Connection, Keep-Alive,
+//     TE, Transfer-Encoding, Upgrade, Proxy-Authorization, Trailer) and those the
+//     Connection header names;
+//   - the framing the upstream client writes itself (Host, Content-Length, Content-Type,
+//     Expect);
+//   - the router's own control headers, consumed here: the routing hint, the latency
+//     objectives, the session id and token, the model-name rewrite.
+// Names are passed on lower-cased (HTTP/1.1 names are case-insensitive).
+void CollectForwardHeaders(const http::Request& req, const FrontSettings& fs,
                            std::vector<std::pair<std::string, std::string>>& out) {
-  static constexpr std::string_view kForward[] = {"authorization", "x-request-id", "traceparent"};
-  for (std::string_view name : kForward) {
-    auto it = req.find(boost::beast::string_view(name.data(), name.size()));
-    if (it != req.end()) out.emplace_back(std::string(name), std::string(it->value()));
+  static constexpr std::string_view kDropped[] = {
+      "connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade",
+      "proxy-authorization", "trailer", "host", "content-length", "content-type", "expect",
+      kRoutingHeader, api::kSloTtftHeader, api::kSloTpotHeader, api::kSloTtftHeaderOld,
+      api::kSloTpotHeaderOld, api::kModelRewriteHeader};
+  const std::string_view connection = HeaderValue(req, "connection");
+  for (const auto& f : req) {
+    const std::string_view name(f.name_string().data(), f.name_string().size());
+    bool drop = fs.sessions && (IEquals(name, fs.session_header) || IEquals(name, fs.token_header));
+    for (std::string_view d : kDropped) drop = drop || IEquals(name, d);
+    if (drop || (!connection.empty() && ConnectionNames(connection, name))) continue;
+    std::string lower(name);
+    for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    out.emplace_back(std::move(lower), std::string(f.value()));
   }
 }
 
@@ -982,7 +1021,7 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
   pc->client = clients[ex->worker()].get();
   pc->max_attempts = pc->settings->max_attempts;
   pc->method = ex->request().method() == bhttp::verb::head ? bhttp::verb::get : ex->request().method();
-  CollectForwardHeaders(ex->request(), pc->forward_headers);
+  CollectForwardHeaders(ex->request(), *pc->settings, pc->forward_headers);
   pc->ex = std::move(ex);
   // The replica sees us leave and aborts. A plain pointer (no allocation): ~ProxyCall
   // clears the callback.
@@ -1133,7 +1172,7 @@ void Router::Impl::Models(std::shared_ptr<http::Exchange> ex, bool models) {
     for (auto& c : raw->calls) c.Cancel();
   });
   std::vector<std::pair<std::string, std::string>> headers;
-  CollectForwardHeaders(mc->ex->request(), headers);
+  CollectForwardHeaders(mc->ex->request(), *settings.load(), headers);
   mc->Start(*clients[mc->ex->worker()], *settings.load(), ids, headers.empty() ? nullptr : &headers);
 }
 

@@ -170,6 +170,10 @@ POST /v1/score, /v1/rerank, /v1/audio/transcriptions, /v1/audio/translations, /t
 GET /v1/responses/{id}, POST /v1/responses/{id}/cancel. Any other path: an OpenAI-shaped
 404 at once (a wrong method: 405). GET /metrics (the router's own), GET /healthz,
 GET /readyz.
+Request headers reach the replica end to end (traceparent, tracestate, baggage, vLLM's
+and the application's), except hop-by-hop ones (Connection and what it names, Keep-Alive,
+TE, Transfer-Encoding, Upgrade, Proxy-Authorization, Trailer) and the router's own
+control headers (routing hint, x-llm-d-slo-*, session id and token, model-name rewrite).
 Responses carry x-kvroute-endpoint, and x-kvroute-attempts: N after a retry; refusals
 (429, 503) carry x-llm-d-request-dropped-reason: rejected-saturated, rejected-no-endpoints
 or rejected-ttl-expired. x-llm-d-model-name-rewrite: the request is scheduled and sent as

@@ -240,6 +240,45 @@ TEST_F(RouterTest, AdapterLoadingFansOutToEveryEndpoint) {
   EXPECT_EQ(a.seen().back().target, "/v1/unload_lora_adapter");
 }
 
+// Every end-to-end request header reaches the replica (tracing's, the application's);
+// hop-by-hop ones, those the Connection header names and the router's own control headers
+// do not.
+TEST_F(RouterTest, ForwardsEndToEndRequestHeadersOnly) {
+  test_support::RecordingUpstream up(R"({"ok":true})");
+  StartRouter(Yaml("    - {address: 127.0.0.1:" + std::to_string(up.port()) + ", name: u}\n"));
+  WaitReady();
+  auto r = Post(CompletionBody("Hello there", 2),
+                {{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+                 {"tracestate", "congo=t61rcWkgMzE"},
+                 {"baggage", "userId=alice,serverNode=DF%2028"},
+                 {"X-App-Tenant", "blue"},
+                 {"authorization", "Bearer k"},
+                 {"x-request-id", "r-1"},
+                 {"Connection", "keep-alive, X-Hop-Only"},
+                 {"X-Hop-Only", "drop me"},
+                 {"Keep-Alive", "timeout=5"},
+                 {"Proxy-Authorization", "Basic x"},
+                 {"x-session-id", "s-1"},
+                 {"x-llm-d-slo-ttft-ms", "500"},
+                 {"x-gateway-destination-endpoint", "u"}});
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200) << r->body;
+  const auto seen = up.seen();
+  ASSERT_EQ(seen.size(), 1u);
+  const auto& h = seen[0];
+  EXPECT_EQ(h.Header("traceparent"), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+  EXPECT_EQ(h.Header("tracestate"), "congo=t61rcWkgMzE");
+  EXPECT_EQ(h.Header("baggage"), "userId=alice,serverNode=DF%2028");
+  EXPECT_EQ(h.Header("x-app-tenant"), "blue");
+  EXPECT_EQ(h.Header("authorization"), "Bearer k");
+  EXPECT_EQ(h.Header("x-request-id"), "r-1");
+  for (const char* gone : {"x-hop-only", "keep-alive", "proxy-authorization", "x-session-id",
+                           "x-llm-d-slo-ttft-ms", "x-gateway-destination-endpoint"}) {
+    EXPECT_EQ(h.headers.count(gone), 0u) << gone;
+  }
+  EXPECT_EQ(h.Header("content-type"), "application/json");  // written once, by the client
+}
+
 TEST_F(RouterTest, ProxiesCompletionAndNamesTheEndpoint) {
   StartFleet({Replica()});
   StartRouter(Yaml(FleetEndpoints()));
