@@ -18,16 +18,13 @@
 #include "core/api/lora.h"
 #include "core/api/openai.h"
 
+#include "fuzz_check.h"
+
 namespace {
 
 using namespace kvroute;
 
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant violated: %s\n", what);
-    std::abort();
-  }
-}
+using fuzz::Check;
 
 bool IsJson(std::string_view s) {
   thread_local simdjson::dom::parser parser;

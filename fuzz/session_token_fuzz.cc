@@ -14,16 +14,13 @@
 
 #include "core/routing/sessions.h"
 
+#include "fuzz_check.h"
+
 namespace {
 
 using namespace kvroute;
 
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant violated: %s\n", what);
-    std::abort();
-  }
-}
+using fuzz::Check;
 
 std::string_view Stripped(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) {

@@ -1039,7 +1039,7 @@ namespace {
 // `max_model_len` kept). Otherwise (runtime LoRA loading): every endpoint's 2xx gives the
 // first one's answer, else the first error answer; x-kvroute-fanout says "<2xx>/<sent>".
 // All of it runs on the exchange's worker: no lock.
-struct ModelsCall : std::enable_shared_from_this<ModelsCall> {
+struct FanOutCall : std::enable_shared_from_this<FanOutCall> {
   std::shared_ptr<http::Exchange> ex;
   std::shared_ptr<const routing::EndpointTable> table;  // holds the endpoints alive
   bool models = true;
@@ -1049,7 +1049,7 @@ struct ModelsCall : std::enable_shared_from_this<ModelsCall> {
   std::vector<int> statuses;
   std::size_t pending = 0;
 
-  ~ModelsCall() {
+  ~FanOutCall() {
     if (ex) ex->OnClientGone({});
   }
 
@@ -1163,11 +1163,11 @@ void Router::Impl::Models(std::shared_ptr<http::Exchange> ex, bool models) {
     core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 503, Now());
     return;
   }
-  auto mc = std::make_shared<ModelsCall>();
+  auto mc = std::make_shared<FanOutCall>();
   mc->ex = std::move(ex);
   mc->table = std::move(table);
   mc->models = models;
-  ModelsCall* raw = mc.get();
+  FanOutCall* raw = mc.get();
   mc->ex->OnClientGone([raw] {
     for (auto& c : raw->calls) c.Cancel();
   });
