@@ -38,7 +38,7 @@ class ApiClientTest : public ::testing::Test {
     ClusterAccess a;
     EXPECT_EQ(ParseServerUrl("https://127.0.0.1:" + std::to_string(server.port()), a).ToString(),
               "OK");
-    a.ca_pem = server.pki().ca_pem;
+    a.ca_pem = server.pki().cert_pem();
     a.token = TokenSource::Fixed(std::move(token));
     a.source = "test";
     return a;
@@ -151,7 +151,7 @@ TEST_F(ApiClientTest, WrongCaFailsVerification) {
   FakeApiServer server;
   TestPki other("some-other-ca");
   ClusterAccess a = Access(server);
-  a.ca_pem = other.ca_pem;
+  a.ca_pem = other.cert_pem();
   ApiClient client(ctx_, a);
   auto r = GetOnce(client, kPods);
   ASSERT_TRUE(r);
@@ -213,7 +213,7 @@ TEST_F(ApiClientTest, ClientCertificateIsPresented) {
     ASSERT_TRUE(r);
     EXPECT_FALSE(r->ok());  // the server refuses a client without a certificate
   }
-  TestPki::Leaf leaf = server.pki().Issue("kvroute-epp", "");
+  tls::KeyPair leaf = server.pki().Issue("kvroute-epp", "");
   ClusterAccess a = Access(server);
   a.client_cert_pem = leaf.cert_pem;
   a.client_key_pem = leaf.key_pem;

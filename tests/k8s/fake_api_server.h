@@ -57,114 +57,12 @@
 #include <thread>
 #include <vector>
 
+#include "tls/pki.h"
+
 namespace kvroute::k8s::testing {
 
-// A private CA and certificates it signs, in PEM.
-class TestPki {
- public:
-  explicit TestPki(const std::string& ca_name = "kvroute-test-ca") {
-    ca_key_ = EVP_EC_gen("P-256");
-    ca_cert_ = Make(ca_key_, ca_name, nullptr, nullptr, true, "");
-    ca_pem = CertPem(ca_cert_);
-  }
-  ~TestPki() {
-    X509_free(ca_cert_);
-    EVP_PKEY_free(ca_key_);
-  }
-  // The CA whose certificate and key are `ca_cert_pem` and `ca_key_pem` (as ca_pem and
-  // ca_key_pem() give them), so that a server started later, or in another process,
-  // serves under a CA its client already trusts. Throws std::invalid_argument.
-  TestPki(const std::string& ca_cert_pem, const std::string& ca_key_pem) {
-    BIO* b = BIO_new_mem_buf(ca_cert_pem.data(), static_cast<int>(ca_cert_pem.size()));
-    ca_cert_ = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
-    BIO_free(b);
-    b = BIO_new_mem_buf(ca_key_pem.data(), static_cast<int>(ca_key_pem.size()));
-    ca_key_ = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
-    BIO_free(b);
-    if (!ca_cert_ || !ca_key_ || X509_check_private_key(ca_cert_, ca_key_) != 1) {
-      X509_free(ca_cert_);
-      EVP_PKEY_free(ca_key_);
-      throw std::invalid_argument("TestPki: not a CA certificate and its key");
-    }
-    ca_pem = CertPem(ca_cert_);
-    serial_ = static_cast<long>(std::time(nullptr));  // no serial the CA issued before
-  }
-  TestPki(const TestPki&) = delete;
-  TestPki& operator=(const TestPki&) = delete;
-
-  struct Leaf {
-    std::string cert_pem, key_pem;
-  };
-  // A certificate for `cn` signed by this CA, with subjectAltName `san` ("" for none).
-  Leaf Issue(const std::string& cn, const std::string& san) {
-    EVP_PKEY* key = EVP_EC_gen("P-256");
-    X509* cert = Make(key, cn, ca_cert_, ca_key_, false, san);
-    Leaf l{CertPem(cert), KeyPem(key)};
-    X509_free(cert);
-    EVP_PKEY_free(key);
-    return l;
-  }
-
-  std::string ca_pem;
-  std::string ca_key_pem() const { return KeyPem(ca_key_); }
-
- private:
-  static void AddExt(X509* cert, X509* issuer, int nid, const char* value) {
-    X509V3_CTX ctx;
-    X509V3_set_ctx_nodb(&ctx);
-    X509V3_set_ctx(&ctx, issuer ? issuer : cert, cert, nullptr, nullptr, 0);
-    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
-    if (!ext) throw std::runtime_error("X509V3_EXT_conf_nid failed");
-    X509_add_ext(cert, ext, -1);
-    X509_EXTENSION_free(ext);
-  }
-  X509* Make(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuer_key, bool ca,
-             const std::string& san) {
-    X509* x = X509_new();
-    X509_set_version(x, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), ++serial_);
-    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-    X509_gmtime_adj(X509_getm_notAfter(x), 24 * 3600);
-    X509_set_pubkey(x, key);
-    X509_NAME* name = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                               reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
-    X509_set_issuer_name(x, issuer ? X509_get_subject_name(issuer) : name);
-    if (ca) {
-      AddExt(x, issuer, NID_basic_constraints, "critical,CA:TRUE");
-      AddExt(x, issuer, NID_key_usage, "critical,keyCertSign,cRLSign");
-      AddExt(x, issuer, NID_subject_key_identifier, "hash");
-    } else {
-      AddExt(x, issuer, NID_basic_constraints, "critical,CA:FALSE");
-      AddExt(x, issuer, NID_key_usage, "critical,digitalSignature");
-      AddExt(x, issuer, NID_ext_key_usage, "serverAuth,clientAuth");
-      if (!san.empty()) AddExt(x, issuer, NID_subject_alt_name, san.c_str());
-    }
-    X509_sign(x, issuer_key ? issuer_key : key, EVP_sha256());
-    return x;
-  }
-  static std::string Drain(BIO* b) {
-    char* data = nullptr;
-    long n = BIO_get_mem_data(b, &data);
-    std::string s(data, static_cast<size_t>(n));
-    BIO_free(b);
-    return s;
-  }
-  static std::string CertPem(X509* x) {
-    BIO* b = BIO_new(BIO_s_mem());
-    PEM_write_bio_X509(b, x);
-    return Drain(b);
-  }
-  static std::string KeyPem(EVP_PKEY* k) {
-    BIO* b = BIO_new(BIO_s_mem());
-    PEM_write_bio_PrivateKey(b, k, nullptr, nullptr, 0, nullptr, nullptr);
-    return Drain(b);
-  }
-
-  EVP_PKEY* ca_key_ = nullptr;
-  X509* ca_cert_ = nullptr;
-  long serial_ = 0;
-};
+// The private CA the stand-in serves under (src/tls/pki.h).
+using TestPki = tls::Authority;
 
 namespace fake_api_detail {
 
@@ -518,7 +416,7 @@ inline std::string Base64(std::string_view in) {
 
 struct FakeApiServerOptions {
   std::string token = "test-token";
-  bool require_client_cert = false;  // verified against pki().ca_pem
+  bool require_client_cert = false;  // verified against pki().cert_pem()
   // 0: any free port. A fixed port lets a test start the server after its client ("API
   // server down at start, then up") or start a new one where an old one was.
   uint16_t port = 0;
@@ -542,7 +440,7 @@ class FakeApiServer {
     tls_.use_certificate_chain(boost::asio::buffer(server_leaf_.cert_pem));
     tls_.use_private_key(boost::asio::buffer(server_leaf_.key_pem), boost::asio::ssl::context::pem);
     if (options_.require_client_cert) {
-      tls_.add_certificate_authority(boost::asio::buffer(pki_->ca_pem));
+      tls_.add_certificate_authority(boost::asio::buffer(pki_->cert_pem()));
       tls_.set_verify_mode(boost::asio::ssl::verify_peer |
                            boost::asio::ssl::verify_fail_if_no_peer_cert);
     }
@@ -676,7 +574,7 @@ class FakeApiServer {
   std::string KubeconfigYaml(const std::string& namespace_name = "") const {
     std::string y = "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n";
     y += "    server: https://127.0.0.1:" + std::to_string(port_) + "\n";
-    y += "    certificate-authority-data: " + fake_api_detail::Base64(pki_->ca_pem) + "\n";
+    y += "    certificate-authority-data: " + fake_api_detail::Base64(pki_->cert_pem()) + "\n";
     y += "users:\n- name: fake\n  user:\n    token: " + fake_api_detail::Quote(options_.token) +
          "\n";
     y += "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n";
@@ -1194,7 +1092,7 @@ class FakeApiServer {
 
   Options options_;
   std::shared_ptr<TestPki> pki_;
-  TestPki::Leaf server_leaf_;
+  tls::KeyPair server_leaf_;
   boost::asio::io_context io_;
   boost::asio::ssl::context tls_;
   boost::asio::ip::tcp::acceptor acceptor_;

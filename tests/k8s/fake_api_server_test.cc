@@ -97,7 +97,7 @@ class FakeApiServerTest : public ::testing::Test {
     return a;
   }
   ApiClient& Client(FakeApiServer& server) {
-    client_.emplace(ctx_, Access(server.port(), server.pki().ca_pem));
+    client_.emplace(ctx_, Access(server.port(), server.pki().cert_pem()));
     return *client_;
   }
   ApiResult Get(const std::string& target) {
@@ -381,7 +381,7 @@ TEST_F(FakeApiServerTest, AServerOnAFixedPortCanStartAfterItsClient) {
     port = probe.port();
   }
   auto pki = std::make_shared<TestPki>();
-  client_.emplace(ctx_, Access(port, pki->ca_pem));
+  client_.emplace(ctx_, Access(port, pki->cert_pem()));
   int opens = 0, connect_errors = 0;
   WatchLoop::Callbacks cb;
   cb.target = [] { return std::string(kPods) + "?watch=1"; };
@@ -417,7 +417,7 @@ TEST_F(FakeApiServerTest, ItsKubeconfigLoads) {
   EXPECT_EQ(access.value->host, "127.0.0.1");
   EXPECT_EQ(access.value->port, server.port());
   EXPECT_EQ(access.value->namespace_name, "ns");
-  EXPECT_EQ(access.value->ca_pem, server.pki().ca_pem);
+  EXPECT_EQ(access.value->ca_pem, server.pki().cert_pem());
   client_.emplace(ctx_, *access.value);
   ApiResult r = Get(kPods);
   ASSERT_TRUE(r.ok()) << r.status.message();

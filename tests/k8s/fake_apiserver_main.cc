@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
         options.pki = std::make_shared<kvroute::k8s::testing::TestPki>(pem, pem);
       } else {
         options.pki = std::make_shared<kvroute::k8s::testing::TestPki>();
-        std::ofstream(ca_file, std::ios::trunc) << options.pki->ca_pem << options.pki->ca_key_pem();
+        std::ofstream(ca_file, std::ios::trunc) << options.pki->cert_pem() << options.pki->key_pem();
       }
     }
     server.emplace(options);

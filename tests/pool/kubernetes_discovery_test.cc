@@ -47,7 +47,7 @@ class Harness {
     access.server = "https://127.0.0.1:" + std::to_string(server.port());
     access.host = "127.0.0.1";
     access.port = server.port();
-    access.ca_pem = server.pki().ca_pem;
+    access.ca_pem = server.pki().cert_pem();
     access.token = k8s::TokenSource::Fixed(std::move(token));
     access.namespace_name = "ns";
     access.source = "test";
@@ -391,7 +391,7 @@ TEST(KubernetesDiscoveryDown, ApiServerDownAtStartThenUp) {
     FakeApiServer probe;  // a free port, closed again
     port = probe.port();
   }
-  Harness h(port, pki->ca_pem, Harness::Options());
+  Harness h(port, pki->cert_pem(), Harness::Options());
   ASSERT_TRUE(h.WaitLog("list InferencePool ns/pool: "));
   ASSERT_TRUE(h.WaitMetric("phase=\"list\",kind=\"connect\"} "));
   EXPECT_EQ(h.deliveries(), 0);
