@@ -6,6 +6,9 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -17,6 +20,7 @@
 #include <unordered_map>
 
 #include "http/lazy_timer.h"
+#include "http/tls.h"
 
 namespace kvroute::http {
 
@@ -55,14 +59,36 @@ namespace {
 using Socket = asio::basic_stream_socket<tcp, asio::io_context::executor_type>;
 struct ForwardBody;
 
-// One TCP connection with what survives between requests on it. Pooled while idle.
-// Shared so that a pending (lazy) timer wait can keep it alive; `owner` is the request
-// using it (null while pooled), whose timeouts the timer enforces.
+// One TCP connection (TLS over it for an https endpoint) with what survives between
+// requests on it. Pooled while idle. Shared so that a pending (lazy) timer wait can keep
+// it alive; `owner` is the request using it (null while pooled), whose timeouts the timer
+// enforces.
 struct Conn {
   explicit Conn(asio::io_context& ctx)
       : socket(ctx.get_executor()), timer(ctx.get_executor(), &Conn::OnTimer) {}
   static void OnTimer(void* p);
+  // Plain TCP: what the socket takes now, without waiting. TLS: 0 (a non-blocking write
+  // cannot stop in the middle of a record; the caller writes through the event loop).
+  template <class Buffers>
+  std::size_t TryWrite(const Buffers& b, error_code& ec) {
+    if (tls) {
+      ec = {};
+      return 0;
+    }
+    return socket.write_some(b, ec);
+  }
+  template <class Buffers, class Handler>
+  void AsyncWrite(const Buffers& b, Handler&& h) {
+    if (tls) return asio::async_write(*tls, b, std::forward<Handler>(h));
+    asio::async_write(socket, b, std::forward<Handler>(h));
+  }
+  template <class Buffers, class Handler>
+  void AsyncReadSome(const Buffers& b, Handler&& h) {
+    if (tls) return tls->async_read_some(b, std::forward<Handler>(h));
+    socket.async_read_some(b, std::forward<Handler>(h));
+  }
   Socket socket;
+  std::optional<asio::ssl::stream<Socket&>> tls;  // over `socket`, for an https endpoint
   LazyTimer timer;
   beast::flat_buffer buffer;  // bytes received and not yet parsed
   UpstreamCall::State* owner = nullptr;
@@ -100,6 +126,7 @@ struct ClientPool {
   struct Slot {
     std::string host;
     uint16_t port = 0;
+    bool tls = false;
     std::string host_header;  // "host:port"
     std::optional<tcp::endpoint> endpoint;
     std::string resolve_error;
@@ -108,9 +135,10 @@ struct ClientPool {
 
   ClientPool(asio::io_context& c, ClientOptions o) : ctx(c), options(std::move(o)) {}
 
-  Slot& SlotFor(std::string_view host, uint16_t port) {
-    if (last && last->port == port && last->host == host) return *last;
-    key.assign(host);
+  Slot& SlotFor(std::string_view host, uint16_t port, bool tls) {
+    if (last && last->port == port && last->tls == tls && last->host == host) return *last;
+    key.assign(tls ? "https://" : "");
+    key += host;
     key.push_back(':');
     key += std::to_string(port);
     auto it = slots.find(key);
@@ -118,7 +146,8 @@ struct ClientPool {
     Slot& s = slots[key];
     s.host.assign(host);
     s.port = port;
-    s.host_header = key;
+    s.tls = tls;
+    s.host_header = key.substr(tls ? 8 : 0);
     error_code ec;
     auto addr = asio::ip::make_address(s.host, ec);
     if (!ec) {
@@ -163,8 +192,25 @@ struct ClientPool {
     s.idle.push_back(std::move(c));
   }
 
+  // The context of https endpoints: the options', or (made on first use) one trusting
+  // the system's store; null with tls_error set when that failed.
+  asio::ssl::context* TlsContext() {
+    if (options.tls) return options.tls.get();
+    if (!default_tls && tls_error.empty()) {
+      auto made = MakeClientTls({});
+      if (made.ok()) {
+        default_tls = std::move(made).value();
+      } else {
+        tls_error = made.status().message();
+      }
+    }
+    return default_tls.get();
+  }
+
   asio::io_context& ctx;
   ClientOptions options;
+  std::shared_ptr<asio::ssl::context> default_tls;
+  std::string tls_error;
   ClientStats stats;
   bool closed = false;
   // Node-based: Slot references stay valid while the pool lives (slots are never erased).
@@ -260,8 +306,32 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
       error_code ignored;
       self->conn->socket.set_option(tcp::no_delay(true), ignored);
       self->conn->socket.non_blocking(true, ignored);
+      if (self->slot->tls) return self->Handshake();
       self->Send();
     });
+  }
+
+  // TLS over the new connection, within what is left of the connect timeout (the timer
+  // armed in Connect still runs). The replica's certificate must name the endpoint's host
+  // (a name, sent as SNI too, or an IP address) when the context verifies.
+  void Handshake() {
+    asio::ssl::context* tls = pool->TlsContext();
+    if (!tls) return Finish(UpstreamError::kConnectFailed, "TLS to " + slot->host_header + ": " + pool->tls_error);
+    conn->tls.emplace(conn->socket, *tls);
+    error_code ec;
+    asio::ip::make_address(slot->host, ec);
+    if (ec) SSL_set_tlsext_host_name(conn->tls->native_handle(), slot->host.c_str());
+    conn->tls->set_verify_callback(asio::ssl::host_name_verification(slot->host));
+    conn->tls->async_handshake(asio::ssl::stream_base::client,
+                               [self = shared_from_this(), c = conn](error_code ec) {
+                                 if (self->done || c != self->conn) return;
+                                 if (ec) {
+                                   return self->Finish(UpstreamError::kConnectFailed,
+                                                       "TLS handshake with " + self->slot->host_header +
+                                                           ": " + ec.message());
+                                 }
+                                 self->Send();
+                               });
   }
 
   // A pooled connection died while idle (the peer closed it between our liveness check
@@ -284,13 +354,13 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
     std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body.data(), body.size())};
     // Try at once: a request almost always fits in the socket buffer.
     error_code ec;
-    std::size_t n = conn->socket.write_some(bufs, ec);
+    std::size_t n = conn->TryWrite(bufs, ec);
     if (!ec && n == head.size() + body.size()) return Read();
     if (ec) n = 0;
     std::size_t skip_head = std::min(n, head.size());
     std::array<asio::const_buffer, 2> rest{asio::buffer(head) + skip_head,
                                            asio::buffer(body.data(), body.size()) + (n - skip_head)};
-    asio::async_write(conn->socket, rest, [self = shared_from_this(), c = conn](error_code ec, std::size_t) {
+    conn->AsyncWrite(rest, [self = shared_from_this(), c = conn](error_code ec, std::size_t) {
       if (self->done || c != self->conn) return;
       if (ec) {
         if (self->RetryStale(ec)) return;
@@ -315,7 +385,7 @@ struct UpstreamCall::State : std::enable_shared_from_this<UpstreamCall::State> {
       if (head_only) parser->skip(true);
     }
     std::size_t want = std::max<std::size_t>(16u << 10, conn->buffer.capacity() - conn->buffer.size());
-    conn->socket.async_read_some(conn->buffer.prepare(std::min<std::size_t>(want, 256u << 10)),
+    conn->AsyncReadSome(conn->buffer.prepare(std::min<std::size_t>(want, 256u << 10)),
                                  [self = shared_from_this(), c = conn](error_code ec, std::size_t n) {
                                    if (self->done || c != self->conn) return;
                                    self->OnRead(ec, n);
@@ -487,7 +557,7 @@ UpstreamCall UpstreamClient::Start(std::string_view host, uint16_t port,
   auto s = std::make_shared<UpstreamCall::State>();
   ++pool_->stats.requests;
   s->pool = pool_;
-  s->slot = &pool_->SlotFor(host, port);
+  s->slot = &pool_->SlotFor(host, port, request.tls);
   const ClientOptions& o = pool_->options;
   s->connect_timeout = request.connect_timeout.count() > 0 ? request.connect_timeout : o.connect_timeout;
   s->first_byte_timeout =

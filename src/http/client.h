@@ -30,6 +30,10 @@
 #include <utility>
 #include <vector>
 
+namespace boost::asio::ssl {
+class context;
+}
+
 namespace kvroute::http {
 
 // How an upstream exchange ended.
@@ -65,9 +69,16 @@ struct ClientOptions {
   std::size_t max_idle_per_endpoint = 256;
   // Response status line + headers larger than this fail with kProtocol.
   std::size_t max_response_header_bytes = 64u << 10;
+  // The TLS context of requests to https endpoints (UpstreamRequest::tls): trust,
+  // verification, client certificate (http/tls.h MakeClientTls). Null: one trusting the
+  // system's store, made on first use. The TLS handshake counts against connect_timeout;
+  // its failure is kConnectFailed.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 struct UpstreamRequest {
+  // HTTPS: TLS to host:port (ClientOptions::tls). Pooled apart from plain connections.
+  bool tls = false;
   boost::beast::http::verb method = boost::beast::http::verb::get;
   std::string_view target = "/";
   // Sent with Content-Length when non-empty or when the method is POST/PUT.

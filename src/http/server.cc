@@ -2,6 +2,9 @@
 
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
@@ -17,6 +20,7 @@
 #include <optional>
 
 #include "http/lazy_timer.h"
+#include "http/tls.h"
 
 namespace kvroute::http {
 
@@ -151,6 +155,66 @@ struct ServerShared {
   }
 };
 
+using Socket = asio::basic_stream_socket<tcp, asio::io_context::executor_type>;
+
+// A connection's byte stream: the TCP socket, or TLS over it. Plain TCP writes are tried
+// at once (non-blocking write_some) and only wait for the socket when it is full; TLS
+// writes always go through the event loop (a non-blocking write cannot be retried in the
+// middle of a TLS record), gathered into one buffer so a response is one record.
+class Transport {
+ public:
+  explicit Transport(Socket socket) : socket_(std::move(socket)) {}
+  void EnableTls(std::shared_ptr<asio::ssl::context> ctx) {
+    context_ = std::move(ctx);
+    tls_.emplace(socket_, *context_);
+  }
+  bool tls() const { return tls_.has_value(); }
+  Socket& socket() { return socket_; }
+
+  template <class Handler>
+  void AsyncHandshake(Handler&& handler) {
+    tls_->async_handshake(asio::ssl::stream_base::server, std::forward<Handler>(handler));
+  }
+  template <class Buffers, class Handler>
+  void AsyncReadSome(const Buffers& buffers, Handler&& handler) {
+    if (tls_) return tls_->async_read_some(buffers, std::forward<Handler>(handler));
+    socket_.async_read_some(buffers, std::forward<Handler>(handler));
+  }
+  // Writes what the socket takes now without waiting (plain TCP); 0 with TLS.
+  template <class Buffers>
+  std::size_t TryWrite(const Buffers& buffers, error_code& ec) {
+    if (tls_) {
+      ec = {};
+      return 0;
+    }
+    return socket_.write_some(buffers, ec);
+  }
+  template <class Buffers, class Handler>
+  void AsyncWrite(const Buffers& buffers, Handler&& handler) {
+    if (!tls_) return asio::async_write(socket_, buffers, std::forward<Handler>(handler));
+    gathered_.clear();
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers); ++it) {
+      asio::const_buffer b = *it;
+      gathered_.append(static_cast<const char*>(b.data()), b.size());
+    }
+    asio::async_write(*tls_, asio::buffer(gathered_), std::forward<Handler>(handler));
+  }
+  void ShutdownSend() {
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  }
+  void Close() {
+    error_code ignored;
+    socket_.close(ignored);
+  }
+
+ private:
+  Socket socket_;
+  std::shared_ptr<asio::ssl::context> context_;  // the one current at the accept
+  std::optional<asio::ssl::stream<Socket&>> tls_;
+  std::string gathered_;  // a TLS write's bytes, alive until it completes
+};
+
 // One accepted socket. Reads a request, hands it to the handler, writes the response,
 // then parses the next (so pipelined requests are answered in order). One read is kept
 // pending for the connection's whole life: while a response is in progress it notices a
@@ -161,14 +225,16 @@ struct ServerShared {
 // timeouts are lazy: a keep-alive request costs no timer or handler churn.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  using Socket = asio::basic_stream_socket<tcp, asio::io_context::executor_type>;
-
-  Connection(Socket socket, std::shared_ptr<const ServerShared> shared, int worker)
-      : socket_(std::move(socket)),
+  Connection(Socket socket, std::shared_ptr<const ServerShared> shared, int worker,
+             std::shared_ptr<asio::ssl::context> tls)
+      : executor_(socket.get_executor()),
+        read_timer_(socket.get_executor(), &Connection::OnReadTimeout),
+        write_timer_(socket.get_executor(), &Connection::OnWriteTimeout),
+        socket_(std::move(socket)),
         shared_(std::move(shared)),
-        worker_(worker),
-        read_timer_(socket_.get_executor(), &Connection::OnReadTimeout),
-        write_timer_(socket_.get_executor(), &Connection::OnWriteTimeout) {}
+        worker_(worker) {
+    if (tls) socket_.EnableTls(std::move(tls));
+  }
   // The acceptor counted this connection open; a socket never closed by Close() (its
   // context ended first) is closed here.
   ~Connection() {
@@ -177,9 +243,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void Start() {
     error_code ignored;
-    socket_.set_option(tcp::no_delay(true), ignored);
-    socket_.non_blocking(true, ignored);
-    BeginRequest();
+    socket_.socket().set_option(tcp::no_delay(true), ignored);
+    socket_.socket().non_blocking(true, ignored);
+    if (!socket_.tls()) return BeginRequest();
+    // The handshake has read_timeout, like a first request: a client that stalls in it
+    // (or never starts it) is cut then.
+    handshaking_ = true;
+    read_timer_.Set(LazyTimer::Clock::now() + shared_->options.read_timeout, this);
+    socket_.AsyncHandshake([self = shared_from_this()](error_code ec) {
+      self->handshaking_ = false;
+      if (self->closed_) return;
+      if (ec) {
+        self->shared_->stats.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+        return self->Close();
+      }
+      self->BeginRequest();
+    });
   }
 
   bool closed() const { return closed_; }
@@ -216,7 +295,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::array<asio::const_buffer, 2> bufs{asio::buffer(head.data(), head.size()),
                                            asio::buffer(body.data(), body.size())};
     error_code ec;
-    std::size_t n = socket_.write_some(bufs, ec);
+    std::size_t n = socket_.TryWrite(bufs, ec);
     if (!ec && n == head.size() + body.size()) {
       OnResponseDone();
       return true;
@@ -242,7 +321,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     error_code ignored;
     read_timer_.Cancel();
     write_timer_.Cancel();
-    socket_.close(ignored);
+    socket_.Close();
     std::deque<Out> dropped;
     dropped.swap(out_);
     pending_bytes_ = 0;
@@ -268,6 +347,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // connection, or one lingering after its last response, just closed.
   void ReadTimedOut() {
     if (closed_) return;
+    if (handshaking_) {
+      shared_->stats.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+      return Close();
+    }
     if (!lingering_ && !in_response_ && request_bytes_seen_) {
       return Reject(RejectReason::kRequestTimeout, 408,
                     "Request not received within " +
@@ -324,7 +407,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         want = std::max<std::size_t>(want, std::min<uint64_t>(*left, 1u << 20));
       }
     }
-    socket_.async_read_some(buffer_.prepare(want),
+    socket_.AsyncReadSome(buffer_.prepare(want),
                             [self = shared_from_this()](error_code ec, std::size_t n) {
                               self->OnRead(ec, n);
                             });
@@ -420,7 +503,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     chunked_ = parser_->get().version() >= 11;
     head_only_ = parser_->get().method() == bhttp::verb::head;
     in_response_ = true;
-    if (!executor_) executor_ = socket_.get_executor();
     auto ex = std::make_shared<Exchange>(Exchange::Key(), shared_from_this(), parser_->release(),
                                          worker_, executor_);
     parser_.reset();
@@ -474,7 +556,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         ++in_flight_;
       }
       error_code ec;
-      std::size_t n = socket_.write_some(wbufs_, ec);
+      std::size_t n = socket_.TryWrite(wbufs_, ec);
       if (!ec && n == total) {
         if (!Flushed()) return;
         continue;
@@ -486,7 +568,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       wbufs_.erase(wbufs_.begin(), wbufs_.begin() + static_cast<std::ptrdiff_t>(skip));
       if (!wbufs_.empty()) wbufs_[0] += n;
       write_timer_.Set(LazyTimer::Clock::now() + shared_->options.write_timeout, this);
-      asio::async_write(socket_, wbufs_, [self = shared_from_this()](error_code ec, std::size_t) {
+      socket_.AsyncWrite(wbufs_, [self = shared_from_this()](error_code ec, std::size_t) {
         self->OnWrite(ec);
       });
       return;
@@ -536,7 +618,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (buffer_.size() > 0) {
       // Pipelined request already here: parse it from the event loop, not from inside
       // the handler's Respond call (no recursion through a burst of requests).
-      asio::post(socket_.get_executor(), [self = shared_from_this()] { self->BeginRequest(); });
+      asio::post(executor_, [self = shared_from_this()] { self->BeginRequest(); });
       return;
     }
     BeginRequest();
@@ -546,8 +628,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // unread request body does not turn our response into a connection reset.
   void Linger() {
     lingering_ = true;
-    error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    socket_.ShutdownSend();
     buffer_.clear();
     read_timer_.Set(LazyTimer::Clock::now() + std::chrono::seconds(1), this);
     Read();
@@ -556,12 +637,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static constexpr std::size_t kMaxGather = 64;
   static constexpr std::size_t kMinRead = 16u << 10;
 
-  Socket socket_;
-  std::shared_ptr<const ServerShared> shared_;
-  int worker_;
   asio::any_io_executor executor_;
   LazyTimer read_timer_;
   LazyTimer write_timer_;
+  Transport socket_;
+  std::shared_ptr<const ServerShared> shared_;
+  int worker_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<PaddedStringBody>> parser_;
   std::weak_ptr<Exchange> exchange_;
@@ -582,6 +663,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool chunked_ = true;
   bool head_only_ = false;
   bool lingering_ = false;
+  bool handshaking_ = false;
 };
 
 // ---- Exchange ----
@@ -739,7 +821,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void Accept() {
     std::size_t idx = next++ % contexts.size();
     acceptor.async_accept(*contexts[idx], [self = shared_from_this(), idx](
-                                              error_code ec, Connection::Socket socket) {
+                                              error_code ec, Socket socket) {
       if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
       if (ec) return self->OnAcceptError(ec);
       if (self->failing_accepts > 0) {
@@ -754,13 +836,15 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       if (limit > 0 && stats.open_connections.load(std::memory_order_relaxed) >=
                            static_cast<int64_t>(limit)) {
         stats.connections_rejected.fetch_add(1, std::memory_order_relaxed);
-        self->RejectOverLimit(socket);
+        self->RejectOverLimit(socket, self->shared->options.tls != nullptr);
         return self->Accept();
       }
       stats.open_connections.fetch_add(1, std::memory_order_relaxed);
       stats.connections_accepted.fetch_add(1, std::memory_order_relaxed);
+      std::shared_ptr<asio::ssl::context> tls;
+      if (self->shared->options.tls) tls = self->shared->options.tls->context();
       auto conn = std::make_shared<Connection>(std::move(socket), self->shared,
-                                               static_cast<int>(idx));
+                                               static_cast<int>(idx), std::move(tls));
       asio::post(*self->contexts[idx], [conn] { conn->Start(); });
       self->Accept();
     });
@@ -783,9 +867,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // connection not served costs no read, timer or memory), then the socket is closed.
   // Bytes the client already sent are drained first, so that closing does not turn into
   // a reset that could discard the 503 before the client reads it. Non-blocking
-  // throughout; a client whose socket cannot take ~200 bytes just loses the body.
-  void RejectOverLimit(Connection::Socket& socket) {
+  // throughout; a client whose socket cannot take ~200 bytes just loses the body. A TLS
+  // client cannot read a plaintext answer before a handshake: it is just closed.
+  void RejectOverLimit(Socket& socket, bool tls) {
     error_code ec;
+    if (tls) {
+      socket.close(ec);
+      return;
+    }
     socket.non_blocking(true, ec);
     std::array<char, 4096> sink;
     for (int i = 0; i < 16 && !ec; ++i) socket.read_some(asio::buffer(sink), ec);

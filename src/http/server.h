@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/common/status.h"
+#include "http/tls.h"
 
 namespace kvroute::http {
 
@@ -129,6 +130,11 @@ struct ServerOptions {
   // disconnect); it buffers at most this many bytes of pipelined requests meanwhile.
   std::size_t max_pipelined_bytes = 1u << 20;
   ErrorBodyFn error_body;  // empty: DefaultErrorBody
+  // Set: the listener speaks HTTPS. Each connection is served with the context current at
+  // its accept (ServerTls::Update swaps it for later ones); its handshake must complete
+  // within read_timeout, like a first request. Over max_connections a TLS connection is
+  // closed without the 503 (it could not read it before a handshake).
+  std::shared_ptr<ServerTls> tls;
   // Warnings the server cannot answer on a connection (accept failing for lack of
   // descriptors: logged once per burst). Called on the acceptor's thread; empty: none.
   std::function<void(std::string_view)> log;
@@ -157,6 +163,7 @@ struct ServerStats {
   std::atomic<uint64_t> connections_rejected{0};   // over max_connections: 503
   std::atomic<uint64_t> accept_errors{0};          // accept failed (EMFILE...), retried
   std::atomic<uint64_t> idle_closed{0};            // closed silently (keepalive_idle...)
+  std::atomic<uint64_t> tls_handshake_failures{0}; // TLS handshake failed or timed out
   std::array<std::atomic<uint64_t>, kRejectReasons> requests_rejected{};  // by RejectReason
   uint64_t rejected(RejectReason r) const {
     return requests_rejected[static_cast<std::size_t>(r)].load(std::memory_order_relaxed);
