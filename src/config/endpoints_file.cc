@@ -61,7 +61,19 @@ void ReadEndpoints(const ConfigNode& list, std::vector<EndpointConfig>& out) {
       address_field = Join(item.field(), "address");
       if (ep.address.empty()) item.FailAt(ep.line, address_field, "missing address");
     }
-    ep.host_port = Address(item, ep.address, address_field, address_line);
+    // A scheme says how to speak to it: https:// is TLS, http:// (or none) plain.
+    std::string_view bare = ep.address;
+    if (bare.rfind("https://", 0) == 0) {
+      ep.tls = true;
+      bare.remove_prefix(8);
+    } else if (bare.rfind("http://", 0) == 0) {
+      bare.remove_prefix(7);
+    } else if (bare.find("://") != std::string_view::npos) {
+      item.FailAt(address_line, address_field,
+                  "bad address '" + ep.address + "': the scheme must be http:// or https://");
+    }
+    if (!bare.empty() && bare.back() == '/') bare.remove_suffix(1);
+    ep.host_port = Address(item, std::string(bare), address_field, address_line);
     if (ep.name.empty()) ep.name = ep.address;
     // The address first: with names defaulted to addresses, a repeated address would
     // otherwise read as a repeated name.

@@ -172,12 +172,18 @@ class Loader {
     Sched top, nested;
     nested.path = "scheduling";
     root.ForEachKey(
-        {"listen", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
+        {"listen", "listen_tls", "upstream_tls", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
          "outlier_detection", "allow_routing_headers", "epp", "flow", "locality", "sessions", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
         [&](const std::string& key, const ConfigNode& v) {
           if (key == "listen") {
             cfg.listen = v.String();
-            cfg.listen_addr = Address(v, cfg.listen, v.field(), v.line());
+            cfg.listen_plain = cfg.listen != "off";
+            if (cfg.listen_plain) cfg.listen_addr = Address(v, cfg.listen, v.field(), v.line());
+            listen_line = v.line();
+          } else if (key == "listen_tls") {
+            LoadListenTls(v, cfg.listen_tls);
+          } else if (key == "upstream_tls") {
+            LoadUpstreamTls(v, cfg.upstream_tls);
           } else if (key == "threads") {
             cfg.threads = static_cast<int>(v.Int(0, 4096));
           } else if (key == "pool") {
@@ -229,6 +235,9 @@ class Loader {
                   "scheduling keys given both at top level and under 'scheduling'; use one");
     }
     cfg.scheduling = FinishSched(root, nested.line != 0 ? nested : top);
+    if (!cfg.listen_plain && cfg.listen_tls.address.empty()) {
+      root.FailAt(listen_line, "listen", "'off' needs listen_tls: there would be no listener");
+    }
     return cfg;
   }
 
@@ -252,6 +261,44 @@ class Loader {
   }
 
   std::string filename_;
+  int listen_line = 0;
+
+  void LoadListenTls(const ConfigNode& v, ListenTlsConfig& t) {
+    int address_line = v.line();
+    v.ForEachKey({"address", "cert", "key", "poll"}, [&](const std::string& key, const ConfigNode& tv) {
+      if (key == "address") {
+        t.address = tv.String();
+        t.addr = Address(tv, t.address, tv.field(), tv.line());
+      } else if (key == "cert" || key == "key") {
+        std::string path = tv.String();
+        if (path.empty()) tv.Fail("must name a PEM file");
+        (key == "cert" ? t.cert : t.key) = path;
+        (key == "cert" ? t.cert_path : t.key_path) = ResolvePath(path);
+      } else {
+        t.poll_s = tv.Duration();
+        if (t.poll_s < 0.01) tv.Fail("must be at least 10ms");
+      }
+    });
+    if (t.address.empty()) v.FailAt(address_line, v.field() + ".address", "missing address");
+    if (t.cert.empty()) v.FailAt(address_line, v.field() + ".cert", "missing cert (a PEM certificate file)");
+    if (t.key.empty()) v.FailAt(address_line, v.field() + ".key", "missing key (a PEM private key file)");
+  }
+
+  void LoadUpstreamTls(const ConfigNode& v, UpstreamTlsConfig& t) {
+    v.ForEachKey({"ca", "cert", "key", "verify"}, [&](const std::string& key, const ConfigNode& tv) {
+      if (key == "verify") {
+        t.verify = tv.Bool();
+        return;
+      }
+      std::string path = tv.String();
+      if (path.empty()) tv.Fail("must name a PEM file");
+      (key == "ca" ? t.ca_path : key == "cert" ? t.cert_path : t.key_path) = ResolvePath(path);
+    });
+    if (t.cert_path.empty() != t.key_path.empty()) {
+      v.FailAt(v.line(), v.field() + (t.cert_path.empty() ? ".cert" : ".key"),
+               "a client certificate needs both cert and key");
+    }
+  }
 
   static HostPort Address(const ConfigNode& at, const std::string& s, const std::string& field,
                           int line) {

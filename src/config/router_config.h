@@ -8,7 +8,22 @@
 // File shape (every key optional; unknown keys are errors, with a did-you-mean for a
 // near miss: "unknown key 'scrape_intervl' (did you mean 'scrape_interval'?)"):
 //
-//   listen: 0.0.0.0:8080          # host:port ([v6]:port accepted)
+//   listen: 0.0.0.0:8080          # host:port ([v6]:port accepted); "off": no plaintext
+//                                 #   listener (then listen_tls is required)
+//   listen_tls:                   # an HTTPS listener beside (or, with listen: off,
+//     address: 0.0.0.0:8443       #   instead of) the plaintext one; read at start
+//     cert: tls.crt               # PEM certificate (then intermediates); relative paths
+//     key: tls.key                #   against this file's directory. Both files are
+//     poll: 1s                    #   watched (stat every poll, and on SIGHUP): a changed
+//                                 #   pair serves new connections, open ones keep theirs;
+//                                 #   a pair that does not load keeps the last good one
+//                                 #   (logged once)
+//   upstream_tls:                 # replicas addressed https://HOST:PORT (proxy, scrape,
+//     ca: ca.pem                  #   tokenize): trusted CAs (default: the system's store)
+//     cert: client.crt            # a client certificate and key for replicas that
+//     key: client.key             #   require one (both or neither)
+//     verify: true                # false: accept any certificate (still encrypted)
+//                                 # The files are read at start and on every reload.
 //   threads: 0                    # worker threads, 0 = one per core
 //   pool:
 //     engine_type: vllm           # vllm | sglang: default metric names
@@ -24,6 +39,7 @@
 //         kv_events: tcp://127.0.0.1:5557         # where it publishes vLLM KV-cache events
 //         kv_events_replay: tcp://127.0.0.1:5558  #   and its replay socket (optional)
 //       - 127.0.0.1:18002         # shorthand: just the address
+//       - https://10.0.0.7:8443   # https://: TLS to it (upstream_tls); http:// is plain
 //     kv_events:                  # precise prefix routing from KV-cache events (issue 23)
 //       port: 5557                # every endpoint without its own kv_events publishes on
 //       replay_port: 5558         #   tcp://<its host>:<port> (Kubernetes pods), replay on
@@ -191,6 +207,7 @@ enum class StalePolicy {
 struct EndpointConfig {
   std::string address;  // as written
   HostPort host_port;
+  bool tls = false;     // written https://HOST:PORT
   std::string name;     // defaults to address
   std::map<std::string, std::string> labels;
   std::string kv_events;         // "tcp://HOST:PORT" or empty
@@ -327,9 +344,29 @@ struct LocalityConfig {
 };
 
 
+// `listen_tls:`: serve's HTTPS listener. Absent when `address` is empty.
+struct ListenTlsConfig {
+  std::string address;  // as written; empty: no HTTPS listener
+  HostPort addr;
+  std::string cert, key;            // as written
+  std::string cert_path, key_path;  // resolved against the config's directory
+  double poll_s = 1.0;
+};
+
+// `upstream_tls:`: how serve speaks TLS to https:// endpoints.
+struct UpstreamTlsConfig {
+  std::string ca_path;  // resolved; empty: the system's trust store
+  std::string cert_path, key_path;
+  bool verify = true;
+  bool operator==(const UpstreamTlsConfig&) const = default;
+};
+
 struct RouterConfig {
   std::string listen = "0.0.0.0:8080";
   HostPort listen_addr{"0.0.0.0", 8080};
+  bool listen_plain = true;  // false: `listen: off`
+  ListenTlsConfig listen_tls;
+  UpstreamTlsConfig upstream_tls;
   int threads = 0;
   PoolConfig pool;
   sched::SchedulingSpec scheduling;  // empty = the kvroute default policy

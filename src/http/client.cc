@@ -601,6 +601,10 @@ UpstreamCall UpstreamClient::Start(std::string_view host, uint16_t port,
   return UpstreamCall(std::move(s));
 }
 
+void UpstreamClient::set_tls(std::shared_ptr<asio::ssl::context> tls) {
+  pool_->options.tls = std::move(tls);
+}
+
 void UpstreamClient::CloseIdle() {
   for (auto& [key, slot] : pool_->slots) {
     for (auto& c : slot.idle) CloseConn(*c);

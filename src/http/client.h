@@ -182,6 +182,8 @@ class UpstreamClient {
   UpstreamCall Start(std::string_view host, uint16_t port, const UpstreamRequest& request,
                      UpstreamCallbacks callbacks);
 
+  // The TLS context for connections opened from now on (pooled ones keep theirs).
+  void set_tls(std::shared_ptr<boost::asio::ssl::context> tls);
   // Closes every idle pooled connection.
   void CloseIdle();
   std::size_t idle_connections() const;

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "config/core_options.h"
+#include "http/tls.h"
 #include "core/metrics/prom_writer.h"
 #include "pool/endpoints_watch.h"
 #include "pool/kv_events_feed.h"
@@ -24,6 +25,7 @@ std::vector<routing::EndpointSpec> EndpointSpecs(const std::vector<config::Endpo
     s.name = e.name;
     s.host = e.host_port.host;
     s.port = e.host_port.port;
+    s.tls = e.tls;
     for (const auto& [k, v] : e.labels) s.labels.emplace_back(k, v);
     s.kv_events = e.kv_events;
     s.kv_events_replay = e.kv_events_replay;
@@ -77,9 +79,32 @@ Status LoadClusterAccess(const config::KubernetesDiscoveryConfig& k, k8s::Cluste
   return Status::Ok();
 }
 
+// One PEM file for upstream_tls, or "" when not configured.
+Status ReadPem(const std::string& path, const char* what, std::string& out) {
+  if (path.empty()) return Status::Ok();
+  config::ConfigOr<std::string> text = config::ReadConfigFile(path);
+  if (!text.ok()) return Status::InvalidArgument(std::string("upstream_tls.") + what + ": " + text.error.ToString());
+  out = std::move(*text.value);
+  return Status::Ok();
+}
+
 }  // namespace
 
+Result<std::shared_ptr<boost::asio::ssl::context>> LoadUpstreamTls(const config::UpstreamTlsConfig& t) {
+  http::ClientTlsOptions o;
+  o.verify = t.verify;
+  if (Status st = ReadPem(t.ca_path, "ca", o.ca_pem); !st.ok()) return st;
+  if (Status st = ReadPem(t.cert_path, "cert", o.cert_pem); !st.ok()) return st;
+  if (Status st = ReadPem(t.key_path, "key", o.key_pem); !st.ok()) return st;
+  auto ctx = http::MakeClientTls(o);
+  if (!ctx.ok()) return Status::InvalidArgument("upstream_tls: " + ctx.status().message());
+  return ctx;
+}
+
 Status Pool::Apply(const config::RouterConfig& config) {
+  // Before anything changes: a TLS setting that does not load rejects the whole config.
+  auto upstream_tls = LoadUpstreamTls(config.upstream_tls);
+  if (!upstream_tls.ok()) return upstream_tls.status();
   std::unique_ptr<PollTimer> old_timer;
   std::unique_ptr<KubernetesDiscovery> old_k8s;
   {
@@ -159,6 +184,8 @@ Status Pool::Apply(const config::RouterConfig& config) {
     scrape_options_.connect_timeout_s = config.timeouts.connect_s;
     scrape_options_.names = config.pool.metric_names;
     scrape_options_.model = config.pool.model;
+    scrape_options_.tls = upstream_tls.value();
+    upstream_tls_.store(std::move(upstream_tls).value());
     RestartScraperLocked();
     kv_feed_->Sync(kv_events_);
 
@@ -237,7 +264,7 @@ void Pool::RestartScraperLocked() {
   std::vector<std::string> regions;  // by target index, for measured round trips
   for (const auto& ep : table->by_id) {
     if (!ep) continue;
-    targets.push_back({ep->spec.host, ep->spec.port});
+    targets.push_back({ep->spec.host, ep->spec.port, ep->spec.tls});
     ids.push_back(ep->id);
     regions.emplace_back(sched::RegionOf(ep->spec.labels));
   }

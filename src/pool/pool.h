@@ -62,6 +62,11 @@ class EndpointsFileWatch;
 class PollTimer;
 class KvEventsFeed;
 
+// upstream_tls's files read and made into the upstream clients' TLS context, or
+// InvalidArgument naming the setting ("upstream_tls.ca: ...", "upstream_tls: client
+// certificate: ...").
+Result<std::shared_ptr<boost::asio::ssl::context>> LoadUpstreamTls(const config::UpstreamTlsConfig& t);
+
 class Pool {
  public:
   // `log` receives health transitions and reloads (may be empty).
@@ -98,6 +103,10 @@ class Pool {
   // before Apply.
   void set_kubernetes_options(const KubernetesDiscoveryOptions& o) { k8s_base_options_ = o; }
 
+  // The TLS context for https:// endpoints from the last applied upstream_tls (never null
+  // after a successful Apply). Thread: any.
+  std::shared_ptr<boost::asio::ssl::context> upstream_tls() const { return upstream_tls_.load(); }
+
   routing::RoutingCore& core() { return core_; }
   // Seconds on a monotonic clock since the pool was made: the time every core call takes.
   double Now() const;
@@ -106,6 +115,7 @@ class Pool {
   boost::asio::io_context& ctx_;
   routing::RoutingCore core_;
   std::function<void(std::string_view)> log_;
+  std::atomic<std::shared_ptr<boost::asio::ssl::context>> upstream_tls_;
   const std::chrono::steady_clock::time_point start_;
   mutable std::mutex mu_;
   std::unique_ptr<metrics::MetricsScraper> scraper_;  // guarded by mu_

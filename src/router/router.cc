@@ -27,7 +27,9 @@
 #include "http/relay.h"
 #include "http/server.h"
 #include "core/metrics/prom_writer.h"
+#include "pool/poll_timer.h"
 #include "pool/pool.h"
+#include "router/cert_watch.h"
 #include "core/api/pd_legs.h"
 #include "pd/pd_counters.h"
 #include "pd/request_id.h"
@@ -81,9 +83,33 @@ void RespondNoEndpoint(http::Exchange& ex, std::string message) {
              {{std::string(api::kDroppedReasonHeader), std::string(api::kDroppedNoEndpoints)}});
 }
 
-// The client-facing server's counters (limits and connections), as kvroute_http_*.
-void AppendServerMetrics(std::string& out, const http::ServerStats& s) {
-  auto load = [](const auto& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
+// The client-facing servers' counters (limits and connections), as kvroute_http_*: the
+// plaintext and the HTTPS listener summed.
+void AppendServerMetrics(std::string& out, const http::Server* plain, const http::Server* tls) {
+  const http::ServerStats* all[2] = {plain ? &plain->stats() : nullptr, tls ? &tls->stats() : nullptr};
+  // A counter of every listener, summed; `field` picks it from a ServerStats.
+  auto sum = [&](auto field) {
+    double v = 0;
+    for (const http::ServerStats* st : all) {
+      if (st) v += static_cast<double>(field(*st).load(std::memory_order_relaxed));
+    }
+    return v;
+  };
+  struct {
+    double open_connections, connections_accepted, connections_rejected, accept_errors, idle_closed,
+        tls_handshake_failures;
+    std::array<double, http::kRejectReasons> requests_rejected;
+  } s{};
+  s.open_connections = sum([](const http::ServerStats& st) -> const auto& { return st.open_connections; });
+  s.connections_accepted = sum([](const http::ServerStats& st) -> const auto& { return st.connections_accepted; });
+  s.connections_rejected = sum([](const http::ServerStats& st) -> const auto& { return st.connections_rejected; });
+  s.accept_errors = sum([](const http::ServerStats& st) -> const auto& { return st.accept_errors; });
+  s.idle_closed = sum([](const http::ServerStats& st) -> const auto& { return st.idle_closed; });
+  s.tls_handshake_failures = sum([](const http::ServerStats& st) -> const auto& { return st.tls_handshake_failures; });
+  for (std::size_t i = 0; i < http::kRejectReasons; ++i) {
+    s.requests_rejected[i] = sum([i](const http::ServerStats& st) -> const auto& { return st.requests_rejected[i]; });
+  }
+  auto load = [](double v) { return v; };
   metrics::AppendGauge(out, "kvroute_http_open_connections", "Client connections open now.", {},
                        load(s.open_connections));
   metrics::AppendCounter(out, "kvroute_http_connections_accepted_total",
@@ -105,6 +131,12 @@ void AppendServerMetrics(std::string& out, const http::ServerStats& s) {
     const metrics::Label reason{"reason", http::RejectReasonName(static_cast<http::RejectReason>(i))};
     metrics::AppendSample(out, "kvroute_http_requests_rejected_total", {&reason, 1},
                           load(s.requests_rejected[i]));
+  }
+  if (tls) {
+    metrics::AppendCounter(out, "kvroute_http_tls_handshake_failures_total",
+                           "HTTPS connections closed because their TLS handshake failed or did not "
+                           "complete within timeouts.request_read.",
+                           {}, load(s.tls_handshake_failures));
   }
 }
 
@@ -170,6 +202,14 @@ struct Router::Impl {
     }
     Status st = core_pool->Apply(cfg);
     if (!st.ok()) return st;
+    // https:// endpoints: new connections use the applied upstream_tls (pooled ones keep
+    // theirs until they close).
+    if (auto tls = core_pool->upstream_tls(); tls != upstream_tls) {
+      upstream_tls = tls;
+      for (int i = 0; i < io->size(); ++i) {
+        asio::post(io->context(i), [c = clients[i].get(), tls] { c->set_tls(tls); });
+      }
+    }
     auto fs = std::make_shared<FrontSettings>();
     fs->connect_timeout = Ms(cfg.timeouts.connect_s);
     fs->first_byte_timeout = Ms(cfg.timeouts.first_byte_s);
@@ -256,13 +296,35 @@ struct Router::Impl {
       return ErrorJson(status, std::string(message));
     };
     so.log = [this](std::string_view line) { Log(line); };
-    server = std::make_unique<http::Server>(io->contexts(), so,
-                                            [this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); });
+    auto handler = [this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); };
+    if (!cfg.listen_tls.address.empty()) {
+      auto watch = CertWatch::Load(cfg.listen_tls.cert_path, cfg.listen_tls.key_path,
+                                   pool::RealFileSystem(), [this](std::string_view l) { Log(l); });
+      if (!watch.ok()) return watch.status();
+      cert_watch = std::move(watch).value();
+      http::ServerOptions tso = so;
+      tso.host = cfg.listen_tls.addr.host;
+      tso.port = cfg.listen_tls.addr.port;
+      tso.tls = cert_watch->tls();
+      tls_server = std::make_unique<http::Server>(io->contexts(), tso, handler);
+      cert_timer = std::make_unique<pool::PollTimer>(
+          io->context(0),
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(cfg.listen_tls.poll_s)),
+          [w = cert_watch.get()] { w->Poll(); });
+    }
+    const bool plain = cfg.listen_plain || options.listen.has_value();
+    if (plain) server = std::make_unique<http::Server>(io->contexts(), so, handler);
     io->Start();
     config::HostPort listen = cfg.listen_addr;
     if (Status st = Apply(std::move(cfg)); !st.ok()) return st;
     started_listen = listen;
-    if (Status st = server->Listen(); !st.ok()) return st;
+    if (server) {
+      if (Status st = server->Listen(); !st.ok()) return st;
+    }
+    if (tls_server) {
+      if (Status st = tls_server->Listen(); !st.ok()) return st;
+      cert_timer->Start();
+    }
     if (options.handle_signals) {
       signals = std::make_unique<asio::signal_set>(io->context(0), SIGHUP, SIGINT, SIGTERM);
       WaitSignal();
@@ -274,6 +336,7 @@ struct Router::Impl {
     signals->async_wait([this](boost::system::error_code ec, int sig) {
       if (ec) return;
       if (sig == SIGHUP) {
+        if (cert_watch) cert_watch->Poll(/*force=*/true);
         Reload();
       } else {
         RequestShutdown();
@@ -286,6 +349,8 @@ struct Router::Impl {
     if (stopped || !io) return;
     stopped = true;
     if (server) server->StopAccepting();
+    if (tls_server) tls_server->StopAccepting();
+    if (cert_timer) cert_timer->Stop();
     if (signals) {
       asio::post(io->context(0), [s = signals.get()] {
         boost::system::error_code ignored;
@@ -346,7 +411,8 @@ struct Router::Impl {
     out.reserve(16384);
     if (core_pool) core().AppendMetrics(out, Now());
     if (core_pool) core_pool->AppendMetrics(out);
-    if (server) AppendServerMetrics(out, server->stats());
+    if (server || tls_server) AppendServerMetrics(out, server.get(), tls_server.get());
+    if (cert_watch) cert_watch->AppendMetrics(out);
     if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
     if (core_pool && core().kv_events_active()) AppendTokenizerMetrics(out);
     pd::AppendPdMetrics(out, pd_counters);
@@ -369,7 +435,11 @@ struct Router::Impl {
   std::vector<std::unique_ptr<http::UpstreamClient>> clients;  // one per worker
   std::vector<std::unique_ptr<tokenize::HttpTokenizer>> tokenizers;  // one per worker
   std::unique_ptr<pool::Pool> core_pool;
-  std::unique_ptr<http::Server> server;
+  std::unique_ptr<http::Server> server;      // plaintext; null with `listen: off`
+  std::unique_ptr<http::Server> tls_server;  // listen_tls; null without it
+  std::unique_ptr<CertWatch> cert_watch;     // listen_tls's certificate files
+  std::unique_ptr<pool::PollTimer> cert_timer;  // polls cert_watch on worker 0
+  std::shared_ptr<asio::ssl::context> upstream_tls;  // what the clients were given last
   std::unique_ptr<asio::signal_set> signals;
   Published<FrontSettings> settings;
   PdCounters pd_counters;
@@ -412,6 +482,9 @@ struct PdLegs {
   const routing::Endpoint& prefill_endpoint() const { return *table->by_id[prefill_id]; }
 };
 
+void CollectResponseHeaders(const boost::beast::http::fields& fields, const FrontSettings& fs,
+                            http::Fields& out);
+
 // One proxied request: tries the ranked endpoints in order and relays the response.
 // Lives as long as its upstream call or its exchange needs it; runs on one worker.
 struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
@@ -426,6 +499,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   http::UpstreamCall call;
   std::vector<std::pair<std::string, std::string>> forward_headers;
   http::Fields own_head_fields;  // only when the settings' table is older than the pick's
+  http::Fields passthrough;      // the answering replica's end-to-end response fields
   bool streaming = false;
   bool first_byte = false;
   bool error_status = false;  // the endpoint answered 5xx: buffered, maybe retried elsewhere
@@ -467,12 +541,21 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     }
     return own_head_fields;
   }
+  // head_fields() and then the replica's own end-to-end response fields.
+  const http::Fields& response_fields() {
+    const http::Fields& own = head_fields();
+    if (passthrough.empty()) return own;
+    if (&own != &own_head_fields) own_head_fields = own;
+    own_head_fields.insert(own_head_fields.end(), passthrough.begin(), passthrough.end());
+    return own_head_fields;
+  }
 
   void Dispatch() {
     const routing::Endpoint& ep = endpoint();
     streaming = error_status = truncated = false;
     status = 0;
     buffered.clear();
+    passthrough.clear();
     chunks.Reset();
     if (attempt > 0 || !pick.dispatched) core().OnDispatched(pick.handle, ep.id, router->Now());
     http::UpstreamRequest req;
@@ -511,6 +594,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       content_type = content_type_copy;
     }
     bool sse = content_type.substr(0, kSse.size()) == kSse;
+    if (h.fields) CollectResponseHeaders(*h.fields, *settings, passthrough);
     if (status >= 500) {
       // Buffered whatever its framing: nothing reaches the client until the router knows
       // whether another endpoint will answer instead.
@@ -520,7 +604,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     core().OnAttemptSucceeded(endpoint_id());
     streaming = sse || !h.content_length || *h.content_length > kMaxBufferedResponse;
     if (streaming) {
-      ex->BeginStream(status, content_type, head_fields());
+      ex->BeginStream(status, content_type, response_fields());
     } else {
       buffered.reserve(*h.content_length);
     }
@@ -714,7 +798,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
         ex->Respond(502, ErrorJson(502, std::move(message)), "application/json", head_fields());
         return Finish(502);
       }
-      ex->Respond(status, std::move(buffered), content_type, head_fields());
+      ex->Respond(status, std::move(buffered), content_type, response_fields());
       return Finish(status);
     }
     if (r.ok()) {
@@ -723,7 +807,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
       } else {
         if (pick.predicted_cached_tokens >= 0 && status == 200) reported_cached = CachedTokensIn(buffered);
         if (RewritesUsage() && status == 200) RewriteCachedTokens(buffered, pd->prefill_cached);
-        ex->Respond(status, std::move(buffered), content_type, head_fields());
+        ex->Respond(status, std::move(buffered), content_type, response_fields());
       }
       return Finish(status);
     }
@@ -838,6 +922,31 @@ void CollectForwardHeaders(const http::Request& req, const FrontSettings& fs,
   for (const auto& f : req) {
     const std::string_view name(f.name_string().data(), f.name_string().size());
     bool drop = fs.sessions && (IEquals(name, fs.session_header) || IEquals(name, fs.token_header));
+    for (std::string_view d : kDropped) drop = drop || IEquals(name, d);
+    if (drop || (!connection.empty() && ConnectionNames(connection, name))) continue;
+    std::string lower(name);
+    for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    out.emplace_back(std::move(lower), std::string(f.value()));
+  }
+}
+
+// The end-to-end header fields of a replica's response, for the client: every one but
+// hop-by-hop fields (RFC 9110 7.6.1, and those Connection names), the framing the server
+// writes itself (content-type, content-length, transfer-encoding), and the router's own
+// (x-kvroute-*, the session token header), which it writes. Appended to `out`.
+void CollectResponseHeaders(const boost::beast::http::fields& fields, const FrontSettings& fs,
+                            http::Fields& out) {
+  static constexpr std::string_view kDropped[] = {
+      "connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade",
+      "proxy-authenticate", "trailer", "content-length", "content-type", kEndpointHeader,
+      kAttemptsHeader, kPrefillHeader};
+  std::string_view connection;
+  for (const auto& f : fields) {
+    if (f.name() == bhttp::field::connection) connection = std::string_view(f.value().data(), f.value().size());
+  }
+  for (const auto& f : fields) {
+    const std::string_view name(f.name_string().data(), f.name_string().size());
+    bool drop = fs.sessions && IEquals(name, fs.token_header);
     for (std::string_view d : kDropped) drop = drop || IEquals(name, d);
     if (drop || (!connection.empty() && ConnectionNames(connection, name))) continue;
     std::string lower(name);
@@ -966,6 +1075,7 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
     if (const routing::Endpoint* ep = table->Find(core().AnyUp(Now()))) {
       in.target_host = ep->spec.host;
       in.target_port = ep->spec.port;
+      in.target_tls = ep->spec.tls;
     }
   }
   tokenize::Tokenizer& tok = *tokenizers[ex->worker()];
@@ -1353,6 +1463,10 @@ Router::~Router() { Stop(); }
 Status Router::Start() { return impl_->Start(); }
 void Router::Stop() { impl_->Stop(); }
 uint16_t Router::port() const { return impl_->server ? impl_->server->port() : 0; }
+uint16_t Router::tls_port() const { return impl_->tls_server ? impl_->tls_server->port() : 0; }
+bool Router::PollCertificates() {
+  return impl_->cert_watch && impl_->cert_watch->Poll() == CertWatch::Outcome::kApplied;
+}
 Status Router::Reload() { return impl_->Reload(); }
 Status Router::Apply(config::RouterConfig config) { return impl_->Apply(std::move(config)); }
 std::string Router::MetricsText() { return impl_->MetricsText(); }

@@ -74,8 +74,14 @@ class Router {
   // Thread: any but a worker; idempotent.
   void Stop();
 
-  // The bound port (after Start).
+  // The bound port (after Start); 0 with `listen: off`.
   uint16_t port() const;
+  // The HTTPS listener's bound port (listen_tls); 0 without one.
+  uint16_t tls_port() const;
+  // Looks at listen_tls's certificate files now (as every listen_tls.poll does); true
+  // when a changed pair was applied. Thread: any but while a poll runs on worker 0 (tests
+  // call it with a long poll interval).
+  bool PollCertificates();
 
   // Reads options.config_path and, if it is valid, applies it. On error ("file:line:
   // field: message") the running configuration is unchanged. Thread: any (SIGHUP calls it

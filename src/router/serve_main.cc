@@ -15,7 +15,19 @@ namespace {
 
 constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optional, unknown keys are errors):
 
-  listen: 0.0.0.0:8080          # host:port ([v6]:port accepted); --listen overrides
+  listen: 0.0.0.0:8080          # host:port ([v6]:port accepted); --listen overrides;
+                                #   "off": HTTPS only (needs listen_tls)
+  listen_tls:                   # HTTPS listener, beside listen or instead of it:
+    address: 0.0.0.0:8443       #   read at start
+    cert: tls.crt               # PEM certificate chain and key; relative paths against
+    key: tls.key                #   this file's directory. Watched (stat every poll, and
+    poll: 1s                    #   SIGHUP): a changed pair serves new connections; one
+                                #   that does not load keeps the last good (logged once)
+  upstream_tls:                 # for https://HOST:PORT endpoints (proxy, scrape, tokenize)
+    ca: ca.pem                  # trusted CAs; default: the system's store
+    cert: client.crt            # client certificate and key, for replicas requiring one
+    key: client.key
+    verify: true                # false: accept any certificate (still encrypted)
   threads: 0                    # worker threads, 0 = one per core; --threads overrides
   pool:
     engine_type: vllm           # vllm | sglang: default metric names
@@ -35,6 +47,7 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
         name: a                 # defaults to the address; unique
         labels: {region: eu}
       - 127.0.0.1:18002         # shorthand: just the address
+      - https://10.0.0.7:8443   # https://: TLS to it (upstream_tls); http:// is plain
     endpoints_file: eps.yaml    # or (not both) file discovery: a YAML list of the same
                                 #   entries; relative to this file's directory. Polled
                                 #   (mtime/size/inode; rename-into-place and ConfigMap
@@ -267,7 +280,12 @@ int ServeMain(int argc, char** argv) {
     std::fprintf(stderr, "kvroute serve: %s\n", st.message().c_str());
     return 1;
   }
-  std::fprintf(stderr, "kvroute serve: listening on port %u\n", router.port());
+  // One line per listener; tools wait for "listening on port N" (plaintext) or
+  // "listening on https port N".
+  if (router.port() != 0) std::fprintf(stderr, "kvroute serve: listening on port %u\n", router.port());
+  if (router.tls_port() != 0) {
+    std::fprintf(stderr, "kvroute serve: listening on https port %u\n", router.tls_port());
+  }
   router.WaitForShutdown();
   router.Stop();
   return 0;

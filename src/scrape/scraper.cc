@@ -36,13 +36,19 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
     std::vector<std::shared_ptr<Round>> rounds_now, rounds_next;
   };
 
+  static http::ClientOptions ClientOptionsFor(const ScraperOptions& o) {
+    http::ClientOptions co;
+    co.tls = o.tls;
+    return co;
+  }
+
   Impl(asio::io_context& c, std::vector<ScrapeTarget> targets, ScraperOptions o,
        std::function<double()> clk, OnScrape cb)
       : ctx(c),
         options(std::move(o)),
         clock(std::move(clk)),
         on_scrape(std::move(cb)),
-        client(c),
+        client(c, ClientOptionsFor(options)),
         timer(c),
         snapshots(targets.size()) {
     endpoints.resize(targets.size());
@@ -113,6 +119,7 @@ struct MetricsScraper::Impl : std::enable_shared_from_this<MetricsScraper::Impl>
     cb.on_done = [self, i, sent_at, status](http::UpstreamResult&& r) {
       self->OnDone(i, sent_at, *status, std::move(r));
     };
+    req.tls = ep.target.tls;
     ep.call = client.Start(ep.target.host, ep.target.port, req, std::move(cb));
   }
 

@@ -53,6 +53,7 @@ struct EndpointSnapshot {
 struct ScrapeTarget {
   std::string host;
   uint16_t port = 0;
+  bool tls = false;  // https://: scraped over TLS (ScraperOptions::tls)
 };
 
 struct ScraperOptions {
@@ -64,6 +65,8 @@ struct ScraperOptions {
   MetricNames names = MetricNames::For(EngineType::kVllm);
   std::string model;                        // model_name filter ("" = all)
   std::size_t max_body_bytes = 16u << 20;   // larger expositions fail
+  // TLS context for https targets (http/tls.h MakeClientTls); null: the system's store.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 class MetricsScraper {

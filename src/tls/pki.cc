@@ -140,6 +140,19 @@ Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pem) {
   return Status::Ok();
 }
 
+Result<int64_t> NotAfter(const std::string& cert_pem) {
+  CertPtr cert = ReadCert(cert_pem);
+  if (!cert) {
+    ERR_clear_error();
+    return Status::InvalidArgument("no certificate in the PEM");
+  }
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert.get()), &tm) != 1) {
+    return Status::InvalidArgument("unreadable notAfter");
+  }
+  return static_cast<int64_t>(timegm(&tm));
+}
+
 struct Authority::Impl {
   KeyPtr key;
   CertPtr cert;

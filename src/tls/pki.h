@@ -36,6 +36,10 @@ Result<KeyPair> SelfSigned(const std::string& common_name, const SubjectAltName&
 // in the PEM", "the private key does not match the certificate").
 Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pem);
 
+// When the first certificate in `cert_pem` expires (notAfter), in seconds since the Unix
+// epoch; InvalidArgument when there is no certificate.
+Result<int64_t> NotAfter(const std::string& cert_pem);
+
 // A private certificate authority and the certificates it signs.
 class Authority {
  public:

@@ -123,6 +123,7 @@ void HttpTokenizer::Tokenize(const TokenizeInput& input, TokenizeCallback done) 
   call->start = Clock::now();
   std::string_view host = input.target_host;
   uint16_t port = input.target_port;
+  const bool tls = !host.empty() && input.target_tls;
   if (host.empty()) {
     host = options_.default_host;
     port = options_.default_port;
@@ -162,6 +163,7 @@ void HttpTokenizer::Tokenize(const TokenizeInput& input, TokenizeCallback done) 
 
   http::UpstreamRequest req;
   req.method = boost::beast::http::verb::post;
+  req.tls = tls;
   req.target = options_.path;
   req.body = call->body;
   req.connect_timeout = timeout;

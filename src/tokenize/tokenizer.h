@@ -44,6 +44,7 @@ struct TokenizeInput {
   // configured default (if any). Ignored by local implementations.
   std::string_view target_host;
   uint16_t target_port = 0;
+  bool target_tls = false;  // the replica's address is https://
 };
 
 // The ids, or why there are none: InvalidArgument (the input cannot be tokenized, or the

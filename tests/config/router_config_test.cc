@@ -313,7 +313,7 @@ TEST(RouterConfigErrors, UnknownKeys) {
   EXPECT_EQ(ParseErr("pool:\n  endpoints:\n    - adress: 1.2.3.4:80\n"),
             "t.yaml:3: pool.endpoints[0].adress: unknown key 'adress' (did you mean 'address'?)");
   EXPECT_EQ(ParseErr("listen: 0.0.0.0:80\nfoo: 1\n"),
-            "t.yaml:2: foo: unknown key 'foo' (known: listen, threads, pool, scheduling, "
+            "t.yaml:2: foo: unknown key 'foo' (known: listen, listen_tls, upstream_tls, threads, pool, scheduling, "
             "limits, timeouts, retries, outlier_detection, allow_routing_headers, epp, "
             "flow, locality, sessions, policy, plugins, schedulingProfiles, schedulingProfile)");
   EXPECT_EQ(ParseErr("schedulingProfile:\n  - pluginRef: a\n    wieght: 3\n"),

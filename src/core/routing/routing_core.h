@@ -74,6 +74,7 @@ struct EndpointSpec {
   std::string name;     // for logs and metrics; defaults to address
   std::string host;
   uint16_t port = 0;
+  bool tls = false;  // an https:// address: the adapters speak TLS to it
   std::vector<std::pair<std::string, std::string>> labels;
   // Where the endpoint publishes its KV-cache events (tcp://HOST:PORT) and its replay
   // socket; empty: none. The core only notes that events are expected (its precise index
