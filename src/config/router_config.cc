@@ -173,7 +173,7 @@ class Loader {
     nested.path = "scheduling";
     root.ForEachKey(
         {"listen", "listen_tls", "upstream_tls", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
-         "outlier_detection", "allow_routing_headers", "epp", "flow", "locality", "sessions", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
+         "outlier_detection", "allow_routing_headers", "epp", "flow", "locality", "sessions", "auth", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
         [&](const std::string& key, const ConfigNode& v) {
           if (key == "listen") {
             cfg.listen = v.String();
@@ -224,6 +224,8 @@ class Loader {
             LoadLocality(v, cfg.locality);
           } else if (key == "sessions") {
             LoadSessions(v, cfg.sessions);
+          } else if (key == "auth") {
+            LoadAuth(v, cfg.auth);
           } else {
             if (top.line == 0) top.line = v.key_line();
             SchedKey(top, key, v);
@@ -655,6 +657,41 @@ class Loader {
                  });
     if (o.header == o.token_header) {
       v.Fail("header and token_header must differ (both '" + o.header + "')");
+    }
+  }
+
+  void LoadAuth(const ConfigNode& v, AuthConfig& a) {
+    int upstream_line = 0, upstream_key_line = 0;
+    v.ForEachKey({"api_keys_file", "api_keys_poll", "upstream_authorization", "upstream_api_key_file"},
+                 [&](const std::string& key, const ConfigNode& av) {
+                   if (key == "api_keys_file") {
+                     a.api_keys_file = av.String();
+                     if (a.api_keys_file.empty()) av.Fail("must not be empty");
+                     a.api_keys_file_path = ResolvePath(a.api_keys_file);
+                   } else if (key == "api_keys_poll") {
+                     a.api_keys_poll_s = av.Duration();
+                   } else if (key == "upstream_authorization") {
+                     a.upstream_authorization = av.Enum<UpstreamAuthorization>(
+                         "upstream authorization", {{"forward", UpstreamAuthorization::kForward},
+                                                    {"replace", UpstreamAuthorization::kReplace},
+                                                    {"drop", UpstreamAuthorization::kDrop}});
+                     upstream_line = av.key_line();
+                   } else {
+                     a.upstream_api_key_file = av.String();
+                     if (a.upstream_api_key_file.empty()) av.Fail("must not be empty");
+                     a.upstream_api_key_file_path = ResolvePath(a.upstream_api_key_file);
+                     upstream_key_line = av.key_line();
+                   }
+                 });
+    if (!a.enabled()) v.Fail("api_keys_file is required in the auth block");
+    const bool replace = a.upstream_authorization == UpstreamAuthorization::kReplace;
+    if (replace && upstream_key_line == 0) {
+      v.FailAt(upstream_line, Join(v.field(), "upstream_authorization"),
+               "replace needs upstream_api_key_file (the key sent to the replicas)");
+    }
+    if (!replace && upstream_key_line != 0) {
+      v.FailAt(upstream_key_line, Join(v.field(), "upstream_api_key_file"),
+               "only used with upstream_authorization: replace");
     }
   }
 

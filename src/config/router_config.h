@@ -163,6 +163,23 @@
 //                                 #   binding)
 //     token_header: x-session-token  # written on every response (base64 of the serving
 //                                 #   endpoint's address), followed when a request sends it
+//   auth:                         # API keys (serve; docs/SERVE.md "API keys"): paths under
+//                                 #   /v1 need `Authorization: Bearer <key>`, else 401
+//                                 #   {"error":"Unauthorized"}; other paths stay open
+//     api_keys_file: keys.txt     # required in the block: one key per line, `KEY` or `NAME
+//                                 #   KEY` (config/api_keys.h); relative paths are against
+//                                 #   this file's directory. Watched like endpoints_file and
+//                                 #   re-read on SIGHUP; a broken file keeps the last good
+//                                 #   keys (logged once). Read at start: a bad one fails it
+//     api_keys_poll: 1s           # how often its metadata (and the upstream key file's) is
+//                                 #   checked
+//     upstream_authorization: forward   # forward | replace | drop: the client's
+//                                 #   Authorization goes to the replica as sent, is
+//                                 #   replaced by upstream_api_key_file's key, or not sent
+//     upstream_api_key_file: up.key   # with replace (and only then): its first non-empty
+//                                 #   line is sent as `Authorization: Bearer <key>`;
+//                                 #   re-read with the keys file
+//   The auth block itself is read at start (a reload re-reads the key files it names).
 //   A request's priority (its band; higher goes first) is its objective's in
 //   epp.objectives (unknown: 0), else minus the body's vLLM `priority` field; below 0 it
 //   is sheddable: 429 at once while the pool is saturated.
@@ -361,6 +378,20 @@ struct UpstreamTlsConfig {
   bool operator==(const UpstreamTlsConfig&) const = default;
 };
 
+// API keys (the `auth:` section; serve only). Enabled when api_keys_file is set.
+enum class UpstreamAuthorization { kForward, kReplace, kDrop };
+struct AuthConfig {
+  std::string api_keys_file;       // as written; empty: auth off
+  std::string api_keys_file_path;  // resolved against the config's directory
+  double api_keys_poll_s = 1.0;
+  UpstreamAuthorization upstream_authorization = UpstreamAuthorization::kForward;
+  std::string upstream_api_key_file;       // as written; set exactly with kReplace
+  std::string upstream_api_key_file_path;  // resolved
+  bool enabled() const { return !api_keys_file.empty(); }
+  bool operator==(const AuthConfig&) const = default;
+};
+
+
 struct RouterConfig {
   std::string listen = "0.0.0.0:8080";
   HostPort listen_addr{"0.0.0.0", 8080};
@@ -381,6 +412,7 @@ struct RouterConfig {
   FlowConfig flow;
   LocalityConfig locality;
   routing::SessionOptions sessions;  // `sessions:` (serve and epp)
+  AuthConfig auth;                   // `auth:` (serve)
 };
 
 // Both return the config, or the error naming file, line and field (ConfigOr and
