@@ -33,6 +33,7 @@
 #include "core/api/pd_legs.h"
 #include "pd/pd_counters.h"
 #include "pd/request_id.h"
+#include "router/api_key_auth.h"
 #include "tokenize/http_tokenizer.h"
 #include "tokenize/tokenize_metrics.h"
 
@@ -225,6 +226,9 @@ struct Router::Impl {
     if (started_listen && cfg.flow.enabled != (flow_gate != nullptr)) {
       Log("flow.enabled change needs a restart; ignored");
     }
+    if (started_listen && cfg.auth != started_auth) {
+      Log("auth change needs a restart; ignored (SIGHUP re-reads the key files)");
+    }
     auto table = core().table();
     fs->version = table->version;
     fs->head_fields.resize(table->by_id.size());
@@ -241,6 +245,7 @@ struct Router::Impl {
     if (options.config_path.empty()) {
       return Status::FailedPrecondition("no configuration file to reload");
     }
+    if (auth) auth->Reload();  // SIGHUP re-reads the key files too, whatever the config says
     config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(options.config_path);
     Status st = loaded.ok() ? Apply(std::move(*loaded.value)) : loaded.status();
     if (st.ok()) {
@@ -261,6 +266,8 @@ struct Router::Impl {
     int threads = cfg.threads > 0 ? cfg.threads
                                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     io = std::make_unique<http::IoPool>(threads);
+    started_auth = cfg.auth;
+    if (Status st = StartAuth(cfg.auth, threads); !st.ok()) return st;
     for (int i = 0; i < threads; ++i) {
       clients.push_back(std::make_unique<http::UpstreamClient>(io->context(i)));
     }
@@ -358,6 +365,7 @@ struct Router::Impl {
       });
     }
     if (core_pool) core_pool->Stop();
+    if (auth_poll) auth_poll->Stop();
     io->Stop();
   }
 
@@ -366,6 +374,16 @@ struct Router::Impl {
     shutdown_requested = true;
     shutdown_cv.notify_all();
   }
+
+  // ---- API keys (auth:) ----
+
+  // Loads the key files (a bad one fails the start: nobody could be let in) and polls them.
+  Status StartAuth(const config::AuthConfig& cfg, int threads);
+  // Paths under /v1 need a loaded key (vLLM's rule; OPTIONS, a CORS preflight, is free).
+  // False: the request was refused with vLLM's 401.
+  bool Authorized(http::Exchange& ex, std::string_view path);
+  // upstream_authorization on the headers going to a replica.
+  void RewriteAuthorization(int worker, std::vector<std::pair<std::string, std::string>>& headers);
 
   // ---- requests ----
 
@@ -416,6 +434,7 @@ struct Router::Impl {
     if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
     if (core_pool && core().kv_events_active()) AppendTokenizerMetrics(out);
     pd::AppendPdMetrics(out, pd_counters);
+    if (auth) auth->AppendMetrics(out);
     return out;
   }
   bool Ready() { return core_pool && core().Ready(Now()); }
@@ -441,6 +460,9 @@ struct Router::Impl {
   std::unique_ptr<pool::PollTimer> cert_timer;  // polls cert_watch on worker 0
   std::shared_ptr<asio::ssl::context> upstream_tls;  // what the clients were given last
   std::unique_ptr<asio::signal_set> signals;
+  config::AuthConfig started_auth;          // the auth block read at start
+  std::unique_ptr<ApiKeyAuth> auth;         // null: auth off
+  std::unique_ptr<pool::PollTimer> auth_poll;  // on worker 0
   Published<FrontSettings> settings;
   PdCounters pd_counters;
   // Flow control; the gate holds the queue and the waiting requests (requests arrive on
@@ -957,10 +979,42 @@ void CollectResponseHeaders(const boost::beast::http::fields& fields, const Fron
 
 }  // namespace
 
+Status Router::Impl::StartAuth(const config::AuthConfig& cfg, int threads) {
+  if (!cfg.enabled()) return Status::Ok();
+  auth = std::make_unique<ApiKeyAuth>(cfg, threads, pool::RealFileSystem(),
+                                      [this](std::string_view l) { Log(l); });
+  if (Status st = auth->Load(); !st.ok()) return Status::InvalidArgument("auth: " + st.message());
+  auth_poll = std::make_unique<pool::PollTimer>(
+      io->context(0), std::chrono::nanoseconds(static_cast<int64_t>(cfg.api_keys_poll_s * 1e9)),
+      [this] { auth->Poll(); });
+  auth_poll->Start();
+  return Status::Ok();
+}
+
+bool Router::Impl::Authorized(http::Exchange& ex, std::string_view path) {
+  if (!auth || path.substr(0, 3) != "/v1" || ex.request().method() == bhttp::verb::options) return true;
+  if (auth->Check(HeaderValue(ex.request(), "authorization"), ex.worker()) == AuthVerdict::kAccepted) {
+    return true;
+  }
+  // vLLM's AuthenticationMiddleware answer, to the byte; the key is never echoed.
+  ex.Respond(401, R"({"error":"Unauthorized"})", "application/json", {{"www-authenticate", "Bearer"}});
+  return false;
+}
+
+void Router::Impl::RewriteAuthorization(int worker,
+                                        std::vector<std::pair<std::string, std::string>>& headers) {
+  if (!auth || auth->upstream_mode() == config::UpstreamAuthorization::kForward) return;
+  std::erase_if(headers, [](const auto& h) { return h.first == "authorization"; });
+  if (auth->upstream_mode() == config::UpstreamAuthorization::kReplace) {
+    headers.emplace_back("authorization", std::string(auth->UpstreamAuthorization(worker)));
+  }
+}
+
 void Router::Impl::Handle(std::shared_ptr<http::Exchange> ex) {
   const http::Request& req = ex->request();
   std::string_view path = Path(std::string_view(req.target().data(), req.target().size()));
   bhttp::verb method = req.method();
+  if (!Authorized(*ex, path)) return;
   auto only = [&](bhttp::verb v) {
     if (method == v || (v == bhttp::verb::get && method == bhttp::verb::head)) return true;
     ex->Respond(405, ErrorJson(405, "Method not allowed."));
@@ -1132,6 +1186,7 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
   pc->max_attempts = pc->settings->max_attempts;
   pc->method = ex->request().method() == bhttp::verb::head ? bhttp::verb::get : ex->request().method();
   CollectForwardHeaders(ex->request(), *pc->settings, pc->forward_headers);
+  RewriteAuthorization(ex->worker(), pc->forward_headers);
   pc->ex = std::move(ex);
   // The replica sees us leave and aborts. A plain pointer (no allocation): ~ProxyCall
   // clears the callback.
@@ -1283,6 +1338,7 @@ void Router::Impl::Models(std::shared_ptr<http::Exchange> ex, bool models) {
   });
   std::vector<std::pair<std::string, std::string>> headers;
   CollectForwardHeaders(mc->ex->request(), *settings.load(), headers);
+  RewriteAuthorization(mc->ex->worker(), headers);
   mc->Start(*clients[mc->ex->worker()], *settings.load(), ids, headers.empty() ? nullptr : &headers);
 }
 
@@ -1472,6 +1528,9 @@ Status Router::Apply(config::RouterConfig config) { return impl_->Apply(std::mov
 std::string Router::MetricsText() { return impl_->MetricsText(); }
 bool Router::Ready() { return impl_->Ready(); }
 uint64_t Router::reloads() const { return impl_->core_pool ? impl_->core_pool->core().reloads() : 0; }
+void Router::PollApiKeys() {
+  if (impl_->auth) impl_->auth->Poll();
+}
 void Router::WaitForShutdown() {
   std::unique_lock<std::mutex> lock(impl_->shutdown_mu);
   impl_->shutdown_cv.wait(lock, [this] { return impl_->shutdown_requested; });

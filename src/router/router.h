@@ -31,7 +31,13 @@
 // Reload (SIGHUP or Reload()): the file is parsed whole; a valid one is applied to the
 // pool (endpoints that survive keep their prefix-index entries, in-flight accounting and
 // scraped state) and to the front end's own settings (timeouts, retries, routing
-// headers). listen, threads and request limits apply at start only.
+// headers). listen, threads, request limits and the auth block apply at start only; SIGHUP
+// (and Reload()) also re-reads the API key files.
+//
+// API keys (`auth:`; router/api_key_auth.h): a request whose path starts with /v1 needs
+// `Authorization: Bearer <a loaded key>`, else 401 {"error":"Unauthorized"} at once,
+// before any parsing or routing; upstream_authorization forwards, replaces or drops the
+// Authorization header replicas see (proxied and fanned-out requests alike).
 #pragma once
 
 #include <atomic>
@@ -89,6 +95,10 @@ class Router {
   Status Reload();
   // Applies `config` (already validated), or says why it could not be applied.
   Status Apply(config::RouterConfig config);
+
+  // Checks the API key files (auth.api_keys_file and the upstream key file) now, as the
+  // auth.api_keys_poll timer does: re-read when their stat changed. Thread: any.
+  void PollApiKeys();
 
   // The router's own /metrics exposition. Thread: any.
   std::string MetricsText();
