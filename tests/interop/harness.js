@@ -89,7 +89,9 @@ async function startSidecar(engine) {
 
 // `kvroute serve` on a free loopback port in front of `endpoints` ("ip:port" each), with the
 // kvroute policy; resolves once it is ready (an endpoint has fresh metrics).
-async function startServe(endpoints) {
+// extra: more top-level config lines (e.g. an `auth:` block); relative paths in them are
+// against tempDir, where the config is written.
+async function startServe(endpoints, extra = []) {
   const file = path.join(tempDir, `serve-${++configCount}.yaml`);
   fs.writeFileSync(file, [
     'threads: 1',
@@ -99,6 +101,7 @@ async function startServe(endpoints) {
     ...endpoints.map((e) => `    - {address: ${e}}`),
     'scheduling:',
     '  policy: kvroute',
+    ...extra,
     ''].join('\n'));
   const [port] = await closedPorts(1);
   const { proc, matches } = await startKvroute(
