@@ -1,0 +1,183 @@
+// The API key check and its reloads (router/api_key_auth.h) over an in-memory file
+// system: every poll is one the test makes, every log line is captured.
+#include "router/api_key_auth.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../metrics/metric_sum.h"
+
+namespace kvroute::router {
+namespace {
+
+using metrics::testing::MetricSum;
+
+// Paths to contents; every write is a new inode (rename into place).
+class MemoryFileSystem : public pool::FileSystem {
+ public:
+  void Write(const std::string& path, std::string text) {
+    File& f = files_[path];
+    f.text = std::move(text);
+    f.inode = ++next_inode_;
+  }
+  void Remove(const std::string& path) { files_.erase(path); }
+  int reads = 0;
+
+  pool::FileStamp Stat(const std::string& path) override {
+    pool::FileStamp s;
+    auto it = files_.find(path);
+    if (it == files_.end()) {
+      s.error = ENOENT;
+      return s;
+    }
+    s.exists = true;
+    s.inode = it->second.inode;
+    s.size = it->second.text.size();
+    return s;
+  }
+  config::ConfigOr<std::string> Read(const std::string& path) override {
+    ++reads;
+    config::ConfigOr<std::string> r;
+    auto it = files_.find(path);
+    if (it == files_.end()) {
+      r.error = config::ConfigError{path, 0, "", "cannot read file: No such file or directory"};
+    } else {
+      r.value = it->second.text;
+    }
+    return r;
+  }
+
+ private:
+  struct File {
+    std::string text;
+    uint64_t inode = 0;
+  };
+  std::map<std::string, File> files_;
+  uint64_t next_inode_ = 0;
+};
+
+class ApiKeyAuthTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ApiKeyAuth> Make(config::UpstreamAuthorization mode = config::UpstreamAuthorization::kForward) {
+    config::AuthConfig c;
+    c.api_keys_file = c.api_keys_file_path = "keys.txt";
+    c.upstream_authorization = mode;
+    if (mode == config::UpstreamAuthorization::kReplace) {
+      c.upstream_api_key_file = c.upstream_api_key_file_path = "up.key";
+    }
+    return std::make_unique<ApiKeyAuth>(c, 2, fs_, [this](std::string_view l) { log_.emplace_back(l); });
+  }
+  std::string Metrics(ApiKeyAuth& a) {
+    std::string out;
+    a.AppendMetrics(out);
+    return out;
+  }
+
+  MemoryFileSystem fs_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(ApiKeyAuthTest, AcceptsLoadedKeysOnEveryWorkerAndCountsByName) {
+  fs_.Write("keys.txt", "alice sk-a\nsk-b\n");
+  auto a = Make();
+  ASSERT_TRUE(a->Load().ok());
+  EXPECT_EQ(a->Check("Bearer sk-a", 0), AuthVerdict::kAccepted);
+  EXPECT_EQ(a->Check("BEARER\tsk-a ", 1), AuthVerdict::kAccepted);
+  EXPECT_EQ(a->Check("Bearer sk-b", 1), AuthVerdict::kAccepted);
+  EXPECT_EQ(a->Check("", 0), AuthVerdict::kMissing);
+  EXPECT_EQ(a->Check("Bearer sk-", 0), AuthVerdict::kInvalid);
+  EXPECT_EQ(a->Check("Bearer sk-aa", 0), AuthVerdict::kInvalid);
+  EXPECT_EQ(a->Check("Bearersk-a", 0), AuthVerdict::kInvalid);
+  EXPECT_EQ(a->Check("Token sk-a", 0), AuthVerdict::kInvalid);
+  EXPECT_EQ(a->Check("Bearer ", 0), AuthVerdict::kInvalid);
+  const std::string m = Metrics(*a);
+  EXPECT_EQ(MetricSum(m, "kvroute_auth_requests_total", {{"key", "alice"}}), 2) << m;
+  EXPECT_EQ(MetricSum(m, "kvroute_auth_requests_total", {{"key", "line-2"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_auth_rejected_total", {{"reason", "missing"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_auth_rejected_total", {{"reason", "invalid"}}), 5);
+  EXPECT_EQ(MetricSum(m, "kvroute_auth_keys"), 2);
+  EXPECT_TRUE(log_.empty());  // the first load is not a reload
+}
+
+TEST_F(ApiKeyAuthTest, ABrokenFileIsLoggedOnceWithoutTheKeysAndKeepsTheRunningSet) {
+  fs_.Write("keys.txt", "alice sk-secret-a\n");
+  auto a = Make();
+  ASSERT_TRUE(a->Load().ok());
+  fs_.Write("keys.txt", "alice sk-secret-a\nbob sk-secret-a\n");  // a duplicate key
+  a->Poll();
+  a->Poll();
+  a->Poll();
+  a->Reload();  // SIGHUP re-reads it: still the same error, not logged again
+  ASSERT_EQ(log_.size(), 1u);
+  EXPECT_EQ(log_[0],
+            "API keys not reloaded, keeping the 1 running: keys.txt:2: api_keys: duplicate key (the same "
+            "key as line 1)");
+  EXPECT_EQ(a->Check("Bearer sk-secret-a", 0), AuthVerdict::kAccepted);
+  EXPECT_EQ(MetricSum(Metrics(*a), "kvroute_auth_reloads_total", {{"result", "rejected"}}), 2);
+
+  fs_.Write("keys.txt", "alice sk-secret-a\n");  // back to the running keys: nothing to apply
+  a->Poll();
+  ASSERT_EQ(log_.size(), 2u);
+  EXPECT_EQ(log_[1], "API keys files valid again: the running keys stay");
+  fs_.Remove("keys.txt");
+  a->Poll();
+  ASSERT_EQ(log_.size(), 3u);
+  EXPECT_EQ(log_[2], "API keys not reloaded, keeping the 1 running: keys.txt: cannot read file: No such file or directory");
+  fs_.Write("keys.txt", "bob sk-secret-b\n");
+  a->Poll();
+  ASSERT_EQ(log_.size(), 4u);
+  EXPECT_EQ(log_[3], "API keys reloaded: 1 keys");
+  EXPECT_EQ(a->Check("Bearer sk-secret-a", 1), AuthVerdict::kInvalid);
+  EXPECT_EQ(a->Check("Bearer sk-secret-b", 1), AuthVerdict::kAccepted);
+  for (const std::string& l : log_) EXPECT_EQ(l.find("sk-"), std::string::npos) << l;
+  const std::string m = Metrics(*a);
+  EXPECT_EQ(MetricSum(m, "kvroute_auth_reloads_total", {{"result", "applied"}}), 1);
+  EXPECT_EQ(MetricSum(m, "kvroute_auth_reloads_total", {{"result", "rejected"}}), 3);
+}
+
+TEST_F(ApiKeyAuthTest, AnUnchangedStatIsNotRead) {
+  fs_.Write("keys.txt", "k1\n");
+  auto a = Make();
+  ASSERT_TRUE(a->Load().ok());
+  const int reads = fs_.reads;
+  for (int i = 0; i < 5; ++i) a->Poll();
+  EXPECT_EQ(fs_.reads, reads);
+  a->Reload();
+  EXPECT_EQ(fs_.reads, reads + 1);
+}
+
+TEST_F(ApiKeyAuthTest, TheUpstreamKeyIsReadWithTheKeysAndABadOneKeepsBoth) {
+  fs_.Write("keys.txt", "k1\n");
+  fs_.Write("up.key", "sk-up-1\n");
+  auto a = Make(config::UpstreamAuthorization::kReplace);
+  ASSERT_TRUE(a->Load().ok());
+  EXPECT_EQ(a->UpstreamAuthorization(0), "Bearer sk-up-1");
+  fs_.Write("up.key", "\n\n");
+  fs_.Write("keys.txt", "k2\n");
+  a->Poll();
+  EXPECT_EQ(a->UpstreamAuthorization(0), "Bearer sk-up-1");
+  EXPECT_EQ(a->Check("Bearer k1", 0), AuthVerdict::kAccepted);  // the keys file was good, the pair was not
+  ASSERT_EQ(log_.size(), 1u);
+  EXPECT_EQ(log_[0], "API keys not reloaded, keeping the 1 running: up.key: upstream_api_key: no key in the "
+                     "file (its first non-empty line is sent)");
+  fs_.Write("up.key", "sk-up-2\n");
+  a->Poll();
+  EXPECT_EQ(a->UpstreamAuthorization(1), "Bearer sk-up-2");
+  EXPECT_EQ(a->Check("Bearer k2", 1), AuthVerdict::kAccepted);
+  EXPECT_EQ(a->Check("Bearer k1", 1), AuthVerdict::kInvalid);
+}
+
+TEST_F(ApiKeyAuthTest, ALoadThatFailsAcceptsNothing) {
+  auto a = Make();
+  Status st = a->Load();
+  EXPECT_EQ(st.message(), "keys.txt: cannot read file: No such file or directory");
+  EXPECT_EQ(a->Check("Bearer anything", 0), AuthVerdict::kInvalid);
+  EXPECT_EQ(MetricSum(Metrics(*a), "kvroute_auth_keys"), 0);
+}
+
+}  // namespace
+}  // namespace kvroute::router
