@@ -7,6 +7,8 @@
 
 #include "config/endpoints_file.h"
 #include "config/router_config.h"
+#include "pool/endpoints_watch.h"
+#include "router/api_key_auth.h"
 #include "router/router.h"
 
 namespace kvroute::router {
@@ -171,6 +173,19 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     # kvroute_locality_picks_total{decision}, kvroute_locality_spill_ratio,
     # kvroute_locality_requests_total{region}, kvroute_locality_rtt_seconds{region,source}
     # on /metrics.
+  auth:                         # API keys (read at start): every path under /v1 needs
+    api_keys_file: keys.txt     #   `Authorization: Bearer <key>`, else 401
+                                #   {"error":"Unauthorized"} (vLLM's). One key per line,
+                                #   `KEY` or `NAME KEY` (unnamed: line-N), # comments; a
+                                #   duplicate, a third field or no key at all is an error.
+                                #   Re-read on change and on SIGHUP; a broken file keeps the
+                                #   running keys (one log line). Keys are never logged
+    api_keys_poll: 1s           # how often the key files' metadata is checked
+    upstream_authorization: forward  # | replace | drop: the Authorization replicas see
+    upstream_api_key_file: up.key    # with replace: its first non-empty line, sent as
+                                #   Bearer (re-read with the keys file)
+    # kvroute_auth_requests_total{key}, kvroute_auth_rejected_total{reason},
+    # kvroute_auth_keys, kvroute_auth_reloads_total{result} on /metrics.
 
 Endpoints served: POST /v1/completions, POST /v1/chat/completions (streamed through chunk by
 chunk), POST /v1/embeddings and POST /v1/responses (parsed, picked prefix-aware, never
@@ -257,6 +272,13 @@ int ServeMain(int argc, char** argv) {
         return 2;
       }
       endpoints = eps.value->size();
+    }
+    if (const config::AuthConfig& auth = loaded.value->auth; auth.enabled()) {
+      ApiKeyAuth keys(auth, 1, pool::RealFileSystem(), nullptr);
+      if (Status st = keys.Load(); !st.ok()) {
+        std::fprintf(stderr, "kvroute serve: auth: %s\n", st.message().c_str());
+        return 2;
+      }
     }
     if (const auto& k = loaded.value->pool.kubernetes; k.enabled()) {
       std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n", config_path.c_str(),
