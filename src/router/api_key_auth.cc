@@ -140,7 +140,10 @@ Status ApiKeyAuth::ReadAndApply(bool initial) {
   last_error_.clear();
   if (!initial) {
     ++reloads_applied_;
-    if (log_) log_("API keys reloaded: " + std::to_string(keys_loaded_) + " keys");
+    if (log_) {
+      log_("API keys reloaded from " + config_.api_keys_file_path + ": " + std::to_string(keys_loaded_) +
+           " loaded");
+    }
   }
   return Status::Ok();
 }

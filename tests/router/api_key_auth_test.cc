@@ -130,7 +130,7 @@ TEST_F(ApiKeyAuthTest, ABrokenFileIsLoggedOnceWithoutTheKeysAndKeepsTheRunningSe
   fs_.Write("keys.txt", "bob sk-secret-b\n");
   a->Poll();
   ASSERT_EQ(log_.size(), 4u);
-  EXPECT_EQ(log_[3], "API keys reloaded: 1 keys");
+  EXPECT_EQ(log_[3], "API keys reloaded from keys.txt: 1 loaded");
   EXPECT_EQ(a->Check("Bearer sk-secret-a", 1), AuthVerdict::kInvalid);
   EXPECT_EQ(a->Check("Bearer sk-secret-b", 1), AuthVerdict::kAccepted);
   for (const std::string& l : log_) EXPECT_EQ(l.find("sk-"), std::string::npos) << l;
