@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <atomic>
 #include <map>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -169,6 +171,42 @@ TEST_F(ApiKeyAuthTest, TheUpstreamKeyIsReadWithTheKeysAndABadOneKeepsBoth) {
   EXPECT_EQ(a->UpstreamAuthorization(1), "Bearer sk-up-2");
   EXPECT_EQ(a->Check("Bearer k2", 1), AuthVerdict::kAccepted);
   EXPECT_EQ(a->Check("Bearer k1", 1), AuthVerdict::kInvalid);
+}
+
+// Two workers check keys while reloads swap the set under them (run under ThreadSanitizer
+// too): `stable` stays loaded throughout and is always accepted; each worker sees a key
+// set whole.
+TEST_F(ApiKeyAuthTest, WorkersCheckWhileReloadsSwapTheSet) {
+  fs_.Write("keys.txt", "stable sk-stable\n");
+  auto a = Make();
+  ASSERT_TRUE(a->Load().ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      while (!done.load()) {
+        if (a->Check("Bearer sk-stable", w) != AuthVerdict::kAccepted) refused.fetch_add(1);
+        a->Check("Bearer sk-rotating", w);
+      }
+    });
+  }
+  for (int i = 0; i < 200; ++i) {
+    fs_.Write("keys.txt", "stable sk-stable\n" + std::string(i % 2 ? "rot sk-rotating\n" : ""));
+    if (i % 3 == 0) {
+      a->Reload();
+    } else {
+      a->Poll();
+    }
+    std::string m;
+    a->AppendMetrics(m);
+  }
+  done.store(true);
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(refused.load(), 0);
+  EXPECT_EQ(a->Check("Bearer sk-rotating", 0), AuthVerdict::kAccepted);  // i = 199 wrote it
+  // i = 0 wrote the loaded keys again: not a change.
+  EXPECT_EQ(MetricSum(Metrics(*a), "kvroute_auth_reloads_total", {{"result", "applied"}}), 199);
 }
 
 TEST_F(ApiKeyAuthTest, ALoadThatFailsAcceptsNothing) {
