@@ -8,6 +8,11 @@
 #include <cctype>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "core/api/openai.h"
 #include "core/flow/flow_gate.h"
@@ -16,10 +21,13 @@
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "core/metrics/prom_writer.h"
+#include "epp/cert_watch.h"
+#include "pool/poll_timer.h"
 #include "pool/pool.h"
 #include "rpc/ext_proc_server.h"
 #include "tokenize/http_tokenizer.h"
 #include "tokenize/tokenize_metrics.h"
+#include "tls/pki.h"
 
 namespace kvroute::epp {
 
@@ -78,6 +86,49 @@ void AppendServerMetrics(std::string& out, const rpc::ServerStats& s) {
                          load(s.messages_in));
   metrics::AppendCounter(out, "kvroute_epp_messages_sent_total", "ProcessingResponse messages written.", {},
                          load(s.messages_out));
+}
+
+// The names a self-signed certificate is made for: loopback and this host's name (a pod's
+// name in Kubernetes). Gateways do not verify the picker's certificate; a client that
+// does trusts the certificate itself (--self-signed-cert-out).
+std::string SelfSignedSan() {
+  std::string san = "DNS:localhost,IP:127.0.0.1,IP:::1";
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0' && host[0] != '-') {
+    std::string_view h(host);
+    const bool dns_name = std::all_of(h.begin(), h.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+    });
+    if (dns_name && h != "localhost") san += ",DNS:" + std::string(h);
+  }
+  return san;
+}
+
+// Writes `text` to `path` readable by this user only, by a rename over it: a reader sees
+// the old file or the new one, never a mix.
+Status WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".new";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Unavailable(tmp + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::Unavailable(tmp + ": " + std::strerror(e));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return Status::Unavailable(path + ": " + std::strerror(e));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -141,6 +192,10 @@ struct Epp::Impl {
   Impl(config::RouterConfig cfg, EppOptions opts) : options(std::move(opts)), initial(std::move(cfg)) {}
 
   void Log(std::string_view line) {
+    if (options.log && options.log_sink) {
+      options.log_sink(line);
+      return;
+    }
     if (options.log) std::fprintf(stderr, "kvroute epp: %.*s\n", static_cast<int>(line.size()), line.data());
   }
 
@@ -243,7 +298,12 @@ struct Epp::Impl {
                                                    [p = pool.get()] { return p->Now(); });
       go.flow_gate = flow_gate.get();
     }
+    go.handshake_timeout_s = options.tls.handshake_timeout_s;
+    if (options.tls.secure_serving) {
+      if (Status st = SetUpTls(go.tls); !st.ok()) return st;
+    }
     if (Status st = grpc->Start(go); !st.ok()) return st;
+    if (cert_timer) cert_timer->Start();
     if (flow_on) flow_server.store(grpc.get(), std::memory_order_release);
 
     http::ServerOptions so;
@@ -261,6 +321,102 @@ struct Epp::Impl {
       WaitSignal();
     }
     return Status::Ok();
+  }
+
+  // The ext_proc port's TLS: the pair (given or made), and with reload the private copy
+  // gRPC watches and the poll of --cert-path.
+  Status SetUpTls(rpc::ExtProcTls& t) {
+    const EppTlsOptions& o = options.tls;
+    t.enabled = true;
+    tls::KeyPair pair;
+    if (o.cert_path.empty()) {
+      Result<tls::KeyPair> made = tls::SelfSigned("kvroute-epp", SelfSignedSan());
+      if (!made.ok()) return Status::Internal("tls: self-signed certificate: " + made.status().message());
+      pair = std::move(made).value();
+    } else {
+      Result<tls::KeyPair> read = ReadKeyPair(pool::RealFileSystem(), o.cert_path);
+      if (!read.ok()) return Status::InvalidArgument("--cert-path: " + read.status().message());
+      pair = std::move(read).value();
+    }
+    SetServing(pair.cert_pem);
+    if (o.cert_path.empty() || !o.enable_cert_reload) {
+      t.cert_pem = std::move(pair.cert_pem);
+      t.key_pem = std::move(pair.key_pem);
+      return Status::Ok();
+    }
+    std::error_code ec;
+    std::string tmpl = (std::filesystem::temp_directory_path(ec) / "kvroute-epp-tls-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return Status::Unavailable("tls: cannot make a private directory " + tmpl + ": " + std::strerror(errno));
+    }
+    tls_dir = tmpl;
+    t.watched_file = tls_dir + "/serving.pem";
+    t.refresh_s = 1;
+    if (Status st = WriteAtomically(t.watched_file, Bundle(pair)); !st.ok()) return Status::Unavailable("tls: " + st.message());
+    cert_watch = std::make_unique<CertWatch>(o.cert_path, std::move(pair));
+    const auto every = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(std::max(0.01, o.reload_interval_s)));
+    cert_timer = std::make_unique<pool::PollTimer>(io->context(0), every, [this] { PollCert(); });
+    return Status::Ok();
+  }
+
+  static std::string Bundle(const tls::KeyPair& p) {
+    std::string out = p.cert_pem;
+    if (!out.empty() && out.back() != '\n') out += '\n';
+    return out + p.key_pem;
+  }
+
+  void SetServing(const std::string& cert_pem) {
+    Result<tls::CertificateInfo> info = tls::DescribeCertificate(cert_pem);
+    std::lock_guard<std::mutex> lock(cert_mu);
+    serving_cert = cert_pem;
+    cert_not_after = info.ok() ? info->not_after_unix_s : 0;
+    cert_fingerprint = info.ok() ? info->sha256_fingerprint : std::string();
+  }
+
+  // On the io thread, every reload_interval.
+  void PollCert() {
+    CertDecision d = cert_watch->Poll(pool::RealFileSystem());
+    if (d.kind == CertDecision::Kind::kApply) {
+      if (Status st = WriteAtomically(tls_dir + "/serving.pem", Bundle(d.pair)); !st.ok()) {
+        reloads_rejected.fetch_add(1, std::memory_order_relaxed);
+        Log("tls: cannot install the certificate from " + options.tls.cert_path + ": " + st.message() +
+            "; keeping the serving certificate");
+        return;
+      }
+      reloads_applied.fetch_add(1, std::memory_order_relaxed);
+      SetServing(d.pair.cert_pem);
+      std::string fp;
+      {
+        std::lock_guard<std::mutex> lock(cert_mu);
+        fp = cert_fingerprint;
+      }
+      Log("tls: certificate reloaded from " + options.tls.cert_path + " (sha256 " + fp + ")");
+    } else if (d.kind == CertDecision::Kind::kRejected) {
+      reloads_rejected.fetch_add(1, std::memory_order_relaxed);
+      if (d.log) Log("tls: " + d.error + "; keeping the serving certificate");
+    }
+  }
+
+  void AppendTlsMetrics(std::string& out) {
+    if (!options.tls.secure_serving) return;
+    metrics::Label applied[] = {{"result", "applied"}};
+    metrics::Label rejected[] = {{"result", "rejected"}};
+    metrics::AppendHeader(out, "kvroute_tls_cert_reloads_total",
+                          "Certificate pairs read from --cert-path after start, by outcome.",
+                          metrics::MetricType::kCounter);
+    metrics::AppendSample(out, "kvroute_tls_cert_reloads_total", applied,
+                          static_cast<double>(reloads_applied.load(std::memory_order_relaxed)));
+    metrics::AppendSample(out, "kvroute_tls_cert_reloads_total", rejected,
+                          static_cast<double>(reloads_rejected.load(std::memory_order_relaxed)));
+    int64_t not_after;
+    {
+      std::lock_guard<std::mutex> lock(cert_mu);
+      not_after = cert_not_after;
+    }
+    metrics::AppendGauge(out, "kvroute_tls_cert_expiry_timestamp_seconds",
+                         "notAfter of the certificate the ext_proc port serves (Unix seconds).", {},
+                         static_cast<double>(not_after));
   }
 
   // On the io thread: the prompt's ids from a ready replica's POST /tokenize (or
@@ -341,6 +497,7 @@ struct Epp::Impl {
     }
     stats.AppendMetrics(out, name, pool->core().Gauges(now));
     if (grpc) AppendServerMetrics(out, grpc->stats());
+    AppendTlsMetrics(out);
     if (flow_gate) flow::AppendFlowMetrics(out, flow_gate->stats());
     if (tokenizer && pool->core().kv_events_active()) {
       tokenize::AppendTokenizerMetrics(out, tokenizer->stats().Read());
@@ -354,7 +511,12 @@ struct Epp::Impl {
     if (stopped || !io) return;
     stopped = true;
     flow_server.store(nullptr, std::memory_order_release);
+    if (cert_timer) cert_timer->Stop();
     if (grpc) grpc->Stop();
+    if (!tls_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(tls_dir, ec);
+    }
     if (metrics_server) metrics_server->StopAccepting();
     if (signals) {
       asio::post(io->context(0), [s = signals.get()] {
@@ -394,6 +556,15 @@ struct Epp::Impl {
   std::atomic<rpc::ExtProcServer*> flow_server{nullptr};
   std::unique_ptr<http::Server> metrics_server;
   std::unique_ptr<asio::signal_set> signals;
+  // TLS: the private directory gRPC watches (reload only), the poll of --cert-path, and
+  // what is served now (cert_mu).
+  std::string tls_dir;
+  std::unique_ptr<CertWatch> cert_watch;
+  std::unique_ptr<pool::PollTimer> cert_timer;
+  std::atomic<uint64_t> reloads_applied{0}, reloads_rejected{0};
+  std::mutex cert_mu;
+  std::string serving_cert, cert_fingerprint;
+  int64_t cert_not_after = 0;
   bool stopped = false;
   std::mutex shutdown_mu;
   std::condition_variable shutdown_cv;
@@ -409,6 +580,10 @@ std::shared_ptr<const extproc::ExchangeSettings> Epp::settings() const { return 
 uint16_t Epp::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : 0; }
 uint16_t Epp::health_port() const { return impl_->grpc ? impl_->grpc->health_port() : 0; }
 uint16_t Epp::metrics_port() const { return impl_->metrics_server ? impl_->metrics_server->port() : 0; }
+std::string Epp::serving_cert_pem() const {
+  std::lock_guard<std::mutex> lock(impl_->cert_mu);
+  return impl_->serving_cert;
+}
 Status Epp::Reload() { return impl_->Reload(); }
 Status Epp::Apply(config::RouterConfig config) { return impl_->Apply(std::move(config)); }
 std::string Epp::MetricsText() { return impl_->MetricsText(); }

@@ -20,12 +20,19 @@
 // body is tokenized before its pick (README "Precise prefix routing"; the tokenizer's
 // options, pool.kv_events.tokenizer and tokenize_timeout, are read at start).
 //
+// TLS (EppOptions::tls): the ext_proc port serves TLS with a given or self-signed
+// certificate; with reload, DIR is polled on the io thread (epp/cert_watch.h) and an
+// accepted pair is written to a private directory gRPC watches. /metrics then has
+// kvroute_tls_cert_reloads_total{result="applied"|"rejected"} and
+// kvroute_tls_cert_expiry_timestamp_seconds (the serving certificate's notAfter).
+//
 // Threads: one IoPool thread for scraping, tokenizing, the metrics server and signals;
 // gRPC's own threads for streams.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +46,23 @@
 
 namespace kvroute::epp {
 
+// TLS on the ext_proc port (--secure-serving, --cert-path, --enable-cert-reload). The
+// health and metrics ports stay plaintext.
+struct EppTlsOptions {
+  bool secure_serving = false;  // the command line's default is true
+  // A directory holding tls.crt (the certificate chain, PEM) and tls.key; empty: a
+  // self-signed certificate for "kvroute-epp" (localhost, 127.0.0.1, ::1 and the host's
+  // name) is made at start and served until the picker stops.
+  std::string cert_path;
+  // With cert_path: the files are polled every reload_interval_s; a changed pair that
+  // loads and matches is served to new connections (within a second more), one that
+  // does not is rejected with one log line until the next good one, the old pair staying.
+  bool enable_cert_reload = false;
+  double reload_interval_s = 5.0;
+  // A connection that has not completed its handshake within this time is closed.
+  double handshake_timeout_s = 10.0;
+};
+
 struct EppOptions {
   std::string config_path;  // Reload() reads it (empty: Reload fails)
   std::string host = "0.0.0.0";
@@ -47,6 +71,9 @@ struct EppOptions {
   uint16_t metrics_port = 9090;
   bool handle_signals = false;  // SIGHUP reloads; SIGINT/SIGTERM end WaitForShutdown
   bool log = true;              // log lines to stderr
+  // With `log`: where log lines go instead of stderr (each without "kvroute epp: " and
+  // newline), from any thread. Unset: stderr.
+  std::function<void(std::string_view)> log_sink;
   // --pool-name / --pool-namespace / --pool-group / --kubeconfig: Kubernetes discovery
   // set on the command line, applied over every configuration loaded (start and
   // reloads). Off when pool_name is empty.
@@ -54,6 +81,7 @@ struct EppOptions {
   // --region: the picker's region (locality.region) over every configuration loaded;
   // "" turns locality off. Unset: the file's.
   std::optional<std::string> region;
+  EppTlsOptions tls;
 };
 
 // `config` with the command line's Kubernetes discovery applied (when flags.enabled()):
@@ -79,6 +107,9 @@ class Epp {
   uint16_t grpc_port() const;
   uint16_t health_port() const;
   uint16_t metrics_port() const;
+  // The certificate the ext_proc port serves to new connections (PEM; the generated one
+  // without --cert-path), "" in plaintext.
+  std::string serving_cert_pem() const;
 
   // Re-reads options.config_path; on error ("file:line: field: message") nothing changes.
   Status Reload();

@@ -7,6 +7,11 @@
 
 #include "config/router_config.h"
 #include "epp/epp.h"
+#include "config/yaml_reader.h"
+#include "tls/pki.h"
+
+#include <optional>
+#include <tuple>
 
 namespace kvroute::epp {
 
@@ -176,6 +181,28 @@ int EppMain(int argc, char** argv) {
   std::string region;
   CLI::Option* region_flag = app.add_option("--region", region,
                  "The picker's region (overrides locality.region; \"\" = locality off)");
+  EppTlsOptions& tls = options.tls;
+  tls.secure_serving = true;
+  app.add_flag("--secure-serving", tls.secure_serving,
+               "TLS on the ext_proc port (default true; --secure-serving=false: plaintext h2c). The "
+               "health and metrics ports stay plaintext");
+  app.add_option("--cert-path", tls.cert_path,
+                 "Directory holding tls.crt and tls.key to serve (default: a self-signed "
+                 "certificate made at start)");
+  app.add_flag("--enable-cert-reload", tls.enable_cert_reload,
+               "Watch --cert-path and serve a changed pair to new connections (a pair that does "
+               "not load is rejected, the old one kept, with one log line)");
+  std::string reload_interval = "5s", handshake_timeout = "10s", cert_out;
+  app.add_option("--cert-reload-interval", reload_interval,
+                 "How often --enable-cert-reload looks at the files")
+      ->capture_default_str();
+  app.add_option("--handshake-timeout", handshake_timeout,
+                 "A connection to the ext_proc port that has not completed its TLS handshake "
+                 "(and HTTP/2 preface) within this time is closed")
+      ->capture_default_str();
+  app.add_option("--self-signed-cert-out", cert_out,
+                 "Write the self-signed certificate (PEM) to this file at start, for a client "
+                 "that verifies it");
   app.add_flag("--check", check, "Validate the configuration file and exit (0 when valid)");
   app.footer(kHelpFooter);
   CLI11_PARSE(app, argc, argv);
@@ -196,6 +223,25 @@ int EppMain(int argc, char** argv) {
       return 2;
     }
     options.region = region;
+  }
+  for (auto [flag, text, out] : {std::tuple{"--cert-reload-interval", &reload_interval, &tls.reload_interval_s},
+                                 std::tuple{"--handshake-timeout", &handshake_timeout, &tls.handshake_timeout_s}}) {
+    std::optional<double> d = config::ParseDuration(*text);
+    if (!d) {
+      std::fprintf(stderr, "kvroute epp: %s: not a duration: '%s' (e.g. 10s, 500ms)\n", flag, text->c_str());
+      return 2;
+    }
+    *out = *d;
+  }
+  if (!tls.secure_serving && (!tls.cert_path.empty() || tls.enable_cert_reload || !cert_out.empty())) {
+    std::fprintf(stderr,
+                 "kvroute epp: --cert-path, --enable-cert-reload and --self-signed-cert-out need "
+                 "--secure-serving (on by default)\n");
+    return 2;
+  }
+  if (!cert_out.empty() && !tls.cert_path.empty()) {
+    std::fprintf(stderr, "kvroute epp: --self-signed-cert-out writes the generated certificate: not with --cert-path\n");
+    return 2;
   }
   config::ConfigOr<config::RouterConfig> loaded;
   if (config_path.empty()) {
@@ -240,8 +286,29 @@ int EppMain(int argc, char** argv) {
     epp.Stop();
     return 1;
   }
-  std::fprintf(stderr, "kvroute epp: ext_proc on %s, health on %s, metrics on %s\n",
-               HostPort(options.host, epp.grpc_port()).c_str(),
+  std::string how = "plaintext";
+  if (tls.secure_serving) {
+    const std::string pem = epp.serving_cert_pem();
+    Result<tls::CertificateInfo> info = tls::DescribeCertificate(pem);
+    const std::string fp = info.ok() ? info->sha256_fingerprint : std::string("?");
+    if (tls.cert_path.empty()) {
+      how = "tls, self-signed, sha256 " + fp;
+      if (!cert_out.empty()) {
+        std::FILE* f = std::fopen(cert_out.c_str(), "w");
+        const bool ok = f && std::fwrite(pem.data(), 1, pem.size(), f) == pem.size();
+        if (f) std::fclose(f);
+        if (!ok) {
+          std::fprintf(stderr, "kvroute epp: --self-signed-cert-out: cannot write %s\n", cert_out.c_str());
+          epp.Stop();
+          return 1;
+        }
+      }
+    } else {
+      how = "tls, " + tls.cert_path + (tls.enable_cert_reload ? ", reloaded" : "") + ", sha256 " + fp;
+    }
+  }
+  std::fprintf(stderr, "kvroute epp: ext_proc on %s (%s), health on %s, metrics on %s\n",
+               HostPort(options.host, epp.grpc_port()).c_str(), how.c_str(),
                HostPort(options.host, epp.health_port()).c_str(),
                HostPort(options.host, epp.metrics_port()).c_str());
   epp.WaitForShutdown();

@@ -29,7 +29,7 @@ Result<std::unique_ptr<CertWatch>> CertWatch::Load(std::string cert_path, std::s
                                    tls.status().message());
   }
   w->tls_ = std::move(tls).value();
-  if (auto end = tls::NotAfter(cert); end.ok()) w->not_after_.store(*end);
+  if (auto info = tls::DescribeCertificate(cert); info.ok()) w->not_after_.store(info->not_after_unix_s);
   return w;
 }
 
@@ -54,7 +54,7 @@ CertWatch::Outcome CertWatch::Poll(bool force) {
   }
   last_error_.clear();
   applied_.fetch_add(1, std::memory_order_relaxed);
-  if (auto end = tls::NotAfter(cert); end.ok()) not_after_.store(*end);
+  if (auto info = tls::DescribeCertificate(cert); info.ok()) not_after_.store(info->not_after_unix_s);
   if (log_) log_("TLS certificate reloaded from " + cert_path_);
   return Outcome::kApplied;
 }

@@ -4,6 +4,9 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 
 #include <chrono>
 #include <algorithm>
@@ -30,6 +33,23 @@ constexpr int kShutdownGraceMs = 500;
 std::string GrpcAddress(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
   return host + ":" + std::to_string(port);
+}
+
+std::shared_ptr<grpc::ServerCredentials> Credentials(const ExtProcTls& tls) {
+  if (!tls.enabled) return grpc::InsecureServerCredentials();
+  if (tls.watched_file.empty()) {
+    grpc::SslServerCredentialsOptions o(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    o.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
+    return grpc::SslServerCredentials(o);
+  }
+  // One file for both: it is replaced by one rename, so a refresh never reads a key
+  // without its certificate. (OpenSSL's PEM readers skip blocks of the other kind.)
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      tls.watched_file, tls.watched_file, std::max(1u, tls.refresh_s));
+  grpc::experimental::TlsServerCredentialsOptions o(provider);
+  o.watch_identity_key_cert_pairs();
+  o.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  return grpc::experimental::TlsServerCredentials(o);
 }
 
 }  // namespace
@@ -418,8 +438,9 @@ Status ExtProcServer::Start(const ExtProcServerOptions& options) {
   builder.SetOption(std::unique_ptr<grpc::ServerBuilderOption>(
       new grpc::HealthCheckServiceServerBuilderOption(nullptr)));
   int bound = 0;
-  builder.AddListeningPort(GrpcAddress(options.host, options.port), grpc::InsecureServerCredentials(),
-                           &bound);
+  builder.AddListeningPort(GrpcAddress(options.host, options.port), Credentials(options.tls), &bound);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::clamp(options.handshake_timeout_s * 1000.0, 1.0, 1e9)));
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<std::size_t>(options.max_message_bytes, INT32_MAX)));
   server_ = builder.BuildAndStart();

@@ -70,11 +70,27 @@ class CallbackGenericService;
 
 namespace kvroute::rpc {
 
+// TLS on the ext_proc port (the health port stays plaintext: kubelet's gRPC probes do not
+// speak TLS). Off: plaintext h2c.
+struct ExtProcTls {
+  bool enabled = false;
+  // A fixed pair (PEM), or, when `watched_file` is set, none: gRPC re-reads that file
+  // (the certificate chain, then the private key, PEM) every `refresh_s` seconds (at
+  // least 1) and new handshakes use what it last read; replace it atomically (rename).
+  std::string cert_pem, key_pem;
+  std::string watched_file;
+  unsigned refresh_s = 1;
+};
+
 struct ExtProcServerOptions {
   std::string host = "0.0.0.0";  // both ports; "::" for IPv6
   uint16_t port = 9002;          // 0: any free port (read it back with port())
   uint16_t health_port = 9003;   // 0: any free port
   double stream_timeout_s = 60.0;
+  ExtProcTls tls;
+  // A connection to the ext_proc port that has not finished its TLS handshake and sent
+  // its HTTP/2 preface within this time is closed (a stalled or silent client).
+  double handshake_timeout_s = 10.0;
   // Largest gRPC message accepted (a BUFFERED body arrives in one): keep it above
   // limits.max_body_bytes so that an oversized body gets the exchange's 413.
   std::size_t max_message_bytes = (16u << 20) + (1u << 20);

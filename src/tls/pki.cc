@@ -140,17 +140,31 @@ Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pem) {
   return Status::Ok();
 }
 
-Result<int64_t> NotAfter(const std::string& cert_pem) {
+Result<CertificateInfo> DescribeCertificate(const std::string& cert_pem) {
   CertPtr cert = ReadCert(cert_pem);
   if (!cert) {
     ERR_clear_error();
     return Status::InvalidArgument("no certificate in the PEM");
   }
-  std::tm tm{};
-  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert.get()), &tm) != 1) {
-    return Status::InvalidArgument("unreadable notAfter");
+  CertificateInfo info;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (X509_digest(cert.get(), EVP_sha256(), md, &n) != 1) {
+    return Status::Internal("fingerprint: " + LastError());
   }
-  return static_cast<int64_t>(timegm(&tm));
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (unsigned int i = 0; i < n; ++i) {
+    if (i > 0) info.sha256_fingerprint += ':';
+    info.sha256_fingerprint += kHex[md[i] >> 4];
+    info.sha256_fingerprint += kHex[md[i] & 15];
+  }
+  struct tm t {};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert.get()), &t) != 1) {
+    ERR_clear_error();
+    return Status::InvalidArgument("the certificate's notAfter cannot be read");
+  }
+  info.not_after_unix_s = static_cast<int64_t>(timegm(&t));
+  return info;
 }
 
 struct Authority::Impl {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "core/common/status.h"
@@ -36,9 +37,15 @@ Result<KeyPair> SelfSigned(const std::string& common_name, const SubjectAltName&
 // in the PEM", "the private key does not match the certificate").
 Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pem);
 
-// When the first certificate in `cert_pem` expires (notAfter), in seconds since the Unix
-// epoch; InvalidArgument when there is no certificate.
-Result<int64_t> NotAfter(const std::string& cert_pem);
+// What a serving certificate shows: its SHA-256 fingerprint ("AB:CD:..", 32 bytes in
+// upper-case hex joined by colons, as `openssl x509 -fingerprint -sha256` prints it) and
+// the end of its validity (notAfter, seconds since the Unix epoch). Of the first
+// certificate in `cert_pem`; InvalidArgument "no certificate in the PEM" when none.
+struct CertificateInfo {
+  std::string sha256_fingerprint;
+  int64_t not_after_unix_s = 0;
+};
+Result<CertificateInfo> DescribeCertificate(const std::string& cert_pem);
 
 // A private certificate authority and the certificates it signs.
 class Authority {

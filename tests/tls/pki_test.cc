@@ -73,16 +73,6 @@ TEST(PkiTest, SelfSignedCertificatesAreTheirOwnTrustRoot) {
   EXPECT_FALSE(SelfSigned("x", "NOT-A-SAN-TYPE:foo").ok());
 }
 
-TEST(PkiTest, NotAfterIsTheValidityEnd) {
-  Authority ca;
-  const int64_t now = static_cast<int64_t>(std::time(nullptr));
-  Result<int64_t> end = NotAfter(ca.Issue("a", "", std::chrono::hours(48)).cert_pem);
-  ASSERT_TRUE(end.ok());
-  EXPECT_GE(*end, now + 48 * 3600 - 5);
-  EXPECT_LE(*end, now + 48 * 3600 + 5);
-  EXPECT_FALSE(NotAfter("not pem").ok());
-}
-
 TEST(PkiTest, CheckKeyPairNamesWhatIsWrong) {
   Authority ca;
   KeyPair a = ca.Issue("a", ""), b = ca.Issue("b", "");
