@@ -291,8 +291,10 @@ class Exchange {
 }
 
 class ExtProcClient {
-  constructor(address) {
-    this.client = new grpc.Client(address, grpc.credentials.createInsecure(), {
+  // `credentials`: grpc.credentials.createSsl(...) for a picker serving TLS; plaintext
+  // by default.
+  constructor(address, credentials = grpc.credentials.createInsecure()) {
+    this.client = new grpc.Client(address, credentials, {
       'grpc.max_receive_message_length': 64 * 1024 * 1024,
       'grpc.max_send_message_length': 64 * 1024 * 1024,
     });

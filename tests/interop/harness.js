@@ -154,24 +154,35 @@ function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2, 
   ].join('\n');
 }
 
-const kEppLine = /^kvroute epp: ext_proc on (\S+):(\d+), health on (\S+):(\d+), metrics on (\S+):(\d+)$/;
+// "(plaintext)", "(tls, self-signed, sha256 AB:..)" or "(tls, DIR[, reloaded], sha256 AB:..)".
+const kEppLine = /^kvroute epp: ext_proc on (\S+):(\d+) \(([^)]*)\), health on (\S+):(\d+), metrics on (\S+):(\d+)$/;
 
 // `kvroute epp` on free loopback ports, with a config file written to the temp dir;
-// options.args are added to the command line.
+// options.args are added to the command line. Plaintext ext_proc unless options.tls:
+// then TLS, and without --cert-path in options.args the self-signed certificate is
+// written to the temp dir and returned as `cert` (PEM), its fingerprint as `sha256`.
 async function startEpp(options) {
-  const file = path.join(tempDir, `epp-${++configCount}-${options.bodyMode}.yaml`);
+  const n = ++configCount;
+  const file = path.join(tempDir, `epp-${n}-${options.bodyMode}.yaml`);
   fs.writeFileSync(file, eppConfig(options));
+  const args = options.args || [];
+  const certOut = options.tls && !args.includes('--cert-path') ? path.join(tempDir, `epp-${n}-cert.pem`) : null;
+  const tlsArgs = !options.tls ? ['--secure-serving=false'] : certOut ? ['--self-signed-cert-out', certOut] : [];
   const { proc, matches } = await startKvroute(
     ['epp', '--config', file, '--host', '127.0.0.1',
-      '--grpc-port', '0', '--grpc-health-port', '0', '--metrics-port', '0', ...(options.args || [])],
+      '--grpc-port', '0', '--grpc-health-port', '0', '--metrics-port', '0', ...tlsArgs, ...args],
     { stream: 'stderr', pattern: kEppLine });
   const m = matches[0];
+  const fp = /sha256 ([0-9A-F:]+)/.exec(m[3]);
   return {
     proc,
     file,
     grpc: `${m[1]}:${m[2]}`,
-    health: `${m[3]}:${m[4]}`,
-    metrics: `${m[5]}:${m[6]}`,
+    transport: m[3],
+    sha256: fp ? fp[1] : null,
+    cert: certOut ? fs.readFileSync(certOut, 'utf8') : null,
+    health: `${m[4]}:${m[5]}`,
+    metrics: `${m[6]}:${m[7]}`,
     endpoints: options.endpoints,
   };
 }
@@ -215,4 +226,4 @@ async function startSimWithEvents(replicas, kvBlocks) {
   return out;
 }
 
-module.exports = { startSim, startSimWithEvents, startSidecar, startServe, startEpp, stop, closedPorts, waitForHealth, tempDir };
+module.exports = { startKvroute, kEppLine, startSim, startSimWithEvents, startSidecar, startServe, startEpp, stop, closedPorts, waitForHealth, tempDir };
