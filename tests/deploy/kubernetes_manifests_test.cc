@@ -554,6 +554,9 @@ TEST(DeployKubernetes, PickerPortsAndProbesAgreeWithItsFlags) {
   EXPECT_EQ(ports.numbers, (std::set<int>{grpc, health, metrics}));
   EXPECT_EQ(cmd.Value("--host").value_or("0.0.0.0"), "0.0.0.0")
       << "the gateway and the kubelet connect from outside the pod";
+  // ext_proc over TLS (the default, as the reference picker); the probes below reach the
+  // plaintext health and metrics ports only.
+  EXPECT_EQ(cmd.Value("--secure-serving").value_or("true"), "true");
 
   const YAML::Node c = FirstContainer(*picker);
   const YAML::Node ready = c["readinessProbe"];

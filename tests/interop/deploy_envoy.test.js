@@ -75,6 +75,25 @@ test('envoy.yaml and epp.yaml agree: ports 9002/9003 over HTTP/2, no fallbacks',
   assert.equal(eppConfig.epp.body_mode, 'full_duplex_streamed');
 });
 
+test('envoy.yaml reaches the picker over TLS (not verified, ALPN h2), its health port in plaintext', () => {
+  const epp = cluster('kvroute_epp');
+  const ts = epp.transport_socket;
+  assert.equal(ts.name, 'envoy.transport_sockets.tls');
+  assert.equal(ts.typed_config['@type'],
+    'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext');
+  assert.deepEqual(ts.typed_config.common_tls_context.alpn_protocols, ['h2']);
+  // Gateways do not verify the picker's (self-signed by default) certificate.
+  assert.equal(ts.typed_config.common_tls_context.validation_context, undefined);
+  // The health checks use the plaintext socket the cluster's matches name for them.
+  const criteria = epp.health_checks[0].transport_socket_match_criteria;
+  const match = epp.transport_socket_matches.find((m) => JSON.stringify(m.match) === JSON.stringify(criteria));
+  assert.ok(match, 'no transport_socket_matches entry for the health checks');
+  assert.equal(match.transport_socket.name, 'envoy.transport_sockets.raw_buffer');
+  // The endpoint's own metadata must not select the plaintext socket for ext_proc.
+  const ep = epp.load_assignment.endpoints[0].lb_endpoints[0];
+  assert.equal(ep.metadata, undefined);
+});
+
 test('epp.yaml: kvroute epp --check accepts it', (t) => {
   const bin = process.env.KVROUTE_BINARY || path.join(__dirname, '..', '..', 'build', 'kvroute');
   const help = spawnSync(bin, ['epp', '--help'], { encoding: 'utf8' });

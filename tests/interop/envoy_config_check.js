@@ -20,6 +20,8 @@ const kProtos = [
   'envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto',
   'envoy/extensions/filters/http/router/v3/router.proto',
   'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
+  'envoy/extensions/transport_sockets/tls/v3/tls.proto',
+  'envoy/extensions/transport_sockets/raw_buffer/v3/raw_buffer.proto',
 ];
 
 function loadRoot() {
