@@ -31,7 +31,7 @@ YAML
 "$KV" serve --config "$tmp/pool.yaml" --listen "127.0.0.1:$((BASE + 80))" >"$tmp/serve.log" 2>&1 &
 serve_pid=$!
 pids+=($serve_pid)
-"$KV" epp --config "$tmp/pool.yaml" --host 127.0.0.1 --grpc-port $((BASE + 90)) \
+"$KV" epp --config "$tmp/pool.yaml" --host 127.0.0.1 --secure-serving=false --grpc-port $((BASE + 90)) \
   --grpc-health-port $((BASE + 91)) --metrics-port $((BASE + 92)) >"$tmp/epp.log" 2>&1 &
 epp_pid=$!
 pids+=($epp_pid)

@@ -119,8 +119,19 @@ llm_d_epp_request_slo_violation_total; inference_objective_input_tokens_total,
 inference_objective_output_tokens_total; kvroute_locality_picks_total{decision},
 kvroute_locality_spill_ratio, kvroute_locality_requests_total{region},
 kvroute_locality_rtt_seconds{region,source}), GET /healthz, GET /readyz.
+TLS (as the reference picker): ext_proc is served over TLS unless --secure-serving=false.
+Without --cert-path a self-signed certificate (CN kvroute-epp; localhost, 127.0.0.1, ::1,
+the host name) is made at start; gateways do not verify it; --self-signed-cert-out FILE
+writes it for a client that does. --cert-path DIR serves DIR/tls.crt and DIR/tls.key; with
+--enable-cert-reload DIR is polled every --cert-reload-interval and a changed pair that
+loads and matches is served to new connections (within a second more); one that does not
+is rejected with one log line and the running pair kept. kvroute_tls_cert_reloads_total
+{result="applied"|"rejected"} and kvroute_tls_cert_expiry_timestamp_seconds (notAfter)
+on /metrics. A connection without a finished handshake after --handshake-timeout is
+closed. The health and metrics ports are plaintext (kubelet probes).
 On start one line goes to stderr:
-  kvroute epp: ext_proc on HOST:PORT, health on HOST:PORT, metrics on HOST:PORT
+  kvroute epp: ext_proc on HOST:PORT (TRANSPORT), health on HOST:PORT, metrics on HOST:PORT
+  TRANSPORT: plaintext | tls, self-signed, sha256 FINGERPRINT | tls, DIR[, reloaded], sha256 FINGERPRINT
 Headers read: x-llm-d-inference-objective (x-gateway-inference-objective), the flow's
 x-llm-d-inference-fairness-id (x-gateway-inference-fairness-id) unless flow.flow_header is
 set, x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms (x-slo-*), x-session-id and x-session-token
