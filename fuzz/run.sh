@@ -23,7 +23,7 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(prom_parser openai_request router_config scenario_config fleet_config endpoints_file
            http_server extproc_exchange k8s_watch_event doctor_scrape kv_event_decode tokenize pd_legs
-           session_token lora_adapter api_keys)
+           session_token lora_adapter api_keys tls_key_pair)
 fi
 
 dict_for() {

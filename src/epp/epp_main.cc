@@ -250,6 +250,9 @@ int EppMain(int argc, char** argv) {
                  "--secure-serving (on by default)\n");
     return 2;
   }
+  if (tls.enable_cert_reload && tls.cert_path.empty() && tls.secure_serving) {
+    std::fprintf(stderr, "kvroute epp: --enable-cert-reload without --cert-path: the self-signed certificate is not reloaded\n");
+  }
   if (!cert_out.empty() && !tls.cert_path.empty()) {
     std::fprintf(stderr, "kvroute epp: --self-signed-cert-out writes the generated certificate: not with --cert-path\n");
     return 2;
