@@ -17,10 +17,12 @@ Result<tls::KeyPair> ReadKeyPair(pool::FileSystem& fs, const std::string& dir) {
   if (!cert.ok()) return Status::InvalidArgument(cert.error.ToString());
   config::ConfigOr<std::string> key = fs.Read(key_file);
   if (!key.ok()) return Status::InvalidArgument(key.error.ToString());
-  if (Status st = tls::CheckKeyPair(*cert.value, *key.value); !st.ok()) {
-    // Name the file at fault: the key file unless the certificate file holds none.
-    const bool cert_bad = st.message() == "no certificate in the PEM";
-    return Status::InvalidArgument((cert_bad ? cert_file : key_file) + ": " + st.message());
+  if (Result<tls::CertificateInfo> ok = tls::CheckServingPair(*cert.value, *key.value); !ok.ok()) {
+    // Name the file at fault: the key file for a missing or mismatched key, else the
+    // certificate file.
+    const std::string& why = ok.status().message();
+    const bool key_bad = why.find("private key") != std::string::npos;
+    return Status::InvalidArgument((key_bad ? key_file : cert_file) + ": " + why);
   }
   return tls::KeyPair{std::move(*cert.value), std::move(*key.value)};
 }

@@ -167,6 +167,11 @@ Result<CertificateInfo> DescribeCertificate(const std::string& cert_pem) {
   return info;
 }
 
+Result<CertificateInfo> CheckServingPair(const std::string& cert_pem, const std::string& key_pem) {
+  if (Status st = CheckKeyPair(cert_pem, key_pem); !st.ok()) return st;
+  return DescribeCertificate(cert_pem);
+}
+
 struct Authority::Impl {
   KeyPtr key;
   CertPtr cert;

@@ -47,6 +47,11 @@ struct CertificateInfo {
 };
 Result<CertificateInfo> DescribeCertificate(const std::string& cert_pem);
 
+// What a listener checks before it serves a pair: CheckKeyPair, then DescribeCertificate
+// of the first certificate (a certificate whose validity cannot be read is refused:
+// InvalidArgument "the certificate's notAfter cannot be read"). The info on success.
+Result<CertificateInfo> CheckServingPair(const std::string& cert_pem, const std::string& key_pem);
+
 // A private certificate authority and the certificates it signs.
 class Authority {
  public:

@@ -6,6 +6,8 @@
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
 
+#include <cctype>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -81,6 +83,52 @@ TEST(PkiTest, CheckKeyPairNamesWhatIsWrong) {
   EXPECT_EQ(CheckKeyPair(a.cert_pem, b.key_pem).message(),
             "the private key does not match the certificate");
   EXPECT_TRUE(CheckKeyPair(b.cert_pem, b.key_pem).ok());
+}
+
+TEST(DescribeCertificate, FingerprintAndNotAfterOfTheFirstCertificate) {
+  const auto before = std::chrono::system_clock::now();
+  Authority ca;
+  KeyPair p = ca.Issue("svc", "DNS:localhost", std::chrono::hours(48));
+  Result<CertificateInfo> info = DescribeCertificate(p.cert_pem + ca.cert_pem());
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  ASSERT_EQ(info->sha256_fingerprint.size(), 95u);
+  for (std::size_t i = 0; i < info->sha256_fingerprint.size(); ++i) {
+    const char c = info->sha256_fingerprint[i];
+    EXPECT_TRUE(i % 3 == 2 ? c == ':' : std::isxdigit(static_cast<unsigned char>(c)) && !std::islower(c)) << i;
+  }
+  EXPECT_NE(DescribeCertificate(ca.cert_pem())->sha256_fingerprint, info->sha256_fingerprint);
+  const int64_t expect = std::chrono::duration_cast<std::chrono::seconds>(
+      (before + std::chrono::hours(48)).time_since_epoch()).count();
+  EXPECT_NEAR(static_cast<double>(info->not_after_unix_s), static_cast<double>(expect), 5.0);
+  EXPECT_EQ(DescribeCertificate("junk").status().message(), "no certificate in the PEM");
+  Result<CertificateInfo> serving = CheckServingPair(p.cert_pem, p.key_pem);
+  ASSERT_TRUE(serving.ok());
+  EXPECT_EQ(serving->sha256_fingerprint, info->sha256_fingerprint);
+  EXPECT_EQ(CheckServingPair(p.cert_pem, ca.key_pem()).status().message(),
+            "the private key does not match the certificate");
+}
+
+// Found by tls_key_pair_fuzz: a certificate whose notAfter does not parse passes
+// CheckKeyPair (its signature is not checked there) but must not be served.
+TEST(CheckServingPair, RefusesACertificateWhoseValidityCannotBeRead) {
+  const std::string bundle = R"(-----BEGIN CERTIFICATE-----
+MIIBdDCCARmgAwIBAgIUKHHN4aUwRVEefNxnIAIEVSyUU/AwCgYIKoZIzj0EAwIw
+DzENMAsGA1UEAwwEc2VlZDAeFw0yNjEyMDMwMzM4MzBaFw0yNjEyMDQwMzM4Mza
+BMA8xDTALBgNVBAMMBHNlZWQwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQx/us9
+Fmk5dHOfGva1JyU4QlYFlKMUNFBGZlgGvfLuvGcuns9NPfOyPkkjgaYiD6BaPYu+
+nijaCKXpzYZ5KxeVo1MwUTAdBgNVHQ4EFgQU84TtvTM97QAxJpVp/BPWowk/oiMw
+HwYDVR0jBBgwFoAU84TtvTM97QAxJpVp/BPWowk/oiMwDwYDVR0TAQH/BAUwAwEB
+/zAKBggqhkjOPQQDAgNJADBGAiEArv5YQMNkzAaF2+tfZk2tENK8GdfA/EpXtsum
+T0iPGGECIQCHr9c2zOVC8FjyLrkkgawKOKFZk9FhQS9MvsPuapYDXA==
+-----END CERTIFICATE-----
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg99KoYsBh3nXsP7TX
+TEzjAxlzLjvhsAxFY8s7kbA4cDGhRANCAAQx/us9Fmk5dHOfGva1JyU4QlYFlKMU
+NFBGZlgGvfLuvGcuns9NPfOyPkkjgaYiD6BaPYu+nijaCKXpzYZ5KxeV
+-----END PRIVATE KEY-----
+)";
+  EXPECT_TRUE(CheckKeyPair(bundle, bundle).ok());
+  EXPECT_EQ(CheckServingPair(bundle, bundle).status().message(), "the certificate's notAfter cannot be read");
 }
 
 }  // namespace
