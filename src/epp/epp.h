@@ -57,6 +57,8 @@ struct EppTlsOptions {
   // With cert_path: the files are polled every reload_interval_s; a changed pair that
   // loads and matches is served to new connections (within a second more), one that
   // does not is rejected with one log line until the next good one, the old pair staying.
+  // The accepted pair is kept in a private directory made under $TMPDIR (else /tmp),
+  // removed at Stop: reload needs it writable.
   bool enable_cert_reload = false;
   double reload_interval_s = 5.0;
   // A connection that has not completed its handshake within this time is closed.
