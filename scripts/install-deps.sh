@@ -12,7 +12,8 @@ PACKAGES=(
   libxxhash-dev             # prefix-block hashing
   libfmt-dev                # formatting
   libcli11-dev              # command-line parsing
-  libssl-dev                # TLS to the Kubernetes API server (src/k8s)
+  libssl-dev                # TLS: serve's HTTPS, epp's ext_proc, the Kubernetes API client
+  openssl                   # the openssl command: test and benchmark certificates
   # vLLM KV-cache events (issue 23): ZMQ PUB/SUB and ROUTER/DEALER replay, msgpack payloads.
   # msgpuck, not libmsgpack-cxx-dev: the latter pulls libboost1.74-dev, which conflicts
   # with libboost1.81-dev (REFERENCE.md section 5).

@@ -21,7 +21,7 @@
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "core/metrics/prom_writer.h"
-#include "epp/cert_watch.h"
+#include "pool/cert_watch.h"
 #include "pool/poll_timer.h"
 #include "pool/pool.h"
 #include "rpc/ext_proc_server.h"
@@ -334,7 +334,7 @@ struct Epp::Impl {
       if (!made.ok()) return Status::Internal("tls: self-signed certificate: " + made.status().message());
       pair = std::move(made).value();
     } else {
-      Result<tls::KeyPair> read = ReadKeyPair(pool::RealFileSystem(), o.cert_path);
+      Result<tls::KeyPair> read = pool::ReadKeyPair(pool::RealFileSystem(), pool::CertFileIn(o.cert_path), pool::KeyFileIn(o.cert_path));
       if (!read.ok()) return Status::InvalidArgument("--cert-path: " + read.status().message());
       pair = std::move(read).value();
     }
@@ -353,7 +353,7 @@ struct Epp::Impl {
     t.watched_file = tls_dir + "/serving.pem";
     t.refresh_s = 1;
     if (Status st = WriteAtomically(t.watched_file, Bundle(pair)); !st.ok()) return Status::Unavailable("tls: " + st.message());
-    cert_watch = std::make_unique<CertWatch>(o.cert_path, std::move(pair));
+    cert_watch = std::make_unique<pool::CertWatch>(pool::CertWatch::InDirectory(o.cert_path, std::move(pair)));
     const auto every = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double>(std::max(0.01, o.reload_interval_s)));
     cert_timer = std::make_unique<pool::PollTimer>(io->context(0), every, [this] { PollCert(); });
@@ -376,8 +376,8 @@ struct Epp::Impl {
 
   // On the io thread, every reload_interval.
   void PollCert() {
-    CertDecision d = cert_watch->Poll(pool::RealFileSystem());
-    if (d.kind == CertDecision::Kind::kApply) {
+    pool::CertDecision d = cert_watch->Poll(pool::RealFileSystem());
+    if (d.kind == pool::CertDecision::Kind::kApply) {
       if (Status st = WriteAtomically(tls_dir + "/serving.pem", Bundle(d.pair)); !st.ok()) {
         reloads_rejected.fetch_add(1, std::memory_order_relaxed);
         Log("tls: cannot install the certificate from " + options.tls.cert_path + ": " + st.message() +
@@ -392,7 +392,7 @@ struct Epp::Impl {
         fp = cert_fingerprint;
       }
       Log("tls: certificate reloaded from " + options.tls.cert_path + " (sha256 " + fp + ")");
-    } else if (d.kind == CertDecision::Kind::kRejected) {
+    } else if (d.kind == pool::CertDecision::Kind::kRejected) {
       reloads_rejected.fetch_add(1, std::memory_order_relaxed);
       if (d.log) Log("tls: " + d.error + "; keeping the serving certificate");
     }
@@ -559,7 +559,7 @@ struct Epp::Impl {
   // TLS: the private directory gRPC watches (reload only), the poll of --cert-path, and
   // what is served now (cert_mu).
   std::string tls_dir;
-  std::unique_ptr<CertWatch> cert_watch;
+  std::unique_ptr<pool::CertWatch> cert_watch;
   std::unique_ptr<pool::PollTimer> cert_timer;
   std::atomic<uint64_t> reloads_applied{0}, reloads_rejected{0};
   std::mutex cert_mu;

@@ -29,7 +29,7 @@
 #include "core/metrics/prom_writer.h"
 #include "pool/poll_timer.h"
 #include "pool/pool.h"
-#include "router/cert_watch.h"
+#include "router/listener_certs.h"
 #include "core/api/pd_legs.h"
 #include "pd/pd_counters.h"
 #include "pd/request_id.h"
@@ -305,13 +305,14 @@ struct Router::Impl {
     so.log = [this](std::string_view line) { Log(line); };
     auto handler = [this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); };
     if (!cfg.listen_tls.address.empty()) {
-      auto watch = CertWatch::Load(cfg.listen_tls.cert_path, cfg.listen_tls.key_path,
-                                   pool::RealFileSystem(), [this](std::string_view l) { Log(l); });
+      auto watch = ListenerCerts::Load(cfg.listen_tls.cert_path, cfg.listen_tls.key_path,
+                                       pool::RealFileSystem(), [this](std::string_view l) { Log(l); });
       if (!watch.ok()) return watch.status();
       cert_watch = std::move(watch).value();
       http::ServerOptions tso = so;
-      tso.host = cfg.listen_tls.addr.host;
-      tso.port = cfg.listen_tls.addr.port;
+      const config::HostPort at = options.listen_tls.value_or(cfg.listen_tls.addr);
+      tso.host = at.host;
+      tso.port = at.port;
       tso.tls = cert_watch->tls();
       tls_server = std::make_unique<http::Server>(io->contexts(), tso, handler);
       cert_timer = std::make_unique<pool::PollTimer>(
@@ -456,7 +457,7 @@ struct Router::Impl {
   std::unique_ptr<pool::Pool> core_pool;
   std::unique_ptr<http::Server> server;      // plaintext; null with `listen: off`
   std::unique_ptr<http::Server> tls_server;  // listen_tls; null without it
-  std::unique_ptr<CertWatch> cert_watch;     // listen_tls's certificate files
+  std::unique_ptr<ListenerCerts> cert_watch;  // listen_tls's certificate files
   std::unique_ptr<pool::PollTimer> cert_timer;  // polls cert_watch on worker 0
   std::shared_ptr<asio::ssl::context> upstream_tls;  // what the clients were given last
   std::unique_ptr<asio::signal_set> signals;
@@ -600,6 +601,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     cb.on_data = [this](std::string_view d) { OnData(d); };
     cb.on_done = [this](http::UpstreamResult&& r) { OnDone(std::move(r)); };
     cb.owner = shared_from_this();
+    req.tls = ep.spec.tls;
     call = client->Start(ep.spec.host, ep.spec.port, req, std::move(cb));
   }
 
@@ -738,6 +740,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     };
     cb.on_done = [this](http::UpstreamResult&& r) { OnPrefillDone(std::move(r)); };
     cb.owner = shared_from_this();
+    req.tls = ep.spec.tls;
     call = client->Start(ep.spec.host, ep.spec.port, req, std::move(cb));
   }
 
@@ -1249,6 +1252,7 @@ struct FanOutCall : std::enable_shared_from_this<FanOutCall> {
         if (--pending == 0) Finish();
       };
       cb.owner = shared_from_this();
+      req.tls = ep.spec.tls;
       calls.push_back(client.Start(ep.spec.host, ep.spec.port, req, std::move(cb)));
     }
   }
@@ -1521,7 +1525,7 @@ void Router::Stop() { impl_->Stop(); }
 uint16_t Router::port() const { return impl_->server ? impl_->server->port() : 0; }
 uint16_t Router::tls_port() const { return impl_->tls_server ? impl_->tls_server->port() : 0; }
 bool Router::PollCertificates() {
-  return impl_->cert_watch && impl_->cert_watch->Poll() == CertWatch::Outcome::kApplied;
+  return impl_->cert_watch && impl_->cert_watch->Poll();
 }
 Status Router::Reload() { return impl_->Reload(); }
 Status Router::Apply(config::RouterConfig config) { return impl_->Apply(std::move(config)); }

@@ -57,6 +57,9 @@ struct RouterOptions {
   std::string config_path;
   // Command-line overrides; they win over the file at start and on every reload.
   std::optional<config::HostPort> listen;
+  // The HTTPS listener's address (listen_tls.address; port 0: any free port), when the
+  // file configures one.
+  std::optional<config::HostPort> listen_tls;
   std::optional<int> threads;
   // --region: the router's region (locality.region); "" turns locality off.
   std::optional<std::string> region;

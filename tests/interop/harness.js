@@ -91,10 +91,21 @@ async function startSidecar(engine) {
 // kvroute policy; resolves once it is ready (an endpoint has fresh metrics).
 // extra: more top-level config lines (e.g. an `auth:` block); relative paths in them are
 // against tempDir, where the config is written.
-async function startServe(endpoints, extra = []) {
+// tls: {cert, key} (PEM text): an HTTPS listener too (listen_tls on another free port),
+// returned as httpsAddress.
+async function startServe(endpoints, extra = [], { tls } = {}) {
   const file = path.join(tempDir, `serve-${++configCount}.yaml`);
+  const [port, tlsPort] = await closedPorts(2);
+  const tlsLines = [];
+  if (tls) {
+    fs.writeFileSync(`${file}.crt`, tls.cert);
+    fs.writeFileSync(`${file}.key`, tls.key);
+    tlsLines.push('listen_tls:', `  address: 127.0.0.1:${tlsPort}`, `  cert: ${path.basename(file)}.crt`,
+      `  key: ${path.basename(file)}.key`);
+  }
   fs.writeFileSync(file, [
     'threads: 1',
+    ...tlsLines,
     'pool:',
     '  scrape_interval: 50ms',
     '  endpoints:',
@@ -103,10 +114,10 @@ async function startServe(endpoints, extra = []) {
     '  policy: kvroute',
     ...extra,
     ''].join('\n'));
-  const [port] = await closedPorts(1);
   const { proc, matches } = await startKvroute(
-    ['serve', '--config', file, '--listen', `127.0.0.1:${port}`], { pattern: /listening on port (\d+)/ });
-  const address = `127.0.0.1:${matches[0][1]}`;
+    ['serve', '--config', file, '--listen', `127.0.0.1:${port}`],
+    { pattern: tls ? /listening on https port (\d+)/ : /listening on port (\d+)/ });
+  const address = `127.0.0.1:${port}`;
   const deadline = Date.now() + 10000;
   for (;;) {
     const r = await fetch(`http://${address}/readyz`).catch(() => null);
@@ -114,7 +125,7 @@ async function startServe(endpoints, extra = []) {
     if (Date.now() > deadline) throw new Error(`kvroute serve at ${address}: not ready\n${proc.log.join('\n')}`);
     await new Promise((res) => setTimeout(res, 50));
   }
-  return { proc, address };
+  return { proc, address, httpsAddress: tls ? `127.0.0.1:${matches[0][1]}` : null };
 }
 
 // Loopback ports nothing listens on: bound, then closed again.

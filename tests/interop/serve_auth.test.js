@@ -1,14 +1,18 @@
 'use strict';
-// API keys in `kvroute serve` (issue 29, item 3) with the official `openai` npm client:
-// the right key streams a chat completion; a wrong or missing key is the client's
-// AuthenticationError (401, vLLM's body); a key removed from the file stops working
-// within the poll period, and a key added starts working.
+// API keys in `kvroute serve` (issue 29, items 2 and 3) with the official `openai` npm
+// client over HTTPS (serve's listen_tls, a certificate the openssl command makes for
+// 127.0.0.1, trusted by the client and by nothing else): the right key streams a chat
+// completion; a wrong or missing key is the client's AuthenticationError (401, vLLM's
+// body); a key removed from the file stops working within the poll period, and a key
+// added starts working.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
+const { spawnSync } = require('node:child_process');
 const OpenAI = require('openai');
+const undici = require('undici');
 const { startSim, startServe, stop, tempDir } = require('./harness');
 
 const MODEL = 'meta-llama/Llama-3.1-8B-Instruct';
@@ -17,6 +21,16 @@ const MODEL = 'meta-llama/Llama-3.1-8B-Instruct';
 function writeKeys(file, text) {
   fs.writeFileSync(`${file}.tmp`, text);
   fs.renameSync(`${file}.tmp`, file);
+}
+
+// A self-signed certificate for 127.0.0.1 and its key, made by the openssl command.
+function makeCert() {
+  const dir = fs.mkdtempSync(path.join(tempDir, 'serve-cert-'));
+  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
+    '-nodes', '-keyout', path.join(dir, 'k'), '-out', path.join(dir, 'c'), '-days', '1',
+    '-subj', '/CN=kvroute-serve', '-addext', 'subjectAltName=IP:127.0.0.1'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return { cert: fs.readFileSync(path.join(dir, 'c'), 'utf8'), key: fs.readFileSync(path.join(dir, 'k'), 'utf8') };
 }
 
 async function streamChat(client) {
@@ -48,18 +62,27 @@ test('API keys: the openai client with the right, a wrong and no key; a removed 
   t.after(() => stop(sim.proc));
   const keysFile = path.join(tempDir, `keys-${process.pid}.txt`);
   writeKeys(keysFile, '# test keys\nalice sk-alice-1\nbob sk-bob-1\n');
+  const tls = makeCert();
   const serve = await startServe(sim.endpoints, [
     'auth:',
     `  api_keys_file: ${path.basename(keysFile)}`,
     '  api_keys_poll: 100ms',
-  ]);
+  ], { tls });
   t.after(() => stop(serve.proc));
-  const baseURL = `http://${serve.address}/v1`;
-  const client = (apiKey, extra = {}) => new OpenAI({ baseURL, apiKey, maxRetries: 0, ...extra });
+  const baseURL = `https://${serve.httpsAddress}/v1`;
+  // The client trusts serve's certificate and nothing else (verification on).
+  const dispatcher = new undici.Agent({ connect: { ca: tls.cert } });
+  t.after(() => dispatcher.close());
+  const client = (apiKey, extra = {}) => new OpenAI({
+    baseURL, apiKey, maxRetries: 0, fetch: undici.fetch, fetchOptions: { dispatcher }, ...extra,
+  });
 
-  await t.test('the right key streams', async () => {
+  await t.test('the right key streams over HTTPS', async () => {
     const usage = await streamChat(client('sk-alice-1'));
     assert.equal(usage.completion_tokens, 3);
+    // A client that does not trust the certificate never gets as far as the key.
+    const untrusting = new OpenAI({ baseURL, apiKey: 'sk-alice-1', maxRetries: 0, fetch: undici.fetch });
+    await assert.rejects(streamChat(untrusting), (e) => e instanceof OpenAI.APIConnectionError);
   });
 
   await t.test('a wrong key and no key: AuthenticationError, 401', async () => {

@@ -168,8 +168,15 @@ class RecordingUpstream {
       return it == headers.end() ? std::string() : it->second;
     }
   };
-  explicit RecordingUpstream(std::string answer)
-      : answer_(std::move(answer)), server_([this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); }) {}
+  // `options`: e.g. options.tls for a replica behind HTTPS.
+  explicit RecordingUpstream(std::string answer, http::ServerOptions options = {})
+      : answer_(std::move(answer)),
+        server_([this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); }, std::move(options)) {}
+  // Extra header fields on every answer but /metrics's, from now on.
+  void AnswerHeaders(http::Fields fields) {
+    std::lock_guard<std::mutex> lock(mu_);
+    answer_headers_ = std::move(fields);
+  }
   uint16_t port() const { return server_.port(); }
   std::string address() const { return server_.address(); }
   std::vector<Seen> seen() {
@@ -205,13 +212,16 @@ class RecordingUpstream {
     }
     s.request_id = s.Header("x-request-id");
     s.method = std::string(req.method_string());
+    http::Fields extra;
     {
       std::lock_guard<std::mutex> lock(mu_);
       seen_.push_back(std::move(s));
+      extra = answer_headers_;
     }
-    ex->Respond(200, answer_);
+    ex->Respond(200, answer_, "application/json", extra);
   }
   const std::string answer_;
+  http::Fields answer_headers_;
   std::mutex mu_;
   std::vector<Seen> seen_;
   std::string metrics_ = StubUpstream::kIdleVllmMetrics;

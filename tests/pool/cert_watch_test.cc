@@ -1,12 +1,12 @@
 // CertWatch's decisions over an in-memory file system: no files, no clock; each Poll is
 // one tick of the reload timer.
-#include "epp/cert_watch.h"
+#include "pool/cert_watch.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-namespace kvroute::epp {
+namespace kvroute::pool {
 namespace {
 
 using Kind = CertDecision::Kind;
@@ -59,7 +59,7 @@ class CertWatchTest : public ::testing::Test {
 };
 
 TEST_F(CertWatchTest, ServingPairOnDiskIsUnchangedAndUnchangedStampsAreNotRead) {
-  CertWatch w("/certs", a_);
+  CertWatch w = CertWatch::InDirectory("/certs", a_);
   EXPECT_EQ(w.Poll(fs_).kind, Kind::kUnchanged);
   const int reads = fs_.reads;
   EXPECT_EQ(w.Poll(fs_).kind, Kind::kUnchanged);
@@ -72,7 +72,7 @@ TEST_F(CertWatchTest, ServingPairOnDiskIsUnchangedAndUnchangedStampsAreNotRead) 
 }
 
 TEST_F(CertWatchTest, ANewMatchingPairIsAppliedOnce) {
-  CertWatch w("/certs/", a_);
+  CertWatch w = CertWatch::InDirectory("/certs/", a_);
   EXPECT_EQ(w.Poll(fs_).kind, Kind::kUnchanged);
   fs_.Put("/certs/tls.crt", b_.cert_pem);
   fs_.Put("/certs/tls.key", b_.key_pem);
@@ -88,7 +88,7 @@ TEST_F(CertWatchTest, ANewMatchingPairIsAppliedOnce) {
 }
 
 TEST_F(CertWatchTest, AHalfWrittenPairIsRejectedThenAppliedWhenComplete) {
-  CertWatch w("/certs", a_);
+  CertWatch w = CertWatch::InDirectory("/certs", a_);
   w.Poll(fs_);
   fs_.Put("/certs/tls.crt", b_.cert_pem);  // the key still A's
   CertDecision d = w.Poll(fs_);
@@ -100,7 +100,7 @@ TEST_F(CertWatchTest, AHalfWrittenPairIsRejectedThenAppliedWhenComplete) {
 }
 
 TEST_F(CertWatchTest, TheSameErrorIsLoggedOnceUntilAGoodPairOrAnotherError) {
-  CertWatch w("/certs", a_);
+  CertWatch w = CertWatch::InDirectory("/certs", a_);
   w.Poll(fs_);
   fs_.Put("/certs/tls.key", "garbage");
   CertDecision d = w.Poll(fs_);
@@ -132,4 +132,4 @@ TEST_F(CertWatchTest, TheSameErrorIsLoggedOnceUntilAGoodPairOrAnotherError) {
 }
 
 }  // namespace
-}  // namespace kvroute::epp
+}  // namespace kvroute::pool

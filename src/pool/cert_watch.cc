@@ -1,6 +1,6 @@
-#include "epp/cert_watch.h"
+#include "pool/cert_watch.h"
 
-namespace kvroute::epp {
+namespace kvroute::pool {
 
 namespace {
 
@@ -11,8 +11,10 @@ std::string Join(const std::string& dir, const char* name) {
 
 }  // namespace
 
-Result<tls::KeyPair> ReadKeyPair(pool::FileSystem& fs, const std::string& dir) {
-  const std::string cert_file = Join(dir, "tls.crt"), key_file = Join(dir, "tls.key");
+std::string CertFileIn(const std::string& dir) { return Join(dir, "tls.crt"); }
+std::string KeyFileIn(const std::string& dir) { return Join(dir, "tls.key"); }
+
+Result<tls::KeyPair> ReadKeyPair(FileSystem& fs, const std::string& cert_file, const std::string& key_file) {
   config::ConfigOr<std::string> cert = fs.Read(cert_file);
   if (!cert.ok()) return Status::InvalidArgument(cert.error.ToString());
   config::ConfigOr<std::string> key = fs.Read(key_file);
@@ -27,18 +29,21 @@ Result<tls::KeyPair> ReadKeyPair(pool::FileSystem& fs, const std::string& dir) {
   return tls::KeyPair{std::move(*cert.value), std::move(*key.value)};
 }
 
-CertWatch::CertWatch(std::string dir, tls::KeyPair serving)
-    : cert_file_(Join(dir, "tls.crt")), key_file_(Join(dir, "tls.key")), serving_(std::move(serving)) {}
+CertWatch::CertWatch(std::string cert_file, std::string key_file, tls::KeyPair serving)
+    : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)), serving_(std::move(serving)) {}
 
-CertDecision CertWatch::Poll(pool::FileSystem& fs) {
+CertWatch CertWatch::InDirectory(const std::string& dir, tls::KeyPair serving) {
+  return CertWatch(CertFileIn(dir), KeyFileIn(dir), std::move(serving));
+}
+
+CertDecision CertWatch::Poll(FileSystem& fs, bool force) {
   // Stat before reading: a write landing between the two shows as a new stamp next time.
-  const pool::FileStamp cs = fs.Stat(cert_file_), ks = fs.Stat(key_file_);
-  if (primed_ && cs == cert_stamp_ && ks == key_stamp_) return {};
+  const FileStamp cs = fs.Stat(cert_file_), ks = fs.Stat(key_file_);
+  if (primed_ && !force && cs == cert_stamp_ && ks == key_stamp_) return {};
   primed_ = true;
   cert_stamp_ = cs;
   key_stamp_ = ks;
-  const std::string dir = cert_file_.substr(0, cert_file_.size() - 8);  // minus "/tls.crt"
-  Result<tls::KeyPair> pair = ReadKeyPair(fs, dir);
+  Result<tls::KeyPair> pair = ReadKeyPair(fs, cert_file_, key_file_);
   if (!pair.ok()) return Reject(pair.status().message());
   last_error_.clear();
   if (pair->cert_pem == serving_.cert_pem && pair->key_pem == serving_.key_pem) return {};
@@ -58,4 +63,4 @@ CertDecision CertWatch::Reject(std::string error) {
   return d;
 }
 
-}  // namespace kvroute::epp
+}  // namespace kvroute::pool

@@ -1,6 +1,7 @@
-// `kvroute epp --cert-path DIR --enable-cert-reload`: the decision whether a changed
-// DIR/tls.crt and DIR/tls.key become the serving pair, apart from its I/O (the FileSystem
-// is injected; epp.cc polls the real one on a timer and installs what this accepts).
+// A TLS listener's certificate files (`kvroute epp --cert-path DIR --enable-cert-reload`:
+// DIR/tls.crt and DIR/tls.key; serve's listen_tls cert and key): the decision whether
+// changed files become the serving pair, apart from its I/O (the FileSystem is injected;
+// epp and serve poll the real one on a timer and install what this accepts).
 //
 //   neither file's stat changed since the last poll   -> kUnchanged (nothing is read)
 //   changed, both contents equal to the serving pair   -> kUnchanged (a touch, a revert,
@@ -25,7 +26,7 @@
 #include "pool/endpoints_watch.h"
 #include "tls/pki.h"
 
-namespace kvroute::epp {
+namespace kvroute::pool {
 
 struct CertDecision {
   enum class Kind { kUnchanged, kApply, kRejected };
@@ -37,13 +38,15 @@ struct CertDecision {
 
 class CertWatch {
  public:
-  // `dir` holds tls.crt and tls.key; `serving` is the pair served at start (read from
-  // there and checked by the caller).
-  CertWatch(std::string dir, tls::KeyPair serving);
+  // `serving` is the pair served at start (read from the files and checked by the caller).
+  CertWatch(std::string cert_file, std::string key_file, tls::KeyPair serving);
+  // The pair in `dir`: tls.crt and tls.key (a Kubernetes TLS Secret's keys).
+  static CertWatch InDirectory(const std::string& dir, tls::KeyPair serving);
 
   // One poll. The first poll only records the stamps, unless the files differ from
-  // `serving` by then.
-  CertDecision Poll(pool::FileSystem& fs);
+  // `serving` by then. `force`: read the files even when their stamps did not change (a
+  // SIGHUP).
+  CertDecision Poll(FileSystem& fs, bool force = false);
 
   const std::string& cert_file() const { return cert_file_; }
   const std::string& key_file() const { return key_file_; }
@@ -54,13 +57,16 @@ class CertWatch {
   std::string cert_file_, key_file_;
   tls::KeyPair serving_;
   bool primed_ = false;
-  pool::FileStamp cert_stamp_, key_stamp_;
+  FileStamp cert_stamp_, key_stamp_;
   std::string last_error_;  // empty: the last poll reported no error
 };
 
-// Reads DIR/tls.crt and DIR/tls.key and checks that they are a certificate and its key.
-// InvalidArgument "DIR/tls.key: no private key in the PEM" (the file at fault named)
-// otherwise.
-Result<tls::KeyPair> ReadKeyPair(pool::FileSystem& fs, const std::string& dir);
+// Reads `cert_file` and `key_file` and checks that they are a certificate and its key
+// (tls::CheckServingPair). InvalidArgument "DIR/tls.key: no private key in the PEM" (the
+// file at fault named) otherwise.
+Result<tls::KeyPair> ReadKeyPair(FileSystem& fs, const std::string& cert_file, const std::string& key_file);
+// DIR/tls.crt and DIR/tls.key.
+std::string CertFileIn(const std::string& dir);
+std::string KeyFileIn(const std::string& dir);
 
-}  // namespace kvroute::epp
+}  // namespace kvroute::pool
