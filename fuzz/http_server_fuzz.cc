@@ -11,10 +11,15 @@
 //   /drop    the handler drops the exchange unanswered (the server must send 500)
 //   other    200 "ok"
 //
-// Invariants: the server never crashes (sanitizers) and never hangs (every connection is
-// answered or closed within kDeadline); whatever it sends starts with an HTTP/1.1 status
-// line whose status is one it may send; and afterwards a well-formed request on a fresh
-// connection still gets 200 "ok".
+// The same handler also serves HTTPS (ServerOptions::tls, a self-signed certificate made
+// at start), and every input goes there twice: as raw bytes on the TLS port (a garbage or
+// truncated handshake) and, through an OpenSSL client that completed a real handshake, as
+// the HTTP bytes inside the TLS stream.
+//
+// Invariants: the servers never crash (sanitizers) and never hang (every connection is
+// answered or closed within kDeadline); whatever they send (decrypted, over TLS) starts
+// with an HTTP/1.1 status line whose status is one they may send; and afterwards a
+// well-formed request on a fresh connection still gets 200 "ok", on both.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,6 +29,7 @@
 
 #include <boost/asio/post.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -33,8 +39,13 @@
 #include <string>
 #include <string_view>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "http/io_pool.h"
 #include "http/server.h"
+#include "http/tls.h"
+#include "tls/pki.h"
 
 namespace {
 
@@ -53,6 +64,9 @@ void Check(bool ok, const char* what) {
 http::IoPool* g_pool = nullptr;
 http::Server* g_server = nullptr;
 uint16_t g_port = 0;
+http::Server* g_tls_server = nullptr;
+uint16_t g_tls_port = 0;
+SSL_CTX* g_client_ctx = nullptr;
 
 void Handle(std::shared_ptr<http::Exchange> ex) {
   const std::string_view target = ex->request().target();
@@ -73,12 +87,12 @@ void Handle(std::shared_ptr<http::Exchange> ex) {
 
 // Sends `input` on a fresh connection, half-closes, and returns what the server sent
 // until it closed. Aborts when the server neither answers nor closes within kDeadline.
-std::string SendRaw(std::string_view input) {
+std::string SendRaw(std::string_view input, uint16_t port = g_port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   Check(fd >= 0, "socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(g_port);
+  addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 && errno != EINPROGRESS) {
     std::perror("connect");
@@ -126,6 +140,54 @@ std::string SendRaw(std::string_view input) {
   return out;
 }
 
+// `input` as the HTTP bytes of a TLS connection: handshake, write, half-close when
+// `half_close` (TCP: the server reads the end without close_notify, as from a client that
+// vanished; like a plaintext half-close it may end the exchange before its answer), then
+// what the server sends until it closes, decrypted. Blocking with kDeadline on every socket
+// operation; aborts when the server neither answers nor closes in time.
+std::string SendOverTls(std::string_view input, bool half_close) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  Check(fd >= 0, "socket");
+  timeval tv{static_cast<time_t>(kDeadline.count()), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(g_tls_port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  Check(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, "connect to the TLS port");
+  SSL* ssl = SSL_new(g_client_ctx);
+  SSL_set_fd(ssl, fd);
+  Check(SSL_connect(ssl) == 1, "TLS handshake with the server");
+  size_t sent = 0;
+  while (sent < input.size()) {
+    const int n = SSL_write(ssl, input.data() + sent, static_cast<int>(input.size() - sent));
+    if (n <= 0) break;  // the server closed early (after an error response): fine
+    sent += static_cast<size_t>(n);
+  }
+  if (half_close) ::shutdown(fd, SHUT_WR);
+  std::string out;
+  char buf[16384];
+  const auto deadline = Clock::now() + kDeadline;
+  for (;;) {
+    const int n = SSL_read(ssl, buf, sizeof buf);
+    if (n > 0) {
+      out.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    const int err = SSL_get_error(ssl, n);
+    if ((err == SSL_ERROR_SYSCALL || err == SSL_ERROR_WANT_READ) &&
+        (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      Check(Clock::now() < deadline, "the TLS server neither answered nor closed the connection");
+    }
+    break;  // closed, reset, or a timeout (checked above)
+  }
+  ERR_clear_error();
+  SSL_free(ssl);
+  ::close(fd);
+  return out;
+}
+
 void CheckStatusLine(std::string_view out) {
   if (out.empty()) return;  // closed without answering: allowed for a partial request
   constexpr std::string_view kVersion = "HTTP/1.1 ";
@@ -142,6 +204,8 @@ void CheckStatusLine(std::string_view out) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // SSL_write to a server that closed early must fail with EPIPE, not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
   g_pool = new http::IoPool(1);
   http::ServerOptions o;
   o.max_body_bytes = 4096;
@@ -157,6 +221,15 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::abort();
   }
   g_port = g_server->port();
+
+  Result<tls::KeyPair> pair = tls::SelfSigned("fuzz", "IP:127.0.0.1");
+  Check(pair.ok(), "a self-signed certificate");
+  o.tls = http::ServerTls::Create(pair->cert_pem, pair->key_pem).value();
+  g_tls_server = new http::Server(g_pool->contexts(), o, Handle);
+  Check(g_tls_server->Listen().ok(), "listen (TLS)");
+  g_tls_port = g_tls_server->port();
+  g_client_ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_verify(g_client_ctx, SSL_VERIFY_NONE, nullptr);
   g_pool->Start();
   return 0;  // the server and its pool live until the process ends
 }
@@ -169,6 +242,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!(probe.starts_with("HTTP/1.1 200 ") && probe.ends_with("\r\n\r\nok"))) {
     std::fprintf(stderr, "follow-up answer: %s\n", probe.c_str());
     Check(false, "a well-formed request after the input did not get 200 ok");
+  }
+
+  SendRaw(std::string_view(reinterpret_cast<const char*>(data), size), g_tls_port);
+  CheckStatusLine(SendOverTls(std::string_view(reinterpret_cast<const char*>(data), size), true));
+  const std::string tls_probe = SendOverTls("GET /health HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n", false);
+  if (!(tls_probe.starts_with("HTTP/1.1 200 ") && tls_probe.ends_with("\r\n\r\nok"))) {
+    std::fprintf(stderr, "follow-up answer over TLS: %s\n", tls_probe.c_str());
+    Check(false, "a well-formed request over TLS after the input did not get 200 ok");
   }
   return 0;
 }
