@@ -467,6 +467,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       Reject(RejectReason::kTooManyHeaders, 431, "Too many request header fields.");
       return false;
     }
+    if (!parser_->is_done() && shared_->options.header_check) {
+      if (std::optional<EarlyAnswer> a = shared_->options.header_check(req, worker_)) {
+        SendEarly(std::move(*a));
+        return false;
+      }
+    }
     if (!parser_->is_done() && buffer_.size() == 0) {
       auto expect = req[bhttp::field::expect];
       if (beast::iequals(expect, "100-continue")) {
@@ -522,6 +528,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Reject(RejectReason reason, int status, std::string message) {
     shared_->Count(reason);
     SendError(status, std::move(message));
+  }
+
+  void SendEarly(EarlyAnswer a) {
+    read_timer_.Clear();
+    keep_alive_ = false;
+    chunked_ = true;
+    head_only_ = false;
+    in_response_ = true;
+    std::string head = StatusHead(a.status, a.content_type, a.extra, false);
+    AppendContentLength(head, a.body.size());
+    Enqueue(std::move(head), std::move(a.body), {}, true, {});
   }
 
   void SendError(int status, std::string message) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -105,6 +106,21 @@ using Fields = std::vector<std::pair<std::string, std::string>>;
 // pass OpenAI's, api::ErrorBodyFor); without one the message goes as text/plain.
 using ErrorBodyFn = std::function<std::string(int status, std::string_view message)>;
 
+// A response the front end gives as soon as a request's header is in, before its body is
+// read (a request that will be refused whatever its body: a missing API key).
+struct EarlyAnswer {
+  int status = 0;
+  std::string body;
+  std::string content_type = "application/json";
+  Fields extra;
+};
+// Called on the connection's thread once a request's header has arrived while its body
+// has not (a request read whole goes to the handler as usual), with the connection's
+// worker index. nullopt: read on. An answer is sent at once, with `connection: close`;
+// the body is not read (the connection lingers briefly so the answer is not lost to a
+// reset).
+using HeaderCheck = std::function<std::optional<EarlyAnswer>(const Request& head, int worker)>;
+
 // Every response the server sends on its own (a limit or a malformed request) has an
 // error_body body, `connection: close`, and is followed by closing the connection.
 struct ServerOptions {
@@ -135,6 +151,7 @@ struct ServerOptions {
   // within read_timeout, like a first request. Over max_connections a TLS connection is
   // closed without the 503 (it could not read it before a handshake).
   std::shared_ptr<ServerTls> tls;
+  HeaderCheck header_check;  // empty: none
   // Warnings the server cannot answer on a connection (accept failing for lack of
   // descriptors: logged once per burst). Called on the acceptor's thread; empty: none.
   std::function<void(std::string_view)> log;

@@ -158,7 +158,7 @@ const ApiKeyAuth::KeySet* ApiKeyAuth::View(int worker) {
   return v.set.get();
 }
 
-AuthVerdict ApiKeyAuth::Check(std::string_view authorization, int worker) {
+AuthVerdict ApiKeyAuth::Check(std::string_view authorization, int worker, bool count_accepted) {
   if (authorization.empty()) {
     rejected_missing_.fetch_add(1, std::memory_order_relaxed);
     return AuthVerdict::kMissing;
@@ -176,7 +176,7 @@ AuthVerdict ApiKeyAuth::Check(std::string_view authorization, int worker) {
     rejected_invalid_.fetch_add(1, std::memory_order_relaxed);
     return AuthVerdict::kInvalid;
   }
-  matched->fetch_add(1, std::memory_order_relaxed);
+  if (count_accepted) matched->fetch_add(1, std::memory_order_relaxed);
   return AuthVerdict::kAccepted;
 }
 

@@ -60,8 +60,9 @@ class ApiKeyAuth {
   void Reload();
 
   // Whether `authorization` (the request's Authorization header value; empty when absent)
-  // carries a loaded key. Counts the outcome (per key name when accepted).
-  AuthVerdict Check(std::string_view authorization, int worker);
+  // carries a loaded key. Counts the outcome (per key name when accepted, unless
+  // `count_accepted` is false: a check at header time that the handler repeats).
+  AuthVerdict Check(std::string_view authorization, int worker, bool count_accepted = true);
 
   // What goes upstream as Authorization under upstream_authorization: replace ->
   // "Bearer <upstream key>"; forward and drop -> empty. The view is valid until this

@@ -74,6 +74,15 @@ std::chrono::milliseconds Ms(double s) {
   return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(s * 1000))));
 }
 
+// vLLM's AuthenticationMiddleware answer to a request without a valid key, to the byte;
+// the key is never echoed.
+constexpr std::string_view kUnauthorizedBody = R"({"error":"Unauthorized"})";
+// Like vLLM, only paths under /v1 need a key, and never an OPTIONS preflight.
+std::string_view Path(std::string_view target);  // below: the target without its query
+bool NeedsKey(std::string_view path, boost::beast::http::verb method) {
+  return path.substr(0, 3) == "/v1" && method != boost::beast::http::verb::options;
+}
+
 std::string ErrorJson(int status, std::string message) {
   return api::ErrorBody(api::MakeError(status, std::move(message)));
 }
@@ -303,6 +312,20 @@ struct Router::Impl {
       return ErrorJson(status, std::string(message));
     };
     so.log = [this](std::string_view line) { Log(line); };
+    if (auth) {
+      // A request without a valid key is refused when its header is in, before its body
+      // is read (a read whole is checked by Handle, which counts it).
+      so.header_check = [this](const http::Request& head, int worker) -> std::optional<http::EarlyAnswer> {
+        std::string_view target(head.target().data(), head.target().size());
+        if (!NeedsKey(Path(target), head.method())) return std::nullopt;
+        if (auth->Check(HeaderValue(head, "authorization"), worker, /*count_accepted=*/false) ==
+            AuthVerdict::kAccepted) {
+          return std::nullopt;
+        }
+        return http::EarlyAnswer{401, std::string(kUnauthorizedBody), "application/json",
+                                 {{"www-authenticate", "Bearer"}}};
+      };
+    }
     auto handler = [this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); };
     if (!cfg.listen_tls.address.empty()) {
       auto watch = ListenerCerts::Load(cfg.listen_tls.cert_path, cfg.listen_tls.key_path,
@@ -995,12 +1018,11 @@ Status Router::Impl::StartAuth(const config::AuthConfig& cfg, int threads) {
 }
 
 bool Router::Impl::Authorized(http::Exchange& ex, std::string_view path) {
-  if (!auth || path.substr(0, 3) != "/v1" || ex.request().method() == bhttp::verb::options) return true;
+  if (!auth || !NeedsKey(path, ex.request().method())) return true;
   if (auth->Check(HeaderValue(ex.request(), "authorization"), ex.worker()) == AuthVerdict::kAccepted) {
     return true;
   }
-  // vLLM's AuthenticationMiddleware answer, to the byte; the key is never echoed.
-  ex.Respond(401, R"({"error":"Unauthorized"})", "application/json", {{"www-authenticate", "Bearer"}});
+  ex.Respond(401, std::string(kUnauthorizedBody), "application/json", {{"www-authenticate", "Bearer"}});
   return false;
 }
 

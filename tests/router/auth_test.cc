@@ -98,6 +98,41 @@ class AuthTest : public ::testing::Test {
   std::unique_ptr<Router> router_;
 };
 
+// A request without a valid key is refused as soon as its header is in: a client that
+// announces a megabyte body gets the 401 before sending a byte of it (the connection then
+// closes, the body unread); one with a valid key is read whole and served.
+TEST_F(AuthTest, AKeylessRequestIsRefusedBeforeItsBodyIsRead) {
+  Write("keys.txt", "alice sk-alice-1\n");
+  Start();
+  http::TestClient c("127.0.0.1", router_->port());
+  ASSERT_TRUE(c.Connect());
+  ASSERT_TRUE(c.SendRaw("POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                        "content-length: 1048576\r\n\r\n"));
+  http::ClientResponse r;
+  ASSERT_TRUE(c.ReadHead(&r)) << c.error();
+  ASSERT_TRUE(c.ReadBody(&r)) << c.error();
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.body, kUnauthorized);
+  EXPECT_EQ(r.Header("connection"), "close");
+  EXPECT_EQ(r.Header("www-authenticate"), "Bearer");
+
+  http::TestClient ok("127.0.0.1", router_->port());
+  ASSERT_TRUE(ok.Connect());
+  const std::string body = CompletionBody("Hello there", 1);
+  ASSERT_TRUE(ok.SendRaw("POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                         "authorization: Bearer sk-alice-1\r\ncontent-length: " + std::to_string(body.size()) +
+                         "\r\n\r\n"));
+  ASSERT_TRUE(ok.SendRaw(body));
+  http::ClientResponse served;
+  ASSERT_TRUE(ok.ReadHead(&served)) << ok.error();
+  ASSERT_TRUE(ok.ReadBody(&served)) << ok.error();
+  EXPECT_EQ(served.status, 200) << served.body;
+  // Counted once each: the early refusal, and the accepted request (at the handler only).
+  const std::string m = Metrics();
+  EXPECT_EQ(metrics::testing::MetricSum(m, "kvroute_auth_rejected_total", {{"reason", "missing"}}), 1);
+  EXPECT_EQ(metrics::testing::MetricSum(m, "kvroute_auth_requests_total", {{"key", "alice"}}), 1);
+}
+
 TEST_F(AuthTest, RefusesMissingWrongAndOtherSchemeKeysWithVllmsShape) {
   Write("keys.txt", "# keys\nalice sk-alice-1\nsk-unnamed\n");
   Start();
