@@ -9,6 +9,8 @@
 #include "config/router_config.h"
 #include "pool/endpoints_watch.h"
 #include "router/api_key_auth.h"
+#include "pool/pool.h"
+#include "router/listener_certs.h"
 #include "router/router.h"
 
 namespace kvroute::router {
@@ -279,6 +281,18 @@ int ServeMain(int argc, char** argv) {
         std::fprintf(stderr, "kvroute serve: auth: %s\n", st.message().c_str());
         return 2;
       }
+    }
+    // The TLS files as serve would load them: the listener's pair, the upstream trust.
+    if (const config::ListenTlsConfig& t = loaded.value->listen_tls; !t.address.empty()) {
+      auto certs = ListenerCerts::Load(t.cert_path, t.key_path, pool::RealFileSystem(), nullptr);
+      if (!certs.ok()) {
+        std::fprintf(stderr, "kvroute serve: %s\n", certs.status().message().c_str());
+        return 2;
+      }
+    }
+    if (auto up = pool::LoadUpstreamTls(loaded.value->upstream_tls); !up.ok()) {
+      std::fprintf(stderr, "kvroute serve: %s\n", up.status().message().c_str());
+      return 2;
     }
     if (const auto& k = loaded.value->pool.kubernetes; k.enabled()) {
       std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n", config_path.c_str(),
