@@ -43,14 +43,18 @@ Result<std::shared_ptr<ServerTls>> ServerTls::Create(const std::string& cert_pem
   auto ctx = MakeServerContext(cert_pem, key_pem);
   if (!ctx.ok()) return ctx.status();
   std::shared_ptr<ServerTls> tls(new ServerTls());
-  tls->current_.store(std::move(ctx).value());
+  tls->current_ = std::move(ctx).value();
   return tls;
 }
 
 Status ServerTls::Update(const std::string& cert_pem, const std::string& key_pem) {
   auto ctx = MakeServerContext(cert_pem, key_pem);
   if (!ctx.ok()) return ctx.status();
-  current_.store(std::move(ctx).value());
+  std::shared_ptr<ssl::context> next = std::move(ctx).value();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.swap(next);
+  }
   updates_.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }

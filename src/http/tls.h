@@ -12,12 +12,15 @@
 // CA bundle, or the system's store), whether it verifies at all, and an optional client
 // certificate for replicas that require one.
 //
-// Threads: Update and context() may be called from any thread (the context pointer is an
-// atomic shared_ptr; a context, once built, is only read).
+// Threads: Update and context() may be called from any thread (the context pointer is
+// swapped under a mutex, taken once per accepted connection: not std::atomic<shared_ptr>,
+// whose libstdc++ 12 lock bit ThreadSanitizer cannot see, see core/common/published.h; a
+// context, once built, is only read).
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/common/status.h"
@@ -38,13 +41,17 @@ class ServerTls {
   // one and says why.
   Status Update(const std::string& cert_pem, const std::string& key_pem);
   // The context for a connection being accepted now. Never null.
-  std::shared_ptr<boost::asio::ssl::context> context() const { return current_.load(); }
+  std::shared_ptr<boost::asio::ssl::context> context() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
   // How many times Update succeeded.
   uint64_t updates() const { return updates_.load(std::memory_order_relaxed); }
 
  private:
   ServerTls() = default;
-  std::atomic<std::shared_ptr<boost::asio::ssl::context>> current_;
+  mutable std::mutex mu_;
+  std::shared_ptr<boost::asio::ssl::context> current_;
   std::atomic<uint64_t> updates_{0};
 };
 

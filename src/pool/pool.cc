@@ -185,7 +185,7 @@ Status Pool::Apply(const config::RouterConfig& config) {
     scrape_options_.names = config.pool.metric_names;
     scrape_options_.model = config.pool.model;
     scrape_options_.tls = upstream_tls.value();
-    upstream_tls_.store(std::move(upstream_tls).value());
+    upstream_tls_ = std::move(upstream_tls).value();
     RestartScraperLocked();
     kv_feed_->Sync(kv_events_);
 

@@ -105,7 +105,10 @@ class Pool {
 
   // The TLS context for https:// endpoints from the last applied upstream_tls (never null
   // after a successful Apply). Thread: any.
-  std::shared_ptr<boost::asio::ssl::context> upstream_tls() const { return upstream_tls_.load(); }
+  std::shared_ptr<boost::asio::ssl::context> upstream_tls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return upstream_tls_;
+  }
 
   routing::RoutingCore& core() { return core_; }
   // Seconds on a monotonic clock since the pool was made: the time every core call takes.
@@ -115,7 +118,7 @@ class Pool {
   boost::asio::io_context& ctx_;
   routing::RoutingCore core_;
   std::function<void(std::string_view)> log_;
-  std::atomic<std::shared_ptr<boost::asio::ssl::context>> upstream_tls_;
+  std::shared_ptr<boost::asio::ssl::context> upstream_tls_;  // guarded by mu_
   const std::chrono::steady_clock::time_point start_;
   mutable std::mutex mu_;
   std::unique_ptr<metrics::MetricsScraper> scraper_;  // guarded by mu_
