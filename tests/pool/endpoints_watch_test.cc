@@ -1,6 +1,7 @@
 // File discovery's decision (pool/endpoints_watch.h) over an in-memory file system: each
 // Poll is one tick of virtual time, the test decides what the file looks like in between.
 #include "pool/endpoints_watch.h"
+#include "support/memory_file_system.h"
 
 #include <gtest/gtest.h>
 
@@ -13,60 +14,7 @@ namespace {
 
 using Kind = WatchDecision::Kind;
 
-// Paths to contents; every write is a new inode (like rename-into-place) unless
-// `in_place`, which keeps the inode and bumps mtime.
-class FakeFileSystem : public FileSystem {
- public:
-  void Write(const std::string& path, std::string text) {
-    File& f = files_[path];
-    f.text = std::move(text);
-    f.inode = ++next_inode_;
-    f.mtime_ns += 1000;
-  }
-  void WriteInPlace(const std::string& path, std::string text) {
-    File& f = files_[path];
-    f.text = std::move(text);
-    if (f.inode == 0) f.inode = ++next_inode_;
-    f.mtime_ns += 1000;
-  }
-  void Remove(const std::string& path) { files_.erase(path); }
-  int stats = 0, reads = 0;
-
-  FileStamp Stat(const std::string& path) override {
-    ++stats;
-    FileStamp s;
-    auto it = files_.find(path);
-    if (it == files_.end()) {
-      s.error = ENOENT;
-      return s;
-    }
-    s.exists = true;
-    s.inode = it->second.inode;
-    s.size = it->second.text.size();
-    s.mtime_ns = it->second.mtime_ns;
-    return s;
-  }
-  config::ConfigOr<std::string> Read(const std::string& path) override {
-    ++reads;
-    config::ConfigOr<std::string> r;
-    auto it = files_.find(path);
-    if (it == files_.end()) {
-      r.error = config::ConfigError{path, 0, "", "cannot read file: No such file or directory"};
-    } else {
-      r.value = it->second.text;
-    }
-    return r;
-  }
-
- private:
-  struct File {
-    std::string text;
-    uint64_t inode = 0;
-    int64_t mtime_ns = 0;
-  };
-  std::map<std::string, File> files_;
-  uint64_t next_inode_ = 0;
-};
+using FakeFileSystem = test_support::MemoryFileSystem;
 
 constexpr const char* kPath = "eps.yaml";
 constexpr const char* kTwo = "- 10.0.0.1:80\n- 10.0.0.2:80\n";

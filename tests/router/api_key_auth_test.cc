@@ -1,6 +1,7 @@
 // The API key check and its reloads (router/api_key_auth.h) over an in-memory file
 // system: every poll is one the test makes, every log line is captured.
 #include "router/api_key_auth.h"
+#include "support/memory_file_system.h"
 
 #include <gtest/gtest.h>
 
@@ -18,49 +19,7 @@ namespace {
 
 using metrics::testing::MetricSum;
 
-// Paths to contents; every write is a new inode (rename into place).
-class MemoryFileSystem : public pool::FileSystem {
- public:
-  void Write(const std::string& path, std::string text) {
-    File& f = files_[path];
-    f.text = std::move(text);
-    f.inode = ++next_inode_;
-  }
-  void Remove(const std::string& path) { files_.erase(path); }
-  int reads = 0;
-
-  pool::FileStamp Stat(const std::string& path) override {
-    pool::FileStamp s;
-    auto it = files_.find(path);
-    if (it == files_.end()) {
-      s.error = ENOENT;
-      return s;
-    }
-    s.exists = true;
-    s.inode = it->second.inode;
-    s.size = it->second.text.size();
-    return s;
-  }
-  config::ConfigOr<std::string> Read(const std::string& path) override {
-    ++reads;
-    config::ConfigOr<std::string> r;
-    auto it = files_.find(path);
-    if (it == files_.end()) {
-      r.error = config::ConfigError{path, 0, "", "cannot read file: No such file or directory"};
-    } else {
-      r.value = it->second.text;
-    }
-    return r;
-  }
-
- private:
-  struct File {
-    std::string text;
-    uint64_t inode = 0;
-  };
-  std::map<std::string, File> files_;
-  uint64_t next_inode_ = 0;
-};
+using test_support::MemoryFileSystem;
 
 class ApiKeyAuthTest : public ::testing::Test {
  protected:
