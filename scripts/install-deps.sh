@@ -31,6 +31,7 @@ PACKAGES=(
   jq                        # scripts/lora-sweep.sh reads simulate's report.json
   prometheus                # promtool: `promtool check metrics` on serve's and epp's /metrics (tests)
   wrk                       # HTTP load generator for side-by-side proxy benchmarks
+  openssl                   # the command: scripts/bench-proxy.sh's self-signed certificate (tls4k)
   # Benchmark scripts only (scripts/bench-proxy.sh, scripts/callgrind-proxy.sh):
   valgrind                  # callgrind instruction counts per request
   strace linux-perf         # syscall counts per request
