@@ -13,7 +13,7 @@ PACKAGES=(
   libfmt-dev                # formatting
   libcli11-dev              # command-line parsing
   libssl-dev                # TLS: serve's HTTPS, epp's ext_proc, the Kubernetes API client
-  openssl                   # the openssl command: test and benchmark certificates
+  openssl                   # the openssl command: test and benchmark (tls4k) certificates
   # vLLM KV-cache events (issue 23): ZMQ PUB/SUB and ROUTER/DEALER replay, msgpack payloads.
   # msgpuck, not libmsgpack-cxx-dev: the latter pulls libboost1.74-dev, which conflicts
   # with libboost1.81-dev (REFERENCE.md section 5).
@@ -31,7 +31,6 @@ PACKAGES=(
   jq                        # scripts/lora-sweep.sh reads simulate's report.json
   prometheus                # promtool: `promtool check metrics` on serve's and epp's /metrics (tests)
   wrk                       # HTTP load generator for side-by-side proxy benchmarks
-  openssl                   # the command: scripts/bench-proxy.sh's self-signed certificate (tls4k)
   # Benchmark scripts only (scripts/bench-proxy.sh, scripts/callgrind-proxy.sh):
   valgrind                  # callgrind instruction counts per request
   strace linux-perf         # syscall counts per request
