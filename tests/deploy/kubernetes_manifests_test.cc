@@ -37,6 +37,8 @@ constexpr char kPoolGroupV1alpha2[] = "inference.networking.x-k8s.io";
 constexpr char kV1alpha2File[] = "inferencepool-v1alpha2.yaml";
 constexpr char kVllmFile[] = "vllm-deployment.yaml";
 constexpr char kSimFile[] = "sim-deployment.yaml";
+// Needs the Prometheus Operator's CRD, which a cluster may not have: applied on its own.
+constexpr char kPrometheusRuleFile[] = "prometheusrule.yaml";
 
 fs::path ManifestDir() {
   if (const char* dir = std::getenv("KVROUTE_K8S_DIR"); dir != nullptr && *dir != '\0') return dir;
@@ -389,8 +391,11 @@ TEST(DeployKubernetes, EveryFileParsesAndTheKustomizationListsThem) {
       << kV1alpha2File << " is the alternative form, not a default";
   EXPECT_EQ(listed.count(kVllmFile) + listed.count(kSimFile), 1u)
       << "kustomization.yaml must list exactly one of " << kVllmFile << " and " << kSimFile;
+  EXPECT_EQ(listed.count(kPrometheusRuleFile), 0u)
+      << kPrometheusRuleFile << " needs the Prometheus Operator's CRD; `kubectl apply -k` "
+      << "would fail on a cluster without it";
   for (const std::string& f : m.files) {
-    if (f == kV1alpha2File || f == kVllmFile || f == kSimFile) continue;
+    if (f == kV1alpha2File || f == kVllmFile || f == kSimFile || f == kPrometheusRuleFile) continue;
     EXPECT_EQ(listed.count(f), 1u) << f << " is not listed in kustomization.yaml";
   }
 }
