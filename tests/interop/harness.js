@@ -92,8 +92,9 @@ async function startSidecar(engine) {
 // extra: more top-level config lines (e.g. an `auth:` block); relative paths in them are
 // against tempDir, where the config is written.
 // tls: {cert, key} (PEM text): an HTTPS listener too (listen_tls on another free port),
-// returned as httpsAddress.
-async function startServe(endpoints, extra = [], { tls } = {}) {
+// returned as httpsAddress. An endpoint that starts with "{" is a YAML flow mapping, written
+// as is (e.g. "{address: ..., kv_events: ...}"); poolExtra: more lines under pool:.
+async function startServe(endpoints, extra = [], { tls, poolExtra = [] } = {}) {
   const file = path.join(tempDir, `serve-${++configCount}.yaml`);
   const [port, tlsPort] = await closedPorts(2);
   const tlsLines = [];
@@ -108,8 +109,9 @@ async function startServe(endpoints, extra = [], { tls } = {}) {
     ...tlsLines,
     'pool:',
     '  scrape_interval: 50ms',
+    ...poolExtra,
     '  endpoints:',
-    ...endpoints.map((e) => `    - {address: ${e}}`),
+    ...endpoints.map((e) => (e.startsWith('{') ? `    - ${e}` : `    - {address: ${e}}`)),
     'scheduling:',
     '  policy: kvroute',
     ...extra,
@@ -141,8 +143,9 @@ async function closedPorts(n) {
 
 let configCount = 0;
 // endpoints: "ip:port" or a YAML flow mapping ("{address: ..., kv_events: ...}");
-// poolExtra: more lines under pool: (e.g. '  kv_events: {speculative_ttl: 100ms}').
-function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2, poolExtra = [] }) {
+// poolExtra: more lines under pool: (e.g. '  kv_events: {speculative_ttl: 100ms}');
+// extra: more top-level lines (e.g. a `flow:` block).
+function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2, poolExtra = [], extra = [] }) {
   return [
     'pool:',
     '  scrape_interval: 50ms',
@@ -161,6 +164,7 @@ function eppConfig({ endpoints, bodyMode, maxBodyBytes = '1MiB', fallbacks = 2, 
     `  body_mode: ${bodyMode}`,
     `  fallbacks: ${fallbacks}`,
     '  stream_timeout: 20s',
+    ...extra,
     '',
   ].join('\n');
 }
