@@ -29,7 +29,7 @@ PACKAGES=(
   protobuf-compiler-grpc    # grpc_cpp_plugin
   nginx-light               # reference reverse proxy for the overhead benchmark
   jq                        # scripts/lora-sweep.sh reads simulate's report.json
-  prometheus                # promtool: `promtool check metrics` on serve's and epp's /metrics (tests)
+  prometheus                # tests: promtool (check metrics, check/test rules) and the server (the dashboard's queries)
   wrk                       # HTTP load generator for side-by-side proxy benchmarks
   # Benchmark scripts only (scripts/bench-proxy.sh, scripts/callgrind-proxy.sh):
   valgrind                  # callgrind instruction counts per request
