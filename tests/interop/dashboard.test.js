@@ -255,8 +255,10 @@ test('every panel of the dashboard returns data from a live fleet; every alert r
   assert.equal(vars.job.query.query, 'label_values(kvroute_endpoint_up, job)');
   assert.equal(vars.instance.query.query, 'label_values(kvroute_endpoint_up{job=~"$job"}, instance)');
 
-  // Every panel's every expression, the variables at "All" (their allValue).
-  const substitute = (expr) => expr.replaceAll('$job', vars.job.allValue)
+  // Every panel's every expression, the variables at "All" (their allValue); a panel
+  // whose title names one router ("(serve)", "(epp)") with the job variable at that
+  // router's job alone.
+  const substitute = (expr, job) => expr.replaceAll('$job', job)
     .replaceAll('$instance', vars.instance.allValue).replaceAll('$__rate_interval', kRateInterval);
   const panels = dash.panels.filter((p) => p.type !== 'row');
   assert.ok(panels.length >= 40, `${panels.length} panels`);
@@ -264,13 +266,15 @@ test('every panel of the dashboard returns data from a live fleet; every alert r
   let checked = 0;
   for (const p of panels) {
     assert.ok(p.targets.length > 0, `${p.title}: no targets`);
+    const only = /\((serve|epp)\)$/.exec(p.title);
+    const job = only ? `kvroute-${only[1]}` : vars.job.allValue;
     for (const t of p.targets) {
       assert.ok(!/\$(?!__rate_interval|job|instance)\w/.test(t.expr), `${p.title} ${t.refId}: unknown variable in ${t.expr}`);
-      const data = await query(substitute(t.expr));
+      const data = await query(substitute(t.expr, job));
       checked++;
       const numbers = data.result.filter((s) => !Number.isNaN(Number(s.value[1])));
-      if (data.result.length === 0) failures.push(`${p.title} (${t.refId}): no series: ${t.expr}`);
-      else if (numbers.length === 0) failures.push(`${p.title} (${t.refId}): only NaN: ${t.expr}`);
+      if (data.result.length === 0) failures.push(`${p.title} (${t.refId}), job ${job}: no series: ${t.expr}`);
+      else if (numbers.length === 0) failures.push(`${p.title} (${t.refId}), job ${job}: only NaN: ${t.expr}`);
     }
   }
   assert.deepEqual(failures, [], `${failures.length} of ${checked} expressions returned no data`);
