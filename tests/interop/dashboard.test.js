@@ -6,7 +6,8 @@
 // control) driven by the Envoy-side client. After traffic through both (shared prefixes,
 // streamed answers with objectives, a replica answering 503 for a while), every
 // expression of every panel, with the dashboard's variables at "All", must return at least
-// one series with a number (not NaN), and every alert rule must evaluate without error.
+// one series with a number (not NaN), and every alert rule must evaluate without error
+// over series names that exist (Prometheus also scrapes the replicas, as job vllm).
 // Run: KVROUTE_BINARY=build/kvroute node --test tests/interop/dashboard.test.js
 
 const { test, before, after } = require('node:test');
@@ -81,8 +82,8 @@ async function startPrometheus(targets) {
     'global: {scrape_interval: 1s, scrape_timeout: 900ms, evaluation_interval: 1s}',
     `rule_files: ["${kRules}"]`,
     'scrape_configs:',
-    ...Object.entries(targets).map(([job, address]) =>
-      `  - {job_name: ${job}, static_configs: [{targets: ["${address}"]}]}`),
+    ...Object.entries(targets).map(([job, addresses]) =>
+      `  - {job_name: ${job}, static_configs: [{targets: [${[addresses].flat().map((a) => `"${a}"`).join(', ')}]}]}`),
     ''].join('\n'));
   const proc = spawn(kPrometheus, [`--config.file=${config}`, `--storage.tsdb.path=${path.join(dir, 'data')}`,
     `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -178,7 +179,8 @@ before(async () => {
   });
   client = new ExtProcClient(epp.grpc);
   await waitForHealth(epp.health, 'readiness');
-  prom = await startPrometheus({ 'kvroute-serve': serve.address, 'kvroute-epp': epp.metrics });
+  // The replicas too (job vllm), as in a cluster: KvroutePrefixHitRateLow reads them.
+  prom = await startPrometheus({ 'kvroute-serve': serve.address, 'kvroute-epp': epp.metrics, vllm: sim.endpoints });
 });
 
 after(async () => {
@@ -195,7 +197,7 @@ test('every panel of the dashboard returns data from a live fleet; every alert r
   // Both targets up and scraped a few times before the traffic.
   await waitFor('both targets up', async () => {
     const t = await promApi('/api/v1/targets');
-    return t.activeTargets.length === 2 && t.activeTargets.every((x) => x.health === 'up');
+    return t.activeTargets.length === 2 + sim.endpoints.length && t.activeTargets.every((x) => x.health === 'up');
   });
 
   // Two phases of traffic with scrapes between them: a series is born when its first
@@ -219,7 +221,7 @@ test('every panel of the dashboard returns data from a live fleet; every alert r
 
   // Phase 2. serve: shared-prefix completions, half of them streamed, then every replica
   // answering 503 for three requests (upstream errors, retries, 503s); epp: more
-  // shared-prefix requests.
+  // shared-prefix requests and one it refuses.
   for (let i = 0; i < 24; i++) {
     const r = await viaServe(prompt(i % 4, 20 + i), { stream: i % 2 === 1 });
     assert.equal(r.status, 200, r.body.toString());
@@ -233,6 +235,14 @@ test('every panel of the dashboard returns data from a live fleet; every alert r
   assert.match(m, /^kvroute_upstream_errors_total\{/m);
   for (const e of sim.endpoints) assert.equal((await request(e, 'DELETE', '/admin/fault')).status, 200);
   for (let i = 0; i < 12; i++) assert.equal(await viaEpp(prompt(8 + (i % 2), 4 + i)), 200);
+  // And a body that is not JSON: epp answers 400 itself (llm_d_epp_request_error_total).
+  const bad = client.open();
+  bad.send(headersRequest(postHeaders()));
+  bad.send(bodyRequest(Buffer.from('{"model": '), { endOfStream: true }));
+  const refused = await bad.next();
+  assert.equal(refused.msg.response, 'immediate_response');
+  bad.end();
+  await bad.status;
 
   // Every rule evaluated at least once after the traffic, without error.
   const t0 = Date.now();
@@ -283,4 +293,16 @@ test('every panel of the dashboard returns data from a live fleet; every alert r
   const rules = (await promApi('/api/v1/rules')).groups.flatMap((g) => g.rules);
   assert.equal(rules.length, 13);
   for (const r of rules) assert.equal(r.health, 'ok', `${r.name}: ${r.lastError}`);
+  // Every series name a rule reads exists in this fleet (the unit tests' synthetic series
+  // would share a misspelt name with the rule): the names, and the __name__ regexes.
+  const missing = [];
+  for (const r of rules) {
+    const names = new Set(r.query.match(/\b(?:kvroute|llm_d_epp)_[a-z0-9_]+|\bvllm:[a-z0-9_]+\b(?!\()/g) || []);
+    const selectors = [...names, ...[...r.query.matchAll(/\{__name__=~"([^"]+)"\}/g)].map((m) => `{__name__=~"${m[1]}"}`)];
+    assert.ok(selectors.length > 0, `${r.name}: no series names in ${r.query}`);
+    for (const sel of selectors) {
+      if ((await query(`count(${sel})`)).result.length === 0) missing.push(`${r.name}: ${sel}`);
+    }
+  }
+  assert.deepEqual(missing, []);
 });
