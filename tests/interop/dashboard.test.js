@@ -4,7 +4,7 @@
 // fleet: `kvroute sim` replicas publishing KV events, `kvroute serve` in front of them (KV
 // events, flow control, API keys, an HTTPS listener) and `kvroute epp` (KV events, flow
 // control) driven by the Envoy-side client. After traffic through both (shared prefixes,
-// streamed answers with objectives, a replica answering 503 for a while), every
+// streamed answers with objectives, every replica answering 503 for a moment), every
 // expression of every panel, with the dashboard's variables at "All", must return at least
 // one series with a number (not NaN), and every alert rule must evaluate without error
 // over series names that exist (Prometheus also scrapes the replicas, as job vllm).
@@ -194,8 +194,8 @@ test('the committed dashboard is what build-dashboard.js makes', () => {
 });
 
 test('every panel of the dashboard returns data from a live fleet; every alert rule evaluates', async () => {
-  // Both targets up and scraped a few times before the traffic.
-  await waitFor('both targets up', async () => {
+  // Every target up (serve, epp, the replicas) before the traffic.
+  await waitFor('every target up', async () => {
     const t = await promApi('/api/v1/targets');
     return t.activeTargets.length === 2 + sim.endpoints.length && t.activeTargets.every((x) => x.health === 'up');
   });
