@@ -19,7 +19,7 @@ const { spawn, spawnSync } = require('node:child_process');
 const {
   ExtProcClient, headersRequest, bodyRequest, postHeaders, headerValueOf, protocolConfigField,
 } = require('./envoy_client');
-const { startSimWithEvents, startServe, startEpp, stop, closedPorts, waitForHealth, tempDir } = require('./harness');
+const { selfSignedPair, startSimWithEvents, startServe, startEpp, stop, closedPorts, waitForHealth, tempDir } = require('./harness');
 const dashboardSource = require('../../deploy/grafana/build-dashboard.js');
 
 const kRepo = path.join(__dirname, '..', '..');
@@ -62,15 +62,6 @@ async function waitFor(what, cond, timeoutMs = 20000) {
   }
 }
 
-// A self-signed certificate for serve's HTTPS listener (its expiry is a panel).
-function makeCert() {
-  const dir = fs.mkdtempSync(path.join(tempDir, 'dash-cert-'));
-  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
-    '-nodes', '-keyout', path.join(dir, 'k'), '-out', path.join(dir, 'c'), '-days', '30',
-    '-subj', '/CN=kvroute-serve', '-addext', 'subjectAltName=IP:127.0.0.1'], { encoding: 'utf8' });
-  assert.equal(r.status, 0, r.stderr);
-  return { cert: fs.readFileSync(path.join(dir, 'c'), 'utf8'), key: fs.readFileSync(path.join(dir, 'k'), 'utf8') };
-}
 
 // Debian's prometheus on a free port, scraping serve (job kvroute-serve) and epp
 // (kvroute-epp) every second and evaluating the alert rules every second.
@@ -172,7 +163,7 @@ before(async () => {
   serve = await startServe(endpoints, [
     'flow:', '  enabled: true', '  ttl: 30s',
     'auth:', `  api_keys_file: ${path.basename(keys)}`,
-  ], { tls: makeCert(), poolExtra: ['  kv_events: {speculative_ttl: 100ms}'] });
+  ], { tls: selfSignedPair('kvroute-serve', { days: 30 }), poolExtra: ['  kv_events: {speculative_ttl: 100ms}'] });
   epp = await startEpp({
     endpoints, bodyMode: 'full_duplex_streamed', poolExtra: ['  kv_events: {speculative_ttl: 100ms}'],
     extra: ['flow:', '  enabled: true', '  ttl: 30s'],

@@ -17,7 +17,7 @@ const { spawnSync } = require('node:child_process');
 const {
   ExtProcClient, headersRequest, bodyRequest, postHeaders, fromStruct, headerValueOf, grpc,
 } = require('./envoy_client');
-const { startSim, startEpp, stop, waitForHealth, tempDir } = require('./harness');
+const { selfSignedPair, startSim, startEpp, stop, waitForHealth, tempDir } = require('./harness');
 
 const kModel = 'meta-llama/Llama-3.1-8B-Instruct';
 const kHeader = 'x-gateway-destination-endpoint';
@@ -70,16 +70,7 @@ function peerFingerprint(address) {
   });
 }
 
-// A self-signed pair made by the openssl command: {cert, key, sha256}.
-function makePair(name) {
-  const dir = fs.mkdtempSync(path.join(tempDir, 'pair-'));
-  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
-    '-nodes', '-keyout', path.join(dir, 'k'), '-out', path.join(dir, 'c'), '-days', '1',
-    '-subj', `/CN=${name}`, '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1'], { encoding: 'utf8' });
-  assert.equal(r.status, 0, r.stderr);
-  const cert = fs.readFileSync(path.join(dir, 'c'), 'utf8');
-  return { cert, key: fs.readFileSync(path.join(dir, 'k'), 'utf8'), sha256: new crypto.X509Certificate(cert).fingerprint256 };
-}
+const makePair = (name) => selfSignedPair(name, { san: 'DNS:localhost,IP:127.0.0.1' });
 // Replaces `file` by a rename (a reader never sees it half-written).
 function put(file, text) {
   fs.writeFileSync(`${file}.tmp`, text);

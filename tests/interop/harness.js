@@ -2,7 +2,8 @@
 // Processes for the interop test: `kvroute sim` replicas and `kvroute epp` pickers on
 // free loopback ports, each stopped when the test process exits.
 
-const { spawn } = require('node:child_process');
+const { spawn, spawnSync } = require('node:child_process');
+const crypto = require('node:crypto');
 const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
@@ -130,6 +131,19 @@ async function startServe(endpoints, extra = [], { tls, poolExtra = [] } = {}) {
   return { proc, address, httpsAddress: tls ? `127.0.0.1:${matches[0][1]}` : null };
 }
 
+// A self-signed EC P-256 certificate for 127.0.0.1 (and `san`, openssl's subjectAltName
+// syntax) made by the openssl command: {cert, key, sha256} (PEM text; the certificate's
+// SHA-256 fingerprint as Node prints it).
+function selfSignedPair(name, { days = 1, san = 'IP:127.0.0.1' } = {}) {
+  const dir = fs.mkdtempSync(path.join(tempDir, 'pair-'));
+  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
+    '-nodes', '-keyout', path.join(dir, 'k'), '-out', path.join(dir, 'c'), '-days', String(days),
+    '-subj', `/CN=${name}`, '-addext', `subjectAltName=${san}`], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`openssl req: ${r.stderr}`);
+  const cert = fs.readFileSync(path.join(dir, 'c'), 'utf8');
+  return { cert, key: fs.readFileSync(path.join(dir, 'k'), 'utf8'), sha256: new crypto.X509Certificate(cert).fingerprint256 };
+}
+
 // Loopback ports nothing listens on: bound, then closed again.
 async function closedPorts(n) {
   const servers = await Promise.all(Array.from({ length: n }, () => new Promise((resolve) => {
@@ -241,4 +255,4 @@ async function startSimWithEvents(replicas, kvBlocks) {
   return out;
 }
 
-module.exports = { startKvroute, kEppLine, startSim, startSimWithEvents, startSidecar, startServe, startEpp, stop, closedPorts, waitForHealth, tempDir };
+module.exports = { selfSignedPair, startKvroute, kEppLine, startSim, startSimWithEvents, startSidecar, startServe, startEpp, stop, closedPorts, waitForHealth, tempDir };

@@ -10,10 +10,9 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { spawnSync } = require('node:child_process');
 const OpenAI = require('openai');
 const undici = require('undici');
-const { startSim, startServe, stop, tempDir } = require('./harness');
+const { selfSignedPair, startSim, startServe, stop, tempDir } = require('./harness');
 
 const MODEL = 'meta-llama/Llama-3.1-8B-Instruct';
 
@@ -23,15 +22,6 @@ function writeKeys(file, text) {
   fs.renameSync(`${file}.tmp`, file);
 }
 
-// A self-signed certificate for 127.0.0.1 and its key, made by the openssl command.
-function makeCert() {
-  const dir = fs.mkdtempSync(path.join(tempDir, 'serve-cert-'));
-  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
-    '-nodes', '-keyout', path.join(dir, 'k'), '-out', path.join(dir, 'c'), '-days', '1',
-    '-subj', '/CN=kvroute-serve', '-addext', 'subjectAltName=IP:127.0.0.1'], { encoding: 'utf8' });
-  assert.equal(r.status, 0, r.stderr);
-  return { cert: fs.readFileSync(path.join(dir, 'c'), 'utf8'), key: fs.readFileSync(path.join(dir, 'k'), 'utf8') };
-}
 
 async function streamChat(client) {
   const stream = await client.chat.completions.create({
@@ -62,7 +52,7 @@ test('API keys: the openai client with the right, a wrong and no key; a removed 
   t.after(() => stop(sim.proc));
   const keysFile = path.join(tempDir, `keys-${process.pid}.txt`);
   writeKeys(keysFile, '# test keys\nalice sk-alice-1\nbob sk-bob-1\n');
-  const tls = makeCert();
+  const tls = selfSignedPair('kvroute-serve');
   const serve = await startServe(sim.endpoints, [
     'auth:',
     `  api_keys_file: ${path.basename(keysFile)}`,
