@@ -15,7 +15,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const http = require('node:http');
 const path = require('node:path');
-const { spawn, spawnSync } = require('node:child_process');
+const { spawn } = require('node:child_process');
 const {
   ExtProcClient, headersRequest, bodyRequest, postHeaders, headerValueOf, protocolConfigField,
 } = require('./envoy_client');
