@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Installs every build, test and benchmark dependency of kvroute from Debian 12's
 # packages. Idempotent: when everything is present it only runs dpkg-query and exits.
+#   --kvroute-only   only what configuring the project and building the kvroute binary
+#                    needs (the container image's build stage, deploy/container/Dockerfile)
 set -euo pipefail
 
-PACKAGES=(
-  build-essential cmake ninja-build pkg-config git ca-certificates curl
-  ccache                    # compiler cache: fresh clones reuse earlier builds' objects (CMakeLists.txt)
+kvroute_only=""
+case "${1:-}" in
+  --kvroute-only) kvroute_only=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--kvroute-only]" >&2; exit 2 ;;
+esac
+
+# Configure the project (CMakeLists.txt's find_package calls) and build `kvroute`.
+BUILD_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
   libboost1.81-dev          # Asio + Beast: HTTP/1.1 server and client
   libsimdjson-dev           # request-body parsing on the hot path
   libyaml-cpp-dev           # configuration files (with line numbers for errors)
@@ -19,14 +28,21 @@ PACKAGES=(
   # with libboost1.81-dev (REFERENCE.md section 5).
   libzmq3-dev cppzmq-dev    # libzmq 4.3 and its header-only C++ binding
   libmsgpuck-dev            # msgpack encoder/decoder (one C header + a small static lib)
-  python3-zmq python3-msgpack  # an independent KV-event publisher and decoder for tests
-  libgtest-dev libgmock-dev googletest
-  libbenchmark-dev          # Google Benchmark micro-benchmarks
+  libgtest-dev libgmock-dev googletest  # found at configure time, whatever is built
   # `kvroute epp` (gRPC ext_proc picker): stubs generated at build time from src/epp/proto/
   libgrpc++-dev             # gRPC C++ (callback API, DefaultHealthCheckService)
   libprotobuf-dev           # protobuf runtime and well-known types (google/protobuf/struct.proto)
   protobuf-compiler         # protoc
   protobuf-compiler-grpc    # grpc_cpp_plugin
+)
+
+# Tests, benchmarks, fuzzing and the developer's tools.
+PACKAGES=(
+  "${BUILD_PACKAGES[@]}"
+  curl
+  ccache                    # compiler cache: fresh clones reuse earlier builds' objects (CMakeLists.txt)
+  libbenchmark-dev          # Google Benchmark micro-benchmarks
+  python3-zmq python3-msgpack  # an independent KV-event publisher and decoder for tests
   nginx-light               # reference reverse proxy for the overhead benchmark
   jq                        # scripts/lora-sweep.sh reads simulate's report.json
   prometheus                # tests: promtool (check metrics, check/test rules) and the server (the dashboard's queries)
@@ -41,6 +57,7 @@ PACKAGES=(
   llvm-14                   # llvm-symbolizer: file:line in sanitizer and libFuzzer stacks
 )
 
+if [ -n "$kvroute_only" ]; then PACKAGES=("${BUILD_PACKAGES[@]}"); fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -49,13 +66,14 @@ for p in "${PACKAGES[@]}"; do
 done
 # tests/interop (the ext_proc interop test) runs on Node.js and npm: Debian's, unless the
 # machine has them already.
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+if [ -z "$kvroute_only" ] && { ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; }; then
   missing+=(nodejs npm)
 fi
 
 # npm ci in tests/interop when node_modules is absent or was installed from another
 # package-lock.json (the lock's hash is kept in node_modules/.lock-sha256).
 interop_npm() {
+  if [ -n "$kvroute_only" ]; then return 0; fi
   local dir want
   dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/interop"
   want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
