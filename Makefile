@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all deps build build-kvroute demo test test-asan test-tsan bench fuzz clean
+.PHONY: all deps build build-kvroute demo test test-asan test-tsan bench fuzz image image-check clean
 
 all: build
 
@@ -58,6 +58,18 @@ fuzz: deps
 	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) bash fuzz/run.sh $(FUZZ_BUILD)
+
+IMAGE_VERSION := $(shell awk '/^project.kvroute VERSION / { print $$3 }' CMakeLists.txt)
+# The container image kvroute:$(IMAGE_VERSION), built without a container daemon from Debian's
+# archive (scripts/build-image.sh, deploy/container/README.md): $(BUILD)/image/kvroute-$(IMAGE_VERSION).oci.tar
+# and .docker.tar, their file listing checked against deploy/container/rootfs-files.txt, and
+# the image run under chroot. Root or sudo, and deb.debian.org; not part of `make test`.
+image: build-kvroute
+	bash scripts/build-image.sh $(BUILD)/kvroute
+
+# The chroot check alone, on the archive `make image` wrote.
+image-check:
+	bash deploy/container/check-image.sh $(BUILD)/image/kvroute-$(IMAGE_VERSION).oci.tar
 
 bench: build
 	@for b in $(BUILD)/bench/*_bench; do echo "== $$b"; $$b; done
