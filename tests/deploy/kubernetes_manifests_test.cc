@@ -956,4 +956,105 @@ TEST(DeployKubernetesPd, TheDecodePodsSidecarFrontsItsVllmOnThePoolsPort) {
   EXPECT_TRUE(Dig(sc, "securityContext", "readOnlyRootFilesystem").as<bool>(false));
 }
 
+
+// ---------------------------------------------------------------------------------------
+// The image (deploy/container/): the manifests run the image `make image` builds, as the
+// user it was built with, and the image holds the libraries the binary loads.
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path ContainerDir() { return fs::path(kvroute::test_support::SourceDir()) / "deploy" / "container"; }
+
+// "0.1.0" from CMakeLists.txt's project(kvroute VERSION 0.1.0 ...); "" when absent.
+std::string ProjectVersion() {
+  const std::string cmake = ReadFile(fs::path(kvroute::test_support::SourceDir()) / "CMakeLists.txt");
+  std::smatch m;
+  if (!std::regex_search(cmake, m, std::regex(R"(project\(kvroute VERSION ([0-9][0-9.]*))"))) return "";
+  return m[1];
+}
+
+// The lines of the Dockerfile's runtime stage (after "FROM scratch AS runtime").
+std::vector<std::string> RuntimeStage() {
+  std::istringstream in(ReadFile(ContainerDir() / "Dockerfile"));
+  std::vector<std::string> lines;
+  bool on = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("FROM ", 0) == 0) {
+      on = line == "FROM scratch AS runtime";
+      continue;
+    }
+    if (on) lines.push_back(line);
+  }
+  return lines;
+}
+
+TEST(DeployImage, EveryKvrouteContainerRunsTheImageAsItsUser) {
+  const std::string version = ProjectVersion();
+  ASSERT_FALSE(version.empty()) << "CMakeLists.txt has no project(kvroute VERSION x.y.z)";
+  const std::vector<std::string> stage = RuntimeStage();
+  ASSERT_FALSE(stage.empty()) << "deploy/container/Dockerfile has no 'FROM scratch AS runtime' stage";
+  EXPECT_EQ(std::count(stage.begin(), stage.end(), "ARG VERSION=" + version), 1)
+      << "the Dockerfile's default VERSION is not CMakeLists.txt's";
+  EXPECT_EQ(std::count(stage.begin(), stage.end(), "USER 65532:65532"), 1);
+  EXPECT_EQ(std::count(stage.begin(), stage.end(), R"(ENTRYPOINT ["/usr/local/bin/kvroute"])"), 1);
+  // The manifests start `kvroute` by name (command: [kvroute]), so the image's PATH must
+  // hold /usr/local/bin.
+  const bool path_ok = std::any_of(stage.begin(), stage.end(), [](const std::string& l) {
+    return l.rfind("ENV PATH=", 0) == 0 && l.find("/usr/local/bin") != std::string::npos;
+  });
+  EXPECT_TRUE(path_ok) << "the runtime stage sets no PATH holding /usr/local/bin";
+
+  int kvroute_containers = 0;
+  for (const Manifests* m : {&Manifests::Get(), &Pd()}) {
+    for (const Object& o : m->objects) {
+      if (o.Kind() != "Deployment") continue;
+      const YAML::Node pod_sc = Dig(PodSpec(o), "securityContext");
+      for (const YAML::Node& c : PodSpec(o)["containers"]) {
+        if (Nth(Dig(c, "command"), 0).as<std::string>("") != "kvroute") continue;
+        ++kvroute_containers;
+        const std::string where = o.Where() + " container " + c["name"].as<std::string>("");
+        EXPECT_EQ(c["image"].as<std::string>(""), "kvroute:" + version) << where;
+        for (const char* key : {"runAsUser", "runAsGroup"}) {
+          const YAML::Node own = Dig(c, "securityContext", key);
+          const int id = own.IsDefined() ? own.as<int>(-1) : Dig(pod_sc, key).as<int>(-1);
+          EXPECT_EQ(id, 65532) << where << ": " << key;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kvroute_containers, 3) << "the picker, the sim and the P/D sidecar";
+}
+
+// Every library the binary needs (readelf's NEEDED entries) is a file or symlink of the
+// image's listing, rootfs-files.txt (which scripts/build-image.sh compares with the
+// archive it builds): a new dependency must reach runtime-packages.txt.
+TEST(DeployImage, TheImageHoldsEveryLibraryTheBinaryNeeds) {
+  const auto [status, out] = RunProcess({"/usr/bin/readelf", "-d", Binary()});
+  ASSERT_EQ(status, 0) << out;
+  const std::string listing = ReadFile(ContainerDir() / "rootfs-files.txt");
+  ASSERT_FALSE(listing.empty()) << "deploy/container/rootfs-files.txt is missing or empty";
+  const std::regex needed(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
+  int count = 0;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), needed); it != std::sregex_iterator(); ++it) {
+    ++count;
+    const std::string lib = (*it)[1];
+    const bool listed = listing.find(" /usr/lib/x86_64-linux-gnu/" + lib + "\n") != std::string::npos ||
+                        listing.find(" /usr/lib/x86_64-linux-gnu/" + lib + " -> ") != std::string::npos ||
+                        listing.find(" /usr/lib64/" + lib + " -> ") != std::string::npos;
+    EXPECT_TRUE(listed) << lib << " is not in deploy/container/rootfs-files.txt";
+  }
+  EXPECT_GE(count, 10) << out;
+  EXPECT_NE(listing.find("f 0755 0:0 /usr/local/bin/kvroute\n"), std::string::npos);
+  EXPECT_NE(listing.find("f 0644 0:0 /etc/passwd\n"), std::string::npos);
+  // No shell and no package manager: only what kvroute loads.
+  for (const char* absent : {" /usr/bin/bash\n", " /usr/bin/dash\n", " /usr/bin/apt\n", " /usr/bin/dpkg\n"}) {
+    EXPECT_EQ(listing.find(absent), std::string::npos) << absent;
+  }
+}
+
 }  // namespace
