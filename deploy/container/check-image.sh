@@ -59,6 +59,29 @@ tag=$(umoci ls --layout "$tmp/layout" | head -1)
 umoci unpack --image "$tmp/layout:$tag" "$tmp/bundle" >/dev/null
 user=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["process"]["user"]["uid"])' "$tmp/bundle/config.json")
 [ "$user" = 65532 ] || fail "the image's user is $user, not 65532"
+# libssl's default verify paths (set_default_verify_paths: HTTPS upstreams, the
+# Kubernetes API server) lead to the CA bundle, following links as the image sees them.
+python3 - "$root" <<'EOF' || fail "libssl's default CA paths do not lead to the CA bundle in the image"
+import os, sys
+root = sys.argv[1]
+def resolve(path, depth=0):
+    assert depth < 20, path
+    parts, cur = path.strip("/").split("/"), ""
+    for i, p in enumerate(parts):
+        cur = cur + "/" + p
+        if os.path.islink(root + cur):
+            t = os.readlink(root + cur)
+            base = t if t.startswith("/") else os.path.join(os.path.dirname(cur), t)
+            rest = "/".join(parts[i + 1:])
+            return resolve(os.path.normpath(base) + ("/" + rest if rest else ""), depth + 1)
+    return root + cur
+for path in ("/usr/lib/ssl/cert.pem", "/usr/lib/ssl/certs/ca-certificates.crt"):
+    f = resolve(path)
+    assert os.path.isfile(f), path
+    assert open(f).read().count("BEGIN CERTIFICATE") > 100, path
+EOF
+echo "$NAME: /usr/lib/ssl/cert.pem and /usr/lib/ssl/certs lead to the CA bundle: ok"
+
 # What a container runtime provides.
 mkdir -p "$root/proc" "$root/dev"
 mount -t proc proc "$root/proc"

@@ -12,7 +12,8 @@
 #      Depends, followed to the end; an alternative resolves to the one installed)
 #      except the tools that only run their install scripts (INSTALL_ONLY below).
 #   3. WORK/rootfs gets exactly those packages' files, the CA bundle update-ca-certificates
-#      made, a fresh ld.so.cache, a dpkg status file naming the packages (for image
+#      made, OpenSSL's directory and configuration (from the openssl package, without
+#      its command), a fresh ld.so.cache, a dpkg status file naming the packages (for image
 #      scanners), /etc/passwd and /etc/group with root and the user kvroute (65532), and
 #      KVROUTE_BINARY as /usr/local/bin/kvroute. No shell, no package manager, no
 #      documentation. Every mtime is set to SOURCE_DATE_EPOCH (default: 0).
@@ -157,6 +158,14 @@ tar -C "$full" --no-recursion -cf - -T "$list.present" | tar -C "$root" -xpf -
 if [ -d "$full/etc/ssl/certs" ] && [ -n "${keep[ca-certificates]:-}" ]; then
   mkdir -p "$root/etc/ssl"
   cp -a "$full/etc/ssl/certs" "$root/etc/ssl/"
+fi
+# OpenSSL's directory (OPENSSLDIR, /usr/lib/ssl), where libssl's default verify paths
+# look for the CA bundle (cert.pem, certs -> /etc/ssl/certs), and its configuration
+# (openssl.cnf -> /etc/ssl/openssl.cnf). They belong to the openssl package, whose
+# command the image does not need: only these files are taken from it.
+if [ -n "${keep[libssl3]:-}" ]; then
+  tar -C "$full" --exclude=usr/lib/ssl/misc -cf - usr/lib/ssl etc/ssl/openssl.cnf etc/ssl/private |
+    tar -C "$root" -xpf -
 fi
 # The user: root and kvroute (65532, as distroless's nonroot), no shell, no home: kvroute
 # writes nothing but under $TMPDIR, and every file in the image belongs to root.

@@ -1051,6 +1051,14 @@ TEST(DeployImage, TheImageHoldsEveryLibraryTheBinaryNeeds) {
   EXPECT_GE(count, 10) << out;
   EXPECT_NE(listing.find("f 0755 0:0 /usr/local/bin/kvroute\n"), std::string::npos);
   EXPECT_NE(listing.find("f 0644 0:0 /etc/passwd\n"), std::string::npos);
+  // libssl's default verify paths (HTTPS upstreams, the Kubernetes API server's
+  // certificate) lead to the CA bundle: OPENSSLDIR belongs to the openssl package, which
+  // the image does not hold whole.
+  for (const char* entry : {"l 0777 0:0 /usr/lib/ssl/cert.pem -> /etc/ssl/certs/ca-certificates.crt\n",
+                            "l 0777 0:0 /usr/lib/ssl/certs -> /etc/ssl/certs\n",
+                            "f 0644 0:0 /etc/ssl/certs/ca-certificates.crt\n"}) {
+    EXPECT_NE(listing.find(entry), std::string::npos) << entry;
+  }
   // No shell and no package manager: only what kvroute loads.
   for (const char* absent : {" /usr/bin/bash\n", " /usr/bin/dash\n", " /usr/bin/apt\n", " /usr/bin/dpkg\n"}) {
     EXPECT_EQ(listing.find(absent), std::string::npos) << absent;
