@@ -384,8 +384,9 @@ struct Epp::Impl {
             "; keeping the serving certificate");
         return;
       }
-      reloads_applied.fetch_add(1, std::memory_order_relaxed);
+      // Serving first, then counted: whoever sees the count sees the new certificate.
       SetServing(d.pair.cert_pem);
+      reloads_applied.fetch_add(1, std::memory_order_release);
       std::string fp;
       {
         std::lock_guard<std::mutex> lock(cert_mu);
