@@ -119,34 +119,33 @@ void AppendServerMetrics(std::string& out, const http::Server* plain, const http
   for (std::size_t i = 0; i < http::kRejectReasons; ++i) {
     s.requests_rejected[i] = sum([i](const http::ServerStats& st) -> const auto& { return st.requests_rejected[i]; });
   }
-  auto load = [](double v) { return v; };
   metrics::AppendGauge(out, "kvroute_http_open_connections", "Client connections open now.", {},
-                       load(s.open_connections));
+                       s.open_connections);
   metrics::AppendCounter(out, "kvroute_http_connections_accepted_total",
-                         "Client connections accepted and served.", {}, load(s.connections_accepted));
+                         "Client connections accepted and served.", {}, s.connections_accepted);
   metrics::AppendCounter(out, "kvroute_http_connections_rejected_total",
                          "Client connections refused with 503 over limits.max_connections.", {},
-                         load(s.connections_rejected));
+                         s.connections_rejected);
   metrics::AppendCounter(out, "kvroute_http_accept_errors_total",
                          "Failed accepts (out of descriptors...), each retried after a back-off.",
-                         {}, load(s.accept_errors));
+                         {}, s.accept_errors);
   metrics::AppendCounter(out, "kvroute_http_idle_closed_total",
                          "Client connections closed silently with no request started "
                          "(timeouts.keepalive_idle, or nothing sent within timeouts.request_read).",
-                         {}, load(s.idle_closed));
+                         {}, s.idle_closed);
   metrics::AppendHeader(out, "kvroute_http_requests_rejected_total",
                         "Requests the server refused itself, then closed the connection, by reason.",
                         metrics::MetricType::kCounter);
   for (std::size_t i = 0; i < http::kRejectReasons; ++i) {
     const metrics::Label reason{"reason", http::RejectReasonName(static_cast<http::RejectReason>(i))};
     metrics::AppendSample(out, "kvroute_http_requests_rejected_total", {&reason, 1},
-                          load(s.requests_rejected[i]));
+                          s.requests_rejected[i]);
   }
   if (tls) {
     metrics::AppendCounter(out, "kvroute_http_tls_handshake_failures_total",
                            "HTTPS connections closed because their TLS handshake failed or did not "
                            "complete within timeouts.request_read.",
-                           {}, load(s.tls_handshake_failures));
+                           {}, s.tls_handshake_failures);
   }
 }
 
