@@ -36,7 +36,7 @@
 
 #include "core/api/openai.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
-#include "http/test_client.h"
+#include "adapters/http/test_client.h"
 
 namespace {
 

@@ -23,9 +23,9 @@
 
 #include "core/api/openai.h"
 #include "core/engine/engine.h"
-#include "http/io_pool.h"
-#include "sim/fleet.h"
-#include "tokenize/http_tokenizer.h"
+#include "adapters/http/io_pool.h"
+#include "apps/sim/fleet.h"
+#include "adapters/tokenize/http_tokenizer.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "doctor/diagnosis/doctor.h"
+#include "apps/doctor/diagnosis/doctor.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-#include "epp/extproc/exchange.h"
+#include "apps/epp/extproc/exchange.h"
 #include "fuzz_check.h"
 
 namespace {

@@ -43,10 +43,10 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include "http/io_pool.h"
-#include "http/server.h"
-#include "http/tls.h"
-#include "tls/pki.h"
+#include "adapters/http/io_pool.h"
+#include "adapters/http/server.h"
+#include "adapters/http/tls.h"
+#include "adapters/tls/pki.h"
 
 namespace {
 

@@ -22,9 +22,9 @@
 #include <string_view>
 #include <tuple>
 
-#include "k8s/objects/objective_watch_state.h"
-#include "k8s/objects/objects.h"
-#include "k8s/objects/pool_watch_state.h"
+#include "adapters/k8s/objects/objective_watch_state.h"
+#include "adapters/k8s/objects/objects.h"
+#include "adapters/k8s/objects/pool_watch_state.h"
 #include "fuzz_check.h"
 
 namespace {

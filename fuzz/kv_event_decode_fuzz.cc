@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "kvevents/codec.h"
+#include "adapters/kvevents/codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvroute::kvevents;

@@ -21,7 +21,7 @@
 
 #include "core/api/pd_legs.h"
 #include "fuzz_check.h"
-#include "sidecar/sidecar.h"
+#include "apps/sidecar/sidecar.h"
 
 namespace {
 

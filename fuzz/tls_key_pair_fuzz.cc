@@ -11,7 +11,7 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "tls/pki.h"
+#include "adapters/tls/pki.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvroute;

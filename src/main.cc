@@ -3,14 +3,14 @@
 #include <cstring>
 #include <string_view>
 
-#include "bench/bench_main.h"
-#include "demo/demo_main.h"
-#include "doctor/doctor_main.h"
-#include "epp/epp_main.h"
-#include "router/serve_main.h"
-#include "sidecar/sidecar_main.h"
-#include "sim/sim_main.h"
-#include "simulate/simulate_main.h"
+#include "apps/bench/bench_main.h"
+#include "apps/demo/demo_main.h"
+#include "apps/doctor/doctor_main.h"
+#include "apps/epp/epp_main.h"
+#include "apps/serve/serve_main.h"
+#include "apps/sidecar/sidecar_main.h"
+#include "apps/sim/sim_main.h"
+#include "apps/simulate/simulate_main.h"
 
 namespace {
 

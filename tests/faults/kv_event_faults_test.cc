@@ -19,12 +19,12 @@
 #include <thread>
 #include <vector>
 
-#include "../metrics/metric_sum.h"
+#include "metrics/metric_sum.h"
 #include "config/router_config.h"
 #include "core/engine/tokenizer.h"
-#include "http/test_client.h"
-#include "router/router.h"
-#include "sim/fleet.h"
+#include "adapters/http/test_client.h"
+#include "apps/serve/router.h"
+#include "apps/sim/fleet.h"
 #include "support/openai_body.h"
 #include "support/sim_replica.h"
 #include "support/kv_events_fleet.h"

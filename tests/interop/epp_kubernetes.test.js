@@ -1,7 +1,7 @@
 'use strict';
 // End to end, with the real binaries (issue 9's "done when"): `kvroute epp --pool-name P
 // --pool-namespace N --kubeconfig K` against fake-kube-apiserver, a stand-in for the
-// Kubernetes API server's list/watch protocol over TLS (tests/k8s/fake_api_server.h; no
+// Kubernetes API server's list/watch protocol over TLS (tests/adapters/k8s/fake_api_server.h; no
 // cluster runs here). The InferencePool's targetPorts are the ports of `kvroute sim
 // --replicas 4`, all on one pod IP (127.0.0.1). The Envoy side of ext_proc is played by
 // the client built from Envoy's published protos (envoy_client.js).

@@ -5,7 +5,7 @@
 // kv_events), tokenizing each prompt with a replica's POST /tokenize before its pick. The
 // test also plays Envoy's upstream: it sends each picked request to the replica and hands
 // the response back on the stream (response_headers, response_body), so the picker reads
-// the route receipt. The interop twin of tests/epp/epp_precise_test.cc.
+// the route receipt. The interop twin of tests/apps/epp/epp_precise_test.cc.
 // Run: KVROUTE_BINARY=build/kvroute node --test tests/interop/epp_precise.test.js
 
 const { test, before, after } = require('node:test');

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "../metrics/metric_sum.h"
-#include "sim/fleet.h"
+#include "metrics/metric_sum.h"
+#include "apps/sim/fleet.h"
 #include "support/sim_replica.h"
 #include "support/wait.h"
 

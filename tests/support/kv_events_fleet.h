@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "../metrics/metric_sum.h"
+#include "metrics/metric_sum.h"
 #include "core/engine/tokenizer.h"
-#include "http/test_client.h"
-#include "sim/fleet.h"
+#include "adapters/http/test_client.h"
+#include "apps/sim/fleet.h"
 #include "support/openai_body.h"
 #include "support/sim_replica.h"
 #include "support/wait.h"

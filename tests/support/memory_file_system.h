@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "pool/endpoints_watch.h"
+#include "adapters/pool/endpoints_watch.h"
 
 namespace kvroute::test_support {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "../metrics/testdata_util.h"
+#include "metrics/testdata_util.h"
 #include "core/routing/routing_core.h"
 #include "core/metrics/engine_metrics.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/engine/engine.h"
-#include "sim/fleet.h"
+#include "apps/sim/fleet.h"
 #include "support/openai_body.h"
 
 namespace kvroute::test_support {

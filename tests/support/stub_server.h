@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "core/common/status.h"
-#include "http/io_pool.h"
-#include "http/server.h"
+#include "adapters/http/io_pool.h"
+#include "adapters/http/server.h"
 
 namespace kvroute::test_support {
 

@@ -13,7 +13,7 @@ namespace kvroute::test_support {
 std::string SourceDir();
 // The kvroute binary of this build: $KVROUTE_BINARY when set, else the configured target.
 std::string KvrouteBinary();
-// tests/k8s/fake_apiserver_main.cc's binary of this build.
+// tests/adapters/k8s/fake_apiserver_main.cc's binary of this build.
 std::string FakeKubeApiserver();
 
 }  // namespace kvroute::test_support

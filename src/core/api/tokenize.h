@@ -1,7 +1,7 @@
 // vLLM's tokenizer endpoints (REFERENCE.md section 21) as pure logic, for both sides:
 //   - a server (the simulator) reads POST /tokenize and POST /detokenize bodies and
 //     writes their answers;
-//   - a client (the router's tokenizer, src/tokenize) builds a /tokenize body from a
+//   - a client (the router's tokenizer, src/adapters/tokenize) builds a /tokenize body from a
 //     client's completion or chat request and reads the answer.
 // Bytes in, values out; no exceptions escape. Thread: any (each thread reuses its own
 // simdjson parsers).

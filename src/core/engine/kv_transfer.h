@@ -1,6 +1,6 @@
 // The KV transfer of a prefill/decode pair (REFERENCE.md section 20): how much of a prompt a
 // decode leg pulls from the prefill replica's held blocks, and how long the pull takes. One
-// rule for both drivers of the engine: the live simulator (`kvroute sim`, src/sim/replica.cc)
+// rule for both drivers of the engine: the live simulator (`kvroute sim`, src/apps/sim/replica.cc)
 // and the discrete-event simulator (`kvroute simulate`).
 //
 // Pure arithmetic: no clock, no engine state (the caller passes what the engines report).

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "../../metrics/metric_sum.h"
+#include "metrics/metric_sum.h"
 #include "core/routing/routing_core.h"
 #include "support/routing_fixture.h"
 

@@ -14,7 +14,7 @@
 #include <atomic>
 
 #include "core/sched/registry.h"
-#include "../../metrics/testdata_util.h"
+#include "metrics/testdata_util.h"
 #include "support/routing_fixture.h"
 
 namespace kvroute::routing {

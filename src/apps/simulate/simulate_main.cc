@@ -1,0 +1,313 @@
+#include "apps/simulate/simulate_main.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "simkit/report/writers.h"
+#include "core/sched/registry.h"
+#include "config/scenario_config.h"
+#include "apps/simulate/simulator.h"
+#include "apps/simulate/sweep.h"
+
+namespace kvroute::simulate {
+namespace {
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// "10,15,20" -> {10, 15, 20}; empty on a malformed, non-positive or non-ascending list.
+std::vector<double> ParseRates(const std::string& s) {
+  std::vector<double> rates;
+  for (const std::string& part : SplitComma(s)) {
+    char* end = nullptr;
+    const double v = std::strtod(part.c_str(), &end);
+    if (end == part.c_str() || *end != '\0' || !(v > 0) || (!rates.empty() && v <= rates.back()))
+      return {};
+    rates.push_back(v);
+  }
+  return rates;
+}
+
+bool WriteFile(const std::filesystem::path& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << data;
+  return f.good();
+}
+
+}  // namespace
+
+int SimulateMain(int argc, char** argv) {
+  CLI::App app{
+      "Compare routing policies on a scenario, in virtual time (the routing core kvroute "
+      "serve and epp ship, over simulated vLLM engines)",
+      "kvroute simulate"};
+  std::string scenario_path, policies_arg, out_dir = "simulate-out";
+  uint64_t seed = 0;
+  int64_t requests = 0;
+  int replicas = 0;
+  bool quiet = false;
+  bool sweep = false;
+  std::string rates_arg;
+  double ttft_bound = 0.0;
+  std::string kv_events_arg;
+  double kv_loss = -1.0;
+  std::string kv_replay_arg;
+  int router_replicas = 0;
+  app.add_option("--scenario", scenario_path,
+                 "scenario YAML file (see examples/scenarios/; faults: crash, slow, restart "
+                 "per replica, examples/scenarios/faults.yaml, docs/FAULTS.md)")
+      ->required();
+  app.add_option("--policies", policies_arg,
+                 "comma-separated policies, each optionally with +local-only (on the router "
+                 "region's replicas only; local-only alone: kvroute+local-only) and then "
+                 "+flow (flow control on; default: the scenario's list, else all built-in)");
+  app.add_option("--out", out_dir, "output directory for report.json/.md and charts")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "override the scenario's seed");
+  app.add_option("--requests", requests, "override arrivals.num_requests");
+  app.add_option("--replicas", replicas, "override fleet.replicas (flat fleet: form only)");
+  app.add_option("--kv-events", kv_events_arg,
+                 "on|off: override kv_events.enabled (KV-cache events from the engines, "
+                 "precise prefix routing; scenario_config.h, docs/BENCHMARKS.md issue 23)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--kv-events-loss", kv_loss,
+                 "override kv_events.loss: fraction of event batches lost in transit, 0..1")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--kv-events-replay", kv_replay_arg,
+                 "on|off: override kv_events.replay (off: every gap is unrepaired)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--router-replicas", router_replicas,
+                 "override router.replicas: router replicas (routing cores), requests "
+                 "round-robin across them, every scrape and event batch to each")
+      ->check(CLI::Range(1, 1024));
+  app.add_flag("--quiet", quiet, "no progress line");
+  app.add_flag("--sweep", sweep, "rate sweep over the scenario's sweep.rates");
+  app.add_option("--rates", rates_arg,
+                 "rate sweep: comma-separated ascending constant rates (req/s), e.g. 10,15,20; "
+                 "each policy runs the scenario once per rate (same request count)");
+  app.add_option("--ttft-p99-bound", ttft_bound,
+                 "sweep: p99 TTFT bound in seconds for 'max sustainable rate' (default: the "
+                 "scenario's sweep.ttft_p99_bound_s, else slo.ttft_s, else 2)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  config::ConfigOr<config::Scenario> load = config::LoadScenarioFile(scenario_path);
+  if (!load.ok()) {
+    std::fprintf(stderr, "kvroute simulate: %s\n", load.error.ToString().c_str());
+    return 2;
+  }
+  config::Scenario& sc = *load.value;
+  if (app.count("--seed")) sc.seed = seed;
+  if (requests > 0) sc.arrivals.num_requests = requests;
+  if (replicas > 0 && !sc.fleet.groups.empty()) {
+    std::fprintf(stderr, "kvroute simulate: --replicas: %s has fleet.groups; set replicas per "
+                 "group\n", sc.source.c_str());
+    return 2;
+  }
+  if (replicas > 0) sc.fleet.replicas = replicas;
+  if (!kv_events_arg.empty()) sc.kv_events.enabled = kv_events_arg == "on";
+  if (kv_loss >= 0) sc.kv_events.loss = kv_loss;
+  if (!kv_replay_arg.empty()) sc.kv_events.replay = kv_replay_arg == "on";
+  if (router_replicas > 0) sc.router_replicas = router_replicas;
+  if (sc.router_replicas > 1 && sc.flow.enabled) {
+    std::fprintf(stderr, "kvroute simulate: %s: flow control is not modelled with several "
+                 "router replicas\n", sc.source.c_str());
+    return 2;
+  }
+
+  std::vector<std::string> policies = SplitComma(policies_arg);
+  if (policies.empty()) policies = sc.policies;
+  if (policies.empty()) {
+    for (std::string_view p : sched::PolicyNames()) policies.emplace_back(p);
+  }
+  for (const std::string& p : policies) {
+    sched::BuildResult b = sched::BuildPolicy(BasePolicy(p));
+    if (!b.ok()) {
+      std::fprintf(stderr, "kvroute simulate: unknown policy '%s'\n", p.c_str());
+      return 2;
+    }
+    config::Scenario local;
+    if (IsLocalOnly(p)) {
+      if (const Status st = LocalOnlyScenario(sc, &local); !st.ok()) {
+        std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", p.c_str(), st.message().c_str());
+        return 2;
+      }
+    }
+  }
+
+  std::vector<double> rates = sc.sweep_rates;
+  if (!rates_arg.empty()) {
+    rates = ParseRates(rates_arg);
+    if (rates.empty()) {
+      std::fprintf(stderr, "kvroute simulate: --rates: expected ascending positive numbers\n");
+      return 2;
+    }
+  }
+  if (sweep || !rates_arg.empty()) {
+    if (rates.empty()) {
+      std::fprintf(stderr, "kvroute simulate: --sweep: the scenario has no sweep.rates\n");
+      return 2;
+    }
+    double bound = ttft_bound > 0                  ? ttft_bound
+                   : sc.sweep_ttft_p99_bound_s > 0 ? sc.sweep_ttft_p99_bound_s
+                   : sc.slo.ttft_s > 0             ? sc.slo.ttft_s
+                                                   : 2.0;
+    std::vector<PolicySweep> sweeps;
+    for (const std::string& p : policies) sweeps.push_back({p, {}});
+    for (double rate : rates) {
+      const config::Scenario at = WithRate(sc, rate);
+      const double oracle = ComputeOracleHitRate(at);
+      for (PolicySweep& ps : sweeps) {
+        const auto start = std::chrono::steady_clock::now();
+        SimulationResult r = RunSimulation(at, ps.policy, oracle);
+        if (!r.error.empty()) {
+          std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", ps.policy.c_str(),
+                       r.error.c_str());
+          return 1;
+        }
+        r.report.wall_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (!quiet) {
+          std::fprintf(stderr, "  rate %-6g %-20s TTFT p99 %8.3f s  %.2f s wall\n", rate,
+                       ps.policy.c_str(), r.report.ttft_s.p99, r.report.wall_s);
+        }
+        const SteadyThroughput steady = MeasureSteadyThroughput(r.records);
+        ps.points.push_back({rate, std::move(r.report), steady});
+      }
+    }
+    const std::string md = SweepMarkdown(sc.name, sweeps, bound);
+    std::fputs(md.c_str(), stdout);
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    const std::filesystem::path dir(out_dir);
+    if (ec || !WriteFile(dir / "sweep.json", SweepJson(sc.name, sweeps, bound)) ||
+        !WriteFile(dir / "sweep.md", md)) {
+      std::fprintf(stderr, "kvroute simulate: cannot write to %s\n", out_dir.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "wrote %s/sweep.json, sweep.md\n", out_dir.c_str());
+    return 0;
+  }
+
+  const bool tty = !quiet && isatty(STDERR_FILENO);
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  const double oracle = ComputeOracleHitRate(sc);
+  std::fprintf(stderr, "scenario %s: %d replicas, oracle prefix hit rate %.1f%% (%.2f s)\n",
+               sc.name.c_str(), sc.fleet.replicas, oracle * 100,
+               std::chrono::duration<double>(Clock::now() - t0).count());
+
+  std::vector<report::PolicyReport> reports;
+  int64_t total_requests = 0;
+  for (const std::string& p : policies) {
+    const auto start = Clock::now();
+    auto last_print = start;
+    ProgressFn progress;
+    if (tty) {
+      progress = [&](double now_s, int64_t sent, int64_t finished) {
+        const auto wall = Clock::now();
+        if (wall - last_print < std::chrono::milliseconds(250)) return;
+        last_print = wall;
+        std::fprintf(stderr, "\r  %-20s virtual %8.1f s  sent %9lld  done %9lld  wall %6.1f s",
+                     p.c_str(), now_s, static_cast<long long>(sent),
+                     static_cast<long long>(finished),
+                     std::chrono::duration<double>(wall - start).count());
+        std::fflush(stderr);
+      };
+    }
+    SimulationResult r = RunSimulation(sc, p, oracle, progress);
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "\nkvroute simulate: policy %s: %s\n", p.c_str(), r.error.c_str());
+      return 1;
+    }
+    r.report.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+    total_requests = r.report.requests;
+    std::fprintf(stderr, "%s  %-20s %lld requests, %lld steps, %lld events in %.2f s wall\n",
+                 tty ? "\r\033[K" : "", p.c_str(), static_cast<long long>(r.report.requests),
+                 static_cast<long long>(r.steps), static_cast<long long>(r.events),
+                 r.report.wall_s);
+    reports.push_back(std::move(r.report));
+  }
+
+  report::ReportMeta meta;
+  meta.scenario = sc.name;
+  meta.seed = sc.seed;
+  meta.slo = sc.slo;
+  meta.info = {{"scenario_file", sc.source},
+               {"replicas", std::to_string(sc.fleet.replicas)},
+               {"engine_preset", sc.fleet.engine_preset},
+               {"kv_blocks", std::to_string(sc.fleet.EngineConfigFor().num_gpu_blocks)},
+               {"requests", std::to_string(total_requests)},
+               {"scrape_interval_s", std::to_string(sc.fleet.scrape_interval_s)},
+               {"network_delay_s", std::to_string(sc.fleet.network_delay_s)}};
+  if (sc.kv_events.enabled) {
+    meta.info.emplace_back("kv_events",
+                           fmt::format("delay {} s, loss {}, replay {}, buffer_steps {}",
+                                       sc.kv_events.delay_s, sc.kv_events.loss,
+                                       sc.kv_events.replay ? "on" : "off",
+                                       sc.kv_events.buffer_steps));
+  }
+  if (sc.router_replicas != 1) {
+    meta.info.emplace_back("router_replicas", std::to_string(sc.router_replicas));
+  }
+  if (!sc.fleet.groups.empty()) {
+    // One line per group instead: "4 x llama3-8b-h100 (2048 blocks) in us-east, 0.0005 s".
+    std::string groups;
+    for (const config::FleetGroup& g : sc.fleet.groups) {
+      groups += (groups.empty() ? "" : "; ") + std::to_string(g.replicas) + " x " +
+                g.engine_preset + " (" + std::to_string(g.EngineConfigFor().num_gpu_blocks) +
+                " blocks) in " + (g.region.empty() ? "no region" : g.region) +
+                (g.zone.empty() ? "" : "/" + g.zone) + ", " + std::to_string(g.network_delay_s) +
+                " s";
+    }
+    meta.info.erase(std::remove_if(meta.info.begin(), meta.info.end(),
+                                   [](const auto& kv) {
+                                     return kv.first == "engine_preset" ||
+                                            kv.first == "kv_blocks" ||
+                                            kv.first == "network_delay_s";
+                                   }),
+                    meta.info.end());
+    meta.info.emplace_back("groups", groups);
+    meta.info.emplace_back("router_region", sc.router_region);
+  }
+  const std::string md = report::ReportMarkdown(meta, reports);
+  std::fputs(md.c_str(), stdout);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  const std::filesystem::path dir(out_dir);
+  if (ec || !WriteFile(dir / "report.json", report::ReportJson(meta, reports)) ||
+      !WriteFile(dir / "report.md", md) ||
+      !WriteFile(dir / "ttft_cdf.svg", report::TtftCdfSvg(reports)) ||
+      !WriteFile(dir / "kv_usage.svg", report::KvUsageSvg(reports))) {
+    std::fprintf(stderr, "kvroute simulate: cannot write to %s\n", out_dir.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "wrote %s/report.json, report.md, ttft_cdf.svg, kv_usage.svg\n",
+               out_dir.c_str());
+  return 0;
+}
+
+}  // namespace kvroute::simulate
