@@ -796,35 +796,47 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     }
     CountPd(PdOutcome::kError, false);
     // Failed before answering (or answered an error): the decode leg must not wait on it.
-    // A 5xx or transport failure counts against the endpoint and may move to another
-    // prefill endpoint within the retry budget; a 4xx (the request itself) does not.
-    const bool connect_failed = !r.ok() && http::IsConnectError(r.error);
-    const bool server_fault = !r.ok() || pd->status >= 500 || pd->too_big;
-    if (server_fault) {
-      std::string_view kind = r.ok() ? StatusKind(pd->status) : http::UpstreamErrorName(r.error);
-      core().OnUpstreamFailure(pd->prefill_id, {kind, connect_failed}, now);
-      pd->tried.push_back(pd->prefill_id);
-      routing::PickResult alt;
-      if (!ex->client_gone() &&
-          core().PickPrefill(sched::FromParsed(pd->parsed), pick.ranked[0], pd->tried, alt)) {
-        if (core().AllowRetry(now, connect_failed)) {
-          pd->table = std::move(alt.table);
-          pd->prefill_id = alt.prefill;
-          pd->prefill_tokens = alt.prefill_tokens;
-          CountFallback(PdFallback::kPrefillRetry);
-          return SendPrefill();
-        }
-        core().OnPrefillDone(alt.prefill, alt.prefill_tokens);  // not sent after all
-      }
+    // The core decides whether the leg moves to another prefill endpoint or the decode
+    // endpoint prefills locally; a 4xx (the request itself) is not the endpoint's fault.
+    routing::PrefillFailure f;
+    f.prefill_id = pd->prefill_id;
+    f.failure = {r.ok() ? StatusKind(pd->status) : http::UpstreamErrorName(r.error),
+                 !r.ok() && http::IsConnectError(r.error)};
+    f.server_fault = !r.ok() || pd->status >= 500 || pd->too_big;
+    sched::SchedRequest request;
+    if (f.server_fault) request = sched::FromParsed(pd->parsed);
+    f.request = &request;
+    f.decode_id = pick.ranked[0];
+    f.tried = &pd->tried;
+    f.client_gone = ex->client_gone();
+    const routing::PrefillDecision d = core().OnPrefillFailed(f, now);
+    if (d.move()) {
+      pd->table = d.table;
+      pd->prefill_id = d.prefill;
+      pd->prefill_tokens = d.prefill_tokens;
+      CountFallback(PdFallback::kPrefillRetry);
+      return SendPrefill();
     }
     CountFallback(PdFallback::kLocalPrefill);
     pd->answer.clear();
     Dispatch();
   }
 
-  bool CanRetry(bool free) {
-    return attempt + 1 < std::min(pick.n_ranked, max_attempts) && !ex->client_gone() &&
-           core().AllowRetry(router->Now(), free);
+  // Reports the failed attempt to the core and carries out its decision: true when the
+  // request went on to the next-ranked endpoint. `retryable`: nothing reached the client
+  // and the transport may retry this failure.
+  bool RetryAfter(routing::UpstreamFailure failure, bool retryable) {
+    routing::AttemptFailure f;
+    f.endpoint_id = endpoint_id();
+    f.failure = failure;
+    f.attempt = static_cast<uint32_t>(attempt);
+    f.n_ranked = pick.n_ranked;
+    f.max_attempts = static_cast<uint32_t>(max_attempts);
+    f.retryable = retryable;
+    f.client_gone = ex->client_gone();
+    if (!core().OnAttemptFailed(f, router->Now()).retry()) return false;
+    Retry();
+    return true;
   }
 
   void OnDone(http::UpstreamResult&& r) {
@@ -837,8 +849,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     if (r.ok() && error_status) {
       // The endpoint answered 5xx: a failure for outlier detection; another endpoint may
       // answer instead (generation has no side effects), within the retry budget.
-      core().OnUpstreamFailure(endpoint_id(), {StatusKind(status), false}, router->Now());
-      if (CanRetry(false)) return Retry();
+      if (RetryAfter({StatusKind(status), false}, true)) return;
       if (truncated) {
         std::string message = "upstream " + endpoint().spec.name + " failed: HTTP " +
                               std::to_string(status) + " with an oversized body";
@@ -860,17 +871,15 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     }
     if (r.error == http::UpstreamError::kCancelled) return Finish(499);  // client left
     const bool connect_failed = http::IsConnectError(r.error);
-    core().OnUpstreamFailure(endpoint_id(), {http::UpstreamErrorName(r.error), connect_failed},
-                             router->Now());
-    // Nothing reached the client yet (no head relayed): retry on the next-ranked endpoint.
+    // Nothing reached the client yet (no head relayed): the next-ranked endpoint may answer.
     // A connect failure never reached an engine (free); a reset, failed send or first-byte
     // timeout may have cost the engine work, so those retries come out of the budget.
-    bool retryable = (!r.head_received || error_status) &&
-                     (connect_failed || r.error == http::UpstreamError::kReset ||
-                      r.error == http::UpstreamError::kSendFailed ||
-                      r.error == http::UpstreamError::kFirstByteTimeout ||
-                      r.error == http::UpstreamError::kProtocol);
-    if (retryable && CanRetry(connect_failed)) return Retry();
+    const bool retryable = (!r.head_received || error_status) &&
+                           (connect_failed || r.error == http::UpstreamError::kReset ||
+                            r.error == http::UpstreamError::kSendFailed ||
+                            r.error == http::UpstreamError::kFirstByteTimeout ||
+                            r.error == http::UpstreamError::kProtocol);
+    if (RetryAfter({http::UpstreamErrorName(r.error), connect_failed}, retryable)) return;
     bool timeout = r.error == http::UpstreamError::kFirstByteTimeout ||
                    r.error == http::UpstreamError::kIdleTimeout;
     int code = timeout ? 504 : 502;

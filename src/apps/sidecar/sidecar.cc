@@ -18,6 +18,7 @@
 
 #include "core/api/openai.h"
 #include "core/api/pd_legs.h"
+#include "core/routing/lifecycle.h"
 #include "core/metrics/prom_writer.h"
 #include "adapters/http/client.h"
 #include "adapters/http/io_pool.h"
@@ -325,8 +326,13 @@ struct Call : std::enable_shared_from_this<Call> {
       return SendEngine();
     }
     sc->pd.Count(PdOutcome::kError, false);
-    const bool transient = !r.ok() || prefill_status == 502 || prefill_status == 503 || prefill_status == 504;
-    if (transient && prefill_retries < opt().prefill_max_retries && !ex->client_gone()) {
+    routing::SidecarPrefillFailure f;
+    f.transport_failed = !r.ok();
+    f.status = prefill_status;
+    f.retries_so_far = prefill_retries;
+    f.max_retries = opt().prefill_max_retries;
+    f.client_gone = ex->client_gone();
+    if (routing::DecideSidecarPrefill(f) == routing::SidecarPrefillDecision::kRetrySame) {
       ++prefill_retries;
       sc->pd.Count(PdFallback::kPrefillRetry);
       return SendPrefill();

@@ -812,49 +812,43 @@ class Simulation {
     PrefillEnded(l, /*answered=*/false);
     const bool refused = l.refused;
     l.refused = false;
-    if (!l.prefill_rejected) {
-      const routing::UpstreamFailure failure{refused ? "connect_refused" : "reset", refused};
-      Core(l).OnUpstreamFailure(pi, failure, t);
-      Tap(l.core, CoreCall::Kind::kUpstreamFailure, t, [&](CoreCall& c) {
-        c.endpoint = pi;
-        c.failure_kind = std::string(failure.kind);
-        c.flag = refused;
-      });
-      l.prefill_tried.push_back(pi);
+    // A rejected leg (4xx: the request itself) is not the replica's fault.
+    routing::PrefillFailure f;
+    f.prefill_id = pi;
+    f.failure = {refused ? "connect_refused" : "reset", refused};
+    f.server_fault = !l.prefill_rejected;
+    sched::SchedRequest req;
+    if (f.server_fault) {
       Render(l.spec);
-      sched::SchedRequest req;
       FillSchedRequest(l, &req);
-      routing::PickResult alt;
-      const bool picked = Core(l).PickPrefill(req, l.ranked[0], l.prefill_tried, alt);
-      Tap(l.core, CoreCall::Kind::kPickPrefill, t, [&](CoreCall& c) {
-        c.model = ModelOf(l);
-        c.prompt = text_;
-        c.max_tokens = req.max_tokens;
-        c.prompt_tokens = req.prompt_tokens;
-        c.endpoint = l.ranked[0];
-        c.exclude = l.prefill_tried;
-        c.allowed = picked;
-        if (picked) {
-          c.prefill = alt.prefill;
-          c.tokens = alt.prefill_tokens;
-        }
-      });
-      if (picked) {
-        const bool allowed = Core(l).AllowRetry(t, refused);
-        Tap(l.core, CoreCall::Kind::kAllowRetry, t, [&](CoreCall& c) {
-          c.flag = refused;
-          c.allowed = allowed;
-        });
-        if (allowed) {
-          l.prefill = static_cast<int32_t>(alt.prefill);
-          l.prefill_charge = alt.prefill_tokens;
-          l.prefill_charged = true;
-          ++pd_totals_.prefill_retries;
-          SendPrefill(s, t);
-          return;
-        }
-        PrefillDoneCall(l, alt.prefill, alt.prefill_tokens);  // not sent after all
-      }
+    }
+    f.request = &req;
+    f.decode_id = l.ranked[0];
+    f.tried = &l.prefill_tried;
+    const std::vector<uint32_t> tried_before = l.prefill_tried;
+    const routing::PrefillDecision d = Core(l).OnPrefillFailed(f, t);
+    Tap(l.core, CoreCall::Kind::kPrefillFailed, t, [&](CoreCall& c) {
+      c.endpoint = pi;
+      c.failure_kind = std::string(f.failure.kind);
+      c.flag = refused;
+      c.server_fault = f.server_fault;
+      c.model = ModelOf(l);
+      c.prompt = text_;
+      c.max_tokens = req.max_tokens;
+      c.prompt_tokens = req.prompt_tokens;
+      c.decode = f.decode_id;
+      c.exclude = tried_before;
+      c.allowed = d.move();
+      c.prefill = d.prefill;
+      c.tokens = d.prefill_tokens;
+    });
+    if (d.move()) {
+      l.prefill = static_cast<int32_t>(d.prefill);
+      l.prefill_charge = d.prefill_tokens;
+      l.prefill_charged = true;
+      ++pd_totals_.prefill_retries;
+      SendPrefill(s, t);
+      return;
     }
     ++pd_totals_.local_prefills;
     l.pull = false;
@@ -1180,22 +1174,26 @@ class Simulation {
     const auto ep = static_cast<uint32_t>(l.replica);
     const bool refused = l.refused;
     l.refused = false;
-    const routing::UpstreamFailure failure{refused ? "connect_refused" : "reset", refused};
-    Core(l).OnUpstreamFailure(ep, failure, t);
-    Tap(l.core, CoreCall::Kind::kUpstreamFailure, t, [&](CoreCall& c) {
+    routing::AttemptFailure f;
+    f.endpoint_id = ep;
+    f.failure = {refused ? "connect_refused" : "reset", refused};
+    f.attempt = static_cast<uint32_t>(l.retries);
+    f.n_ranked = l.n_ranked;
+    f.max_attempts = static_cast<uint32_t>(max_attempts_);
+    f.started = l.first_token_s >= 0;
+    const routing::AttemptDecision d = Core(l).OnAttemptFailed(f, t);
+    Tap(l.core, CoreCall::Kind::kAttemptFailed, t, [&](CoreCall& c) {
       c.endpoint = ep;
-      c.failure_kind = std::string(failure.kind);
+      c.failure_kind = std::string(f.failure.kind);
       c.flag = refused;
+      c.attempt = f.attempt;
+      c.n_ranked = static_cast<uint32_t>(f.n_ranked);
+      c.max_attempts = f.max_attempts;
+      c.started = f.started;
+      c.allowed = d.retry();
     });
-    const uint32_t attempt = static_cast<uint32_t>(l.retries);
-    bool retry = false;
-    if (l.first_token_s < 0 && attempt + 1 < std::min(l.n_ranked, max_attempts_)) {
-      retry = Core(l).AllowRetry(t, refused);
-      Tap(l.core, CoreCall::Kind::kAllowRetry, t, [&](CoreCall& c) {
-        c.flag = refused;
-        c.allowed = retry;
-      });
-    }
+    const uint32_t attempt = f.attempt;
+    const bool retry = d.retry();
     if (!retry) {
       l.error = report::ErrorKind::kUpstream;
       l.stage = Stage::kDone;

@@ -135,13 +135,14 @@ struct CoreCall {
     kFirstToken,        // OnFirstToken(handle, t)
     kTokens,            // OnTokens(handle, value, t)
     kFinished,          // OnFinished(handle, endpoint, value = code, t)
-    kUpstreamFailure,   // OnUpstreamFailure(endpoint, {kind, flag = connect failed}, t)
     kAttemptSucceeded,  // OnAttemptSucceeded(endpoint)
-    kAllowRetry,        // AllowRetry(t, flag = free) -> allowed
+    kAttemptFailed,     // OnAttemptFailed({endpoint, {kind, flag = connect failed}, attempt,
+                        //   n_ranked, max_attempts, started}, t) -> allowed = retry
     // P/D (issue 25).
     kPrefillDone,       // OnPrefillDone(endpoint = prefill, tokens, handle, flag = answered, t)
-    kPickPrefill,       // PickPrefill(request, endpoint = decode, exclude) -> allowed =
-                        //   picked, prefill and tokens its answer
+    kPrefillFailed,     // OnPrefillFailed({endpoint = the failed prefill, {kind, flag},
+                        //   server_fault, request, decode, tried = exclude}, t) -> allowed =
+                        //   moved, prefill and tokens its answer
   };
   Kind kind = Kind::kPick;
   uint32_t core = 0;  // the router replica whose core was called (router.replicas)
@@ -163,6 +164,11 @@ struct CoreCall {
   uint32_t prefill = routing::RoutingCore::kNoEndpoint;
   double tokens = 0.0;
   std::vector<uint32_t> exclude;
+  // kAttemptFailed: where the request stood; kPrefillFailed: whose fault, and the decode
+  // endpoint the new prefill pairs with.
+  uint32_t attempt = 0, n_ranked = 0, max_attempts = 0;
+  bool started = false, server_fault = false;
+  uint32_t decode = routing::RoutingCore::kNoEndpoint;
 };
 using CoreTap = std::function<void(const CoreCall&)>;
 

@@ -3,18 +3,52 @@
 // endpoint picker of `kvroute epp`, and `kvroute simulate`, which drives it in virtual
 // time with its simulated engines' state as scrape results). It knows nothing of HTTP,
 // gRPC, sockets or clocks: front ends translate their protocol into these calls and pass
-// the time in.
+// the time in. Every call, by feature:
 //
-//   Configure(options, endpoints, now)   the endpoint set from a discovery source and the
-//                                        scheduling/health settings; again on every reload
-//   OnScrape(id, result, now)            a scraper's result for one endpoint
-//   OnCacheUpdate(id, update, now)       an endpoint's reported cache change (prefix model)
-//   Pick(request, now) -> PickResult     ranked endpoints and a handle
-//   OnDispatched(handle, endpoint, now)  sent there (again for a retry elsewhere)
-//   OnFirstToken(handle, now)            first response byte
-//   OnTokens(handle, generated, now)     output so far (optional; per chunk or step)
-//   OnFinished(handle, endpoint, code, now)  done, whatever the outcome; exactly once
-//   AppendMetrics(out, now)              the router's own Prometheus exposition
+// Configuration
+//   Configure(options, endpoints, now)     the endpoint set and the scheduling, health,
+//                                          P/D, session and locality settings; again on
+//                                          every reload (state of surviving endpoints kept)
+//   OnReloadFailed()                       a reload was rejected before reaching Configure
+//   set_pick_timer(seconds)                the clock that times picks for the histogram
+// Engine signals
+//   OnScrape(id, result, now)              a scraper's result for one endpoint
+//   OnCacheUpdate(id, update, now)         an endpoint's cache change for the policy's own
+//                                          prefix model (tests and embedders; the live KV-
+//                                          event feed uses OnKvEvents*)
+// KV-cache events (precise prefix state)
+//   OnKvEvents(id, batch, now)             a decoded batch of an endpoint's events
+//   OnKvEventsGap / OnKvEventsRestart / OnKvEventsDecodeError   what the transport found
+//   OnRouteReceipt(id, predicted, reported) cached tokens predicted vs reported
+//   KvEventStats(id, now), kv_events_active()
+// A request's life
+//   Pick(request, now) -> PickResult       ranked endpoints and a handle
+//   OnDispatched(handle, endpoint, now)    sent there (again for a retry elsewhere)
+//   OnFirstToken(handle, now)              first response byte
+//   OnTokens(handle, generated, now)       output so far (optional; per chunk or step)
+//   OnFinished(handle, endpoint, code, now) done, whatever the outcome; exactly once
+// Failures and lifecycle decisions (core/routing/lifecycle.h)
+//   OnAttemptFailed(failure, now) -> retry on ranked[i] | end
+//   OnPrefillFailed(failure, now) -> move the prefill leg to X | prefill locally
+//   OnUpstreamFailure(id, failure, now)    counts a failure (health, outlier ejection)
+//   OnAttemptSucceeded(id)                 a head below 500: failures start over
+//   AllowRetry(now, free)                  the retry budget alone
+// Prefill/decode disaggregation (core/routing/pd.h)
+//   OnPrefillDone(prefill, tokens, handle, answered, now)   a prefill leg ended
+//   PickPrefill(request, decode, exclude, out)              another prefill endpoint
+// Pool views (published state; for requests without a pick, shedding and gauges)
+//   AnyUsable(now, out, max), AnyUp(now), Ready(now), Load(now), Gauges(now),
+//   table(), Health(id, now), policy(), reloads()
+// Flow control's probes (core/flow)
+//   PrefixKey(request, out), HeldBlocks(key, endpoint), SloWaitBudget(request, key)
+// Sessions (core/routing/sessions.h)
+//   session_picks(outcome), sessions()
+// Latency model
+//   latency_stats()
+// Locality (docs/REGIONS.md)
+//   SetRegionRtt(region, seconds), measured_rtt()
+// Exposition
+//   AppendMetrics(out, now)                the router's own Prometheus series
 //
 // Threads. Every method may be called from any thread. What a pick reads about endpoints
 // (the endpoint table, scraped values, health inputs) is published by OnScrape and
@@ -56,6 +90,7 @@
 #include "core/health/endpoint_health.h"
 #include "core/kvevents/event_index.h"
 #include "core/health/outlier.h"
+#include "core/routing/lifecycle.h"
 #include "core/routing/pd.h"
 #include "core/routing/retry_budget.h"
 #include "core/routing/sessions.h"
@@ -223,14 +258,6 @@ struct PickResult {
 // SessionOptions::token_header): base64 of the endpoint's address, stable across reloads.
 inline std::string SessionToken(const Endpoint& ep) { return EncodeSessionToken(ep.spec.address); }
 
-// Why an upstream attempt failed, for counters and passive health.
-struct UpstreamFailure {
-  // "connect_refused", "reset", "first_byte_timeout", ..., or "http_<status>" for a 5xx
-  // answer.
-  std::string_view kind;
-  bool connect_failed = false;   // the endpoint did not accept the connection
-};
-
 // The latency model's training and accuracy so far (RoutingCore::latency_stats).
 struct LatencyStats {
   uint64_t ttft_samples = 0;
@@ -336,6 +363,17 @@ class RoutingCore {
   // when not. `free`: the failed attempt never reached an engine (connect failure), so the
   // retry costs no generation work and is not charged to the budget.
   bool AllowRetry(double now_s, bool free);
+  // Lifecycle decisions (core/routing/lifecycle.h): the front end reports what failed and
+  // carries out the answer. OnAttemptFailed counts the failure (OnUpstreamFailure) and says
+  // whether the request moves to the pick's next-ranked endpoint: only when nothing reached
+  // the client, the failure is retryable, the client is still there, the pick has another
+  // endpoint within the front end's attempt limit, and the retry budget allows it
+  // (AllowRetry; a connect failure is free). OnPrefillFailed (after the front end's
+  // OnPrefillDone for the failed leg): for the endpoint's fault, counts it, adds it to
+  // `tried` and moves the leg to another prefill endpoint (PickPrefill) within the retry
+  // budget; otherwise, or when none is ready, the decode endpoint prefills locally.
+  AttemptDecision OnAttemptFailed(const AttemptFailure& failure, double now_s);
+  PrefillDecision OnPrefillFailed(const PrefillFailure& failure, double now_s);
   // A reload was rejected before reaching Configure (bad file).
   void OnReloadFailed();
 

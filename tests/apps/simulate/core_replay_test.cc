@@ -48,7 +48,8 @@ faults:
 )";
 
 struct Replayed {
-  int picks = 0, mismatches = 0, retries_checked = 0, prefill_picks = 0;
+  int picks = 0, mismatches = 0, retries_checked = 0;
+  int attempt_decisions = 0, prefill_decisions = 0, prefill_moves = 0;
   std::map<CoreCall::Kind, int> calls;
 };
 
@@ -99,29 +100,48 @@ Replayed Replay(const config::Scenario& s, const std::string& policy,
       case CoreCall::Kind::kFinished:
         core.OnFinished(h(c.handle), c.endpoint, static_cast<int>(c.value), c.t);
         break;
-      case CoreCall::Kind::kUpstreamFailure:
-        core.OnUpstreamFailure(c.endpoint, {c.failure_kind, c.flag}, c.t);
-        break;
       case CoreCall::Kind::kAttemptSucceeded:
         core.OnAttemptSucceeded(c.endpoint);
         break;
-      case CoreCall::Kind::kAllowRetry:
-        EXPECT_EQ(core.AllowRetry(c.t, c.flag), c.allowed) << "at t=" << c.t;
-        ++out.retries_checked;
+      case CoreCall::Kind::kAttemptFailed: {
+        routing::AttemptFailure f;
+        f.endpoint_id = c.endpoint;
+        f.failure = {c.failure_kind, c.flag};
+        f.attempt = c.attempt;
+        f.n_ranked = c.n_ranked;
+        f.max_attempts = c.max_attempts;
+        f.started = c.started;
+        const routing::AttemptDecision d = core.OnAttemptFailed(f, c.t);
+        EXPECT_EQ(d.retry(), c.allowed) << "attempt decision at t=" << c.t;
+        if (d.retry()) EXPECT_EQ(d.next_attempt, c.attempt + 1);
+        ++out.attempt_decisions;
+        if (d.retry()) ++out.retries_checked;
+        if (d.retry() != c.allowed) ++out.mismatches;
         break;
+      }
       case CoreCall::Kind::kPrefillDone:
         core.OnPrefillDone(c.prefill, c.tokens, c.handle, c.flag, c.t);
         break;
-      case CoreCall::Kind::kPickPrefill: {
+      case CoreCall::Kind::kPrefillFailed: {
         sched::SchedRequest req;
         req.model = c.model;
         req.prompt = c.prompt;
         req.max_tokens = c.max_tokens;
         req.prompt_tokens = c.prompt_tokens;
-        routing::PickResult r;
-        const bool picked = core.PickPrefill(req, c.endpoint, c.exclude, r);
-        ++out.prefill_picks;
-        if (picked != c.allowed || (picked && r.prefill != c.prefill)) ++out.mismatches;
+        std::vector<uint32_t> tried = c.exclude;
+        routing::PrefillFailure f;
+        f.prefill_id = c.endpoint;
+        f.failure = {c.failure_kind, c.flag};
+        f.server_fault = c.server_fault;
+        f.request = &req;
+        f.decode_id = c.decode;
+        f.tried = &tried;
+        const routing::PrefillDecision d = core.OnPrefillFailed(f, c.t);
+        ++out.prefill_decisions;
+        if (d.move()) ++out.prefill_moves;
+        if (d.move() != c.allowed || (d.move() && (d.prefill != c.prefill || d.prefill_tokens != c.tokens))) {
+          ++out.mismatches;
+        }
         break;
       }
     }
@@ -144,8 +164,9 @@ TEST(CoreReplayTest, SimulatesPicksAreTheCoresAnswersToTheSameInputs) {
     EXPECT_GE(replay.picks, 400);
     EXPECT_EQ(replay.mismatches, 0);
     // The run exercised the core's failure paths, not only the happy one.
-    EXPECT_GT(replay.calls[CoreCall::Kind::kUpstreamFailure], 0);
+    // Both answers of the attempt rule: requests moved to a fallback, and requests ended.
     EXPECT_GT(replay.retries_checked, 0);
+    EXPECT_GT(replay.attempt_decisions, replay.retries_checked);
     EXPECT_GT(replay.calls[CoreCall::Kind::kTokens], 0);
     EXPECT_EQ(replay.calls[CoreCall::Kind::kFinished], 400);
   }
@@ -194,14 +215,16 @@ faults:
   // Every path ran: pairs, aggregated picks, a moved leg, a local prefill.
   EXPECT_GT(r.report.pd.disaggregated, 0);
   EXPECT_GT(r.report.pd.aggregated_requests.requests, 0);
-  EXPECT_GT(replay.prefill_picks, 0);
+  // Both answers of the prefill rule: legs moved, and legs given up to a local prefill.
+  EXPECT_GT(replay.prefill_moves, 0);
+  EXPECT_GT(replay.prefill_decisions, replay.prefill_moves);
   EXPECT_GT(r.report.pd.prefill_retries, 0);
   EXPECT_GT(r.report.pd.local_prefills, 0);
   // Every prefill leg sent was released exactly once.
   int64_t charged = 0, released = 0;
   for (const CoreCall& c : calls) {
     if (c.kind == CoreCall::Kind::kPick && c.pd == routing::PdDecision::kDisaggregate) ++charged;
-    if (c.kind == CoreCall::Kind::kPickPrefill && c.allowed) ++charged;
+    if (c.kind == CoreCall::Kind::kPrefillFailed && c.allowed) ++charged;
     if (c.kind == CoreCall::Kind::kPrefillDone) ++released;
   }
   EXPECT_EQ(charged, released);
