@@ -161,6 +161,22 @@ bool IsHeaderName(std::string_view s) {
   });
 }
 
+// epp's reading: the first serve-only key present (in kServeOnlyKeys' order) fails the load.
+void RefuseServeOnlyKeys(const ConfigNode& root) {
+  if (!root.IsMap()) return;
+  for (std::string_view key : kServeOnlyKeys) {
+    const std::size_t dot = key.find('.');
+    ConfigNode n = root.Get(key.substr(0, dot));
+    if (n.present() && dot != std::string_view::npos) {
+      n = n.IsMap() ? n.Get(key.substr(dot + 1)) : ConfigNode();
+    }
+    if (!n.present()) continue;
+    root.FailAt(n.key_line(), std::string(key),
+                "only `kvroute serve` honours this key; `kvroute epp` would ignore it, so it "
+                "refuses it: remove it from the picker's configuration");
+  }
+}
+
 // Walks the document; every check fails through ConfigNode, which ends the load.
 class Loader {
  public:
@@ -854,15 +870,18 @@ class Loader {
 
 }  // namespace
 
-ConfigOr<RouterConfig> ParseRouterConfig(std::string_view text, std::string_view filename) {
-  return ParseYaml<RouterConfig>(
-      text, filename, [&](const ConfigNode& root) { return Loader(filename).Load(root); });
+ConfigOr<RouterConfig> ParseRouterConfig(std::string_view text, std::string_view filename,
+                                         ConfigReader reader) {
+  return ParseYaml<RouterConfig>(text, filename, [&](const ConfigNode& root) {
+    if (reader == ConfigReader::kEpp) RefuseServeOnlyKeys(root);
+    return Loader(filename).Load(root);
+  });
 }
 
-ConfigOr<RouterConfig> LoadRouterConfig(const std::string& path) {
+ConfigOr<RouterConfig> LoadRouterConfig(const std::string& path, ConfigReader reader) {
   ConfigOr<std::string> text = ReadConfigFile(path);
   if (!text.ok()) return {std::nullopt, std::move(text.error)};
-  return ParseRouterConfig(*text.value, path);
+  return ParseRouterConfig(*text.value, path, reader);
 }
 
 }  // namespace kvroute::config

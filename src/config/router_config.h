@@ -415,14 +415,28 @@ struct RouterConfig {
   AuthConfig auth;                   // `auth:` (serve)
 };
 
+// Which command reads the configuration. serve and epp share one format, but some keys
+// only serve honours (kServeOnlyKeys): for epp they are an error naming file, line and
+// key, so that nobody believes the picker applies them (API keys, listeners, timeouts of
+// a proxy it is not).
+enum class ConfigReader : uint8_t { kServe, kEpp };
+inline constexpr std::string_view kServeOnlyKeys[] = {
+    "listen",              "listen_tls",           "threads",
+    "limits.max_connections", "limits.max_header_bytes", "limits.max_headers",
+    "timeouts.first_byte", "timeouts.idle",        "timeouts.request_read",
+    "timeouts.keepalive_idle", "retries.max_attempts", "allow_routing_headers",
+    "auth"};
+
 // Both return the config, or the error naming file, line and field (ConfigOr and
 // ConfigError: config/yaml_reader.h). Never throw.
 //
 // Parses `text`; `filename` is used in error messages only.
 ConfigOr<RouterConfig> ParseRouterConfig(std::string_view text,
-                                         std::string_view filename = "<config>");
+                                         std::string_view filename = "<config>",
+                                         ConfigReader reader = ConfigReader::kServe);
 
 // Reads and parses the file at `path` (named as given in errors).
-ConfigOr<RouterConfig> LoadRouterConfig(const std::string& path);
+ConfigOr<RouterConfig> LoadRouterConfig(const std::string& path,
+                                        ConfigReader reader = ConfigReader::kServe);
 
 }  // namespace kvroute::config

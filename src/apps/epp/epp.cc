@@ -133,28 +133,6 @@ Status WriteAtomically(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-std::string IgnoredProxyKeys(const config::RouterConfig& c) {
-  const config::RouterConfig d;
-  std::string out;
-  auto note = [&](bool differs, const char* key) {
-    if (!differs) return;
-    if (!out.empty()) out += ", ";
-    out += key;
-  };
-  note(c.listen != d.listen, "listen");
-  note(c.threads != d.threads, "threads");
-  note(c.limits.max_connections != d.limits.max_connections, "limits.max_connections");
-  note(c.limits.max_header_bytes != d.limits.max_header_bytes, "limits.max_header_bytes");
-  note(c.limits.max_headers != d.limits.max_headers, "limits.max_headers");
-  note(c.timeouts.first_byte_s != d.timeouts.first_byte_s, "timeouts.first_byte");
-  note(c.timeouts.idle_s != d.timeouts.idle_s, "timeouts.idle");
-  note(c.timeouts.request_read_s != d.timeouts.request_read_s, "timeouts.request_read");
-  note(c.timeouts.keepalive_idle_s != d.timeouts.keepalive_idle_s, "timeouts.keepalive_idle");
-  note(c.retries.max_attempts != d.retries.max_attempts, "retries.max_attempts");
-  note(c.allow_routing_headers != d.allow_routing_headers, "allow_routing_headers");
-  return out;
-}
-
 Status ApplyKubernetesFlags(const config::KubernetesDiscoveryConfig& flags, config::RouterConfig& c) {
   if (!flags.enabled()) return Status::Ok();
   if (!c.pool.endpoints.empty()) {
@@ -212,9 +190,6 @@ struct Epp::Impl {
       settings.store(SettingsFrom(cfg, configured_objectives, *pool->objectives(), flow_on));
     }
     if (grpc) grpc->set_stream_timeout(cfg.epp.stream_timeout_s);
-    if (std::string ignored = IgnoredProxyKeys(cfg); !ignored.empty()) {
-      Log("ignoring keys only `kvroute serve` uses: " + ignored);
-    }
     return Status::Ok();
   }
 
@@ -241,7 +216,8 @@ struct Epp::Impl {
 
   Status Reload() {
     if (options.config_path.empty()) return Status::FailedPrecondition("no configuration file to reload");
-    config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(options.config_path);
+    config::ConfigOr<config::RouterConfig> loaded =
+        config::LoadRouterConfig(options.config_path, config::ConfigReader::kEpp);
     Status st = loaded.ok() ? Apply(std::move(*loaded.value)) : loaded.status();
     if (st.ok()) {
       Log("configuration reloaded from " + options.config_path);

@@ -132,8 +132,4 @@ class Epp {
   std::unique_ptr<Impl> impl_;
 };
 
-// The proxy-only keys `config` sets away from their defaults ("listen, timeouts.idle"),
-// empty when none: what `kvroute epp` logs it ignores.
-std::string IgnoredProxyKeys(const config::RouterConfig& config);
-
 }  // namespace kvroute::epp

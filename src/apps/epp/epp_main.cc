@@ -61,10 +61,7 @@ Keys the picker reads:
     header, token_header        #   x-session-token (token_header) go to the pick; the
                                 #   response headers get token_header: base64 of the served
                                 #   endpoint's ip:port (needs response_header_mode SEND)
-Keys only the proxy uses, accepted and ignored (one log line names those set):
-  listen, threads, limits.max_connections, limits.max_header_bytes, limits.max_headers,
-  timeouts.first_byte, timeouts.idle, timeouts.request_read, timeouts.keepalive_idle,
-  retries.max_attempts, allow_routing_headers
+Keys only `kvroute serve` honours are refused (file, line and key): %SERVE_ONLY%
 
 ext_proc (envoy.service.ext_proc.v3.ExternalProcessor/Process), one stream per request:
   request headers (:path, content-type, x-request-id, x-gateway-inference-objective /
@@ -215,7 +212,15 @@ int EppMain(int argc, char** argv) {
                  "Write the self-signed certificate (PEM) to this file at start, for a client "
                  "that verifies it");
   app.add_flag("--check", check, "Validate the configuration file and exit (0 when valid)");
-  app.footer(kHelpFooter);
+  // The refused keys come from the one list the config loader checks.
+  std::string footer = kHelpFooter;
+  std::string serve_only;
+  for (std::string_view k : config::kServeOnlyKeys) {
+    serve_only += serve_only.empty() ? "" : ", ";
+    serve_only += k;
+  }
+  footer.replace(footer.find("%SERVE_ONLY%"), 12, serve_only);
+  app.footer(footer);
   CLI11_PARSE(app, argc, argv);
 
   const bool flags_k8s = !k8s.inference_pool.empty();
@@ -261,7 +266,7 @@ int EppMain(int argc, char** argv) {
   if (config_path.empty()) {
     loaded.value = config::RouterConfig{};
   } else {
-    loaded = config::LoadRouterConfig(config_path);
+    loaded = config::LoadRouterConfig(config_path, config::ConfigReader::kEpp);
     if (!loaded.ok()) {
       std::fprintf(stderr, "kvroute epp: %s\n", loaded.error.ToString().c_str());
       return 2;

@@ -719,12 +719,29 @@ TEST_F(EppKubernetesTest, PodTopologyLabelIsTheEndpointsRegion) {
   EXPECT_EQ(no_local, 1);
 }
 
-TEST(EppConfigNotes, ProxyOnlyKeysAreNamed) {
-  config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(
-      "listen: 0.0.0.0:1\ntimeouts: {idle: 5s, connect: 1s}\nretries: {max_attempts: 3}\n", "t.yaml");
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(IgnoredProxyKeys(*r.value), "listen, timeouts.idle, retries.max_attempts");
-  EXPECT_EQ(IgnoredProxyKeys(config::RouterConfig{}), "");
+// epp refuses the keys only serve honours, naming file, line and key (an operator who puts
+// API keys in the picker's config must not believe the picker is protected); the keys it
+// does honour in the same sections (timeouts.connect, limits.max_body_bytes) load.
+TEST(EppConfig, ServeOnlyKeysAreRefusedWithFileLineAndKey) {
+  using config::ConfigReader;
+  const std::string ok = "timeouts: {connect: 1s}\nlimits: {max_body_bytes: 1048576}\nretries: {budget_ratio: 0.5}\n";
+  EXPECT_TRUE(config::ParseRouterConfig(ok, "t.yaml", ConfigReader::kEpp).ok());
+  const std::pair<std::string, std::string> refused[] = {
+      {"pool: {}\nauth:\n  api_keys_file: keys.txt\n", "t.yaml:2: auth: only `kvroute serve` honours"},
+      {"listen: 0.0.0.0:1\n", "t.yaml:1: listen: only"},
+      {"x: 1\n", "t.yaml:1: x: unknown key"},
+      {"timeouts:\n  connect: 1s\n  idle: 5s\n", "t.yaml:3: timeouts.idle: only"},
+      {"retries: {max_attempts: 3}\n", "t.yaml:1: retries.max_attempts: only"},
+      {"listen_tls: {address: 0.0.0.0:1, cert: c, key: k}\n", "t.yaml:1: listen_tls: only"},
+  };
+  for (const auto& [yaml, error] : refused) {
+    SCOPED_TRACE(yaml);
+    config::ConfigOr<config::RouterConfig> r = config::ParseRouterConfig(yaml, "t.yaml", ConfigReader::kEpp);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error.ToString().rfind(error, 0), 0u) << r.error.ToString();
+    // serve reads the same text (the unknown key aside).
+    if (yaml != "x: 1\n") EXPECT_TRUE(config::ParseRouterConfig(yaml, "t.yaml").ok()) << yaml;
+  }
 }
 
 // Sessions through the picker (issue 26, item 3): the request's x-session-id binds it to
