@@ -167,10 +167,12 @@ void RefuseServeOnlyKeys(const ConfigNode& root) {
   for (std::string_view key : kServeOnlyKeys) {
     const std::size_t dot = key.find('.');
     ConfigNode n = root.Get(key.substr(0, dot));
-    if (n.present() && dot != std::string_view::npos) {
-      n = n.IsMap() ? n.Get(key.substr(dot + 1)) : ConfigNode();
-    }
     if (!n.present()) continue;
+    if (dot != std::string_view::npos) {
+      if (!n.IsMap()) continue;  // the section's own reader names the shape error
+      n = n.Get(key.substr(dot + 1));
+      if (!n.present()) continue;
+    }
     root.FailAt(n.key_line(), std::string(key),
                 "only `kvroute serve` honours this key; `kvroute epp` would ignore it, so it "
                 "refuses it: remove it from the picker's configuration");
