@@ -90,6 +90,7 @@
 #include "core/health/endpoint_health.h"
 #include "core/kvevents/event_index.h"
 #include "core/health/outlier.h"
+#include "core/routing/endpoint_table.h"
 #include "core/routing/lifecycle.h"
 #include "core/routing/pd.h"
 #include "core/routing/retry_budget.h"
@@ -101,22 +102,9 @@
 
 namespace kvroute::routing {
 
-inline constexpr std::size_t kMaxRanked = 8;
+class KvEventInput;  // core/routing/kv_event_input.h
 
-// One endpoint as a discovery source names it.
-struct EndpointSpec {
-  std::string address;  // "host:port": the identity across reloads
-  std::string name;     // for logs and metrics; defaults to address
-  std::string host;
-  uint16_t port = 0;
-  bool tls = false;  // an https:// address: the adapters speak TLS to it
-  std::vector<std::pair<std::string, std::string>> labels;
-  // Where the endpoint publishes its KV-cache events (tcp://HOST:PORT) and its replay
-  // socket; empty: none. The core only notes that events are expected (its precise index
-  // tracks the endpoint from then on); the subscriber adapter connects to them.
-  std::string kv_events;
-  std::string kv_events_replay;
-};
+inline constexpr std::size_t kMaxRanked = 8;
 
 struct CoreOptions {
   sched::SchedulingSpec scheduling;  // empty: the kvroute policy
@@ -157,26 +145,6 @@ struct ScrapeResult {
   bool connect_failed = false;  // meaningful when !ok
   double sent_at_s = 0.0;       // when the scrape request was sent
   metrics::EngineMetrics metrics;  // valid when ok
-};
-
-// Per-endpoint counters and gauges for observability, updated lock-free.
-struct EndpointStats;
-
-// An endpoint of the published table. Immutable once published, except `stats`.
-struct Endpoint {
-  uint32_t id = 0;
-  EndpointSpec spec;
-  std::shared_ptr<EndpointStats> stats;  // survives reloads with the endpoint
-};
-
-// The endpoints of one configuration, by id (ids are dense; vacant ids hold nullptr).
-struct EndpointTable {
-  uint64_t version = 0;
-  std::vector<std::shared_ptr<const Endpoint>> by_id;
-  // The endpoint with id `id`, or nullptr.
-  const Endpoint* Find(uint32_t id) const {
-    return id < by_id.size() ? by_id[id].get() : nullptr;
-  }
 };
 
 struct PickRequest {
@@ -314,7 +282,7 @@ class RoutingCore {
   kvevents::EndpointEventStats KvEventStats(uint32_t id, double now_s) const;
   // True when some endpoint has KV-cache events configured: front ends then tokenize
   // requests (SchedRequest::token_ids) for precise picks.
-  bool kv_events_active() const { return events_active_.load(std::memory_order_relaxed); }
+  bool kv_events_active() const;
 
   // Ranks the endpoints for one request at `now_s`. On success the handle must get
   // OnFinished exactly once (also when the front end gives up before dispatching).
@@ -531,6 +499,19 @@ class RoutingCore {
   // PoolLoad's saturation rule for endpoint `id` from the scheduler's view (with the
   // in-flight estimate); an endpoint whose load is unknown or stale counts as saturated.
   bool SaturatedLocked(uint32_t id) const;
+  // A pick's session: its binding and token, read before any scheduler lock (the session
+  // table has its own); `token_address` points into `token_buf` (never copy a lookup).
+  struct SessionLookup {
+    bool active = false;  // sessions are on and the request names one
+    uint64_t key = 0;
+    std::optional<SessionTable::Binding> bound;
+    std::optional<std::string_view> token_address;
+    std::array<char, 256> token_buf;
+    SessionTable::Binding bind;  // what to record after the pick
+  };
+  void LookUpSession(const PickRequest& request, double now_s, SessionLookup& out) const;
+  void PlaceSessionLocked(const PickRequest& request, const sched::PickResult& r, std::size_t hinted,
+                          SessionLookup& session, PickResult& out);
   // Copies the latency trainer's counters to their atomics (caller holds sched_mu_
   // exclusively).
   void PublishLatencyLocked();
@@ -541,6 +522,8 @@ class RoutingCore {
   double CachedShareLocked(const sched::PickResult& r, uint32_t id) const;
   // After a pick in a pool with prefill endpoints: the decision and the prefill endpoint.
   void PdLocked(const sched::SchedRequest& req, const sched::PickResult& r, PickResult& out);
+  void DispatchFirstLocked(const sched::SchedRequest& req, const sched::PickResult& r, PickResult& out,
+                           double now_s);
   // The prefill endpoint for a request decoding on `decode` (not one of `exclude`), charged
   // its uncached tokens; false when none is ready.
   bool ChoosePrefillLocked(const sched::SchedRequest& req, uint32_t decode,
@@ -549,6 +532,9 @@ class RoutingCore {
                                                         const sched::PickResult& r,
                                                         uint32_t id) const;
   void Log(std::vector<std::string>& logs);
+  // Configure's first step: ids for the new endpoint set.
+  struct NewTable;
+  NewTable AssignIds(std::vector<EndpointSpec> endpoints, const EndpointTable& old_table);
 
   std::function<void(std::string_view)> log_;
   Published<EndpointTable> table_;
@@ -570,17 +556,18 @@ class RoutingCore {
   bool SyncDue(double now_s) const;
 
   // Applies `f` to the precise index under its exclusive lock, then logs its transitions.
-  template <typename F>
-  void WithEvents(F&& f);
-  static std::string TransitionLine(const EndpointTable& table, const kvevents::StateTransition& t);
-  void AppendKvEventMetrics(std::string& out, const EndpointTable& table, double now_s) const;
+  // AppendMetrics's sections, in the order they are written (core_metrics.cc).
+  void AppendRequestMetrics(std::string& out, const EndpointTable& table) const;
+  void AppendLatencyMetrics(std::string& out) const;
+  void AppendPickMetrics(std::string& out, double now_s) const;
+  void AppendLocalityMetrics(std::string& out) const;
+  void AppendPdMetrics(std::string& out) const;
+  void AppendEndpointMetrics(std::string& out, const EndpointTable& table, double now_s) const;
 
-  // The precise prefix index (KV-cache events). Its own lock: event batches never take the
-  // scheduler's. Order: sched_mu_ before events_mu_ when both are held (a pick ranks under
-  // both shared sides); the index is never held while taking sched_mu_.
-  mutable RwSpinLock events_mu_;
-  std::unique_ptr<kvevents::EventIndex> events_;  // guarded by events_mu_
-  std::atomic<bool> events_active_{false};
+  // The KV-cache event input: the precise prefix index behind its own lock (event batches
+  // never take the scheduler's). Order: sched_mu_ before the index's lock when both are
+  // held (a pick ranks under both shared sides); never the other way round.
+  std::unique_ptr<KvEventInput> events_;
 
   // Session bindings (its own sharded locks; never held with sched_mu_).
   std::unique_ptr<SessionTable> sessions_;

@@ -1,0 +1,160 @@
+// RoutingCore: views of the pool from published state (the picker's load and gauges) and
+// flow control's probes (prefix chain, held blocks, the TTFT objective's wait budget).
+#include "core/routing/routing_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/routing/core_state.h"
+
+namespace kvroute::routing {
+
+double RoutingCore::Moments::StdDev() const {
+  if (n < 2) return 0.0;
+  const double mean = Mean();
+  return std::sqrt(std::max(0.0, sum_sq / static_cast<double>(n) - mean * mean));
+}
+
+RoutingCore::PoolGauges RoutingCore::Gauges(double now_s) {
+  const PoolLoad load = Load(now_s);  // folds in pending scrapes, as the other pool figures do
+  PoolGauges g;
+  g.saturated = load.saturated;
+  auto table = table_.load();
+  auto slots = slots_.load();
+  auto options = options_.load();
+  for (const auto& ep : table->by_id) {
+    if (!ep || ep->id >= slots->size() || !(*slots)[ep->id]) continue;
+    const Slot& slot = *(*slots)[ep->id];
+    health::Verdict v;
+    metrics::EngineMetrics m;
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      v = AssessSlot(slot, now_s, options->health);
+      m = slot.health.last();
+    }
+    if (v.condition != health::Condition::kUp || v.ejected || v.treatment == health::Treatment::kDown) continue;
+    ++g.ready;
+    const double kv = Get(ep->stats->kv_adjusted);
+    const double waiting = Get(ep->stats->waiting_adjusted);
+    const bool waiting_known = v.Known(health::Signal::kWaiting) && std::isfinite(waiting);
+    if (v.Known(health::Signal::kKvUsage) && std::isfinite(kv)) g.kv_usage.Add(kv);
+    if (waiting_known) g.waiting.Add(waiting);
+    if (v.Known(health::Signal::kRunning) && std::isfinite(m.running)) g.running.Add(m.running);
+    g.queues.push_back({ep->spec.name, ep->spec.address, waiting_known ? waiting : kNaN});
+  }
+  return g;
+}
+
+RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
+  // Fold in the scrapes since the last pick first, as a pick would: the adjusted loads
+  // read below are published by that sync.
+  if (SyncDue(now_s)) {
+    std::vector<std::string> logs;
+    {
+      std::unique_lock<RwSpinLock> lock(sched_mu_);
+      SyncLocked(now_s, &logs);
+    }
+    if (!logs.empty()) Log(logs);
+  }
+  PoolLoad load;
+  auto table = table_.load();
+  for (const auto& ep : table->by_id) {
+    if (!ep) continue;
+    ++load.endpoints;
+    const health::Verdict v = Health(ep->id, now_s);
+    if (v.condition != health::Condition::kUp || v.ejected ||
+        v.treatment == health::Treatment::kDown) {
+      continue;
+    }
+    ++load.ready;
+    const double kv = Get(ep->stats->kv_adjusted);
+    const double waiting = Get(ep->stats->waiting_adjusted);
+    bool saturated = false;
+    if (v.Known(health::Signal::kKvUsage) && std::isfinite(kv)) {
+      load.kv_usage_sum += kv;
+      ++load.kv_known;
+      saturated = saturated || kv >= 0.8;
+    }
+    if (v.Known(health::Signal::kWaiting) && std::isfinite(waiting)) {
+      load.waiting_sum += waiting;
+      ++load.waiting_known;
+      saturated = saturated || waiting >= 5.0;
+    }
+    if (saturated) {
+      ++load.saturated;
+    } else {
+      const int64_t r = v.Known(health::Signal::kWaiting) && std::isfinite(waiting)
+                            ? static_cast<int64_t>(std::ceil(5.0 - waiting))
+                            : 1;
+      load.room += r;
+      if (r > load.max_room) {
+        load.max_room = r;
+        load.roomiest = ep->id;
+      }
+    }
+  }
+  return load;
+}
+
+void RoutingCore::PrefixKey(const sched::SchedRequest& request, std::vector<uint64_t>& out) const {
+  std::shared_lock<RwSpinLock> lock(sched_mu_);
+  if (sched_->scheduler == nullptr) {
+    out.clear();
+    return;
+  }
+  sched_->scheduler->PrefixKey(request, out);
+}
+
+std::size_t RoutingCore::HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const {
+  if (key.empty()) return 0;
+  std::shared_lock<RwSpinLock> lock(sched_mu_);
+  return sched_->scheduler == nullptr ? 0 : sched_->scheduler->HeldBlocks(key, endpoint_id);
+}
+
+std::optional<RoutingCore::SloBudget> RoutingCore::SloWaitBudget(const sched::SchedRequest& request,
+                                                 std::span<const uint64_t> key) const {
+  std::shared_lock<RwSpinLock> lock(sched_mu_);
+  const SchedState& s = *sched_;
+  const double objective = request.slo_ttft_s > 0 ? request.slo_ttft_s : s.default_slo_ttft_s;
+  if (!(objective > 0) || !std::isfinite(objective)) return std::nullopt;
+  // The ready endpoint holding most of the chain: where the policy's pick likely lands.
+  uint32_t best = kNoEndpoint;
+  std::size_t best_held = 0;
+  uint32_t best_queued = 0;
+  for (uint32_t id = 0; id < s.states.size(); ++id) {
+    if (id < s.vacant.size() && s.vacant[id]) continue;
+    if (id >= s.verdicts.size()) continue;
+    const health::Verdict& v = s.verdicts[id];
+    if (v.condition != health::Condition::kUp || v.ejected ||
+        v.treatment == health::Treatment::kDown) {
+      continue;
+    }
+    const std::size_t held =
+        key.empty() || s.scheduler == nullptr ? 0 : s.scheduler->HeldBlocks(key, id);
+    const uint32_t queued = s.latency.QueuedRequests(id);
+    if (best == kNoEndpoint || held > best_held || (held == best_held && queued < best_queued)) {
+      best = id;
+      best_held = held;
+      best_queued = queued;
+    }
+  }
+  double predicted = 0.0;
+  bool known = false;
+  if (best != kNoEndpoint) {
+    const double cached = key.empty() ? 0.0 : static_cast<double>(best_held) / key.size();
+    const auto p = s.latency.PredictTtft(
+        sched::LatencyTrainer::DispatchOf(request, s.states[best], cached));
+    if (p && std::isfinite(*p) && *p >= 0) {
+      predicted = *p;
+      known = true;
+    }
+  }
+  return SloBudget{std::max(0.0, objective - predicted), known, objective};
+}
+
+}  // namespace kvroute::routing
