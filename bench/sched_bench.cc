@@ -35,6 +35,15 @@ using kvroute::sched::EndpointState;
 using kvroute::sched::PickResult;
 using kvroute::sched::SchedRequest;
 
+// A request to `model` with `prompt` and max_tokens 128 (the benchmarks' shape).
+SchedRequest Request(std::string_view model, std::string_view prompt) {
+  SchedRequest r;
+  r.model = model;
+  r.prompt = prompt;
+  r.max_tokens = 128;
+  return r;
+}
+
 constexpr const char* kPolicies[] = {"kvroute", "gie-default", "sglang-cache-aware",
                                      "dynamo-cost", "round-robin"};
 
@@ -92,13 +101,13 @@ void BM_Pick(benchmark::State& state) {
   size_t i = 0;
   // Warm the index and the buffers.
   for (size_t w = 0; w < prompts.size(); ++w) {
-    SchedRequest r{"llama", prompts[w], "", 0, 128, -1};
+    SchedRequest r = Request("llama", prompts[w]);
     PickResult p = sched->Pick(r, fleet, now);
     sched->OnDispatched(p.handle, p.ranked[0], now);
     sched->OnFinished(p.handle, now);
   }
   for (auto _ : state) {
-    SchedRequest r{"llama", prompts[i++ % prompts.size()], "", 0, 128, -1};
+    SchedRequest r = Request("llama", prompts[i++ % prompts.size()]);
     now += 1e-4;
     const double c0 = ThreadCpuUs();
     const auto t0 = std::chrono::steady_clock::now();
@@ -169,7 +178,7 @@ void BM_PickLocality(benchmark::State& state) {
   double now = 0.0;
   for (auto& e : fleet) e.scraped_at_s = now;
   for (size_t w = 0; w < prompts.size(); ++w) {
-    SchedRequest r{"llama", prompts[w], "", 0, 128, -1};
+    SchedRequest r = Request("llama", prompts[w]);
     PickResult p = sched->Pick(r, fleet, now);
     sched->OnDispatched(p.handle, p.ranked[0], now);
     sched->OnFinished(p.handle, now);
@@ -177,7 +186,7 @@ void BM_PickLocality(benchmark::State& state) {
   size_t i = 0;
   uint64_t remote_picks = 0;
   for (auto _ : state) {
-    SchedRequest r{"llama", prompts[i++ % prompts.size()], "", 0, 128, -1};
+    SchedRequest r = Request("llama", prompts[i++ % prompts.size()]);
     now += 1e-7;
     PickResult p = sched->Pick(r, fleet, now);
     remote_picks += kvroute::sched::IsRemote(p.locality) ? 1 : 0;

@@ -204,7 +204,9 @@ class RecordingUpstream {
       ex->Respond(200, std::move(body), "text/plain");
       return;
     }
-    Seen s{std::string(req.target()), req.body(), {}, {}};
+    Seen s;
+    s.target = std::string(req.target());
+    s.body = req.body();
     for (const auto& f : req) {
       std::string name(f.name_string());
       for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);

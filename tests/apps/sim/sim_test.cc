@@ -65,7 +65,6 @@ double Sample(const std::string& text, std::string_view name, std::string_view l
   std::size_t pos = 0;
   while ((pos = text.find(key, pos)) != std::string::npos) {
     if (pos == 0 || text[pos - 1] == '\n') {
-      std::size_t end = text.find('\n', pos);
       return std::strtod(text.c_str() + pos + key.size(), nullptr);
     }
     pos += key.size();

@@ -363,7 +363,9 @@ TEST_F(FlowGateTest, APumpReleasesByPredictionWhenTheDetectorHasNoRoom) {
     now_ = t0 + c.waited;
     gate.Pump();
     ASSERT_EQ(log_.dispatched.size(), c.released ? 1u : 0u);
-    if (c.released) EXPECT_EQ(log_.dispatched[0].substr(0, 2), "q@");
+    if (c.released) {
+      EXPECT_EQ(log_.dispatched[0].substr(0, 2), "q@");
+    }
     EXPECT_EQ(gate.stats().bands.at(0).waiting_requests, c.released ? 1u : 2u);
     EXPECT_TRUE(log_.expired.empty());
   }

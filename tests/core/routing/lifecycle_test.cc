@@ -101,9 +101,20 @@ TEST_F(LifecycleTest, AFailedAttemptMovesToTheNextRankedEndpointWithinTheLimits)
   ASSERT_TRUE(free.retry());
   EXPECT_EQ(free.next_attempt, 2u);
 
-  // Every failure was counted against its endpoint; the budget saw three retries asked.
+  // Every failure was counted against its endpoint (ranked[0] four times, ranked[1] three,
+  // ranked[2] once); the budget was asked twice (one allowed, one denied), the free retry
+  // not at all.
   const std::string m = Metrics();
-  EXPECT_NE(m.find("kvroute_retries_denied_total 1\n"), std::string::npos) << m;
+  const std::string names[] = {Name(r.ranked[0]), Name(r.ranked[1]), Name(r.ranked[2])};
+  for (const std::string& line :
+       {"kvroute_upstream_errors_total{endpoint=\"" + names[0] + "\",kind=\"reset\"} 4.0\n",
+        "kvroute_upstream_errors_total{endpoint=\"" + names[1] + "\",kind=\"reset\"} 2.0\n",
+        "kvroute_upstream_errors_total{endpoint=\"" + names[1] + "\",kind=\"connect_refused\"} 1.0\n",
+        "kvroute_upstream_errors_total{endpoint=\"" + names[2] + "\",kind=\"reset\"} 1.0\n",
+        std::string("kvroute_retries_total 2.0\n"), std::string("kvroute_retries_free_total 1.0\n"),
+        std::string("kvroute_retries_denied_total 1.0\n")}) {
+    EXPECT_NE(m.find(line), std::string::npos) << line << m;
+  }
 }
 
 // a, b: decode; p, q: prefill.
@@ -173,8 +184,7 @@ TEST_F(LifecycleTest, APrefillMoveNeedsTheRetryBudgetAndAClient) {
   EXPECT_EQ(tried.size(), 1u);
   // Spend the budget's one retry, then a reset cannot move the leg.
   const PickResult other = Pick("hi");
-  ASSERT_TRUE(core_.OnAttemptFailed(
-      AttemptFailure{other.ranked[0], {"reset", false}, 0, other.n_ranked, 3}, now_).retry());
+  ASSERT_TRUE(core_.OnAttemptFailed(Failed(other, 0, false), now_).retry());
   tried.clear();
   f.client_gone = false;
   EXPECT_FALSE(core_.OnPrefillFailed(f, now_).move());

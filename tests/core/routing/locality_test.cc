@@ -236,7 +236,9 @@ TEST(RoutingLocality, ConcurrentPicksRoundTripsReloadsAndMetrics) {
   }
   for (int i = 0; i < 100; ++i) {
     core.SetRegionRtt("eu-west", i % 2 ? 0.07 : -1.0);
-    if (i % 25 == 0) ASSERT_TRUE(core.Configure(Options("us-east"), Fleet(), 0.01).ok());
+    if (i % 25 == 0) {
+      ASSERT_TRUE(core.Configure(Options("us-east"), Fleet(), 0.01).ok());
+    }
     EXPECT_NE(Metrics(core, 0.02).find("kvroute_locality_picks_total"), std::string::npos);
   }
   for (std::thread& th : pickers) th.join();
