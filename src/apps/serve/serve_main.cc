@@ -213,97 +213,103 @@ request's scheduler plugins are timed: llm_d_epp_plugin_duration_seconds
 on /metrics. SIGHUP reloads the file; a bad file is rejected (the
 running configuration stays) with file:line in the log.)";
 
-}  // namespace
-
-int ServeMain(int argc, char** argv) {
-  CLI::App app{"Route OpenAI-compatible requests across a pool of vLLM/SGLang replicas, picking\n"
-               "the endpoint per request from scraped KV-cache/queue metrics, prefix affinity and\n"
-               "in-flight accounting.",
-               "kvroute serve"};
-  std::string config_path, listen;
-  std::string region;
-  int threads = -1;
+// What `kvroute serve`'s command line says.
+struct ServeOptions {
+  std::string config_path;
+  std::string listen;         // "": the file's listen
+  int threads = -1;           // -1: the file's threads
+  std::string region;         // with region_given: overrides locality.region ("" = off)
+  bool region_given = false;  // --region was on the command line (set after parsing)
   bool check = false;
-  app.add_option("--config,-c", config_path, "Configuration file (YAML, format below)")
+};
+
+// Declares serve's flags on `app`, each parsed into `opts`.
+void AddFlags(CLI::App& app, ServeOptions& opts) {
+  app.add_option("--config,-c", opts.config_path, "Configuration file (YAML, format below)")
       ->required()
       ->check(CLI::ExistingFile);
-  app.add_option("--listen,-l", listen, "HOST:PORT to listen on (overrides the file's listen)");
-  app.add_option("--threads,-t", threads,
+  app.add_option("--listen,-l", opts.listen, "HOST:PORT to listen on (overrides the file's listen)");
+  app.add_option("--threads,-t", opts.threads,
                  "Worker threads (overrides the file's threads; 0 = one per core)")
       ->check(CLI::Range(0, 1024));
-  CLI::Option* region_flag = app.add_option("--region", region,
+  app.add_option("--region", opts.region,
                  "The router's region (overrides locality.region; \"\" = locality off)");
-  app.add_flag("--check", check, "Validate the configuration file and exit (0 when valid)");
+  app.add_flag("--check", opts.check, "Validate the configuration file and exit (0 when valid)");
   app.footer(kFileFormat);
-  CLI11_PARSE(app, argc, argv);
+}
 
-  config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(config_path);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "kvroute serve: %s\n", loaded.error.ToString().c_str());
-    return 2;
-  }
-  RouterOptions options;
-  options.config_path = config_path;
+// The command-line overrides as RouterOptions; false (the reason printed) when --listen or
+// --region is not valid.
+bool BuildRouterOptions(const ServeOptions& opts, RouterOptions& options) {
+  options.config_path = opts.config_path;
   options.handle_signals = true;
-  if (!listen.empty()) {
+  if (!opts.listen.empty()) {
     std::string error;
-    auto hp = config::ParseHostPort(listen, &error);
+    auto hp = config::ParseHostPort(opts.listen, &error);
     if (!hp) {
-      std::fprintf(stderr, "kvroute serve: --listen %s: %s\n", listen.c_str(), error.c_str());
-      return 2;
+      std::fprintf(stderr, "kvroute serve: --listen %s: %s\n", opts.listen.c_str(), error.c_str());
+      return false;
     }
     options.listen = *hp;
   }
-  if (threads >= 0) options.threads = threads;
-  if (region_flag->count() > 0) {
-    if (Status st = config::CheckRegionName(region); !st.ok()) {
+  if (opts.threads >= 0) options.threads = opts.threads;
+  if (opts.region_given) {
+    if (Status st = config::CheckRegionName(opts.region); !st.ok()) {
       std::fprintf(stderr, "kvroute serve: --region: %s\n", st.message().c_str());
-      return 2;
+      return false;
     }
-    options.region = region;
+    options.region = opts.region;
   }
-  if (check) {
-    std::size_t endpoints = loaded.value->pool.endpoints.size();
-    if (const std::string& file = loaded.value->pool.endpoints_file_path; !file.empty()) {
-      config::ConfigOr<std::string> text = config::ReadConfigFile(file);
-      config::ConfigOr<std::vector<config::EndpointConfig>> eps;
-      if (text.ok()) eps = config::ParseEndpointsFile(*text.value, file);
-      if (!text.ok() || !eps.ok()) {
-        std::fprintf(stderr, "kvroute serve: %s\n",
-                     (text.ok() ? eps.error : text.error).ToString().c_str());
-        return 2;
-      }
-      endpoints = eps.value->size();
-    }
-    if (const config::AuthConfig& auth = loaded.value->auth; auth.enabled()) {
-      ApiKeyAuth keys(auth, 1, pool::RealFileSystem(), nullptr);
-      if (Status st = keys.Load(); !st.ok()) {
-        std::fprintf(stderr, "kvroute serve: auth: %s\n", st.message().c_str());
-        return 2;
-      }
-    }
-    // The TLS files as serve would load them: the listener's pair, the upstream trust.
-    if (const config::ListenTlsConfig& t = loaded.value->listen_tls; !t.address.empty()) {
-      auto certs = ListenerCerts::Load(t.cert_path, t.key_path, pool::RealFileSystem(), nullptr);
-      if (!certs.ok()) {
-        std::fprintf(stderr, "kvroute serve: %s\n", certs.status().message().c_str());
-        return 2;
-      }
-    }
-    if (auto up = pool::LoadUpstreamTls(loaded.value->upstream_tls); !up.ok()) {
-      std::fprintf(stderr, "kvroute serve: %s\n", up.status().message().c_str());
+  return true;
+}
+
+// --check: loads what serve would load at start besides the file itself (the endpoints
+// file, the API key files, the TLS files) and prints a one-line summary. Returns the exit
+// code: 0 when all of it is valid, else 2 (the reason printed).
+int Check(const std::string& config_path, const config::RouterConfig& cfg) {
+  std::size_t endpoints = cfg.pool.endpoints.size();
+  if (const std::string& file = cfg.pool.endpoints_file_path; !file.empty()) {
+    config::ConfigOr<std::string> text = config::ReadConfigFile(file);
+    config::ConfigOr<std::vector<config::EndpointConfig>> eps;
+    if (text.ok()) eps = config::ParseEndpointsFile(*text.value, file);
+    if (!text.ok() || !eps.ok()) {
+      std::fprintf(stderr, "kvroute serve: %s\n",
+                   (text.ok() ? eps.error : text.error).ToString().c_str());
       return 2;
     }
-    if (const auto& k = loaded.value->pool.kubernetes; k.enabled()) {
-      std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n", config_path.c_str(),
-                  k.namespace_name.c_str(), k.namespace_name.empty() ? "" : "/", k.inference_pool.c_str(),
-                  k.group.c_str());
-      return 0;
+    endpoints = eps.value->size();
+  }
+  if (const config::AuthConfig& auth = cfg.auth; auth.enabled()) {
+    ApiKeyAuth keys(auth, 1, pool::RealFileSystem(), nullptr);
+    if (Status st = keys.Load(); !st.ok()) {
+      std::fprintf(stderr, "kvroute serve: auth: %s\n", st.message().c_str());
+      return 2;
     }
-    std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(), endpoints);
+  }
+  // The TLS files as serve would load them: the listener's pair, the upstream trust.
+  if (const config::ListenTlsConfig& t = cfg.listen_tls; !t.address.empty()) {
+    auto certs = ListenerCerts::Load(t.cert_path, t.key_path, pool::RealFileSystem(), nullptr);
+    if (!certs.ok()) {
+      std::fprintf(stderr, "kvroute serve: %s\n", certs.status().message().c_str());
+      return 2;
+    }
+  }
+  if (auto up = pool::LoadUpstreamTls(cfg.upstream_tls); !up.ok()) {
+    std::fprintf(stderr, "kvroute serve: %s\n", up.status().message().c_str());
+    return 2;
+  }
+  if (const auto& k = cfg.pool.kubernetes; k.enabled()) {
+    std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n", config_path.c_str(),
+                k.namespace_name.c_str(), k.namespace_name.empty() ? "" : "/", k.inference_pool.c_str(),
+                k.group.c_str());
     return 0;
   }
+  std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(), endpoints);
+  return 0;
+}
 
+// Starts the router and serves until SIGINT or SIGTERM. Returns the exit code.
+int Serve(config::RouterConfig cfg, const RouterOptions& options) {
   // Request bodies, their parsed prompt and simdjson's padded copy are each the prompt's
   // size; with glibc's default 128 KiB mmap threshold every long-prompt request would
   // mmap, page-fault and munmap them anew (about 2.5 ms of CPU per 220 KB prompt here).
@@ -311,7 +317,7 @@ int ServeMain(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 128 << 20);
 
-  Router router(std::move(*loaded.value), options);
+  Router router(std::move(cfg), options);
   if (Status st = router.Start(); !st.ok()) {
     std::fprintf(stderr, "kvroute serve: %s\n", st.message().c_str());
     return 1;
@@ -325,6 +331,33 @@ int ServeMain(int argc, char** argv) {
   router.WaitForShutdown();
   router.Stop();
   return 0;
+}
+
+// Loads the file, applies the command line, then checks (--check) or serves.
+int Run(const ServeOptions& opts) {
+  config::ConfigOr<config::RouterConfig> loaded = config::LoadRouterConfig(opts.config_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "kvroute serve: %s\n", loaded.error.ToString().c_str());
+    return 2;
+  }
+  RouterOptions options;
+  if (!BuildRouterOptions(opts, options)) return 2;
+  if (opts.check) return Check(opts.config_path, *loaded.value);
+  return Serve(std::move(*loaded.value), options);
+}
+
+}  // namespace
+
+int ServeMain(int argc, char** argv) {
+  CLI::App app{"Route OpenAI-compatible requests across a pool of vLLM/SGLang replicas, picking\n"
+               "the endpoint per request from scraped KV-cache/queue metrics, prefix affinity and\n"
+               "in-flight accounting.",
+               "kvroute serve"};
+  ServeOptions opts;
+  AddFlags(app, opts);
+  CLI11_PARSE(app, argc, argv);
+  opts.region_given = app.count("--region") > 0;
+  return Run(opts);
 }
 
 }  // namespace kvroute::router
