@@ -163,7 +163,7 @@
 //                                 #   binding)
 //     token_header: x-session-token  # written on every response (base64 of the serving
 //                                 #   endpoint's address), followed when a request sends it
-//   auth:                         # API keys (serve; README.md "API keys"): paths under
+//   auth:                         # API keys (serve; docs/SERVE.md "API keys"): paths under
 //                                 #   /v1 need `Authorization: Bearer <key>`, else 401
 //                                 #   {"error":"Unauthorized"}; other paths stay open
 //     api_keys_file: keys.txt     # required in the block: one key per line, `KEY` or `NAME

@@ -17,7 +17,7 @@
 // state), new streams get the new epp settings and stream timeout; ports stay.
 //
 // Precise prefix routing: while some endpoint has kv_events, each completions or chat
-// body is tokenized before its pick (README "Precise prefix routing"; the tokenizer's
+// body is tokenized before its pick (docs/EPP.md "Precise prefix routing"; the tokenizer's
 // options, pool.kv_events.tokenizer and tokenize_timeout, are read at start).
 //
 // TLS (EppOptions::tls): the ext_proc port serves TLS with a given or self-signed
