@@ -141,14 +141,6 @@ std::optional<HostPort> ParseHostPort(std::string_view s, std::string* error) {
 
 namespace {
 
-constexpr std::string_view kMetricNameKeys[] = {
-    "running",      "waiting",          "kv_usage",
-    "kv_usage_old", "prefix_queries",   "prefix_queries_old",
-    "prefix_hits",  "prefix_hits_old",  "preemptions",
-    "cache_info",   "block_size_label", "num_blocks_label",
-    "engine_label", "model_label",      "lora_info",
-    "max_lora_label", "running_loras_label", "waiting_loras_label"};
-
 std::string Join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
 }
@@ -425,7 +417,7 @@ class Loader {
     for (auto& [key, value, line, field] : overrides) {
       if (!pool.metric_names.Set(key, value)) {
         node.FailAt(line, field,
-                    "unknown metric name key '" + key + "'" + Suggest(key, kMetricNameKeys));
+                    "unknown metric name key '" + key + "'" + Suggest(key, metrics::MetricNames::Keys()));
       }
     }
     if (pool.staleness_s < pool.scrape_interval_s) {

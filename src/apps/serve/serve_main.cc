@@ -4,9 +4,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
+#include <string_view>
 
 #include "config/endpoints_file.h"
 #include "config/router_config.h"
+#include "core/metrics/engine_metrics.h"
 #include "adapters/pool/endpoints_watch.h"
 #include "apps/serve/api_key_auth.h"
 #include "adapters/pool/pool.h"
@@ -36,14 +39,9 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
   pool:
     engine_type: vllm           # vllm | sglang: default metric names
     model: ""                   # only read metric series of this model_name
-    metric_names: {waiting: "my:queue"}   # per-field overrides of the metric names:
-                                #   running, waiting, kv_usage(_old), prefix_queries(_old),
-                                #   prefix_hits(_old), preemptions, cache_info,
-                                #   block_size_label, num_blocks_label, engine_label,
-                                #   model_label, lora_info (vllm:lora_requests_info),
-                                #   max_lora_label, running_loras_label,
-                                #   waiting_loras_label; "" = not exported
-    scrape_interval: 50ms       # durations: "250us", "50ms", "2s", "1m", or seconds
+    metric_names: {waiting: "my:queue"}   # per-field overrides of the metric names
+                                #   ("" = not exported), by key:
+%METRIC_NAME_KEYS%    scrape_interval: 50ms       # durations: "250us", "50ms", "2s", "1m", or seconds
     staleness: 2s               # metrics older than this are stale (>= scrape_interval)
     stale_policy: exclude       # exclude | saturated: what a stale endpoint counts as
     endpoints:
@@ -223,6 +221,25 @@ struct ServeOptions {
   bool check = false;
 };
 
+// The configuration file's --help text, with the metric-name keys from their one list
+// (metrics::MetricNames::Keys), wrapped under the comment column.
+std::string FileFormat() {
+  constexpr std::string_view kIndent = "                                #     ";
+  std::string keys, line;
+  for (std::string_view k : metrics::MetricNames::Keys()) {
+    if (!line.empty() && kIndent.size() + line.size() + k.size() + 2 > 92) {
+      keys.append(kIndent).append(line).append("\n");
+      line.clear();
+    }
+    line.append(line.empty() ? "" : " ").append(k);
+  }
+  keys.append(kIndent).append(line).append("\n");
+  std::string text = kFileFormat;
+  const std::string_view marker = "%METRIC_NAME_KEYS%\n";
+  text.replace(text.find(marker), marker.size(), keys);
+  return text;
+}
+
 // Declares serve's flags on `app`, each parsed into `opts`.
 void AddFlags(CLI::App& app, ServeOptions& opts) {
   app.add_option("--config,-c", opts.config_path, "Configuration file (YAML, format below)")
@@ -235,7 +252,7 @@ void AddFlags(CLI::App& app, ServeOptions& opts) {
   app.add_option("--region", opts.region,
                  "The router's region (overrides locality.region; \"\" = locality off)");
   app.add_flag("--check", opts.check, "Validate the configuration file and exit (0 when valid)");
-  app.footer(kFileFormat);
+  app.footer(FileFormat());
 }
 
 // The command-line overrides as RouterOptions; false (the reason printed) when --listen or

@@ -49,29 +49,49 @@ MetricNames MetricNames::For(EngineType type) {
   return n;
 }
 
+namespace {
+
+// Every metric-name key and the member it sets: the one list config, --help and Set use.
+struct NameKey {
+  std::string_view key;
+  std::string MetricNames::*field;
+};
+constexpr NameKey kNameKeys[] = {
+    {"running", &MetricNames::running},
+    {"waiting", &MetricNames::waiting},
+    {"kv_usage", &MetricNames::kv_usage},
+    {"kv_usage_old", &MetricNames::kv_usage_old},
+    {"prefix_queries", &MetricNames::prefix_queries},
+    {"prefix_queries_old", &MetricNames::prefix_queries_old},
+    {"prefix_hits", &MetricNames::prefix_hits},
+    {"prefix_hits_old", &MetricNames::prefix_hits_old},
+    {"preemptions", &MetricNames::preemptions},
+    {"cache_info", &MetricNames::cache_info},
+    {"block_size_label", &MetricNames::block_size_label},
+    {"num_blocks_label", &MetricNames::num_blocks_label},
+    {"engine_label", &MetricNames::engine_label},
+    {"model_label", &MetricNames::model_label},
+    {"lora_info", &MetricNames::lora_info},
+    {"max_lora_label", &MetricNames::max_lora_label},
+    {"running_loras_label", &MetricNames::running_loras_label},
+    {"waiting_loras_label", &MetricNames::waiting_loras_label},
+};
+
+}  // namespace
+
+std::span<const std::string_view> MetricNames::Keys() {
+  static const auto keys = [] {
+    std::array<std::string_view, std::size(kNameKeys)> k{};
+    for (std::size_t i = 0; i < k.size(); ++i) k[i] = kNameKeys[i].key;
+    return k;
+  }();
+  return keys;
+}
+
 bool MetricNames::Set(std::string_view key, std::string value) {
-  std::string MetricNames::*const fields[] = {
-      &MetricNames::running,          &MetricNames::waiting,
-      &MetricNames::kv_usage,         &MetricNames::kv_usage_old,
-      &MetricNames::prefix_queries,   &MetricNames::prefix_queries_old,
-      &MetricNames::prefix_hits,      &MetricNames::prefix_hits_old,
-      &MetricNames::preemptions,      &MetricNames::cache_info,
-      &MetricNames::block_size_label, &MetricNames::num_blocks_label,
-      &MetricNames::engine_label,     &MetricNames::model_label,
-      &MetricNames::lora_info,        &MetricNames::max_lora_label,
-      &MetricNames::running_loras_label, &MetricNames::waiting_loras_label,
-  };
-  constexpr std::string_view keys[] = {
-      "running",          "waiting",          "kv_usage",     "kv_usage_old",
-      "prefix_queries",   "prefix_queries_old", "prefix_hits", "prefix_hits_old",
-      "preemptions",      "cache_info",       "block_size_label", "num_blocks_label",
-      "engine_label",     "model_label",      "lora_info",    "max_lora_label",
-      "running_loras_label", "waiting_loras_label",
-  };
-  static_assert(std::size(fields) == std::size(keys));
-  for (size_t i = 0; i < std::size(keys); ++i) {
-    if (keys[i] == key) {
-      this->*fields[i] = std::move(value);
+  for (const NameKey& k : kNameKeys) {
+    if (k.key == key) {
+      this->*k.field = std::move(value);
       return true;
     }
   }

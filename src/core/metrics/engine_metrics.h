@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -56,6 +57,9 @@ struct MetricNames {
   // Overrides one field by its config key: the member names above ("running",
   // "kv_usage_old", "num_blocks_label", "lora_info", ...). Returns false for an unknown key.
   bool Set(std::string_view key, std::string value);
+  // Every key Set takes, in the members' order: the one list the config loader suggests
+  // from and `kvroute serve --help` prints. Adding a field means one line in its table.
+  static std::span<const std::string_view> Keys();
 };
 
 // One endpoint's state as of one scrape. Numbers are summed over the endpoint's engines
