@@ -13,6 +13,10 @@
 //
 // Thread: everything (Handle, timers, metrics) runs on the io_context given to the
 // constructor; the replica takes no locks.
+//
+// Written in replica.cc (life and dispatch) and replica_*.cc by concern: openai (the
+// generation endpoints and their answers), loop (the engine-driving loop), pd, faults,
+// kv_events, lora and metrics.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -198,7 +202,7 @@ class Replica {
   void ArmOutbox();
   void FlushOutbox();
 
-  // Faults.
+  // Faults (replica_faults.cc).
   double FaultNow() const;  // wall seconds since start_
   void HandleAdmin(std::shared_ptr<http::Exchange> ex);
   void HandleMetrics(std::shared_ptr<http::Exchange> ex);
@@ -218,7 +222,8 @@ class Replica {
   void SetDown(bool down);
   void TryListen();
   void RestartEngine();
-  // KV events: publishes what the engine recorded (one batch), if anything.
+  // KV events (replica_kv_events.cc): publishes what the engine recorded (one batch), if
+  // anything.
   void PublishKvEvents();
   void HandleResetPrefixCache(std::shared_ptr<http::Exchange> ex);
   // The engine config for the current process generation: a restarted process draws a
@@ -230,7 +235,7 @@ class Replica {
   void AppendUsage(std::string& out, const engine::RequestOutput& o) const;
   std::string ModelsBody() const;
 
-  // LoRA (docs/SIM_API.md, "LoRA adapters").
+  // LoRA (docs/SIM_API.md, "LoRA adapters"; replica_lora.cc).
   void HandleLoraAdapter(std::shared_ptr<http::Exchange> ex, bool unload);
   // nullptr when no adapter is called `name`.
   const Adapter* FindAdapter(std::string_view name) const;
@@ -238,6 +243,10 @@ class Replica {
   // Records the engine's running/waiting adapters as the newest series of
   // vllm:lora_requests_info (timestamped now by the Unix clock).
   void UpdateLoraInfo();
+
+  // /metrics sections that read the replica's own state (replica_metrics.cc).
+  void AppendLoraInfo(std::string& out) const;  // vllm:lora_requests_info, when LoRA is on
+  void AppendPdMetrics(std::string& out, const engine::EngineStats& s) const;  // kvroute_sim_pd_*
 
   boost::asio::io_context& ctx_;
   ReplicaConfig config_;
