@@ -10,7 +10,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "simkit/report/writers.h"
@@ -53,15 +56,13 @@ bool WriteFile(const std::filesystem::path& path, const std::string& data) {
   return f.good();
 }
 
-}  // namespace
-
-int SimulateMain(int argc, char** argv) {
-  CLI::App app{
-      "Compare routing policies on a scenario, in virtual time (the routing core kvroute "
-      "serve and epp ship, over simulated vLLM engines)",
-      "kvroute simulate"};
-  std::string scenario_path, policies_arg, out_dir = "simulate-out";
+// The command line of `kvroute simulate` (AddFlags says what each field is).
+struct Options {
+  std::string scenario_path;
+  std::string policies_arg;
+  std::string out_dir = "simulate-out";
   uint64_t seed = 0;
+  bool seed_given = false;  // --seed was on the command line (0 is a seed too)
   int64_t requests = 0;
   int replicas = 0;
   bool quiet = false;
@@ -72,72 +73,82 @@ int SimulateMain(int argc, char** argv) {
   double kv_loss = -1.0;
   std::string kv_replay_arg;
   int router_replicas = 0;
-  app.add_option("--scenario", scenario_path,
+};
+
+// Every flag but --help, into `o` (o.seed_given is left to the caller: app.count("--seed")).
+void AddFlags(CLI::App& app, Options& o) {
+  app.add_option("--scenario", o.scenario_path,
                  "scenario YAML file (see examples/scenarios/; faults: crash, slow, restart "
                  "per replica, examples/scenarios/faults.yaml, docs/FAULTS.md)")
       ->required();
-  app.add_option("--policies", policies_arg,
+  app.add_option("--policies", o.policies_arg,
                  "comma-separated policies, each optionally with +local-only (on the router "
                  "region's replicas only; local-only alone: kvroute+local-only) and then "
                  "+flow (flow control on; default: the scenario's list, else all built-in)");
-  app.add_option("--out", out_dir, "output directory for report.json/.md and charts")
+  app.add_option("--out", o.out_dir, "output directory for report.json/.md and charts")
       ->capture_default_str();
-  app.add_option("--seed", seed, "override the scenario's seed");
-  app.add_option("--requests", requests, "override arrivals.num_requests");
-  app.add_option("--replicas", replicas, "override fleet.replicas (flat fleet: form only)");
-  app.add_option("--kv-events", kv_events_arg,
+  app.add_option("--seed", o.seed, "override the scenario's seed");
+  app.add_option("--requests", o.requests, "override arrivals.num_requests");
+  app.add_option("--replicas", o.replicas, "override fleet.replicas (flat fleet: form only)");
+  app.add_option("--kv-events", o.kv_events_arg,
                  "on|off: override kv_events.enabled (KV-cache events from the engines, "
                  "precise prefix routing; scenario_config.h, docs/BENCHMARKS.md issue 23)")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--kv-events-loss", kv_loss,
+  app.add_option("--kv-events-loss", o.kv_loss,
                  "override kv_events.loss: fraction of event batches lost in transit, 0..1")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--kv-events-replay", kv_replay_arg,
+  app.add_option("--kv-events-replay", o.kv_replay_arg,
                  "on|off: override kv_events.replay (off: every gap is unrepaired)")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--router-replicas", router_replicas,
+  app.add_option("--router-replicas", o.router_replicas,
                  "override router.replicas: router replicas (routing cores), requests "
                  "round-robin across them, every scrape and event batch to each")
       ->check(CLI::Range(1, 1024));
-  app.add_flag("--quiet", quiet, "no progress line");
-  app.add_flag("--sweep", sweep, "rate sweep over the scenario's sweep.rates");
-  app.add_option("--rates", rates_arg,
+  app.add_flag("--quiet", o.quiet, "no progress line");
+  app.add_flag("--sweep", o.sweep, "rate sweep over the scenario's sweep.rates");
+  app.add_option("--rates", o.rates_arg,
                  "rate sweep: comma-separated ascending constant rates (req/s), e.g. 10,15,20; "
                  "each policy runs the scenario once per rate (same request count)");
-  app.add_option("--ttft-p99-bound", ttft_bound,
+  app.add_option("--ttft-p99-bound", o.ttft_bound,
                  "sweep: p99 TTFT bound in seconds for 'max sustainable rate' (default: the "
                  "scenario's sweep.ttft_p99_bound_s, else slo.ttft_s, else 2)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+}
 
-  config::ConfigOr<config::Scenario> load = config::LoadScenarioFile(scenario_path);
+// The scenario file with the command line's overrides; nullopt, after saying why on
+// stderr, when it cannot be loaded or an override does not fit it.
+std::optional<config::Scenario> LoadScenario(const Options& o) {
+  config::ConfigOr<config::Scenario> load = config::LoadScenarioFile(o.scenario_path);
   if (!load.ok()) {
     std::fprintf(stderr, "kvroute simulate: %s\n", load.error.ToString().c_str());
-    return 2;
+    return std::nullopt;
   }
   config::Scenario& sc = *load.value;
-  if (app.count("--seed")) sc.seed = seed;
-  if (requests > 0) sc.arrivals.num_requests = requests;
-  if (replicas > 0 && !sc.fleet.groups.empty()) {
+  if (o.seed_given) sc.seed = o.seed;
+  if (o.requests > 0) sc.arrivals.num_requests = o.requests;
+  if (o.replicas > 0 && !sc.fleet.groups.empty()) {
     std::fprintf(stderr, "kvroute simulate: --replicas: %s has fleet.groups; set replicas per "
                  "group\n", sc.source.c_str());
-    return 2;
+    return std::nullopt;
   }
-  if (replicas > 0) sc.fleet.replicas = replicas;
-  if (!kv_events_arg.empty()) sc.kv_events.enabled = kv_events_arg == "on";
-  if (kv_loss >= 0) sc.kv_events.loss = kv_loss;
-  if (!kv_replay_arg.empty()) sc.kv_events.replay = kv_replay_arg == "on";
-  if (router_replicas > 0) sc.router_replicas = router_replicas;
+  if (o.replicas > 0) sc.fleet.replicas = o.replicas;
+  if (!o.kv_events_arg.empty()) sc.kv_events.enabled = o.kv_events_arg == "on";
+  if (o.kv_loss >= 0) sc.kv_events.loss = o.kv_loss;
+  if (!o.kv_replay_arg.empty()) sc.kv_events.replay = o.kv_replay_arg == "on";
+  if (o.router_replicas > 0) sc.router_replicas = o.router_replicas;
   if (sc.router_replicas > 1 && sc.flow.enabled) {
     std::fprintf(stderr, "kvroute simulate: %s: flow control is not modelled with several "
                  "router replicas\n", sc.source.c_str());
-    return 2;
+    return std::nullopt;
   }
+  return std::move(load.value);
+}
 
-  std::vector<std::string> policies = SplitComma(policies_arg);
+// The policies to run: --policies, else the scenario's list, else every built-in one.
+// False, after saying why on stderr, when one is unknown or cannot run local-only.
+bool ResolvePolicies(const Options& o, const config::Scenario& sc,
+                     std::vector<std::string>* out) {
+  std::vector<std::string>& policies = *out;
+  policies = SplitComma(o.policies_arg);
   if (policies.empty()) policies = sc.policies;
   if (policies.empty()) {
     for (std::string_view p : sched::PolicyNames()) policies.emplace_back(p);
@@ -146,72 +157,83 @@ int SimulateMain(int argc, char** argv) {
     sched::BuildResult b = sched::BuildPolicy(BasePolicy(p));
     if (!b.ok()) {
       std::fprintf(stderr, "kvroute simulate: unknown policy '%s'\n", p.c_str());
-      return 2;
+      return false;
     }
     config::Scenario local;
     if (IsLocalOnly(p)) {
       if (const Status st = LocalOnlyScenario(sc, &local); !st.ok()) {
         std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", p.c_str(), st.message().c_str());
-        return 2;
+        return false;
       }
     }
   }
+  return true;
+}
 
+// --sweep or --rates: every policy at every rate, the table on stdout and sweep.json and
+// sweep.md in the output directory. Returns the exit code.
+int RunSweep(const Options& o, const config::Scenario& sc,
+             const std::vector<std::string>& policies) {
   std::vector<double> rates = sc.sweep_rates;
-  if (!rates_arg.empty()) {
-    rates = ParseRates(rates_arg);
+  if (!o.rates_arg.empty()) {
+    rates = ParseRates(o.rates_arg);
     if (rates.empty()) {
       std::fprintf(stderr, "kvroute simulate: --rates: expected ascending positive numbers\n");
       return 2;
     }
   }
-  if (sweep || !rates_arg.empty()) {
-    if (rates.empty()) {
-      std::fprintf(stderr, "kvroute simulate: --sweep: the scenario has no sweep.rates\n");
-      return 2;
-    }
-    double bound = ttft_bound > 0                  ? ttft_bound
-                   : sc.sweep_ttft_p99_bound_s > 0 ? sc.sweep_ttft_p99_bound_s
-                   : sc.slo.ttft_s > 0             ? sc.slo.ttft_s
-                                                   : 2.0;
-    std::vector<PolicySweep> sweeps;
-    for (const std::string& p : policies) sweeps.push_back({p, {}});
-    for (double rate : rates) {
-      const config::Scenario at = WithRate(sc, rate);
-      const double oracle = ComputeOracleHitRate(at);
-      for (PolicySweep& ps : sweeps) {
-        const auto start = std::chrono::steady_clock::now();
-        SimulationResult r = RunSimulation(at, ps.policy, oracle);
-        if (!r.error.empty()) {
-          std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", ps.policy.c_str(),
-                       r.error.c_str());
-          return 1;
-        }
-        r.report.wall_s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (!quiet) {
-          std::fprintf(stderr, "  rate %-6g %-20s TTFT p99 %8.3f s  %.2f s wall\n", rate,
-                       ps.policy.c_str(), r.report.ttft_s.p99, r.report.wall_s);
-        }
-        const SteadyThroughput steady = MeasureSteadyThroughput(r.records);
-        ps.points.push_back({rate, std::move(r.report), steady});
-      }
-    }
-    const std::string md = SweepMarkdown(sc.name, sweeps, bound);
-    std::fputs(md.c_str(), stdout);
-    std::error_code ec;
-    std::filesystem::create_directories(out_dir, ec);
-    const std::filesystem::path dir(out_dir);
-    if (ec || !WriteFile(dir / "sweep.json", SweepJson(sc.name, sweeps, bound)) ||
-        !WriteFile(dir / "sweep.md", md)) {
-      std::fprintf(stderr, "kvroute simulate: cannot write to %s\n", out_dir.c_str());
-      return 1;
-    }
-    std::fprintf(stderr, "wrote %s/sweep.json, sweep.md\n", out_dir.c_str());
-    return 0;
+  if (rates.empty()) {
+    std::fprintf(stderr, "kvroute simulate: --sweep: the scenario has no sweep.rates\n");
+    return 2;
   }
+  double bound = o.ttft_bound > 0                ? o.ttft_bound
+                 : sc.sweep_ttft_p99_bound_s > 0 ? sc.sweep_ttft_p99_bound_s
+                 : sc.slo.ttft_s > 0             ? sc.slo.ttft_s
+                                                 : 2.0;
+  std::vector<PolicySweep> sweeps;
+  for (const std::string& p : policies) sweeps.push_back({p, {}});
+  for (double rate : rates) {
+    const config::Scenario at = WithRate(sc, rate);
+    const double oracle = ComputeOracleHitRate(at);
+    for (PolicySweep& ps : sweeps) {
+      const auto start = std::chrono::steady_clock::now();
+      SimulationResult r = RunSimulation(at, ps.policy, oracle);
+      if (!r.error.empty()) {
+        std::fprintf(stderr, "kvroute simulate: policy %s: %s\n", ps.policy.c_str(),
+                     r.error.c_str());
+        return 1;
+      }
+      r.report.wall_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!o.quiet) {
+        std::fprintf(stderr, "  rate %-6g %-20s TTFT p99 %8.3f s  %.2f s wall\n", rate,
+                     ps.policy.c_str(), r.report.ttft_s.p99, r.report.wall_s);
+      }
+      const SteadyThroughput steady = MeasureSteadyThroughput(r.records);
+      ps.points.push_back({rate, std::move(r.report), steady});
+    }
+  }
+  const std::string md = SweepMarkdown(sc.name, sweeps, bound);
+  std::fputs(md.c_str(), stdout);
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  const std::filesystem::path dir(o.out_dir);
+  if (ec || !WriteFile(dir / "sweep.json", SweepJson(sc.name, sweeps, bound)) ||
+      !WriteFile(dir / "sweep.md", md)) {
+    std::fprintf(stderr, "kvroute simulate: cannot write to %s\n", o.out_dir.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "wrote %s/sweep.json, sweep.md\n", o.out_dir.c_str());
+  return 0;
+}
 
-  const bool tty = !quiet && isatty(STDERR_FILENO);
+// Every policy on the scenario, one after the other, with a progress line on a terminal
+// unless --quiet; their reports into `*reports` in order, and the request count of the
+// last into `*total_requests`. False, after saying why on stderr, when a policy cannot run.
+bool RunPolicies(const Options& o, const config::Scenario& sc,
+                 const std::vector<std::string>& policies,
+                 std::vector<report::PolicyReport>* reports, int64_t* total_requests) {
+  const bool tty = !o.quiet && isatty(STDERR_FILENO);
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
   const double oracle = ComputeOracleHitRate(sc);
@@ -219,8 +241,6 @@ int SimulateMain(int argc, char** argv) {
                sc.name.c_str(), sc.fleet.replicas, oracle * 100,
                std::chrono::duration<double>(Clock::now() - t0).count());
 
-  std::vector<report::PolicyReport> reports;
-  int64_t total_requests = 0;
   for (const std::string& p : policies) {
     const auto start = Clock::now();
     auto last_print = start;
@@ -240,17 +260,22 @@ int SimulateMain(int argc, char** argv) {
     SimulationResult r = RunSimulation(sc, p, oracle, progress);
     if (!r.error.empty()) {
       std::fprintf(stderr, "\nkvroute simulate: policy %s: %s\n", p.c_str(), r.error.c_str());
-      return 1;
+      return false;
     }
     r.report.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
-    total_requests = r.report.requests;
+    *total_requests = r.report.requests;
     std::fprintf(stderr, "%s  %-20s %lld requests, %lld steps, %lld events in %.2f s wall\n",
                  tty ? "\r\033[K" : "", p.c_str(), static_cast<long long>(r.report.requests),
                  static_cast<long long>(r.steps), static_cast<long long>(r.events),
                  r.report.wall_s);
-    reports.push_back(std::move(r.report));
+    reports->push_back(std::move(r.report));
   }
+  return true;
+}
 
+// The report's header: scenario, seed, SLOs and the run's setting (`total_requests`: the
+// last policy's request count).
+report::ReportMeta ReportMetaFor(const config::Scenario& sc, int64_t total_requests) {
   report::ReportMeta meta;
   meta.scenario = sc.name;
   meta.seed = sc.seed;
@@ -292,6 +317,13 @@ int SimulateMain(int argc, char** argv) {
     meta.info.emplace_back("groups", groups);
     meta.info.emplace_back("router_region", sc.router_region);
   }
+  return meta;
+}
+
+// The comparison's table on stdout, and report.json, report.md, ttft_cdf.svg and
+// kv_usage.svg in `out_dir`. Returns the exit code.
+int WriteReports(const std::string& out_dir, const report::ReportMeta& meta,
+                 const std::vector<report::PolicyReport>& reports) {
   const std::string md = report::ReportMarkdown(meta, reports);
   std::fputs(md.c_str(), stdout);
 
@@ -308,6 +340,39 @@ int SimulateMain(int argc, char** argv) {
   std::fprintf(stderr, "wrote %s/report.json, report.md, ttft_cdf.svg, kv_usage.svg\n",
                out_dir.c_str());
   return 0;
+}
+
+// The run the command line asks for: a rate sweep, or every policy once and its report.
+// Returns the exit code.
+int Run(const Options& o) {
+  std::optional<config::Scenario> scenario = LoadScenario(o);
+  if (!scenario) return 2;
+  const config::Scenario& sc = *scenario;
+  std::vector<std::string> policies;
+  if (!ResolvePolicies(o, sc, &policies)) return 2;
+  if (o.sweep || !o.rates_arg.empty()) return RunSweep(o, sc, policies);
+  std::vector<report::PolicyReport> reports;
+  int64_t total_requests = 0;
+  if (!RunPolicies(o, sc, policies, &reports, &total_requests)) return 1;
+  return WriteReports(o.out_dir, ReportMetaFor(sc, total_requests), reports);
+}
+
+}  // namespace
+
+int SimulateMain(int argc, char** argv) {
+  CLI::App app{
+      "Compare routing policies on a scenario, in virtual time (the routing core kvroute "
+      "serve and epp ship, over simulated vLLM engines)",
+      "kvroute simulate"};
+  Options options;
+  AddFlags(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  options.seed_given = app.count("--seed") > 0;
+  return Run(options);
 }
 
 }  // namespace kvroute::simulate
