@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "apps/sim/replica.h"
+#include "core/engine/scrape_signals.h"
+#include "core/metrics/engine_metrics.h"
 #include "core/metrics/prom_writer.h"
 
 namespace kvroute::sim {
@@ -19,14 +21,17 @@ namespace {
 // vLLM's engine gauges and counters (old: vLLM < 0.9.2's names), through
 // vllm:request_success_total; metrics_nan and metrics_missing act on the load gauges.
 void AppendEngineSeries(std::string& out, const std::vector<Label>& labels,
-                        const engine::EngineStats& s, bool old, const fault::FaultSet& faults) {
+                        const engine::EngineStats& s, const engine::EngineConfig& config, bool old,
+                        const fault::FaultSet& faults) {
+  // The router's signals, from the one translation simulate uses too.
+  const metrics::EngineMetrics m = engine::ScrapeSignals(s, config);
   // metrics_nan / metrics_missing: the three load gauges a router reads.
   const bool nan = faults.active(fault::FaultKind::kMetricsNan);
   const bool missing = faults.active(fault::FaultKind::kMetricsMissing);
   const double kNan = std::numeric_limits<double>::quiet_NaN();
-  const double running = nan ? kNan : s.running;
-  const double waiting = nan ? kNan : s.waiting;
-  const double kv_usage = nan ? kNan : s.kv_cache_usage;
+  const double running = nan ? kNan : m.running;
+  const double waiting = nan ? kNan : m.waiting;
+  const double kv_usage = nan ? kNan : m.kv_usage;
 
   if (!missing) {
     metrics::AppendGauge(out, "vllm:num_requests_running",
@@ -51,10 +56,10 @@ void AppendEngineSeries(std::string& out, const std::vector<Label>& labels,
                          "CPU KV-cache usage. 1 means 100 percent usage.", labels, 0.0);
     metrics::AppendCounter(out, "vllm:gpu_prefix_cache_queries_total",
                            "GPU prefix cache queries, in terms of number of queried tokens.",
-                           labels, static_cast<double>(s.prefix_queries_tokens));
+                           labels, m.prefix_queries);
     metrics::AppendCounter(out, "vllm:gpu_prefix_cache_hits_total",
                            "GPU prefix cache hits, in terms of number of cached tokens.", labels,
-                           static_cast<double>(s.prefix_hits_tokens));
+                           m.prefix_hits);
   } else {
     if (!missing) {
       metrics::AppendGauge(out, "vllm:kv_cache_usage_perc",
@@ -62,14 +67,14 @@ void AppendEngineSeries(std::string& out, const std::vector<Label>& labels,
     }
     metrics::AppendCounter(out, "vllm:prefix_cache_queries_total",
                            "Prefix cache queries, in terms of number of queried tokens.", labels,
-                           static_cast<double>(s.prefix_queries_tokens));
+                           m.prefix_queries);
     metrics::AppendCounter(out, "vllm:prefix_cache_hits_total",
                            "Prefix cache hits, in terms of number of cached tokens.", labels,
-                           static_cast<double>(s.prefix_hits_tokens));
+                           m.prefix_hits);
   }
   metrics::AppendCounter(out, "vllm:num_preemptions_total",
                          "Cumulative number of preemption from the engine.", labels,
-                         static_cast<double>(s.preemptions));
+                         m.preemptions);
   metrics::AppendCounter(out, "vllm:prompt_tokens_total", "Number of prefill tokens processed.",
                          labels, static_cast<double>(s.prompt_tokens));
   metrics::AppendCounter(out, "vllm:generation_tokens_total",
@@ -162,7 +167,7 @@ std::string Replica::MetricsText() const {
   std::vector<Label> labels;
   if (!old) labels.push_back({"engine", "0"});
   labels.push_back({"model_name", c.model_name});
-  AppendEngineSeries(out, labels, s, old, faults_);
+  AppendEngineSeries(out, labels, s, c, old, faults_);
 
   auto histogram = [&](std::string_view name, std::string_view help, const Histogram& h) {
     metrics::AppendHeader(out, name, help, MetricType::kHistogram);

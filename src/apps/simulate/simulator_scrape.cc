@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "apps/simulate/simulator_internal.h"
+#include "core/engine/scrape_signals.h"
 #include "core/metrics/engine_metrics.h"
 #include "core/routing/routing_core.h"
 
@@ -21,20 +22,9 @@ void Simulation::Scrape(double t) {
       r.ok = false;
       r.connect_failed = true;
     } else {
-      using F = metrics::EngineMetrics;
       r.ok = true;
-      F& m = r.metrics;
-      m.running = static_cast<double>(st.running);
-      m.waiting = static_cast<double>(st.waiting);
-      m.kv_usage = st.kv_cache_usage;
-      m.prefix_queries = static_cast<double>(st.prefix_queries_tokens);
-      m.prefix_hits = static_cast<double>(st.prefix_hits_tokens);
-      m.preemptions = static_cast<double>(st.preemptions);
-      m.block_size = replicas_[i].config.block_size;
-      m.num_gpu_blocks = replicas_[i].config.num_gpu_blocks;
-      m.engines = 1;
-      m.present = F::kRunning | F::kWaiting | F::kKvUsage | F::kPrefixQueries |
-                  F::kPrefixHits | F::kPreemptions | F::kBlockSize | F::kNumGpuBlocks;
+      metrics::EngineMetrics& m = r.metrics;
+      m = engine::ScrapeSignals(st, replicas_[i].config);
       // The served model, as the model_name label of vLLM's load series tells it: what
       // tells an adapter nobody has loaded yet from the base model (sched/lora.h).
       m.base_model_key = model_key_;
