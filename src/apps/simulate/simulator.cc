@@ -88,7 +88,7 @@ Simulation::Simulation(const config::Scenario& s, const routing::CoreOptions& op
       loss_rng_.emplace_back(MixKey(s.seed ^ 0x6b76657674ULL, k));
     }
   }
-  max_attempts_ = static_cast<uint32_t>(std::max(1, config::RouterConfig{}.retries.max_attempts));
+  max_attempts_ = static_cast<uint32_t>(std::max(1, config::RetryConfig{}.max_attempts));
   if (flow) {
     gate_ = std::make_unique<flow::FlowGate>(s.flow.options, *cores_[0], [this] { return now_; });
   }

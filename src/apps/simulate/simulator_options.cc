@@ -118,7 +118,10 @@ std::vector<routing::EndpointSpec> SimulationEndpoints(const config::Scenario& s
 
 routing::CoreOptions SimulationCoreOptions(const config::Scenario& scenario,
                                            const std::string& policy) {
-  routing::CoreOptions opts = config::CoreOptionsFrom(config::RouterConfig{});
+  // serve's defaults (a named object: GCC 12 misreads a temporary RouterConfig's strings as
+  // maybe uninitialised).
+  static const config::RouterConfig kServeDefaults;
+  routing::CoreOptions opts = config::CoreOptionsFrom(kServeDefaults);
   opts.scheduling = sched::SchedulingSpec{};
   opts.scheduling.policy = policy;
   opts.seed = scenario.seed;
