@@ -1,5 +1,6 @@
 #include "apps/bench/options.h"
 
+#include <CLI/CLI.hpp>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -299,6 +300,96 @@ std::optional<HeaderField> ParseHeader(std::string_view text, std::string* error
   }
   h.value = std::string(value);
   return h;
+}
+
+void AddFlags(CLI::App& app, BenchOptions& o) {
+  app.add_option("--url", o.url, "Target, e.g. http://127.0.0.1:8080")->required();
+  app.add_option("--model", o.model, "Model name to send (default: first of GET /v1/models)");
+  app.add_option("--header,-H", o.header_texts,
+                 "Extra header NAME:VALUE sent on every request to --url (repeatable), e.g. "
+                 "-H x-gateway-inference-objective:batch")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--scenario", o.scenario_path,
+                 "Scenario YAML (workload, arrivals, seed, slo), as for simulate")
+      ->check(CLI::ExistingFile);
+  app.add_option("--workload", o.workload_kind, "shared-prefix | multi-turn | random | trace")
+      ->capture_default_str();
+  app.add_option("--endpoint", o.endpoint, "completions | chat")->capture_default_str();
+  app.add_option("--num-groups", o.num_groups, "shared-prefix/multi-turn groups")
+      ->capture_default_str();
+  app.add_option("--prompts-per-group", o.prompts_per_group,
+                 "Prompts (or conversations) per group")
+      ->capture_default_str();
+  app.add_option("--system-len", o.system_len,
+                 "Shared system prompt tokens: N or mean:sd[:min:max]")
+      ->capture_default_str();
+  app.add_option("--question-len", o.question_len, "Question tokens")->capture_default_str();
+  app.add_option("--output-len", o.output_len, "Output tokens (sent as max_tokens "
+                                               "with ignore_eos)")
+      ->capture_default_str();
+  app.add_option("--input-len", o.input_len, "random: prompt tokens")->capture_default_str();
+  app.add_option("--max-turns", o.max_turns, "multi-turn: turns per conversation")
+      ->capture_default_str();
+  app.add_option("--think-time", o.think_time,
+                 "multi-turn: seconds between an answer and the next question");
+  app.add_option("--trace", o.trace_path, "trace: Azure-format CSV")->check(CLI::ExistingFile);
+  app.add_option("--trace-time-scale", o.trace_time_scale,
+                 "trace: replay speed (2 = twice as fast)");
+  app.add_option("--prefix-len", o.prefix_len, "trace: shared prefix tokens per group");
+  app.add_option("--arrival", o.arrival, "poisson | gamma | constant")->capture_default_str();
+  app.add_option("--burstiness", o.burstiness, "gamma shape (1 = Poisson)");
+  app.add_option("--rate", o.rate, "Requests per second")->capture_default_str();
+  app.add_option("--stages", o.stages,
+                 "Rate sweep 'rate:seconds,rate:seconds,...' (replaces --rate)");
+  app.add_option("--num-requests,-n", o.num_requests, "Stop after this many requests");
+  app.add_option("--duration", o.duration, "Stop sending after this many seconds");
+  app.add_option("--max-concurrency", o.max_concurrency,
+                 "Hold requests back while this many are in flight (0: none)");
+  app.add_option("--seed", o.seed, "Workload and arrival seed")->capture_default_str();
+  app.add_option("--slo", o.slo_text, "Goodput SLOs, e.g. ttft=2s,tpot=50ms");
+  app.add_option("--fleet", o.fleet_list, "Replicas whose /metrics to read: host:port,host:port");
+  app.add_option("--fleet-ports", o.fleet_ports, "Replica port range P-Q (host: --fleet-host)");
+  app.add_option("--fleet-host", o.fleet_host, "Host for --fleet-ports (default: the --url host)");
+  app.add_option("--scrape-interval", o.scrape_interval, "Seconds between /metrics reads")
+      ->capture_default_str();
+  app.add_option("--timeout", o.timeout, "Seconds to wait for a response's first byte")
+      ->capture_default_str();
+  app.add_option("--drain", o.drain, "Seconds in-flight requests get after the last arrival")
+      ->capture_default_str();
+  app.add_option("--out", o.out_dir, "Write report.json, report.md and SVG charts here");
+  app.add_option("--label", o.label, "Name of this run in the report")->capture_default_str();
+  app.add_flag("--quiet,-q", o.quiet, "No progress line");
+  app.add_flag("--progress", o.progress, "Progress line even when stderr is not a terminal");
+}
+
+void NoteGivenFlags(const CLI::App& app, BenchOptions& o) {
+  BenchOptions::Given& g = o.given;
+  const auto given = [&app](const char* name) { return app.count(name) > 0; };
+  g.scenario = given("--scenario");
+  g.workload = given("--workload");
+  g.endpoint = given("--endpoint");
+  g.num_groups = given("--num-groups");
+  g.prompts_per_group = given("--prompts-per-group");
+  g.system_len = given("--system-len");
+  g.question_len = given("--question-len");
+  g.output_len = given("--output-len");
+  g.input_len = given("--input-len");
+  g.max_turns = given("--max-turns");
+  g.think_time = given("--think-time");
+  g.trace = given("--trace");
+  g.trace_time_scale = given("--trace-time-scale");
+  g.prefix_len = given("--prefix-len");
+  g.arrival = given("--arrival");
+  g.burstiness = given("--burstiness");
+  g.rate = given("--rate");
+  g.stages = given("--stages");
+  g.num_requests = given("--num-requests");
+  g.duration = given("--duration");
+  g.max_concurrency = given("--max-concurrency");
+  g.seed = given("--seed");
+  g.slo = given("--slo");
 }
 
 }  // namespace kvroute::bench

@@ -1,6 +1,7 @@
-// Parsing of `kvroute bench` flag values that are more than a number: SLOs, fleet lists,
-// URLs, length distributions, rate stages and extra headers. Each returns the value or an
-// error text naming what is wrong; nothing throws.
+// `kvroute bench`'s command line: its flags (BenchOptions, AddFlags) and the parsing of
+// flag values that are more than a number: SLOs, fleet lists, URLs, length distributions,
+// rate stages and extra headers. Each parser returns the value or an error text naming
+// what is wrong; nothing throws.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,48 @@
 #include "simkit/workload/arrivals.h"
 #include "simkit/workload/distribution.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace kvroute::bench {
+
+// Every flag of `kvroute bench`, as given (text values not yet parsed; bench_main turns
+// them into a BenchConfig). Defaults are the flags' defaults.
+struct BenchOptions {
+  std::string url, model, scenario_path, out_dir, label = "bench";
+  std::string workload_kind = "shared-prefix", endpoint = "completions";
+  int64_t num_groups = 8, prompts_per_group = 16;
+  std::string system_len = "1000", question_len = "100", output_len = "64", input_len = "256";
+  int max_turns = 5;
+  double think_time = 0.0;
+  std::string trace_path;
+  double trace_time_scale = 1.0;
+  int64_t prefix_len = 0;
+  std::string arrival = "poisson", stages, slo_text, fleet_list, fleet_ports, fleet_host;
+  double burstiness = 1.0, rate = 10.0, duration = 0.0;
+  int64_t num_requests = 0, max_concurrency = 0;
+  uint64_t seed = 1;
+  double scrape_interval = 0.25, timeout = 600.0, drain = 120.0;
+  bool quiet = false, progress = false;
+  std::vector<std::string> header_texts;
+
+  // Which flags were on the command line (set after parsing by NoteGivenFlags): a flag
+  // given explicitly overrides the scenario file.
+  struct Given {
+    bool scenario = false, workload = false, endpoint = false, num_groups = false,
+         prompts_per_group = false, system_len = false, question_len = false,
+         output_len = false, input_len = false, max_turns = false, think_time = false,
+         trace = false, trace_time_scale = false, prefix_len = false, arrival = false,
+         burstiness = false, rate = false, stages = false, num_requests = false,
+         duration = false, max_concurrency = false, seed = false, slo = false;
+  } given;
+};
+
+// Registers every flag of `kvroute bench` on `app`, bound to `opts`.
+void AddFlags(CLI::App& app, BenchOptions& opts);
+// Sets `opts.given` from `app` once it has parsed the command line.
+void NoteGivenFlags(const CLI::App& app, BenchOptions& opts);
 
 struct HostPort {
   std::string host;

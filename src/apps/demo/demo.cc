@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "apps/bench/output.h"
@@ -292,22 +293,22 @@ void WriteFiles(const DemoOptions& o, int n, int kv_blocks, DemoResult* result) 
   }
 }
 
-}  // namespace
-
-DemoResult RunDemo(const DemoOptions& o) {
-  DemoResult result;
-  const std::string path = o.scenario_path.empty() ? FindSeedScenario() : o.scenario_path;
-  if (path.empty()) {
-    result.error = "cannot find examples/scenarios/seed-8x.yaml (run from the repository, or "
-                   "pass --scenario)";
-    return result;
+// The scenario file (options.scenario_path, else FindSeedScenario) as loaded, its path
+// in `*path`. Every policy named (the live ones and, with scaling, act 1's) must exist.
+// Nullopt with `*error` set otherwise.
+std::optional<config::Scenario> LoadScenario(const DemoOptions& o, std::string* path,
+                                             std::string* error) {
+  *path = o.scenario_path.empty() ? FindSeedScenario() : o.scenario_path;
+  if (path->empty()) {
+    *error = "cannot find examples/scenarios/seed-8x.yaml (run from the repository, or "
+             "pass --scenario)";
+    return std::nullopt;
   }
-  config::ConfigOr<config::Scenario> load = config::LoadScenarioFile(path);
+  config::ConfigOr<config::Scenario> load = config::LoadScenarioFile(*path);
   if (!load.ok()) {
-    result.error = load.error.ToString();
-    return result;
+    *error = load.error.ToString();
+    return std::nullopt;
   }
-  const config::Scenario& sc = *load.value;
   std::vector<std::string> all = o.policies;
   if (o.scaling) {
     all.insert(all.end(), o.scaling_options.policies.begin(), o.scaling_options.policies.end());
@@ -315,10 +316,260 @@ DemoResult RunDemo(const DemoOptions& o) {
   for (const std::string& p : all) {
     if (std::find(sched::PolicyNames().begin(), sched::PolicyNames().end(), p) ==
         sched::PolicyNames().end()) {
-      result.error = "unknown policy '" + p + "'";
-      return result;
+      *error = "unknown policy '" + p + "'";
+      return std::nullopt;
     }
   }
+  return std::move(*load.value);
+}
+
+// The live runs' setup: the scenario, scaled down for a live run on a small machine.
+struct LivePlan {
+  workload::WorkloadSpec wl;
+  workload::ArrivalSpec arrivals;
+  uint64_t seed = 0;
+  engine::EngineConfig ec;
+  int n = 0;  // replicas
+  std::vector<sim::ReplicaConfig> replicas;
+};
+
+// The scenario scaled down as DemoOptions says (rate, duration, output lengths, KV
+// blocks, replicas, seed). False with `*error` set when a replica's configuration is
+// invalid.
+bool PlanLive(const DemoOptions& o, const config::Scenario& sc, LivePlan* plan,
+              std::string* error) {
+  plan->wl = sc.workload;
+  plan->wl.output_len = ScaleLengths(plan->wl.output_len, o.output_scale);
+  workload::ArrivalSpec& arrivals = plan->arrivals;
+  arrivals.kind = sc.arrivals.kind;
+  arrivals.burstiness = sc.arrivals.burstiness;
+  arrivals.stages = {{o.rate, std::numeric_limits<double>::infinity()}};
+  arrivals.duration_s = o.duration_s;
+  plan->seed = o.seed ? o.seed : sc.seed;
+  engine::EngineConfig& ec = plan->ec;
+  ec = sc.fleet.EngineConfigFor();
+  if (o.kv_blocks > 0) ec.num_gpu_blocks = o.kv_blocks;
+  const int n = o.replicas > 0 ? o.replicas : sc.fleet.replicas;
+  plan->n = n;
+  std::vector<sim::ReplicaConfig>& replicas = plan->replicas;
+  replicas.resize(n);
+  for (int i = 0; i < n; ++i) {
+    replicas[i].name = "replica-" + std::to_string(i);
+    replicas[i].host = "127.0.0.1";
+    replicas[i].port = 0;
+    replicas[i].preset = sc.fleet.engine_preset;
+    replicas[i].engine = ec;
+    replicas[i].time_scale = o.time_scale;
+    replicas[i].enable_prompt_tokens_details = true;  // per-request cached tokens in the CSV
+    if (Status s = config::ValidateReplica(replicas[i]); !s.ok()) {
+      *error = "replica config: " + s.message();
+      return false;
+    }
+  }
+  return true;
+}
+
+// The report's meta: tool, scenario, seed, SLOs and the live setup as info keys.
+void FillMeta(const DemoOptions& o, const config::Scenario& sc, const std::string& path,
+              const LivePlan& plan, report::ReportMeta* meta) {
+  meta->tool = "kvroute demo";
+  meta->scenario = sc.name + " (live, scaled down)";
+  meta->seed = plan.seed;
+  meta->slo = sc.slo;
+  auto info = [&](const std::string& k, std::string v) { meta->info.emplace_back(k, v); };
+  info("scenario_file", path);
+  info("replicas", std::to_string(plan.n));
+  info("kv_blocks_per_replica", std::to_string(plan.ec.num_gpu_blocks));
+  info("rate_per_s", fmt::format("{:g}", o.rate));
+  info("duration_s", fmt::format("{:g}", o.duration_s));
+  info("output_scale", fmt::format("{:g}", o.output_scale));
+  info("time_scale", fmt::format("{:g}", o.time_scale));
+  info("scenario_rate_per_s",
+       sc.arrivals.stages.empty() ? "-" : fmt::format("{:g}", sc.arrivals.stages[0].rate));
+  info("scenario_kv_blocks", std::to_string(sc.fleet.kv_blocks));
+}
+
+// The router's configuration for one live run: one thread on an ephemeral loopback port,
+// fast scrapes, the fleet's replicas as static endpoints (also into `*fleet_addrs`, for
+// the load generator's scrapes) and `policy`, as `scheduling: {policy: NAME}` in a file.
+config::RouterConfig LiveRouterConfig(const sim::Fleet& fleet, int n, const std::string& policy,
+                                      std::vector<bench::HostPort>* fleet_addrs) {
+  config::RouterConfig rc;
+  rc.threads = 1;
+  rc.listen = "127.0.0.1:0";
+  rc.listen_addr = {"127.0.0.1", 0};
+  rc.pool.scrape_interval_s = 0.05;
+  for (int i = 0; i < n; ++i) {
+    config::EndpointConfig ep;
+    ep.host_port = {"127.0.0.1", fleet.port(i)};
+    ep.address = ep.host_port.ToString();
+    ep.name = ep.address;
+    rc.pool.endpoints.push_back(ep);
+    fleet_addrs->push_back({"127.0.0.1", fleet.port(i)});
+  }
+  // The policy is the router's configuration, as `scheduling: {policy: NAME}` in a file.
+  rc.scheduling.policy = policy;
+  return rc;
+}
+
+// The load generator's configuration for one live run through the router on `port`.
+// `policy` must outlive the run (the progress callback refers to it).
+bench::BenchConfig LiveBenchConfig(const DemoOptions& o, const config::Scenario& sc,
+                                   const LivePlan& plan, const std::string& policy,
+                                   uint16_t port, std::vector<bench::HostPort> fleet_addrs) {
+  bench::BenchConfig bc;
+  bc.target = {"127.0.0.1", port};
+  bc.model = plan.ec.model_name;
+  bc.workload = plan.wl;
+  bc.arrivals = plan.arrivals;
+  bc.seed = plan.seed;
+  bc.slo = sc.slo;
+  bc.label = policy;
+  bc.fleet = std::move(fleet_addrs);
+  bc.scrape_interval_s = 0.25;
+  bc.drain_timeout_s = o.drain_s;
+  bc.first_byte_timeout_s = o.duration_s + o.drain_s + 5;
+  bc.stop = o.stop;
+  if (o.on_progress) {
+    bc.on_progress = [&o, &policy](const bench::Progress& p) { o.on_progress(policy, p); };
+  }
+  return bc;
+}
+
+// kvroute doctor on its own thread, against the replicas (not the router), as an
+// operator would run it during the traffic: it waits doctor_warmup_s (less if
+// `*traffic_over` becomes true), then diagnoses into `*diagnosis`. It ends early if the
+// traffic does. Everything referred to must outlive the thread (joined by the caller).
+std::thread StartDoctor(const DemoOptions& o, const std::string& policy, const LivePlan& plan,
+                        const sim::Fleet& fleet, const std::atomic<bool>* traffic_over,
+                        Diagnosis* diagnosis) {
+  std::vector<DoctorTarget> targets;
+  for (int i = 0; i < plan.n; ++i) {
+    targets.push_back({plan.replicas[i].name, "127.0.0.1", fleet.port(i)});
+  }
+  return std::thread([&o, &policy, traffic_over, diagnosis, targets] {
+    const auto start = std::chrono::steady_clock::now();
+    while (!traffic_over->load() &&
+           std::chrono::steady_clock::now() - start <
+               std::chrono::duration<double>(o.doctor_warmup_s)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (o.log) o.log(fmt::format("[{}] kvroute doctor: scraping {} replicas for {:g} s", policy,
+                                 targets.size(), o.doctor_window_s));
+    *diagnosis = DiagnoseFleet(policy, targets, o.doctor_window_s, o.doctor_interval_s,
+                               traffic_over);
+  });
+}
+
+// Adds one finished live run to `result`: its requests CSV (with `records`), then (unless
+// the run failed) the requests each replica served, its failures and unsent requests as
+// notes, its run info and its report. False with result->error set on failure.
+bool RecordLiveRun(const DemoOptions& o, const std::string& policy, int n,
+                   bench::BenchResult& br, DemoResult* result) {
+  if (o.records) {
+    std::error_code mk;
+    fs::create_directories(o.out_dir, mk);
+    const fs::path csv = fs::path(o.out_dir) / ("requests-" + policy + ".csv");
+    std::string werr;
+    if (!WriteFile(csv, RecordsCsv(br.records), &werr)) {
+      result->error = werr;
+      return false;
+    }
+    result->files.push_back(csv.string());
+  }
+  if (!br.error.empty()) {
+    result->error = br.error;
+    return false;
+  }
+  std::vector<int64_t> served(n, 0);
+  int64_t unknown = 0;
+  for (const report::RequestRecord& r : br.records) {
+    if (r.endpoint >= 0 && r.endpoint < n) {
+      ++served[r.endpoint];
+    } else {
+      ++unknown;
+    }
+  }
+  if (unknown == static_cast<int64_t>(br.records.size())) served.clear();
+  for (const auto& [cause, count] : br.error_details) {
+    result->notes.push_back(fmt::format("{}: {} requests failed ({})", policy, count, cause));
+  }
+  if (br.not_sent > 0) {
+    result->notes.push_back(fmt::format("{}: {} requests not sent (stopped)", policy, br.not_sent));
+  }
+  bench::AddRunInfo(br, policy + ".", &result->meta);
+  result->policies.push_back(std::move(br.summary));
+  result->served.push_back(std::move(served));
+  return true;
+}
+
+// One policy's live run: a fresh fleet, the router with `policy` in front, the load
+// generator through it, kvroute doctor beside it; then both stopped and the run recorded.
+// False with result->error set when something could not start or the run failed.
+bool RunLivePolicy(const DemoOptions& o, const config::Scenario& sc, const LivePlan& plan,
+                   const std::string& policy, DemoResult* result) {
+  const int n = plan.n;
+  Log(o, fmt::format("[{}] starting {} simulated replicas and the router", policy, n));
+  sim::Fleet fleet(plan.replicas, 1);
+  if (Status st = fleet.Start(); !st.ok()) {
+    const std::string e = st.message();
+    result->error = "fleet: " + e;
+    return false;
+  }
+  std::vector<bench::HostPort> fleet_addrs;
+  config::RouterConfig rc = LiveRouterConfig(fleet, n, policy, &fleet_addrs);
+  if (auto err = sched::ValidateSchedulingSpec(rc.scheduling)) {
+    result->error = "policy " + policy + ": " + err->message;
+    return false;
+  }
+  router::RouterOptions ro;
+  ro.listen = config::HostPort{"127.0.0.1", 0};
+  ro.threads = 1;
+  ro.log = false;
+  router::Router rt(rc, ro);
+  if (Status st = rt.Start(); !st.ok()) {
+    result->error = "router: " + st.message();
+    return false;
+  }
+  // Wait (bounded) until the router has scraped the fleet.
+  for (int i = 0; i < 100 && !rt.Ready(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+
+  bench::BenchConfig bc = LiveBenchConfig(o, sc, plan, policy, rt.port(), std::move(fleet_addrs));
+  Log(o, fmt::format("[{}] router on 127.0.0.1:{}; {:g} req/s for {:g} s", policy, rt.port(),
+                     o.rate, o.duration_s));
+  std::atomic<bool> traffic_over{false};
+  Diagnosis diagnosis;
+  std::thread doctor_thread;
+  if (o.doctor_window_s > 0) {
+    doctor_thread = StartDoctor(o, policy, plan, fleet, &traffic_over, &diagnosis);
+  }
+  bench::BenchResult br = bench::RunBench(bc);
+  traffic_over.store(true);
+  if (doctor_thread.joinable()) doctor_thread.join();
+  rt.Stop();
+  fleet.Stop();
+  if (o.doctor_window_s > 0) {
+    Log(o, fmt::format("[{}] kvroute doctor: exit {}{}", policy, diagnosis.exit_code,
+                       diagnosis.exit_code == 2 ? std::string(", nothing readable")
+                       : diagnosis.findings.empty()
+                           ? std::string(", healthy")
+                           : fmt::format(", findings: {}", fmt::join(diagnosis.findings, ", "))));
+    result->diagnoses.push_back(std::move(diagnosis));
+  }
+  return RecordLiveRun(o, policy, n, br, result);
+}
+
+}  // namespace
+
+DemoResult RunDemo(const DemoOptions& o) {
+  DemoResult result;
+  std::string path;
+  std::optional<config::Scenario> loaded = LoadScenario(o, &path, &result.error);
+  if (!loaded) return result;
+  const config::Scenario& sc = *loaded;
 
   // Act 1, in virtual time, on the scenario as written (its KV size, lengths and rates).
   if (o.scaling) {
@@ -333,182 +584,16 @@ DemoResult RunDemo(const DemoOptions& o) {
     }
   }
 
-  // The scenario, scaled down for a live run on a small machine.
-  workload::WorkloadSpec wl = sc.workload;
-  wl.output_len = ScaleLengths(wl.output_len, o.output_scale);
-  workload::ArrivalSpec arrivals;
-  arrivals.kind = sc.arrivals.kind;
-  arrivals.burstiness = sc.arrivals.burstiness;
-  arrivals.stages = {{o.rate, std::numeric_limits<double>::infinity()}};
-  arrivals.duration_s = o.duration_s;
-  const uint64_t seed = o.seed ? o.seed : sc.seed;
-  engine::EngineConfig ec = sc.fleet.EngineConfigFor();
-  if (o.kv_blocks > 0) ec.num_gpu_blocks = o.kv_blocks;
-  const int n = o.replicas > 0 ? o.replicas : sc.fleet.replicas;
-  std::vector<sim::ReplicaConfig> replicas(n);
-  for (int i = 0; i < n; ++i) {
-    replicas[i].name = "replica-" + std::to_string(i);
-    replicas[i].host = "127.0.0.1";
-    replicas[i].port = 0;
-    replicas[i].preset = sc.fleet.engine_preset;
-    replicas[i].engine = ec;
-    replicas[i].time_scale = o.time_scale;
-    replicas[i].enable_prompt_tokens_details = true;  // per-request cached tokens in the CSV
-    if (Status s = config::ValidateReplica(replicas[i]); !s.ok()) {
-      result.error = "replica config: " + s.message();
-      return result;
-    }
-  }
-
-  result.meta.tool = "kvroute demo";
-  result.meta.scenario = sc.name + " (live, scaled down)";
-  result.meta.seed = seed;
-  result.meta.slo = sc.slo;
-  auto info = [&](const std::string& k, std::string v) { result.meta.info.emplace_back(k, v); };
-  info("scenario_file", path);
-  info("replicas", std::to_string(n));
-  info("kv_blocks_per_replica", std::to_string(ec.num_gpu_blocks));
-  info("rate_per_s", fmt::format("{:g}", o.rate));
-  info("duration_s", fmt::format("{:g}", o.duration_s));
-  info("output_scale", fmt::format("{:g}", o.output_scale));
-  info("time_scale", fmt::format("{:g}", o.time_scale));
-  info("scenario_rate_per_s",
-       sc.arrivals.stages.empty() ? "-" : fmt::format("{:g}", sc.arrivals.stages[0].rate));
-  info("scenario_kv_blocks", std::to_string(sc.fleet.kv_blocks));
-
+  // Act 2: the scenario, scaled down for a live run on a small machine, per policy.
+  LivePlan plan;
+  if (!PlanLive(o, sc, &plan, &result.error)) return result;
+  FillMeta(o, sc, path, plan, &result.meta);
   for (const std::string& policy : o.policies) {
     if (o.stop && o.stop->load()) break;
-    Log(o, fmt::format("[{}] starting {} simulated replicas and the router", policy, n));
-    sim::Fleet fleet(replicas, 1);
-    if (Status st = fleet.Start(); !st.ok()) {
-      const std::string e = st.message();
-      result.error = "fleet: " + e;
-      return result;
-    }
-    config::RouterConfig rc;
-    rc.threads = 1;
-    rc.listen = "127.0.0.1:0";
-    rc.listen_addr = {"127.0.0.1", 0};
-    rc.pool.scrape_interval_s = 0.05;
-    std::vector<bench::HostPort> fleet_addrs;
-    for (int i = 0; i < n; ++i) {
-      config::EndpointConfig ep;
-      ep.host_port = {"127.0.0.1", fleet.port(i)};
-      ep.address = ep.host_port.ToString();
-      ep.name = ep.address;
-      rc.pool.endpoints.push_back(ep);
-      fleet_addrs.push_back({"127.0.0.1", fleet.port(i)});
-    }
-    // The policy is the router's configuration, as `scheduling: {policy: NAME}` in a file.
-    rc.scheduling.policy = policy;
-    if (auto err = sched::ValidateSchedulingSpec(rc.scheduling)) {
-      result.error = "policy " + policy + ": " + err->message;
-      return result;
-    }
-    router::RouterOptions ro;
-    ro.listen = config::HostPort{"127.0.0.1", 0};
-    ro.threads = 1;
-    ro.log = false;
-    router::Router rt(rc, ro);
-    if (Status st = rt.Start(); !st.ok()) {
-      result.error = "router: " + st.message();
-      return result;
-    }
-    // Wait (bounded) until the router has scraped the fleet.
-    for (int i = 0; i < 100 && !rt.Ready(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-
-    bench::BenchConfig bc;
-    bc.target = {"127.0.0.1", rt.port()};
-    bc.model = ec.model_name;
-    bc.workload = wl;
-    bc.arrivals = arrivals;
-    bc.seed = seed;
-    bc.slo = sc.slo;
-    bc.label = policy;
-    bc.fleet = fleet_addrs;
-    bc.scrape_interval_s = 0.25;
-    bc.drain_timeout_s = o.drain_s;
-    bc.first_byte_timeout_s = o.duration_s + o.drain_s + 5;
-    bc.stop = o.stop;
-    if (o.on_progress) {
-      bc.on_progress = [&o, &policy](const bench::Progress& p) { o.on_progress(policy, p); };
-    }
-    Log(o, fmt::format("[{}] router on 127.0.0.1:{}; {:g} req/s for {:g} s", policy, rt.port(),
-                       o.rate, o.duration_s));
-    // kvroute doctor on its own thread, against the replicas (not the router), as an
-    // operator would run it during the traffic. It ends early if the traffic does.
-    std::atomic<bool> traffic_over{false};
-    Diagnosis diagnosis;
-    std::thread doctor_thread;
-    if (o.doctor_window_s > 0) {
-      std::vector<DoctorTarget> targets;
-      for (int i = 0; i < n; ++i) targets.push_back({replicas[i].name, "127.0.0.1", fleet.port(i)});
-      doctor_thread = std::thread([&o, &policy, &traffic_over, &diagnosis, targets] {
-        const auto start = std::chrono::steady_clock::now();
-        while (!traffic_over.load() &&
-               std::chrono::steady_clock::now() - start <
-                   std::chrono::duration<double>(o.doctor_warmup_s)) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-        if (o.log) o.log(fmt::format("[{}] kvroute doctor: scraping {} replicas for {:g} s", policy,
-                                     targets.size(), o.doctor_window_s));
-        diagnosis = DiagnoseFleet(policy, targets, o.doctor_window_s, o.doctor_interval_s,
-                                  &traffic_over);
-      });
-    }
-    bench::BenchResult br = bench::RunBench(bc);
-    traffic_over.store(true);
-    if (doctor_thread.joinable()) doctor_thread.join();
-    rt.Stop();
-    fleet.Stop();
-    if (o.doctor_window_s > 0) {
-      Log(o, fmt::format("[{}] kvroute doctor: exit {}{}", policy, diagnosis.exit_code,
-                         diagnosis.exit_code == 2 ? std::string(", nothing readable")
-                         : diagnosis.findings.empty()
-                             ? std::string(", healthy")
-                             : fmt::format(", findings: {}", fmt::join(diagnosis.findings, ", "))));
-      result.diagnoses.push_back(std::move(diagnosis));
-    }
-    if (o.records) {
-      std::error_code mk;
-      fs::create_directories(o.out_dir, mk);
-      const fs::path csv = fs::path(o.out_dir) / ("requests-" + policy + ".csv");
-      std::string werr;
-      if (!WriteFile(csv, RecordsCsv(br.records), &werr)) {
-        result.error = werr;
-        return result;
-      }
-      result.files.push_back(csv.string());
-    }
-    if (!br.error.empty()) {
-      result.error = br.error;
-      return result;
-    }
-    std::vector<int64_t> served(n, 0);
-    int64_t unknown = 0;
-    for (const report::RequestRecord& r : br.records) {
-      if (r.endpoint >= 0 && r.endpoint < n) {
-        ++served[r.endpoint];
-      } else {
-        ++unknown;
-      }
-    }
-    if (unknown == static_cast<int64_t>(br.records.size())) served.clear();
-    for (const auto& [cause, count] : br.error_details) {
-      result.notes.push_back(fmt::format("{}: {} requests failed ({})", policy, count, cause));
-    }
-    if (br.not_sent > 0) {
-      result.notes.push_back(fmt::format("{}: {} requests not sent (stopped)", policy, br.not_sent));
-    }
-    bench::AddRunInfo(br, policy + ".", &result.meta);
-    result.policies.push_back(std::move(br.summary));
-    result.served.push_back(std::move(served));
+    if (!RunLivePolicy(o, sc, plan, policy, &result)) return result;
   }
 
-  WriteFiles(o, n, ec.num_gpu_blocks, &result);
+  WriteFiles(o, plan.n, plan.ec.num_gpu_blocks, &result);
   return result;
 }
 

@@ -4,14 +4,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
+#include <string>
+#include <tuple>
 
 #include "config/router_config.h"
 #include "apps/epp/epp.h"
 #include "config/yaml_reader.h"
 #include "adapters/tls/pki.h"
-
-#include <optional>
-#include <tuple>
 
 namespace kvroute::epp {
 
@@ -147,22 +147,25 @@ std::string HostPort(const std::string& host, uint16_t port) {
   return host + ":" + std::to_string(port);
 }
 
-}  // namespace
-
-int EppMain(int argc, char** argv) {
-  CLI::App app{"The endpoint picker for Envoy-based gateways (Gateway API Inference Extension): an\n"
-               "ext_proc gRPC server that picks the endpoint for each request over the same\n"
-               "routing core and configuration file as `kvroute serve`.",
-               "kvroute epp"};
+// What `kvroute epp`'s command line sets: the picker's options (EppOptions, bound to their
+// flags directly) and the flag values checked or converted after parsing (FinishFlags).
+struct EppMainOptions {
   std::string config_path;
   EppOptions options;
   int grpc_port = 9002, health_port = 9003, metrics_port = 9090;
   bool check = false;
-  app.add_option("--config,-c", config_path,
+  std::string region;
+  bool region_given = false;  // --region was on the command line (set after parsing)
+  std::string reload_interval = "5s", handshake_timeout = "10s", cert_out;
+};
+
+// Registers every flag of `kvroute epp` on `app`, bound to `o`.
+void AddFlags(CLI::App& app, EppMainOptions& o) {
+  app.add_option("--config,-c", o.config_path,
                  "Configuration file (YAML, as for kvroute serve); optional with --pool-name "
                  "(defaults: the kvroute policy)")
       ->check(CLI::ExistingFile);
-  config::KubernetesDiscoveryConfig& k8s = options.kubernetes;
+  config::KubernetesDiscoveryConfig& k8s = o.options.kubernetes;
   k8s.group.clear();  // only a given flag overrides the file
   app.add_option("--pool-name", k8s.inference_pool,
                  "InferencePool to follow (Kubernetes discovery; overrides "
@@ -176,20 +179,19 @@ int EppMain(int argc, char** argv) {
   app.add_option("--kubeconfig", k8s.kubeconfig,
                  "kubeconfig file (default: the in-cluster service account)")
       ->check(CLI::ExistingFile);
-  app.add_option("--grpc-port", grpc_port, "ext_proc gRPC port (0 = any free port)")
+  app.add_option("--grpc-port", o.grpc_port, "ext_proc gRPC port (0 = any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app.add_option("--grpc-health-port", health_port, "gRPC health port (0 = any free port)")
+  app.add_option("--grpc-health-port", o.health_port, "gRPC health port (0 = any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app.add_option("--metrics-port", metrics_port, "Prometheus /metrics HTTP port (0 = any free port)")
+  app.add_option("--metrics-port", o.metrics_port, "Prometheus /metrics HTTP port (0 = any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app.add_option("--host", options.host, "Address every port binds to")->capture_default_str();
-  std::string region;
-  CLI::Option* region_flag = app.add_option("--region", region,
+  app.add_option("--host", o.options.host, "Address every port binds to")->capture_default_str();
+  app.add_option("--region", o.region,
                  "The picker's region (overrides locality.region; \"\" = locality off)");
-  EppTlsOptions& tls = options.tls;
+  EppTlsOptions& tls = o.options.tls;
   tls.secure_serving = true;
   app.add_flag("--secure-serving", tls.secure_serving,
                "TLS on the ext_proc port (default true; --secure-serving=false: plaintext h2c). The "
@@ -200,19 +202,22 @@ int EppMain(int argc, char** argv) {
   app.add_flag("--enable-cert-reload", tls.enable_cert_reload,
                "Watch --cert-path and serve a changed pair to new connections (a pair that does "
                "not load is rejected, the old one kept, with one log line)");
-  std::string reload_interval = "5s", handshake_timeout = "10s", cert_out;
-  app.add_option("--cert-reload-interval", reload_interval,
+  app.add_option("--cert-reload-interval", o.reload_interval,
                  "How often --enable-cert-reload looks at the files")
       ->capture_default_str();
-  app.add_option("--handshake-timeout", handshake_timeout,
+  app.add_option("--handshake-timeout", o.handshake_timeout,
                  "A connection to the ext_proc port that has not completed its TLS handshake "
                  "(and HTTP/2 preface) within this time is closed")
       ->capture_default_str();
-  app.add_option("--self-signed-cert-out", cert_out,
+  app.add_option("--self-signed-cert-out", o.cert_out,
                  "Write the self-signed certificate (PEM) to this file at start, for a client "
                  "that verifies it");
-  app.add_flag("--check", check, "Validate the configuration file and exit (0 when valid)");
-  // The refused keys come from the one list the config loader checks.
+  app.add_flag("--check", o.check, "Validate the configuration file and exit (0 when valid)");
+}
+
+// The help footer: kHelpFooter with the keys only serve honours filled in. The refused
+// keys come from the one list the config loader checks.
+std::string HelpFooter() {
   std::string footer = kHelpFooter;
   std::string serve_only;
   for (std::string_view k : config::kServeOnlyKeys) {
@@ -220,91 +225,98 @@ int EppMain(int argc, char** argv) {
     serve_only += k;
   }
   footer.replace(footer.find("%SERVE_ONLY%"), 12, serve_only);
-  app.footer(footer);
-  CLI11_PARSE(app, argc, argv);
+  return footer;
+}
 
+// Checks the flags against each other and converts the ones that are more than a value
+// (region, durations) into `o.options`. Returns false, with the reason on stderr, when
+// they do not go together (exit code 2); a combination that only does nothing is warned
+// about.
+bool FinishFlags(EppMainOptions& o) {
+  config::KubernetesDiscoveryConfig& k8s = o.options.kubernetes;
+  EppTlsOptions& tls = o.options.tls;
   const bool flags_k8s = !k8s.inference_pool.empty();
   if (!flags_k8s && (!k8s.namespace_name.empty() || !k8s.group.empty() || !k8s.kubeconfig.empty())) {
     std::fprintf(stderr, "kvroute epp: --pool-namespace, --pool-group and --kubeconfig need --pool-name\n");
-    return 2;
+    return false;
   }
-  if (config_path.empty() && !flags_k8s) {
+  if (o.config_path.empty() && !flags_k8s) {
     std::fprintf(stderr, "kvroute epp: give --config FILE or --pool-name NAME (see --help)\n");
-    return 2;
+    return false;
   }
   k8s.kubeconfig_path = k8s.kubeconfig;
-  if (region_flag->count() > 0) {
-    if (Status st = config::CheckRegionName(region); !st.ok()) {
+  if (o.region_given) {
+    if (Status st = config::CheckRegionName(o.region); !st.ok()) {
       std::fprintf(stderr, "kvroute epp: --region: %s\n", st.message().c_str());
-      return 2;
+      return false;
     }
-    options.region = region;
+    o.options.region = o.region;
   }
-  for (auto [flag, text, out] : {std::tuple{"--cert-reload-interval", &reload_interval, &tls.reload_interval_s},
-                                 std::tuple{"--handshake-timeout", &handshake_timeout, &tls.handshake_timeout_s}}) {
+  for (auto [flag, text, out] : {std::tuple{"--cert-reload-interval", &o.reload_interval, &tls.reload_interval_s},
+                                 std::tuple{"--handshake-timeout", &o.handshake_timeout, &tls.handshake_timeout_s}}) {
     std::optional<double> d = config::ParseDuration(*text);
     if (!d) {
       std::fprintf(stderr, "kvroute epp: %s: not a duration: '%s' (e.g. 10s, 500ms)\n", flag, text->c_str());
-      return 2;
+      return false;
     }
     *out = *d;
   }
-  if (!tls.secure_serving && (!tls.cert_path.empty() || tls.enable_cert_reload || !cert_out.empty())) {
+  if (!tls.secure_serving && (!tls.cert_path.empty() || tls.enable_cert_reload || !o.cert_out.empty())) {
     std::fprintf(stderr,
                  "kvroute epp: --cert-path, --enable-cert-reload and --self-signed-cert-out need "
                  "--secure-serving (on by default)\n");
-    return 2;
+    return false;
   }
   if (tls.enable_cert_reload && tls.cert_path.empty() && tls.secure_serving) {
     std::fprintf(stderr, "kvroute epp: --enable-cert-reload without --cert-path: the self-signed certificate is not reloaded\n");
   }
-  if (!cert_out.empty() && !tls.cert_path.empty()) {
+  if (!o.cert_out.empty() && !tls.cert_path.empty()) {
     std::fprintf(stderr, "kvroute epp: --self-signed-cert-out writes the generated certificate: not with --cert-path\n");
-    return 2;
+    return false;
   }
+  return true;
+}
+
+// The configuration to start with: the file (the epp reader: serve-only keys refused),
+// or the defaults without one, with the command line's Kubernetes discovery applied.
+// Nullopt, with the reason on stderr, when either fails.
+std::optional<config::RouterConfig> LoadConfig(const EppMainOptions& o) {
   config::ConfigOr<config::RouterConfig> loaded;
-  if (config_path.empty()) {
+  if (o.config_path.empty()) {
     loaded.value = config::RouterConfig{};
   } else {
-    loaded = config::LoadRouterConfig(config_path, config::ConfigReader::kEpp);
+    loaded = config::LoadRouterConfig(o.config_path, config::ConfigReader::kEpp);
     if (!loaded.ok()) {
       std::fprintf(stderr, "kvroute epp: %s\n", loaded.error.ToString().c_str());
-      return 2;
+      return std::nullopt;
     }
   }
-  if (Status st = ApplyKubernetesFlags(k8s, *loaded.value); !st.ok()) {
+  if (Status st = ApplyKubernetesFlags(o.options.kubernetes, *loaded.value); !st.ok()) {
     std::fprintf(stderr, "kvroute epp: %s\n", st.message().c_str());
-    return 2;
+    return std::nullopt;
   }
-  if (check) {
-    const config::PoolConfig& p = loaded.value->pool;
-    if (p.kubernetes.enabled()) {
-      std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n",
-                  config_path.empty() ? "flags" : config_path.c_str(),
-                  p.kubernetes.namespace_name.c_str(), p.kubernetes.namespace_name.empty() ? "" : "/",
-                  p.kubernetes.inference_pool.c_str(), p.kubernetes.group.c_str());
-    } else {
-      std::printf("%s: ok (%zu endpoints)\n", config_path.c_str(), p.endpoints.size());
-    }
-    return 0;
-  }
-  options.config_path = config_path;
-  options.grpc_port = static_cast<uint16_t>(grpc_port);
-  options.health_port = static_cast<uint16_t>(health_port);
-  options.metrics_port = static_cast<uint16_t>(metrics_port);
-  options.handle_signals = true;
+  return std::move(*loaded.value);
+}
 
-  // As for serve: long prompts are gathered into one buffer per stream; keep such blocks
-  // on the heap rather than mmap'ing each anew.
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  mallopt(M_TRIM_THRESHOLD, 128 << 20);
-
-  Epp epp(std::move(*loaded.value), options);
-  if (Status st = epp.Start(); !st.ok()) {
-    std::fprintf(stderr, "kvroute epp: %s\n", st.message().c_str());
-    epp.Stop();
-    return 1;
+// --check's answer for a configuration that loaded.
+void PrintCheck(const EppMainOptions& o, const config::RouterConfig& config) {
+  const config::PoolConfig& p = config.pool;
+  if (p.kubernetes.enabled()) {
+    std::printf("%s: ok (Kubernetes discovery: InferencePool %s%s%s, group %s)\n",
+                o.config_path.empty() ? "flags" : o.config_path.c_str(),
+                p.kubernetes.namespace_name.c_str(), p.kubernetes.namespace_name.empty() ? "" : "/",
+                p.kubernetes.inference_pool.c_str(), p.kubernetes.group.c_str());
+  } else {
+    std::printf("%s: ok (%zu endpoints)\n", o.config_path.c_str(), p.endpoints.size());
   }
+}
+
+// The ext_proc port's transport for the start line ("plaintext", "tls, self-signed,
+// sha256 ..." or "tls, DIR[, reloaded], sha256 ..."); writes the self-signed certificate
+// to --self-signed-cert-out when given. Nullopt, with the reason on stderr, when that
+// file cannot be written.
+std::optional<std::string> DescribeTransport(const EppMainOptions& o, Epp& epp) {
+  const EppTlsOptions& tls = o.options.tls;
   std::string how = "plaintext";
   if (tls.secure_serving) {
     const std::string pem = epp.serving_cert_pem();
@@ -312,27 +324,77 @@ int EppMain(int argc, char** argv) {
     const std::string fp = info.ok() ? info->sha256_fingerprint : std::string("?");
     if (tls.cert_path.empty()) {
       how = "tls, self-signed, sha256 " + fp;
-      if (!cert_out.empty()) {
-        std::FILE* f = std::fopen(cert_out.c_str(), "w");
+      if (!o.cert_out.empty()) {
+        std::FILE* f = std::fopen(o.cert_out.c_str(), "w");
         const bool ok = f && std::fwrite(pem.data(), 1, pem.size(), f) == pem.size();
         if (f) std::fclose(f);
         if (!ok) {
-          std::fprintf(stderr, "kvroute epp: --self-signed-cert-out: cannot write %s\n", cert_out.c_str());
-          epp.Stop();
-          return 1;
+          std::fprintf(stderr, "kvroute epp: --self-signed-cert-out: cannot write %s\n", o.cert_out.c_str());
+          return std::nullopt;
         }
       }
     } else {
       how = "tls, " + tls.cert_path + (tls.enable_cert_reload ? ", reloaded" : "") + ", sha256 " + fp;
     }
   }
+  return how;
+}
+
+// Loads the configuration and answers --check, or runs the picker until SIGINT or
+// SIGTERM. Returns the exit code.
+int Run(const EppMainOptions& o) {
+  std::optional<config::RouterConfig> config = LoadConfig(o);
+  if (!config) return 2;
+  if (o.check) {
+    PrintCheck(o, *config);
+    return 0;
+  }
+  EppOptions options = o.options;
+  options.config_path = o.config_path;
+  options.grpc_port = static_cast<uint16_t>(o.grpc_port);
+  options.health_port = static_cast<uint16_t>(o.health_port);
+  options.metrics_port = static_cast<uint16_t>(o.metrics_port);
+  options.handle_signals = true;
+
+  // As for serve: long prompts are gathered into one buffer per stream; keep such blocks
+  // on the heap rather than mmap'ing each anew.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+
+  Epp epp(std::move(*config), options);
+  if (Status st = epp.Start(); !st.ok()) {
+    std::fprintf(stderr, "kvroute epp: %s\n", st.message().c_str());
+    epp.Stop();
+    return 1;
+  }
+  std::optional<std::string> how = DescribeTransport(o, epp);
+  if (!how) {
+    epp.Stop();
+    return 1;
+  }
   std::fprintf(stderr, "kvroute epp: ext_proc on %s (%s), health on %s, metrics on %s\n",
-               HostPort(options.host, epp.grpc_port()).c_str(), how.c_str(),
+               HostPort(options.host, epp.grpc_port()).c_str(), how->c_str(),
                HostPort(options.host, epp.health_port()).c_str(),
                HostPort(options.host, epp.metrics_port()).c_str());
   epp.WaitForShutdown();
   epp.Stop();
   return 0;
+}
+
+}  // namespace
+
+int EppMain(int argc, char** argv) {
+  CLI::App app{"The endpoint picker for Envoy-based gateways (Gateway API Inference Extension): an\n"
+               "ext_proc gRPC server that picks the endpoint for each request over the same\n"
+               "routing core and configuration file as `kvroute serve`.",
+               "kvroute epp"};
+  EppMainOptions opts;
+  AddFlags(app, opts);
+  app.footer(HelpFooter());
+  CLI11_PARSE(app, argc, argv);
+  opts.region_given = app.count("--region") > 0;
+  if (!FinishFlags(opts)) return 2;
+  return Run(opts);
 }
 
 }  // namespace kvroute::epp

@@ -453,7 +453,36 @@ struct Engine::Impl {
 
   // ---- the step ------------------------------------------------------------------------
 
+  // One scheduler step at `now`: schedule running requests, admit waiting ones, "execute"
+  // the batch and write what it produced into `out`. The pieces below are its steps, in
+  // order; none allocates beyond what the step did before (the member scratch vectors).
   void Step(double now, StepResult* out) {
+    BeginStep(out);
+    const bool lora = config.lora.enabled;
+
+    if (!holds.empty()) ExpireHolds(now);
+
+    int budget = config.max_num_batched_tokens;
+    const bool preempted_any = ScheduleRunning(budget, out);
+
+    // The adapters the running requests bring into this step's batch.
+    if (lora) {
+      for (const Request* r : scheduled) AddStepLora(r->lora_name);
+    }
+
+    // Then waiting requests, unless this step had to preempt.
+    if (!preempted_any) AdmitWaiting(now, budget);
+
+    if (scheduled.empty()) return;
+
+    ExecuteBatch(now, out);
+    const double end = now + out->duration_s;
+
+    if (EmitOutputs(end, out)) ReleaseFinished();
+  }
+
+  // Zeroes `out` (its outputs' capacity kept) and the step's scratch lists.
+  void BeginStep(StepResult* out) {
     out->duration_s = 0.0;
     out->prefill_tokens = 0;
     out->decode_seqs = 0;
@@ -464,14 +493,14 @@ struct Engine::Impl {
     out->outputs.clear();
     scheduled.clear();
     step_loras.clear();
-    const bool lora = config.lora.enabled;
+  }
 
-    if (!holds.empty()) ExpireHolds(now);
-
-    int budget = config.max_num_batched_tokens;
+  // Running requests first, in admission order: each gets min(its remaining tokens,
+  // `budget`) slots, preempting victims (PickVictim) until they fit; a request that is
+  // itself the victim ends the pass. Takes the scheduled tokens from `budget`. Returns
+  // whether anything was preempted.
+  bool ScheduleRunning(int& budget, StepResult* out) {
     bool preempted_any = false;
-
-    // Running requests first, in admission order.
     size_t i = 0;
     while (i < running.size() && budget > 0) {
       Request* r = running[i];
@@ -504,69 +533,67 @@ struct Engine::Impl {
       budget -= num_new;
       ++i;
     }
+    return preempted_any;
+  }
 
-    // The adapters the running requests bring into this step's batch.
-    if (lora) {
-      for (const Request* r : scheduled) AddStepLora(r->lora_name);
-    }
-
-    // Then waiting requests, unless this step had to preempt. A decode leg whose KV is
-    // still on its way, and a request whose adapter would exceed max_loras distinct
-    // adapters in the batch, are skipped (j moves past them; they keep their place); with
-    // none, j stays 0 and this is plain head-of-line FCFS / priority admission.
-    if (!preempted_any) {
-      size_t j = 0;
-      while (j < waiting.size() && budget > 0 &&
-             static_cast<int>(running.size()) < config.max_num_seqs) {
-        Request* r = waiting[j];
-        if (r->kv_load_tokens > 0 && r->kv_ready_s > now) {
-          ++j;
-          continue;
-        }
-        if (lora && !r->lora_name.empty() &&
-            static_cast<int>(step_loras.size()) >= config.lora.max_loras &&
-            !StepHasLora(r->lora_name)) {
-          ++stats.lora_skips;
-          ++j;
-          continue;
-        }
-        assert(r->computed == 0 && r->blocks.empty());
-        FindCachedPrefix(r, &hit_scratch);
-        const int cached = static_cast<int>(hit_scratch.size()) * config.block_size;
-        // Loaded tokens count as computed; the last token is always computed here.
-        const int start = r->kv_load_tokens > 0
-                              ? std::max(cached, std::min(r->kv_load_tokens,
-                                                          static_cast<int>(r->tokens.size()) - 1))
-                              : cached;
-        const int num_new = std::min(static_cast<int>(r->tokens.size()) - start, budget);
-        r->computed = start;
-        if (!AllocateSlots(r, num_new, hit_scratch)) {
-          r->computed = 0;
-          break;  // head-of-line: a waiting request never preempts
-        }
-        if (config.enable_prefix_caching) {
-          stats.prefix_queries_tokens += static_cast<int64_t>(r->tokens.size());
-          stats.prefix_hits_tokens += cached;
-        }
-        r->cached_tokens = start;
-        if (r->kv_load_tokens > 0) {
-          r->kv_load_tokens = 0;  // a preempted decode leg recomputes
-          --pending_loads;
-        }
-        r->kv_ready_s = 0.0;
-        waiting.erase(waiting.begin() + static_cast<ptrdiff_t>(j));
-        r->running = true;
-        running.push_back(r);
-        r->scheduled = num_new;
-        scheduled.push_back(r);
-        budget -= num_new;
-        if (lora) AddStepLora(r->lora_name);
+  // Admits waiting requests while `budget`, max_num_seqs and the KV cache allow. A decode
+  // leg whose KV is still on its way, and a request whose adapter would exceed max_loras
+  // distinct adapters in the batch, are skipped (j moves past them; they keep their
+  // place); with none, j stays 0 and this is plain head-of-line FCFS / priority admission.
+  void AdmitWaiting(double now, int& budget) {
+    const bool lora = config.lora.enabled;
+    size_t j = 0;
+    while (j < waiting.size() && budget > 0 &&
+           static_cast<int>(running.size()) < config.max_num_seqs) {
+      Request* r = waiting[j];
+      if (r->kv_load_tokens > 0 && r->kv_ready_s > now) {
+        ++j;
+        continue;
       }
+      if (lora && !r->lora_name.empty() &&
+          static_cast<int>(step_loras.size()) >= config.lora.max_loras &&
+          !StepHasLora(r->lora_name)) {
+        ++stats.lora_skips;
+        ++j;
+        continue;
+      }
+      assert(r->computed == 0 && r->blocks.empty());
+      FindCachedPrefix(r, &hit_scratch);
+      const int cached = static_cast<int>(hit_scratch.size()) * config.block_size;
+      // Loaded tokens count as computed; the last token is always computed here.
+      const int start = r->kv_load_tokens > 0
+                            ? std::max(cached, std::min(r->kv_load_tokens,
+                                                        static_cast<int>(r->tokens.size()) - 1))
+                            : cached;
+      const int num_new = std::min(static_cast<int>(r->tokens.size()) - start, budget);
+      r->computed = start;
+      if (!AllocateSlots(r, num_new, hit_scratch)) {
+        r->computed = 0;
+        break;  // head-of-line: a waiting request never preempts
+      }
+      if (config.enable_prefix_caching) {
+        stats.prefix_queries_tokens += static_cast<int64_t>(r->tokens.size());
+        stats.prefix_hits_tokens += cached;
+      }
+      r->cached_tokens = start;
+      if (r->kv_load_tokens > 0) {
+        r->kv_load_tokens = 0;  // a preempted decode leg recomputes
+        --pending_loads;
+      }
+      r->kv_ready_s = 0.0;
+      waiting.erase(waiting.begin() + static_cast<ptrdiff_t>(j));
+      r->running = true;
+      running.push_back(r);
+      r->scheduled = num_new;
+      scheduled.push_back(r);
+      budget -= num_new;
+      if (lora) AddStepLora(r->lora_name);
     }
+  }
 
-    if (scheduled.empty()) return;
-
-    // "Execute": account the batch, then advance every scheduled request.
+  // "Execute": accounts the batch into `out` (prefill tokens, decode sequences, resident
+  // context, duration with the adapter loads), then advances every scheduled request.
+  void ExecuteBatch(double now, StepResult* out) {
     for (Request* r : scheduled) {
       const bool decode = r->generated > 0 && r->scheduled == 1 &&
                           r->computed + 1 == static_cast<int>(r->tokens.size());
@@ -584,12 +611,16 @@ struct Engine::Impl {
     out->duration_s =
         config.step.StepSeconds(out->prefill_tokens, out->decode_seqs,
                                 out->resident_context_tokens);
-    if (lora && !step_loras.empty()) {
+    if (config.lora.enabled && !step_loras.empty()) {
       out->lora_loads = LoadStepLoras();
       out->duration_s += out->lora_loads * config.lora.load_s;
     }
-    const double end = now + out->duration_s;
+  }
 
+  // One output per scheduled request, visible at `end`: a request whose whole context is
+  // computed samples a token and may finish (its blocks freed, or held for a P/D decode
+  // leg). Returns whether any finished.
+  bool EmitOutputs(double end, StepResult* out) {
     bool any_finished = false;
     for (Request* r : scheduled) {
       RequestOutput& o = out->outputs.emplace_back();
@@ -630,14 +661,16 @@ struct Engine::Impl {
       o.first_scheduled_s = r->first_scheduled_s;
       o.first_token_s = r->first_token_s;
     }
+    return any_finished;
+  }
 
-    if (any_finished) {
-      running.erase(std::remove_if(running.begin(), running.end(),
-                                   [](const Request* r) { return r->finished; }),
-                    running.end());
-      for (Request* r : scheduled) {
-        if (r->finished) Release(r);
-      }
+  // Takes the finished requests out of `running` and recycles them.
+  void ReleaseFinished() {
+    running.erase(std::remove_if(running.begin(), running.end(),
+                                 [](const Request* r) { return r->finished; }),
+                  running.end());
+    for (Request* r : scheduled) {
+      if (r->finished) Release(r);
     }
   }
 

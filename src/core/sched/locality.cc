@@ -28,6 +28,99 @@ bool SameRegion(const EndpointState& a, const EndpointState& b) {
   return a.region == b.region;
 }
 
+// Expected queueing wait at an endpoint: waiting x secondsPerQueuedRequest.
+double ExpectedWait(const EndpointLoad& l, const LocalityFilter::Params& p) {
+  return std::max(0.0, l.waiting) * p.seconds_per_queued;
+}
+
+// What Apply's pass 1 learns about the local candidates.
+struct LocalPass {
+  size_t n_local = 0;
+  size_t n_remote = 0;
+  size_t n_known = 0;
+  bool room = false;
+  double local_wait = kInf;
+};
+
+// Pass 1 classifies every candidate into `cls` (kept in the plugin scratch for the
+// compaction in Apply) and reads local loads until the answer is settled: once a local
+// endpoint has room and nothing to wait for, no other local load can change the decision,
+// so a pool below saturation costs one region compare per endpoint.
+LocalPass ClassifyCandidates(const LocalityFilter& f, bool spilling, const PickContext& ctx,
+                             std::span<const uint32_t> candidates, std::vector<uint32_t>& cls) {
+  const LocalityFilter::Params& p = f.params();
+  const double now = ctx.now_s;
+  LocalPass out;
+  cls.resize(candidates.size());
+  bool settled = false;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const uint32_t pos = candidates[c];
+    const EndpointState& e = ctx.endpoints[pos];
+    if (!f.IsLocal(e)) {
+      cls[c] = kRemote;
+      ++out.n_remote;
+      continue;
+    }
+    cls[c] = kLocalEp;
+    ++out.n_local;
+    if (settled) continue;
+    const EndpointLoad& l = ctx.loads[pos];
+    if (!Known(e, l, now, p.stale_after_s)) continue;
+    ++out.n_known;
+    // Hysteresis: while spilling, an endpoint has room again only clearly below the
+    // thresholds.
+    out.room = out.room || (spilling ? l.waiting <= p.recover_queue_threshold &&
+                                           l.kv_usage <= p.recover_kv_threshold
+                                     : !f.Saturated(l));
+    out.local_wait = std::min(out.local_wait, ExpectedWait(l, p));
+    settled = out.room && out.local_wait <= 0;
+  }
+  return out;
+}
+
+// What Apply's pass 2 learns about the remote candidates.
+struct RemotePass {
+  double best_cost = kInf;
+  const EndpointState* best_region = nullptr;  // an endpoint of the best region
+  bool any_finite_remote = false;
+  uint32_t sticky_pos = PickScratch::kNoPin;
+};
+
+// Pass 2: which remote endpoints can take the request (marked kCanTake in `cls`), the
+// best region (lowest round trip + expected wait) and where the sticky replica `sticky`
+// (-1: none) sits among the candidates.
+RemotePass RankRemote(const LocalityFilter& f, const PickContext& ctx,
+                      std::span<const uint32_t> candidates, int64_t sticky,
+                      std::vector<uint32_t>& cls) {
+  const LocalityFilter::Params& p = f.params();
+  const double now = ctx.now_s;
+  RemotePass out;
+  // Endpoints of one region usually sit together in the table: look each run up once.
+  const EndpointState* last_region = nullptr;
+  double last_rtt = kInf;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    if (cls[c] != kRemote) continue;
+    const uint32_t pos = candidates[c];
+    const EndpointState& e = ctx.endpoints[pos];
+    if (last_region == nullptr || !SameRegion(*last_region, e)) {
+      last_region = &e;
+      last_rtt = f.RttOf(e.region);
+    }
+    if (!(last_rtt < kInf)) continue;
+    out.any_finite_remote = true;
+    const EndpointLoad& l = ctx.loads[pos];
+    if (!Known(e, l, now, p.stale_after_s) || f.Saturated(l)) continue;
+    cls[c] = kCanTake;
+    const double cost = last_rtt + ExpectedWait(l, p);
+    if (cost < out.best_cost) {
+      out.best_cost = cost;
+      out.best_region = &e;
+    }
+    if (sticky >= 0 && e.id == static_cast<uint64_t>(sticky)) out.sticky_pos = pos;
+  }
+  return out;
+}
+
 }  // namespace
 
 void LocalityFilter::Configure(std::string region,
@@ -82,76 +175,23 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
     hash_key();
     if (!key.empty()) sticky = StickyTarget(key[0], now);
   }
-  auto saturated = [&](const EndpointLoad& l) { return Saturated(l); };
-  auto wait = [&](const EndpointLoad& l) { return std::max(0.0, l.waiting) * p_.seconds_per_queued; };
-
-  // Pass 1 classifies every candidate (kept in the plugin scratch for the compaction below)
-  // and reads local loads until the answer is settled: once a local endpoint has room and
-  // nothing to wait for, no other local load can change the decision, so a pool below
-  // saturation costs one region compare per endpoint.
+  // Pass 1: the candidates' classes and the local side (ClassifyCandidates).
   std::vector<uint32_t>& cls = sc.u32_a;
-  cls.resize(candidates.size());
-  size_t n_local = 0;
-  size_t n_remote = 0;
-  size_t n_known = 0;
-  bool room = false;
-  bool settled = false;
-  double local_wait = kInf;
-  for (size_t c = 0; c < candidates.size(); ++c) {
-    const uint32_t pos = candidates[c];
-    const EndpointState& e = ctx.endpoints[pos];
-    if (!IsLocal(e)) {
-      cls[c] = kRemote;
-      ++n_remote;
-      continue;
-    }
-    cls[c] = kLocalEp;
-    ++n_local;
-    if (settled) continue;
-    const EndpointLoad& l = ctx.loads[pos];
-    if (!Known(e, l, now, p_.stale_after_s)) continue;
-    ++n_known;
-    // Hysteresis: while spilling, an endpoint has room again only clearly below the
-    // thresholds.
-    room = room || (spilling_ ? l.waiting <= p_.recover_queue_threshold &&
-                                    l.kv_usage <= p_.recover_kv_threshold
-                              : !saturated(l));
-    local_wait = std::min(local_wait, wait(l));
-    settled = room && local_wait <= 0;
-  }
+  const LocalPass local = ClassifyCandidates(*this, spilling_, ctx, candidates, cls);
+  const size_t n_local = local.n_local;
+  const size_t n_remote = local.n_remote;
+  const bool room = local.room;
+  const double local_wait = local.local_wait;
 
-  // Pass 2, only when the remote side can matter: which remote endpoints can take the
-  // request, and the best region (lowest round trip + expected wait).
-  double best_cost = kInf;
-  const EndpointState* best_region = nullptr;  // an endpoint of the best region
-  bool any_finite_remote = false;
-  uint32_t sticky_pos = PickScratch::kNoPin;
+  // Pass 2, only when the remote side can matter (RankRemote).
+  RemotePass remote;
   if (n_remote > 0 &&
       (n_local == 0 || !room || local_wait > 0 || spilling_ || sticky >= 0)) {
-    // Endpoints of one region usually sit together in the table: look each run up once.
-    const EndpointState* last_region = nullptr;
-    double last_rtt = kInf;
-    for (size_t c = 0; c < candidates.size(); ++c) {
-      if (cls[c] != kRemote) continue;
-      const uint32_t pos = candidates[c];
-      const EndpointState& e = ctx.endpoints[pos];
-      if (last_region == nullptr || !SameRegion(*last_region, e)) {
-        last_region = &e;
-        last_rtt = RttOf(e.region);
-      }
-      if (!(last_rtt < kInf)) continue;
-      any_finite_remote = true;
-      const EndpointLoad& l = ctx.loads[pos];
-      if (!Known(e, l, now, p_.stale_after_s) || saturated(l)) continue;
-      cls[c] = kCanTake;
-      const double cost = last_rtt + wait(l);
-      if (cost < best_cost) {
-        best_cost = cost;
-        best_region = &e;
-      }
-      if (sticky >= 0 && e.id == static_cast<uint64_t>(sticky)) sticky_pos = pos;
-    }
+    remote = RankRemote(*this, ctx, candidates, sticky, cls);
   }
+  const double best_cost = remote.best_cost;
+  const EndpointState* best_region = remote.best_region;
+  const uint32_t sticky_pos = remote.sticky_pos;
 
   // Keeps candidate c when keep(c, pos); order preserved.
   auto compact = [&](auto keep) {
@@ -170,10 +210,10 @@ void LocalityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& candid
     // Nowhere local to go: any remote, preferring regions with a known round trip.
     reason = Locality::kNoLocal;
     sc.pinned = sticky_pos;
-    if (any_finite_remote) {
+    if (remote.any_finite_remote) {
       compact([&](size_t, uint32_t pos) { return RttOf(ctx.endpoints[pos].region) < kInf; });
     }
-  } else if (n_known == 0) {
+  } else if (local.n_known == 0) {
     // No local load is known: no evidence of saturation, so garbage moves nothing.
     reason = Locality::kLocal;
     keep_local();

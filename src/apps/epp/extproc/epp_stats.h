@@ -88,6 +88,10 @@ class EppStats {
                      const routing::RoutingCore::PoolGauges& gauges) const;
 
  private:
+  // AppendMetrics' parts from this object's counters (the pool gauges between them).
+  void AppendRequestSeries(std::string& out) const;  // takes mu_
+  void AppendSchedulerSeries(std::string& out) const;
+
   template <std::size_t N>
   struct Histogram {
     std::array<uint64_t, N + 1> counts{};
