@@ -283,7 +283,7 @@ bool FinishFlags(EppMainOptions& o) {
 std::optional<config::RouterConfig> LoadConfig(const EppMainOptions& o) {
   config::ConfigOr<config::RouterConfig> loaded;
   if (o.config_path.empty()) {
-    loaded.value = config::RouterConfig{};
+    loaded.value.emplace();  // the defaults
   } else {
     loaded = config::LoadRouterConfig(o.config_path, config::ConfigReader::kEpp);
     if (!loaded.ok()) {
