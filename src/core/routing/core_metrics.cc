@@ -16,6 +16,13 @@
 
 namespace kvroute::routing {
 
+using metrics::AppendCounter;
+using metrics::AppendGauge;
+using metrics::AppendHeader;
+using metrics::AppendSample;
+using metrics::Label;
+using metrics::MetricType;
+
 void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
   auto table = table_.load();
   AppendRequestMetrics(out, *table);
@@ -29,12 +36,6 @@ void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
 
 // Requests by endpoint and code, upstream errors, retries.
 void RoutingCore::AppendRequestMetrics(std::string& out, const EndpointTable& table) const {
-  using metrics::AppendCounter;
-  using metrics::AppendGauge;
-  using metrics::AppendHeader;
-  using metrics::AppendSample;
-  using metrics::Label;
-  using metrics::MetricType;
   const Counters& c = *counters_;
   AppendHeader(out, "kvroute_requests_total",
                "Requests answered, by endpoint used (empty: none) and HTTP status.",
@@ -66,12 +67,6 @@ void RoutingCore::AppendRequestMetrics(std::string& out, const EndpointTable& ta
 
 // The latency model (issue 24) and each plugin's time per call.
 void RoutingCore::AppendLatencyMetrics(std::string& out) const {
-  using metrics::AppendCounter;
-  using metrics::AppendGauge;
-  using metrics::AppendHeader;
-  using metrics::AppendSample;
-  using metrics::Label;
-  using metrics::MetricType;
   const Counters& c = *counters_;
   {
     // The latency model (issue 24): what it learned from and how far its predictions were
@@ -168,12 +163,6 @@ void RoutingCore::AppendLatencyMetrics(std::string& out) const {
 
 // Retries, ejections and pick failures; sessions; scheduling time and scores; reloads.
 void RoutingCore::AppendPickMetrics(std::string& out, double now_s) const {
-  using metrics::AppendCounter;
-  using metrics::AppendGauge;
-  using metrics::AppendHeader;
-  using metrics::AppendSample;
-  using metrics::Label;
-  using metrics::MetricType;
   const Counters& c = *counters_;
   AppendCounter(out, "kvroute_retries_free_total",
                 "Retries after a connect failure (no engine work lost; not charged to the budget).",
@@ -237,12 +226,6 @@ void RoutingCore::AppendPickMetrics(std::string& out, double now_s) const {
 }
 
 void RoutingCore::AppendLocalityMetrics(std::string& out) const {
-  using metrics::AppendCounter;
-  using metrics::AppendGauge;
-  using metrics::AppendHeader;
-  using metrics::AppendSample;
-  using metrics::Label;
-  using metrics::MetricType;
   const Counters& c = *counters_;
   auto options = options_.load();
   // Locality (docs/REGIONS.md, "Live router").
@@ -295,12 +278,6 @@ void RoutingCore::AppendLocalityMetrics(std::string& out) const {
 }
 
 void RoutingCore::AppendPdMetrics(std::string& out) const {
-  using metrics::AppendCounter;
-  using metrics::AppendGauge;
-  using metrics::AppendHeader;
-  using metrics::AppendSample;
-  using metrics::Label;
-  using metrics::MetricType;
   const Counters& c = *counters_;
   // Prefill/decode disaggregation (issue 25).
   AppendHeader(out, "kvroute_pd_decisions_total",
@@ -346,12 +323,6 @@ void RoutingCore::AppendPdMetrics(std::string& out) const {
 
 // Per endpoint: scraped and adjusted load, health, ejections, scrapes, prefix entries.
 void RoutingCore::AppendEndpointMetrics(std::string& out, const EndpointTable& table, double now_s) const {
-  using metrics::AppendCounter;
-  using metrics::AppendGauge;
-  using metrics::AppendHeader;
-  using metrics::AppendSample;
-  using metrics::Label;
-  using metrics::MetricType;
   auto slots = slots_.load();
   auto options = options_.load();
   struct Row {
