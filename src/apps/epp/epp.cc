@@ -22,6 +22,7 @@
 #include "adapters/http/server.h"
 #include "core/metrics/prom_writer.h"
 #include "adapters/certs/cert_watch.h"
+#include "adapters/certs/served_certificate.h"
 #include "adapters/pool/poll_timer.h"
 #include "adapters/pool/pool.h"
 #include "apps/epp/grpc/ext_proc_server.h"
@@ -314,8 +315,10 @@ struct Epp::Impl {
       if (!read.ok()) return Status::InvalidArgument("--cert-path: " + read.status().message());
       pair = std::move(read).value();
     }
-    SetServing(pair.cert_pem);
+    auto log = [this](std::string_view line) { Log(std::string(line)); };
     if (o.cert_path.empty() || !o.enable_cert_reload) {
+      served = std::make_unique<certs::ServedCertificate>(pair, std::nullopt, pool::RealFileSystem(),
+                                                          nullptr, log, o.cert_path);
       t.cert_pem = std::move(pair.cert_pem);
       t.key_pem = std::move(pair.key_pem);
       return Status::Ok();
@@ -329,10 +332,13 @@ struct Epp::Impl {
     t.watched_file = tls_dir + "/serving.pem";
     t.refresh_s = 1;
     if (Status st = WriteAtomically(t.watched_file, Bundle(pair)); !st.ok()) return Status::Unavailable("tls: " + st.message());
-    cert_watch = std::make_unique<pool::CertWatch>(pool::CertWatch::InDirectory(o.cert_path, std::move(pair)));
+    served = std::make_unique<certs::ServedCertificate>(
+        pair, pool::CertWatch::InDirectory(o.cert_path, pair), pool::RealFileSystem(),
+        [this](const tls::KeyPair& p) { return WriteAtomically(tls_dir + "/serving.pem", Bundle(p)); },
+        log, o.cert_path);
     const auto every = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double>(std::max(0.01, o.reload_interval_s)));
-    cert_timer = std::make_unique<pool::PollTimer>(io->context(0), every, [this] { PollCert(); });
+    cert_timer = std::make_unique<pool::PollTimer>(io->context(0), every, [this] { served->Poll(); });
     return Status::Ok();
   }
 
@@ -342,59 +348,10 @@ struct Epp::Impl {
     return out + p.key_pem;
   }
 
-  void SetServing(const std::string& cert_pem) {
-    Result<tls::CertificateInfo> info = tls::DescribeCertificate(cert_pem);
-    std::lock_guard<std::mutex> lock(cert_mu);
-    serving_cert = cert_pem;
-    cert_not_after = info.ok() ? info->not_after_unix_s : 0;
-    cert_fingerprint = info.ok() ? info->sha256_fingerprint : std::string();
-  }
-
-  // On the io thread, every reload_interval.
-  void PollCert() {
-    pool::CertDecision d = cert_watch->Poll(pool::RealFileSystem());
-    if (d.kind == pool::CertDecision::Kind::kApply) {
-      if (Status st = WriteAtomically(tls_dir + "/serving.pem", Bundle(d.pair)); !st.ok()) {
-        reloads_rejected.fetch_add(1, std::memory_order_relaxed);
-        Log("tls: cannot install the certificate from " + options.tls.cert_path + ": " + st.message() +
-            "; keeping the serving certificate");
-        return;
-      }
-      // Serving first, then counted: whoever sees the count sees the new certificate.
-      SetServing(d.pair.cert_pem);
-      reloads_applied.fetch_add(1, std::memory_order_release);
-      std::string fp;
-      {
-        std::lock_guard<std::mutex> lock(cert_mu);
-        fp = cert_fingerprint;
-      }
-      Log("tls: certificate reloaded from " + options.tls.cert_path + " (sha256 " + fp + ")");
-    } else if (d.kind == pool::CertDecision::Kind::kRejected) {
-      reloads_rejected.fetch_add(1, std::memory_order_relaxed);
-      if (d.log) Log("tls: " + d.error + "; keeping the serving certificate");
-    }
-  }
-
   void AppendTlsMetrics(std::string& out) {
-    if (!options.tls.secure_serving) return;
-    metrics::Label applied[] = {{"result", "applied"}};
-    metrics::Label rejected[] = {{"result", "rejected"}};
-    metrics::AppendHeader(out, "kvroute_tls_cert_reloads_total",
-                          "Certificate pairs read from --cert-path after start, by outcome.",
-                          metrics::MetricType::kCounter);
-    metrics::AppendSample(out, "kvroute_tls_cert_reloads_total", applied,
-                          static_cast<double>(reloads_applied.load(std::memory_order_relaxed)));
-    metrics::AppendSample(out, "kvroute_tls_cert_reloads_total", rejected,
-                          static_cast<double>(reloads_rejected.load(std::memory_order_relaxed)));
-    int64_t not_after;
-    {
-      std::lock_guard<std::mutex> lock(cert_mu);
-      not_after = cert_not_after;
-    }
-    metrics::AppendGauge(out, "kvroute_tls_cert_expiry_timestamp_seconds",
-                         "notAfter of the certificate the ext_proc port serves (Unix seconds).", {},
-                         static_cast<double>(not_after));
+    if (options.tls.secure_serving && served) served->AppendMetrics(out);
   }
+
 
   // On the io thread: the prompt's ids from a ready replica's POST /tokenize (or
   // pool.kv_events.tokenizer); empty ids on any failure (the pick is then approximate).
@@ -533,15 +490,11 @@ struct Epp::Impl {
   std::atomic<rpc::ExtProcServer*> flow_server{nullptr};
   std::unique_ptr<http::Server> metrics_server;
   std::unique_ptr<asio::signal_set> signals;
-  // TLS: the private directory gRPC watches (reload only), the poll of --cert-path, and
-  // what is served now (cert_mu).
+  // TLS: the private directory gRPC watches (reload only), what is served now and the
+  // poll of --cert-path that keeps it current.
   std::string tls_dir;
-  std::unique_ptr<pool::CertWatch> cert_watch;
+  std::unique_ptr<certs::ServedCertificate> served;
   std::unique_ptr<pool::PollTimer> cert_timer;
-  std::atomic<uint64_t> reloads_applied{0}, reloads_rejected{0};
-  std::mutex cert_mu;
-  std::string serving_cert, cert_fingerprint;
-  int64_t cert_not_after = 0;
   bool stopped = false;
   std::mutex shutdown_mu;
   std::condition_variable shutdown_cv;
@@ -558,8 +511,7 @@ uint16_t Epp::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : 0; 
 uint16_t Epp::health_port() const { return impl_->grpc ? impl_->grpc->health_port() : 0; }
 uint16_t Epp::metrics_port() const { return impl_->metrics_server ? impl_->metrics_server->port() : 0; }
 std::string Epp::serving_cert_pem() const {
-  std::lock_guard<std::mutex> lock(impl_->cert_mu);
-  return impl_->serving_cert;
+  return impl_->served ? impl_->served->cert_pem() : std::string();
 }
 Status Epp::Reload() { return impl_->Reload(); }
 Status Epp::Apply(config::RouterConfig config) { return impl_->Apply(std::move(config)); }

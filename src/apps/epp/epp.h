@@ -21,7 +21,7 @@
 // options, pool.kv_events.tokenizer and tokenize_timeout, are read at start).
 //
 // TLS (EppOptions::tls): the ext_proc port serves TLS with a given or self-signed
-// certificate; with reload, DIR is polled on the io thread (pool/cert_watch.h) and an
+// certificate; with reload, DIR is polled on the io thread (adapters/certs/served_certificate.h) and an
 // accepted pair is written to a private directory gRPC watches. /metrics then has
 // kvroute_tls_cert_reloads_total{result="applied"|"rejected"} and
 // kvroute_tls_cert_expiry_timestamp_seconds (the serving certificate's notAfter).
