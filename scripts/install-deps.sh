@@ -55,6 +55,7 @@ PACKAGES=(
   clang-14                  # the compiler
   libclang-rt-14-dev        # libFuzzer, ASan and UBSan runtimes
   llvm-14                   # llvm-symbolizer: file:line in sanitizer and libFuzzer stacks
+  clang-tidy-14             # the curated lint (.clang-tidy, scripts/clang-tidy.sh, make tidy)
 )
 
 if [ -n "$kvroute_only" ]; then PACKAGES=("${BUILD_PACKAGES[@]}"); fi
