@@ -1,6 +1,6 @@
 // The API keys `kvroute serve` accepts (`auth.api_keys_file`) and the key it sends to the
 // replicas (`auth.upstream_api_key_file`): text to validated values. Pure: no I/O, no
-// clock (the router reads and watches the files; router/api_key_auth.h).
+// clock (the router reads and watches the files; apps/serve/api_key_auth.h).
 //
 // Keys file: one entry per line; blank lines and lines whose first non-blank character
 // is '#' are ignored. An entry is `KEY` or `NAME KEY` (spaces or tabs between):

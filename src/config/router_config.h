@@ -65,7 +65,7 @@
 //                                 #   keeps the last good set (logged once, counted)
 //     endpoints_file_poll: 1s     # how often its metadata is checked
 //     discovery:                  # or (not with endpoints / endpoints_file) Kubernetes:
-//       kubernetes:               #   the pods an InferencePool selects (pool/kubernetes_discovery.h)
+//       kubernetes:               #   the pods an InferencePool selects (adapters/pool/kubernetes_discovery.h)
 //         inference_pool: NAME    # required
 //         namespace: NS           # default: the kubeconfig context's namespace, in a
 //                                 #   cluster the service account's
@@ -107,7 +107,7 @@
 //     budget_ratio: 0.2           #   a byte; retries in budget_window < budget_min_retries
 //     budget_min_retries: 10      #   + budget_ratio * requests (connect-failure retries
 //     budget_window: 10s          #   are free: no engine saw the request)
-//   outlier_detection:            # passive ejection between scrapes (health/outlier.h)
+//   outlier_detection:            # passive ejection between scrapes (core/health/outlier.h)
 //     consecutive_failures: 5     # connect failures, resets, timeouts, 5xx in a row; 0 off
 //     base_ejection: 5s           # first ejection; doubles per repeat, decays when calm
 //     max_ejection: 300s
@@ -125,7 +125,7 @@
 //                                 #   below 0 is sheddable: 429 when the pool is saturated;
 //                                 #   or NAME: {priority: 0, slo: {ttft: 500ms, tpot: 40ms}}
 //                                 #   for the objective's latency objectives (issue 24)
-//   flow:                         # flow control (`kvroute serve`; core/flow/flow_queue.h):
+//   flow:                         # flow control (serve and epp; core/flow/flow_queue.h):
 //                                 #   requests wait at the router while the pool is
 //                                 #   saturated, bound to an endpoint when capacity frees
 //     enabled: false              # off: every request is dispatched at arrival
@@ -136,9 +136,9 @@
 //                                 #   ready; then 503
 //     fairness: round_robin       # round_robin | global: across flows inside a band
 //     ordering: fcfs              # fcfs | earliest_deadline: inside a flow
-//     flow_header: x-tenant-id    # the header naming a request's flow; default: the
-//                                 #   objective header (x-gateway-inference-objective or
-//                                 #   x-llm-d-inference-objective)
+//     flow_header: x-tenant-id    # the header naming a request's flow; default:
+//                                 #   x-llm-d-inference-fairness-id (else
+//                                 #   x-gateway-inference-fairness-id), else the objective
 //     affinity_window: 16         # late binding: waiting requests a freed endpoint's
 //                                 #   prefix is compared against (1..64)
 //     max_affinity_skips: 8       # passed over this often for affinity: goes first
@@ -349,7 +349,7 @@ struct FlowConfig {
   bool enabled = false;
   flow::FlowOptions options;
   // The header whose value names a request's flow (compared case-sensitively, hashed);
-  // empty: the objective header.
+  // empty: the fairness id header (llm-d's, then the older one), else the objective.
   std::string flow_header;
 };
 

@@ -13,7 +13,7 @@
 //   changed, a matching pair                           -> kApply with it; the serving
 //                                                          pair is that from now on
 //
-// "Changed" is FileStamp inequality (pool/endpoints_watch.h: device, inode, size, mtime,
+// "Changed" is FileStamp inequality (adapters/pool/endpoints_watch.h: device, inode, size, mtime,
 // ctime; symlinks followed, so a Kubernetes Secret volume's `..data` swap shows). A pair
 // written non-atomically (the certificate, then the key) may be seen half-written: it is
 // rejected once and applied at the poll after the second write.

@@ -70,7 +70,7 @@ struct ClientOptions {
   // Response status line + headers larger than this fail with kProtocol.
   std::size_t max_response_header_bytes = 64u << 10;
   // The TLS context of requests to https endpoints (UpstreamRequest::tls): trust,
-  // verification, client certificate (http/tls.h MakeClientTls). Null: one trusting the
+  // verification, client certificate (adapters/http/tls.h MakeClientTls). Null: one trusting the
   // system's store, made on first use. The TLS handshake counts against connect_timeout;
   // its failure is kConnectFailed.
   std::shared_ptr<boost::asio::ssl::context> tls;

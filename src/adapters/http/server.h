@@ -145,7 +145,7 @@ struct ServerOptions {
   // While a response is in progress the server keeps reading (to notice a
   // disconnect); it buffers at most this many bytes of pipelined requests meanwhile.
   std::size_t max_pipelined_bytes = 1u << 20;
-  ErrorBodyFn error_body;  // empty: DefaultErrorBody
+  ErrorBodyFn error_body;  // empty: the message itself, as text/plain
   // Set: the listener speaks HTTPS. Each connection is served with the context current at
   // its accept (ServerTls::Update swaps it for later ones); its handshake must complete
   // within read_timeout, like a first request. Over max_connections a TLS connection is

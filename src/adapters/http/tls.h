@@ -8,7 +8,7 @@
 // the new pair. A pair that does not load (not PEM, the key not the certificate's) is
 // refused and the running one stays.
 //
-// ClientTls is the upstream client's context: which certificate authorities it trusts (a
+// MakeClientTls builds the upstream client's context: which certificate authorities it trusts (a
 // CA bundle, or the system's store), whether it verifies at all, and an optional client
 // certificate for replicas that require one.
 //

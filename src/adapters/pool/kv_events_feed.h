@@ -1,5 +1,5 @@
 // KV-cache events from the pool's endpoints into the routing core: one subscriber
-// (kvevents/subscriber.h, one thread for every source) following the core's endpoint
+// (adapters/kvevents/subscriber.h, one thread for every source) following the core's endpoint
 // table. Each endpoint with EndpointSpec::kv_events is a source: its own SUB socket
 // (with its replay socket when kv_events_replay is set), or, in the centralized mode
 // (pool.kv_events.bind), a stream of the one bound socket found by the host in its topic

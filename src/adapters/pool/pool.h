@@ -8,13 +8,13 @@
 //
 // File discovery: Apply reads pool.endpoints_file (a broken file fails Apply, so a SIGHUP
 // reload with one is rejected whole) and then polls its metadata every
-// pool.endpoints_file_poll on the scrape io_context (pool/endpoints_watch.h decides). A
+// pool.endpoints_file_poll on the scrape io_context (adapters/pool/endpoints_watch.h decides). A
 // changed, valid file is applied with Configure under the options of the last Apply
 // (surviving addresses keep ids, scraped state, prefix entries and in-flight accounting)
 // and the scraper follows the new set; a broken one keeps the last good set, logs one
 // line naming file:line per distinct error and counts it.
 //
-// Kubernetes discovery (pool/kubernetes_discovery.h): Apply loads the kubeconfig (or the
+// Kubernetes discovery (adapters/pool/kubernetes_discovery.h): Apply loads the kubeconfig (or the
 // in-cluster service account; a bad one fails Apply) and starts following the pool; the
 // core starts with no endpoints and gets each set the discovery delivers, with the options
 // of the last Apply. A reload with the same pool.discovery.kubernetes keeps the running

@@ -58,14 +58,14 @@ struct ScrapeTarget {
 
 struct ScraperOptions {
   double interval_s = 0.050;
-  // Bounds each scrape (connect, first byte, between body pieces); a scrape taking longer
-  // than this is a failure.
+  // Bounds each phase of a scrape (connect, first byte, between body pieces); a phase
+  // taking longer than this fails the scrape.
   double timeout_s = 2.0;
   double connect_timeout_s = 2.0;
   MetricNames names = MetricNames::For(EngineType::kVllm);
   std::string model;                        // model_name filter ("" = all)
   std::size_t max_body_bytes = 16u << 20;   // larger expositions fail
-  // TLS context for https targets (http/tls.h MakeClientTls); null: the system's store.
+  // TLS context for https targets (adapters/http/tls.h MakeClientTls); null: the system's store.
   std::shared_ptr<boost::asio::ssl::context> tls;
 };
 

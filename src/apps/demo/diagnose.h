@@ -1,5 +1,5 @@
-// `kvroute doctor` inside the demo: its collector (doctor/collect.h) against a live
-// fleet's replicas for a window, then its pure diagnosis (doctor/diagnosis), as the command
+// `kvroute doctor` inside the demo: its collector (apps/doctor/collect.h) against a live
+// fleet's replicas for a window, then its pure diagnosis (apps/doctor/diagnosis), as the command
 // runs them. Kept apart from demo.cc so the demo's other parts do not depend on how the
 // doctor gathers its scrapes.
 #pragma once

@@ -1,6 +1,6 @@
 // `kvroute doctor`'s I/O half: scrapes each replica's /metrics over HTTP on a fixed
 // interval for a window and hands the bodies, with their times, to the pure diagnosis
-// (doctor/diagnosis). Used by the `kvroute doctor` command and by `kvroute demo`.
+// (apps/doctor/diagnosis). Used by the `kvroute doctor` command and by `kvroute demo`.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,5 @@
 // `kvroute doctor`: the seed article's diagnosis of a live fleet as a command. Scrapes
-// every replica's /metrics for a window (doctor/collect.h), diagnoses (doctor/diagnosis) and
+// every replica's /metrics for a window (apps/doctor/collect.h), diagnoses (apps/doctor/diagnosis) and
 // prints the report (text, --json, or a live --watch view). `argv[0]` is "doctor".
 // Returns the exit code: 0 healthy, 1 findings, 2 nothing readable or a usage/config error.
 #pragma once

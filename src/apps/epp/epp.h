@@ -7,11 +7,10 @@
 // Configuration: pool.*, scheduling (or the top-level EndpointPickerConfig keys),
 // limits.max_body_bytes (413), timeouts.connect (scrapes), outlier_detection.* and
 // retries.budget_* (core options), flow.* (flow control: streams wait at their pick
-// while the pool is saturated, rpc/ext_proc_server.h; flow.enabled read at start) and
-// epp.*. Proxy-only keys (listen, threads,
-// limits.max_connections / max_header_bytes / max_headers, timeouts.first_byte / idle /
-// request_read / keepalive_idle, retries.max_attempts, allow_routing_headers) are accepted
-// and ignored, with one logged note naming those the file sets to a non-default value.
+// while the pool is saturated, apps/epp/grpc/ext_proc_server.h; flow.enabled read at
+// start) and epp.*. The keys only serve honours (config::kServeOnlyKeys: listen,
+// listen_tls, threads, the proxy's limits and timeouts, retries.max_attempts,
+// allow_routing_headers, auth) are refused: the load fails naming file, line and key.
 //
 // Reload (SIGHUP or Reload()): the pool is re-applied (surviving endpoints keep their
 // state), new streams get the new epp settings and stream timeout; ports stay.

@@ -26,7 +26,8 @@
 //
 // Threads: N worker threads (an IoPool), each with its own UpstreamClient, so forwarding
 // takes no locks; the core serialises only its scheduler (see routing_core.h). Scraping
-// runs on worker 0. /metrics is rendered from atomics and published snapshots.
+// runs on worker 0. /metrics is rendered from atomics, published snapshots and the
+// core's exposition (routing_core.h says which of its sections take which lock).
 //
 // Reload (SIGHUP or Reload()): the file is parsed whole; a valid one is applied to the
 // pool (endpoints that survive keep their prefix-index entries, in-flight accounting and
@@ -34,7 +35,7 @@
 // headers). listen, threads, request limits and the auth block apply at start only; SIGHUP
 // (and Reload()) also re-reads the API key files.
 //
-// API keys (`auth:`; router/api_key_auth.h): a request whose path starts with /v1 needs
+// API keys (`auth:`; apps/serve/api_key_auth.h): a request whose path starts with /v1 needs
 // `Authorization: Bearer <a loaded key>`, else 401 {"error":"Unauthorized"} at once,
 // before any parsing or routing; upstream_authorization forwards, replaces or drops the
 // Authorization header replicas see (proxied and fanned-out requests alike).

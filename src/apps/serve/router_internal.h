@@ -234,7 +234,9 @@ struct Router::Impl {
   Published<detail::FrontSettings> settings;
   pd::PdCounters pd_counters;
   // Flow control; the gate holds the queue and the waiting requests (requests arrive on
-  // every worker). Nothing does I/O or calls the core under it. Declared after io:
+  // every worker). Nothing does I/O under it; the prefix probe and the release by
+  // predicted TTFT read the core under it (the scheduler lock's shared side: gate, then
+  // core, never the reverse). Declared after io:
   // destroyed first (the waiting requests pin their connections' sockets).
   std::unique_ptr<flow::FlowGate> flow_gate;          // null: flow control off
   std::unique_ptr<boost::asio::steady_timer> flow_timer;  // on worker 0

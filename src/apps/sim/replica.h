@@ -298,7 +298,7 @@ class Replica {
   std::unique_ptr<KvPublisher> kv_;
   std::vector<kvevents::KvEvent> kv_scratch_;
   uint64_t generation_ = 0;  // process restarts so far (restart, and crash with events)
-  TokenizeApi tokenize_api_;  // POST /tokenize, /detokenize (sim/tokenize_api.h)
+  TokenizeApi tokenize_api_;  // POST /tokenize, /detokenize (apps/sim/tokenize_api.h)
 
   // P/D.
   const KvPeerDirectory* peers_ = nullptr;

@@ -15,7 +15,7 @@
 // the engine whatever it says. token_strs are each token's bytes (a 4-byte run; a run that
 // cuts a multi-byte UTF-8 character shows U+FFFD for the cut part).
 //
-// /detokenize: the stand-in tokenizer is a hash (engine/tokenizer.h) and cannot be
+// /detokenize: the stand-in tokenizer is a hash (core/engine/tokenizer.h) and cannot be
 // inverted, so the replica remembers, per id, the last 4-byte run it saw map to that id:
 // every prompt it tokenizes (generation requests and /tokenize) and, from the start, the
 // 64 output-token words. An id never seen becomes the placeholder "<unk:ID>". Bound: one

@@ -154,12 +154,13 @@ struct CoreCall {
   bool allowed = false;
   std::string failure_kind;
   routing::ScrapeResult scrape;
-  // kPick and kPickPrefill: the request as the core saw it, and what it answered.
+  // kPick and kPrefillFailed: the request as the core saw it, and what it answered.
   std::string model, prompt;
   int64_t max_tokens = -1, prompt_tokens = -1;
   std::vector<uint32_t> ranked;
   // P/D: kPick's decision, and the prefill endpoint and its charged tokens (kPick when it
-  // disaggregates, kPickPrefill when it picked, kPrefillDone); kPickPrefill's exclusions.
+  // disaggregates, kPrefillFailed when the leg moved, kPrefillDone); kPrefillFailed's
+  // exclusions (the prefill endpoints tried before).
   routing::PdDecision pd = routing::PdDecision::kOff;
   uint32_t prefill = routing::RoutingCore::kNoEndpoint;
   double tokens = 0.0;
@@ -181,7 +182,7 @@ SimulationResult RunSimulationWith(const config::Scenario& scenario,
                                    double oracle_hit_rate, const ProgressFn& progress = {},
                                    const CoreTap& tap = {});
 
-// The workload's oracle prefix hit rate (workload/oracle.h): requests in generation
+// The workload's oracle prefix hit rate (simkit/workload/oracle.h): requests in generation
 // order, each prompt queried then recorded together with its output (a later turn may
 // reuse it). Independent of the policy.
 double ComputeOracleHitRate(const config::Scenario& scenario);

@@ -41,7 +41,7 @@
 namespace kvroute::simulate::detail {
 
 // The engine's generated text, so a follow-up turn's prompt holds exactly what the
-// replica produced (and re-tokenizes to the same ids: tokenizer.h).
+// replica produced (and re-tokenizes to the same ids: core/engine/tokenizer.h).
 void EngineOutputText(uint64_t id, int32_t tokens, std::string* out);
 
 // Whether `policy` ends in "+flow" (with a policy name before it).

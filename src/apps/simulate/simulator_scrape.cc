@@ -26,7 +26,7 @@ void Simulation::Scrape(double t) {
       metrics::EngineMetrics& m = r.metrics;
       m = engine::ScrapeSignals(st, replicas_[i].config);
       // The served model, as the model_name label of vLLM's load series tells it: what
-      // tells an adapter nobody has loaded yet from the base model (sched/lora.h).
+      // tells an adapter nobody has loaded yet from the base model (core/sched/lora.h).
       m.base_model_key = model_key_;
       if (replicas_[i].config.lora.enabled) FillLora(replicas_[i], &m);
     }

@@ -1,6 +1,6 @@
 // Standard base64 (RFC 4648: the + and / alphabet, '=' padding), shared by the session token
-// (core/routing/sessions.h), the simulator's embeddings (sim/answers.h) and kubeconfig
-// certificate data (k8s/kubeconfig.h). Header-only, no allocation beyond the result.
+// (core/routing/sessions.h), the simulator's embeddings (apps/sim/answers.h) and kubeconfig
+// certificate data (adapters/k8s/kubeconfig.h). Header-only, no allocation beyond the result.
 #pragma once
 
 #include <cstdint>

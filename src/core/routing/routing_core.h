@@ -58,8 +58,10 @@
 // (Scheduler::Rank, for policies that support it: every plugin-profile policy, kvroute's
 // included), and only the short commits take it exclusively: the pick's handle, one
 // lifecycle call, folding in the scrapes that arrived since the last pick. Nothing under
-// it formats, allocates in steady state or does I/O. Scrapes never take it (they publish
-// and mark the endpoint dirty), and AppendMetrics reads only atomics and published state.
+// it allocates in steady state or does I/O. Scrapes never take it (they publish and mark
+// the endpoint dirty). AppendMetrics reads atomics and published state, takes each
+// endpoint's and the counters' small mutexes, sweeps expired sessions, and formats its
+// plugin-timing and P/D-pair sections under the scheduler lock's shared side.
 // sglang-cache-aware and dynamo-cost rank under the exclusive side (their ranking changes
 // their state).
 //
@@ -276,7 +278,7 @@ class RoutingCore {
   // `predicted` (>= 0; ignored otherwise) on `endpoint_id` reported `reported` cached
   // prompt tokens (usage.prompt_tokens_details.cached_tokens; -1: the answer carried
   // none). Counted for kvroute_route_receipt* (error histogram, mispredicted requests).
-  // Lock-free.
+  // Atomics, after one Published::load of the options (a mutex held for a reference count).
   void OnRouteReceipt(uint32_t endpoint_id, int64_t predicted, int64_t reported);
   // The index's view of endpoint `id` (state, counters, blocks).
   kvevents::EndpointEventStats KvEventStats(uint32_t id, double now_s) const;
@@ -324,7 +326,8 @@ class RoutingCore {
   // threshold eject it (logged, counted) unless the panic threshold forbids it.
   void OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure& failure, double now_s);
   // An attempt on `endpoint_id` got a response head below 500: its consecutive failures
-  // start over. Lock-free (one relaxed load when there were none).
+  // start over. One Published::load of the endpoint slots (a mutex held for a reference
+  // count), then one relaxed load when there were no failures.
   void OnAttemptSucceeded(uint32_t endpoint_id);
   // Whether a failed attempt may be retried on a fallback endpoint at `now_s`, under the
   // retry budget (CoreOptions::retry_budget); counts the retry when allowed, the denial
@@ -355,7 +358,8 @@ class RoutingCore {
   // True when at least one endpoint's metrics are fresh (readiness).
   bool Ready(double now_s) const;
 
-  // The pool's load at `now_s` from published state (no scheduler lock), for the ext_proc
+  // The pool's load at `now_s` from published state, after folding in pending scrapes (a
+  // short exclusive section of the scheduler lock, as a pick's), for the ext_proc
   // picker's shedding decision and its pool gauges. An endpoint is ready when its metrics
   // are fresh and it is not down or ejected; a ready endpoint is saturated when, with the
   // router's in-flight estimate added, waiting >= 5 or KV usage >= 0.8 (the reference
@@ -555,7 +559,6 @@ class RoutingCore {
   // Whether a pick at `now_s` must fold in scrapes or re-judge health first (lock-free).
   bool SyncDue(double now_s) const;
 
-  // Applies `f` to the precise index under its exclusive lock, then logs its transitions.
   // AppendMetrics's sections, in the order they are written (core_metrics.cc).
   void AppendRequestMetrics(std::string& out, const EndpointTable& table) const;
   void AppendLatencyMetrics(std::string& out) const;

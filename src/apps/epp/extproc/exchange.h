@@ -1,7 +1,7 @@
 // One Envoy ext_proc stream of the endpoint picker (`kvroute epp`), as pure logic:
 // ProcessingRequest messages in, ProcessingResponse messages out, the routing core's
 // Pick / OnDispatched / OnFirstToken / OnFinished in between. No sockets, no clock: the
-// gRPC adapter (src/grpc/) reads the clock and passes `now_s` in.
+// gRPC adapter (src/apps/epp/grpc/) reads the clock and passes `now_s` in.
 //
 // What a stream sees and answers (the reference picker's behaviour, REFERENCE.md 11):
 //
@@ -147,7 +147,7 @@ struct ExchangeSettings {
   // Hold the pick for the caller (flow control) instead of picking at once; see above.
   bool defer_pick = false;
   // The request header naming its flow (flow.flow_header, lower case); empty: the
-  // objective. Read into flow_key().
+  // fairness id, else the objective. Read into flow_key().
   std::string flow_header;
   // Session affinity (sessions:, lower case): the request headers naming the session and
   // carrying its token, passed to the pick; the token is written on the response headers.
@@ -191,8 +191,8 @@ class Exchange {
                  std::vector<pb::ProcessingResponse>& out);
 
   // The stream ended (Envoy half-closed, the RPC was cancelled or timed out). Finishes
-  // the request if it is still open: code 499 when `cancelled` or before any response
-  // was seen, else the response's status (200 when Envoy sent no response headers).
+  // the request if it is still open: code 499 when `cancelled` or before the pick, else
+  // the response's status (200 when Envoy sent no response headers).
   // Idempotent.
   void Close(double now_s, bool cancelled);
 
@@ -226,8 +226,6 @@ class Exchange {
   uint64_t held_bytes() const { return body_.size(); }
   // The objective header's value ("" when none).
   const std::string& objective() const { return objective_; }
-  // What names the request's flow: settings.flow_header's value, or the objective when
-  // that is empty or the header absent.
   // The flow: the configured flow header's value, else the fairness id (llm-d's header, then
   // the older one), else the objective.
   const std::string& flow_key() const {

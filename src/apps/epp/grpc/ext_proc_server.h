@@ -1,5 +1,5 @@
 // The gRPC adapter of the endpoint picker: Envoy's ExternalProcessor service over the
-// pure exchange (epp/extproc/exchange.h), and grpc.health.v1 on a separate port.
+// pure exchange (apps/epp/extproc/exchange.h), and grpc.health.v1 on a separate port.
 //
 // Each Process stream is one callback-API reactor owning one extproc::Exchange: a message
 // read is fed to the exchange (with the clock read here) and its answers written in
