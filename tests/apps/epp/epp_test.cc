@@ -740,7 +740,9 @@ TEST(EppConfig, ServeOnlyKeysAreRefusedWithFileLineAndKey) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error.ToString().rfind(error, 0), 0u) << r.error.ToString();
     // serve reads the same text (the unknown key aside).
-    if (yaml != "x: 1\n") EXPECT_TRUE(config::ParseRouterConfig(yaml, "t.yaml").ok()) << yaml;
+    if (yaml != "x: 1\n") {
+      EXPECT_TRUE(config::ParseRouterConfig(yaml, "t.yaml").ok()) << yaml;
+    }
   }
 }
 

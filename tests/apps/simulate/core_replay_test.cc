@@ -113,7 +113,9 @@ Replayed Replay(const config::Scenario& s, const std::string& policy,
         f.started = c.started;
         const routing::AttemptDecision d = core.OnAttemptFailed(f, c.t);
         EXPECT_EQ(d.retry(), c.allowed) << "attempt decision at t=" << c.t;
-        if (d.retry()) EXPECT_EQ(d.next_attempt, c.attempt + 1);
+        if (d.retry()) {
+          EXPECT_EQ(d.next_attempt, c.attempt + 1);
+        }
         ++out.attempt_decisions;
         if (d.retry()) ++out.retries_checked;
         if (d.retry() != c.allowed) ++out.mismatches;
