@@ -79,6 +79,8 @@ class DynamoCostScheduler : public SchedulerBase {
     if (config_.events) return "dynamo-kv";
     return config_.track_output_blocks ? "dynamo-cost-output-blocks" : "dynamo-cost";
   }
+  // Its own block accounting and the KV-event index: nothing from EndpointState::engine.
+  uint32_t consumed_fields() const override { return 0; }
   // Scores reported: row "cost" (raw block count, not clamped) and row "overlap"
   // (matched blocks / prompt blocks). totals = -cost.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,

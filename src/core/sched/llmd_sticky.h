@@ -55,6 +55,9 @@ class LlmdStickyScheduler : public SchedulerBase {
   std::string_view policy() const override {
     return config_.precise ? "llm-d-precise" : "llm-d-sticky";
   }
+  // Its own token load and prefix LRU (or the KV-event index) and EndpointState's
+  // num_gpu_blocks: nothing from EndpointState::engine.
+  uint32_t consumed_fields() const override { return 0; }
   // Rows reported: "affinity" (a_s) and "token-load" (the score); totals = the score.
   // `candidates` are those the filter kept.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,

@@ -7,6 +7,9 @@
 // may run on several threads at once (concurrent Rank calls, see scheduler.h): they read
 // the plugin's learned state and write only into the PickContext's scratch. Every other
 // hook runs with exclusive access.
+//
+// The built-in plugins live in a folder each under plugins/ (the class and its factory,
+// plugin_factory.h); registry.cc registers them by type name in one function.
 #pragma once
 
 #include <array>
@@ -102,6 +105,18 @@ class Plugin {
   const std::string& name() const { return name_; }
   // Position of this plugin in its scheduler (for PendingRequest::hashes).
   size_t index() const { return index_; }
+
+  // What this plugin declares about itself, fixed for its lifetime; read when its
+  // scheduler is built, never on the pick path.
+  // The role of its row of scores when it is a scorer (Scheduler::scorer_roles): the
+  // scheduler finds the prefix row and its prefix scorer by it. Default kOther (and for
+  // filters, pickers and markers).
+  virtual ScorerRole role() const { return ScorerRole::kOther; }
+  // The metrics::EngineMetrics::Field bits whose values it reads from
+  // EndpointState::engine (Scheduler::consumed_fields). Default 0: it reads at most
+  // EndpointState's own members (the load view kv_usage/waiting/running, capacity,
+  // scrape time, region) and the PickContext's loads.
+  virtual uint32_t consumed_fields() const { return 0; }
 
   // Lifecycle hooks; default no-op. `endpoint` is the state last seen in a Pick.
   // OnDispatched returns how many prompt characters the endpoint probably had cached

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/sched/builtin_plugins.h"
+#include "core/sched/plugins/max_score_picker/max_score_picker.h"
 
 namespace kvroute::sched {
 
@@ -27,19 +27,25 @@ ProfileScheduler::ProfileScheduler(Parts parts, const SchedulerOptions& options)
   all_.push_back(picker_.get());
   for (auto& o : others_) all_.push_back(o.get());
   for (size_t i = 0; i < all_.size(); ++i) all_[i]->index_ = i;
+  // What the plugins declare (roles, consumed fields) is read here, once; picks use the
+  // results.
+  for (Plugin* p : all_) consumed_fields_ |= p->consumed_fields();
   for (auto& s : scorers_) {
+    const ScorerRole role = s.scorer->role();
     scorer_names_.push_back(s.scorer->name());
     weights_.push_back(s.weight);
-    scorer_roles_.push_back(RoleOfScorerType(s.scorer->type()));
-  }
-  for (auto& s : scorers_) {
-    if (prefix_ == nullptr && RoleOfScorerType(s.scorer->type()) == Scheduler::ScorerRole::kPrefix) {
-      prefix_ = static_cast<const PrefixCacheScorer*>(s.scorer.get());
+    // The first prefix row is the one pickers read (PickContext::prefix_row); its scorer's
+    // model answers the prefix probe and PrefixEntries when it is the built-in one.
+    if (role == ScorerRole::kPrefix &&
+        std::find(scorer_roles_.begin(), scorer_roles_.end(), role) == scorer_roles_.end()) {
+      prefix_ = dynamic_cast<const PrefixCacheScorer*>(s.scorer.get());
     }
+    scorer_roles_.push_back(role);
   }
   for (auto& f : filters_) {
-    if (f->type() != "locality-filter") continue;
-    auto* l = static_cast<LocalityFilter*>(f.get());
+    // By class: a locality-filter needs the router's region, round trips and commits.
+    auto* l = dynamic_cast<LocalityFilter*>(f.get());
+    if (l == nullptr) continue;
     l->Configure(options.region, options.region_rtt_s);
     localities_.push_back(l);
   }
@@ -76,18 +82,6 @@ void PinFirst(PickScratch& sc, size_t max_ranked) {
   }
 }
 }  // namespace
-
-Scheduler::ScorerRole RoleOfScorerType(std::string_view type) {
-  using R = Scheduler::ScorerRole;
-  if (type == "prefix-cache-scorer" || type == "precise-prefix-cache-scorer") return R::kPrefix;
-  if (type == "kv-cache-utilization-scorer") return R::kKvCache;
-  if (type == "queue-depth-scorer" || type == "queue-scorer") return R::kQueue;
-  if (type == "running-requests-scorer" || type == "least-request-scorer" ||
-      type == "soft-load-scorer" || type == "load-aware-scorer") {
-    return R::kLoad;
-  }
-  return R::kOther;
-}
 
 int64_t ProfileScheduler::PrefixEntries(uint32_t endpoint_id) const {
   return prefix_ ? static_cast<int64_t>(prefix_->prefix_model().Size(endpoint_id)) : -1;

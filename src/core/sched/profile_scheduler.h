@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/sched/plugin.h"
-#include "core/sched/builtin_plugins.h"
-#include "core/sched/locality.h"
+#include "core/sched/plugins/locality_filter/locality_filter.h"
+#include "core/sched/plugins/prefix_cache_scorer/prefix_cache_scorer.h"
 #include "core/sched/scheduler_base.h"
 
 namespace kvroute::sched {
@@ -53,6 +53,9 @@ class ProfileScheduler : public SchedulerBase {
   void SetRegionRtt(std::string_view region, double seconds) override;
   LocalityStats locality_stats() const override;
 
+  // The union of its plugins' Plugin::consumed_fields.
+  uint32_t consumed_fields() const override { return consumed_fields_; }
+
   void set_plugin_timer(const std::function<double()>* seconds) override { timer_ = seconds; }
   void TimedPlugins(std::vector<TimedPlugin>& out) const override;
 
@@ -73,12 +76,12 @@ class ProfileScheduler : public SchedulerBase {
   std::vector<std::unique_ptr<Plugin>> others_;
   bool inflight_adjustment_;
   std::vector<Plugin*> all_;
-  const PrefixCacheScorer* prefix_ = nullptr;  // the first prefix-cache-scorer, if any
+  // The first scorer whose role is kPrefix, when it is a PrefixCacheScorer (the prefix
+  // model behind PrefixEntries, PrefixKey and HeldBlocks); null otherwise.
+  const PrefixCacheScorer* prefix_ = nullptr;
   std::vector<LocalityFilter*> localities_;     // the locality-filters, in order
+  uint32_t consumed_fields_ = 0;
   const std::function<double()>* timer_ = nullptr;  // set_plugin_timer
 };
-
-// The role of a built-in scorer type ("prefix-cache-scorer" -> kPrefix, ...).
-Scheduler::ScorerRole RoleOfScorerType(std::string_view type);
 
 }  // namespace kvroute::sched

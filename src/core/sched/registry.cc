@@ -5,12 +5,27 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "core/sched/builtin_plugins.h"
 #include "core/sched/dynamo_cost.h"
 #include "core/sched/llmd_sticky.h"
-#include "core/sched/locality.h"
+#include "core/sched/plugin_factory.h"
+#include "core/sched/plugins/inflight_accounting/inflight_accounting.h"
+#include "core/sched/plugins/kv_utilization_scorer/kv_utilization_scorer.h"
+#include "core/sched/plugins/load_aware_scorer/load_aware_scorer.h"
+#include "core/sched/plugins/locality_filter/locality_filter.h"
+#include "core/sched/plugins/lora_affinity/lora_affinity.h"
+#include "core/sched/plugins/max_score_picker/max_score_picker.h"
+#include "core/sched/plugins/min_max_scorer/min_max_scorer.h"
+#include "core/sched/plugins/prefix_cache_scorer/prefix_cache_scorer.h"
+#include "core/sched/plugins/random_picker/random_picker.h"
+#include "core/sched/plugins/recent_load_scorer/recent_load_scorer.h"
+#include "core/sched/plugins/round_robin_picker/round_robin_picker.h"
+#include "core/sched/plugins/saturation_filter/saturation_filter.h"
+#include "core/sched/plugins/slo_headroom_picker/slo_headroom_picker.h"
+#include "core/sched/plugins/soft_load_scorer/soft_load_scorer.h"
+#include "core/sched/plugins/weighted_random_picker/weighted_random_picker.h"
 #include "core/sched/profile_scheduler.h"
 #include "core/sched/sglang_cache_aware.h"
 
@@ -25,180 +40,37 @@ struct PluginAccess {
 
 namespace {
 
-enum class Kind { kFilter, kScorer, kPicker, kMarker };
-
-struct ParamDef {
-  std::string_view name;
-  double min;
-  double max;
-  bool integer;
-};
-
-// Parameters as validated numbers, defaults applied by the factory.
-using Params = std::map<std::string, double, std::less<>>;
-
 struct PluginDef {
   std::string_view type;
-  Kind kind;
-  std::vector<ParamDef> params;
-  std::function<std::unique_ptr<Plugin>(const Params&)> make;
+  PluginFactory factory;
 };
 
-double Get(const Params& p, std::string_view name, double fallback) {
-  auto it = p.find(name);
-  return it == p.end() ? fallback : it->second;
-}
-
-constexpr double kInf = 1e300;
-
-// The one place built-in plugin types are registered.
+// The one place built-in plugin types are registered: one line each, its type name and
+// its factory (plugins/<name>/). PluginTypes() lists them in this order.
 void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
-  // prefix-cache-scorer: approximate (the router's own dispatches) unless `preciseEvents`
-  // is 1; precise-prefix-cache-scorer (llm-d's name): precise where an endpoint's KV-cache
-  // events are live, approximate elsewhere, unless `preciseEvents` is 0.
-  for (std::string_view type : {"prefix-cache-scorer", "precise-prefix-cache-scorer"}) {
-    const bool precise_default = type == "precise-prefix-cache-scorer";
-    defs.push_back({type,
-                    Kind::kScorer,
-                    {{"blockSize", 1, 1 << 20, true},
-                     {"maxPrefixBlocksToMatch", 1, 1 << 24, true},
-                     {"lruCapacityPerServer", 1, 1e12, true},
-                     {"preciseEvents", 0, 1, true}},
-                    [precise_default](const Params& p) -> std::unique_ptr<Plugin> {
-                      PrefixCacheScorer::Params q;
-                      q.block_chars = static_cast<size_t>(Get(p, "blockSize", 64));
-                      q.max_blocks = static_cast<size_t>(Get(p, "maxPrefixBlocksToMatch", 256));
-                      q.lru_capacity = static_cast<size_t>(Get(p, "lruCapacityPerServer", 0));
-                      q.precise = Get(p, "preciseEvents", precise_default ? 1 : 0) != 0;
-                      return std::make_unique<PrefixCacheScorer>(q);
-                    }});
-  }
-  defs.push_back({"kv-cache-utilization-scorer", Kind::kScorer, {}, [](const Params&) {
-                    return std::unique_ptr<Plugin>(new KvUtilizationScorer());
-                  }});
-  for (std::string_view t : {"queue-depth-scorer", "queue-scorer"}) {
-    defs.push_back({t, Kind::kScorer, {}, [](const Params&) {
-                      return std::unique_ptr<Plugin>(new MinMaxScorer(LoadField::kWaiting));
-                    }});
-  }
-  defs.push_back({"running-requests-scorer", Kind::kScorer, {}, [](const Params&) {
-                    return std::unique_ptr<Plugin>(new MinMaxScorer(LoadField::kRunning));
-                  }});
-  defs.push_back({"least-request-scorer", Kind::kScorer, {}, [](const Params&) {
-                    return std::unique_ptr<Plugin>(new MinMaxScorer(LoadField::kInflight));
-                  }});
-  defs.push_back({"soft-load-scorer",
-                  Kind::kScorer,
-                  {{"minSpread", 0, kInf, false}, {"relativeSpread", 0, kInf, false}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    SoftLoadScorer::Params q;
-                    q.min_spread = Get(p, "minSpread", q.min_spread);
-                    q.relative_spread = Get(p, "relativeSpread", q.relative_spread);
-                    return std::make_unique<SoftLoadScorer>(q);
-                  }});
-  defs.push_back({"recent-load-scorer",
-                  Kind::kScorer,
-                  {{"halfLifeSeconds", 0, kInf, false}, {"minSpread", 0, kInf, false}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    RecentLoadScorer::Params q;
-                    q.half_life_s = Get(p, "halfLifeSeconds", q.half_life_s);
-                    q.min_spread = Get(p, "minSpread", q.min_spread);
-                    return std::make_unique<RecentLoadScorer>(q);
-                  }});
-  defs.push_back({"lora-affinity-scorer",
-                  Kind::kScorer,
-                  {{"staleAfterSeconds", 0, kInf, false}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    LoraAffinityScorer::Params q;
-                    q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
-                    return std::make_unique<LoraAffinityScorer>(q);
-                  }});
-  defs.push_back({"lora-affinity-filter",
-                  Kind::kFilter,
-                  {{"staleAfterSeconds", 0, kInf, false}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    LoraAffinityScorer::Params q;
-                    q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
-                    return std::make_unique<LoraAffinityFilter>(q);
-                  }});
-  defs.push_back({"load-aware-scorer",
-                  Kind::kScorer,
-                  {{"queueThreshold", 1e-9, kInf, false}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    return std::make_unique<LoadAwareScorer>(Get(p, "queueThreshold", 128));
-                  }});
-  defs.push_back({"saturation-filter",
-                  Kind::kFilter,
-                  {{"kvThreshold", 0, kInf, false},
-                   {"queueThreshold", 0, kInf, false},
-                   {"staleAfterSeconds", 0, kInf, false}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    SaturationFilter::Params q;
-                    q.kv_threshold = Get(p, "kvThreshold", q.kv_threshold);
-                    q.queue_threshold = Get(p, "queueThreshold", q.queue_threshold);
-                    q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
-                    return std::make_unique<SaturationFilter>(q);
-                  }});
-  defs.push_back({"locality-filter",
-                  Kind::kFilter,
-                  {{"kvThreshold", 0, kInf, false},
-                   {"queueThreshold", 0, kInf, false},
-                   {"recoverKvThreshold", 0, kInf, false},
-                   {"recoverQueueThreshold", 0, kInf, false},
-                   {"minSpillSeconds", 0, kInf, false},
-                   {"staleAfterSeconds", 0, kInf, false},
-                   {"secondsPerQueuedRequest", 0, kInf, false},
-                   {"recoverWaitRatio", 0, 1, false},
-                   {"defaultRttSeconds", 0, kInf, false},
-                   {"stickySeconds", 0, kInf, false},
-                   {"stickyCapacity", 1, 1 << 24, true},
-                   {"blockSize", 1, 1 << 20, true}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    LocalityFilter::Params q;
-                    q.kv_threshold = Get(p, "kvThreshold", q.kv_threshold);
-                    q.queue_threshold = Get(p, "queueThreshold", q.queue_threshold);
-                    q.recover_kv_threshold = Get(p, "recoverKvThreshold", q.recover_kv_threshold);
-                    q.recover_queue_threshold =
-                        Get(p, "recoverQueueThreshold", q.recover_queue_threshold);
-                    q.min_spill_s = Get(p, "minSpillSeconds", q.min_spill_s);
-                    q.stale_after_s = Get(p, "staleAfterSeconds", q.stale_after_s);
-                    q.seconds_per_queued = Get(p, "secondsPerQueuedRequest", q.seconds_per_queued);
-                    q.recover_wait_ratio = Get(p, "recoverWaitRatio", q.recover_wait_ratio);
-                    q.default_rtt_s = Get(p, "defaultRttSeconds", q.default_rtt_s);
-                    q.sticky_s = Get(p, "stickySeconds", q.sticky_s);
-                    q.sticky_capacity = static_cast<size_t>(
-                        Get(p, "stickyCapacity", static_cast<double>(q.sticky_capacity)));
-                    q.block_chars = static_cast<size_t>(
-                        Get(p, "blockSize", static_cast<double>(q.block_chars)));
-                    return std::make_unique<LocalityFilter>(q);
-                  }});
-  defs.push_back({"inflight-accounting", Kind::kMarker, {}, [](const Params&) {
-                    return std::unique_ptr<Plugin>(new InflightAccounting());
-                  }});
-  defs.push_back({"max-score-picker", Kind::kPicker, {}, [](const Params&) {
-                    return std::unique_ptr<Plugin>(new MaxScorePicker());
-                  }});
-  defs.push_back({"slo-headroom-picker",
-                  Kind::kPicker,
-                  {{"fitFraction", 1e-3, 1, false},
-                   {"useTpot", 0, 1, true},
-                   {"maxCachedLoss", 0, 1, false}},
-                  [](const Params& p) -> std::unique_ptr<Plugin> {
-                    SloHeadroomPicker::Params q;
-                    q.fit_fraction = Get(p, "fitFraction", q.fit_fraction);
-                    q.use_tpot = Get(p, "useTpot", q.use_tpot ? 1.0 : 0.0) != 0;
-                    q.max_cached_loss = Get(p, "maxCachedLoss", q.max_cached_loss);
-                    return std::make_unique<SloHeadroomPicker>(q);
-                  }});
-  defs.push_back({"weighted-random-picker", Kind::kPicker, {}, [](const Params&) {
-                    return std::unique_ptr<Plugin>(new WeightedRandomPicker());
-                  }});
-  defs.push_back({"random-picker", Kind::kPicker, {}, [](const Params&) {
-                    return std::unique_ptr<Plugin>(new RandomPicker());
-                  }});
-  defs.push_back({"round-robin-picker", Kind::kPicker, {}, [](const Params&) {
-                    return std::unique_ptr<Plugin>(new RoundRobinPicker());
-                  }});
+  auto add = [&defs](std::string_view type, PluginFactory f) {
+    defs.push_back({type, std::move(f)});
+  };
+  add("prefix-cache-scorer", PrefixCacheScorerFactory(/*precise_default=*/false));
+  add("precise-prefix-cache-scorer", PrefixCacheScorerFactory(/*precise_default=*/true));
+  add("kv-cache-utilization-scorer", KvUtilizationScorerFactory());
+  add("queue-depth-scorer", MinMaxScorerFactory(LoadField::kWaiting));
+  add("queue-scorer", MinMaxScorerFactory(LoadField::kWaiting));
+  add("running-requests-scorer", MinMaxScorerFactory(LoadField::kRunning));
+  add("least-request-scorer", MinMaxScorerFactory(LoadField::kInflight));
+  add("soft-load-scorer", SoftLoadScorerFactory());
+  add("recent-load-scorer", RecentLoadScorerFactory());
+  add("lora-affinity-scorer", LoraAffinityScorerFactory());
+  add("lora-affinity-filter", LoraAffinityFilterFactory());
+  add("load-aware-scorer", LoadAwareScorerFactory());
+  add("saturation-filter", SaturationFilterFactory());
+  add("locality-filter", LocalityFilterFactory());
+  add("inflight-accounting", InflightAccountingFactory());
+  add("max-score-picker", MaxScorePickerFactory());
+  add("slo-headroom-picker", SloHeadroomPickerFactory());
+  add("weighted-random-picker", WeightedRandomPickerFactory());
+  add("random-picker", RandomPickerFactory());
+  add("round-robin-picker", RoundRobinPickerFactory());
 }
 
 const std::vector<PluginDef>& Defs() {
@@ -244,16 +116,16 @@ std::string RefField(size_t p, size_t r, std::string_view rest) {
 
 // Checks one plugin's parameters and converts them to numbers.
 std::optional<SpecError> CheckParams(const PluginSpec& ps, size_t i, const PluginDef& def,
-                                     Params& out) {
+                                     PluginParams& out) {
   for (const auto& [name, value] : ps.parameters) {
     const ParamDef* pd = nullptr;
-    for (const ParamDef& d : def.params) {
+    for (const ParamDef& d : def.factory.params) {
       if (d.name == name) pd = &d;
     }
     const std::string field = PluginField(i, "parameters." + name);
     if (pd == nullptr) {
       std::string known;
-      for (const ParamDef& d : def.params) known += (known.empty() ? "" : ", ") + std::string(d.name);
+      for (const ParamDef& d : def.factory.params) known += (known.empty() ? "" : ", ") + std::string(d.name);
       return SpecError{ps.line, field,
                        "unknown parameter '" + name + "' for plugin type '" + ps.type + "'" +
                            (known.empty() ? " (it takes none)" : " (known: " + known + ")")};
@@ -271,7 +143,7 @@ std::optional<SpecError> CheckParams(const PluginSpec& ps, size_t i, const Plugi
     if (pd->integer && *v != std::floor(*v)) {
       return SpecError{ps.line, field, "must be an integer"};
     }
-    out[name] = *v;
+    out.values[name] = *v;
   }
   return std::nullopt;
 }
@@ -298,7 +170,7 @@ std::optional<SpecError> Walk(const SchedulingSpec& spec, ProfileScheduler::Part
   }
 
   std::map<std::string, size_t, std::less<>> by_name;
-  std::vector<Params> params(spec.plugins.size());
+  std::vector<PluginParams> params(spec.plugins.size());
   for (size_t i = 0; i < spec.plugins.size(); ++i) {
     const PluginSpec& ps = spec.plugins[i];
     if (ps.type.empty()) return SpecError{ps.line, PluginField(i, "type"), "missing plugin type"};
@@ -350,7 +222,7 @@ std::optional<SpecError> Walk(const SchedulingSpec& spec, ProfileScheduler::Part
   int picker = -1;
   int picker_line = 0;
   for (const Use& u : uses) {
-    if (FindDef(spec.plugins[u.plugin].type)->kind != Kind::kPicker) continue;
+    if (FindDef(spec.plugins[u.plugin].type)->factory.kind != PluginKind::kPicker) continue;
     if (picker >= 0) {
       return SpecError{spec.plugins[u.plugin].line, PluginField(u.plugin, "type"),
                        "more than one picker in the profile"};
@@ -362,7 +234,7 @@ std::optional<SpecError> Walk(const SchedulingSpec& spec, ProfileScheduler::Part
   if (picker < 0) {
     int declared = -1, count = 0;
     for (size_t i = 0; i < spec.plugins.size(); ++i) {
-      if (FindDef(spec.plugins[i].type)->kind == Kind::kPicker) {
+      if (FindDef(spec.plugins[i].type)->factory.kind == PluginKind::kPicker) {
         declared = static_cast<int>(i);
         ++count;
       }
@@ -373,15 +245,15 @@ std::optional<SpecError> Walk(const SchedulingSpec& spec, ProfileScheduler::Part
 
   auto make = [&](size_t i) {
     const PluginSpec& ps = spec.plugins[i];
-    std::unique_ptr<Plugin> p = FindDef(ps.type)->make(params[i]);
+    std::unique_ptr<Plugin> p = FindDef(ps.type)->factory.make(params[i]);
     PluginAccess::Name(*p, ps.type, NameOf(ps));
     return p;
   };
   for (const Use& u : uses) {
-    const Kind kind = FindDef(spec.plugins[u.plugin].type)->kind;
-    if (kind == Kind::kFilter) {
+    const PluginKind kind = FindDef(spec.plugins[u.plugin].type)->factory.kind;
+    if (kind == PluginKind::kFilter) {
       parts->filters.emplace_back(static_cast<Filter*>(make(u.plugin).release()));
-    } else if (kind == Kind::kScorer) {
+    } else if (kind == PluginKind::kScorer) {
       parts->scorers.push_back(
           {std::unique_ptr<Scorer>(static_cast<Scorer*>(make(u.plugin).release())), u.weight});
     }
@@ -391,7 +263,7 @@ std::optional<SpecError> Walk(const SchedulingSpec& spec, ProfileScheduler::Part
   }
   // In-flight accounting is on when declared, referenced or not.
   for (size_t i = 0; i < spec.plugins.size(); ++i) {
-    if (FindDef(spec.plugins[i].type)->kind == Kind::kMarker) {
+    if (FindDef(spec.plugins[i].type)->factory.kind == PluginKind::kMarker) {
       parts->inflight_adjustment = true;
       parts->others.push_back(make(i));
     }

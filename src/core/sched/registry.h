@@ -1,6 +1,6 @@
 // Building schedulers from a SchedulingSpec: validation with line-accurate errors, the
-// table of plugin types (filled by one explicit function, no static initialisers), and the
-// named complete policies.
+// table of plugin types (filled by one explicit function, no static initialisers, from
+// the factories in plugins/<name>/), and the named complete policies.
 //
 // Plugin types (parameters in parentheses, see docs/POLICIES.md for formulas):
 //   prefix-cache-scorer          (blockSize 64, maxPrefixBlocksToMatch 256,
@@ -25,7 +25,8 @@
 //   load-aware-scorer            (queueThreshold 128) 0.5 * (1 - waiting/threshold)
 //   saturation-filter            (kvThreshold 0.8, queueThreshold 5, staleAfterSeconds 0.2)
 //   locality-filter              the router's region first; spill to a remote region when
-//                                the local one is saturated or slower (locality.h)
+//                                the local one is saturated or slower
+//                                (plugins/locality_filter/locality_filter.h)
 //   inflight-accounting          turns on in-flight adjustment of kv/waiting/running for
 //                                every plugin of the scheduler (no score, no weight needed)
 //   max-score-picker             default picker; random tie-break

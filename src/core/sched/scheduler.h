@@ -195,9 +195,19 @@ class Scheduler {
   // the policy keeps no prefix model (round-robin, least-request, ...).
   virtual int64_t PrefixEntries(uint32_t endpoint_id) const { return -1; }
 
-  // What each row of PickResult::scorer_names measures, in the same order.
-  enum class ScorerRole { kPrefix, kKvCache, kQueue, kLoad, kCost, kOther };
+  // What each row of PickResult::scorer_names measures, in the same order (types.h).
+  using ScorerRole = sched::ScorerRole;
   virtual std::span<const ScorerRole> scorer_roles() const = 0;
+
+  // The metrics::EngineMetrics::Field bits whose values this scheduler reads from
+  // EndpointState::engine on a pick (for a plugin profile, the union of its plugins'
+  // Plugin::consumed_fields). The routing core may hide such a field it no longer trusts
+  // (a stale scrape's) by clearing its `present` bit; fields outside this set are never
+  // read, so hiding them changes nothing. EndpointState's own load members (kv_usage,
+  // waiting, running, num_gpu_blocks, block_size) are not `engine` and not counted here.
+  // Fixed for the scheduler's lifetime; shared access. Default: reads nothing from
+  // `engine`.
+  virtual uint32_t consumed_fields() const { return 0; }
 
   // Times each plugin call of a pick (Filter::Apply, Scorer::Score, Picker::Rank) with
   // `*seconds`, a clock in seconds, when it is set; null or empty: untimed. The function

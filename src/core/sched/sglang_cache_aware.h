@@ -75,6 +75,8 @@ class SglangCacheAwareScheduler : public SchedulerBase {
   SglangCacheAwareScheduler(const Config& config, const SchedulerOptions& options);
 
   std::string_view policy() const override { return "sglang-cache-aware"; }
+  // Its radix trees and the router's in-flight counts: nothing from EndpointState::engine.
+  uint32_t consumed_fields() const override { return 0; }
   // Scores reported: row "prefix-match" (matched characters / prompt characters).
   // The text is inserted under ranked[0] during Pick, as SGLang does at selection time.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,

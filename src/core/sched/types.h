@@ -128,6 +128,11 @@ struct LocalityStats {
   uint64_t Picks(Locality l) const { return picks[static_cast<size_t>(l)]; }
 };
 
+// What a scorer measures: each row of PickResult::scores has one (Scheduler::scorer_roles),
+// declared by the scorer itself (Plugin::role) or by a dedicated policy. The routing core
+// finds the prefix row (a request's cached share) by it. kOther: none of the others.
+enum class ScorerRole { kPrefix, kKvCache, kQueue, kLoad, kCost, kOther };
+
 // What the scheduler needs of one request. Views: the caller keeps the strings alive for
 // the duration of the Pick call (the scheduler copies what it keeps, as hashes).
 struct SchedRequest {

@@ -5,8 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/sched/plugin.h"
+#include "core/sched/profile_scheduler.h"
 #include "sched_test_util.h"
 
 namespace kvroute::sched {
@@ -66,6 +71,94 @@ TEST(Registry, PluginPoliciesHaveSpecs) {
   EXPECT_EQ(gie.profiles[0].plugins[1].weight, 2);
   EXPECT_EQ(gie.profiles[0].plugins[2].weight, 2);
   for (const auto& p : gie.plugins) EXPECT_NE(p.type, "inflight-accounting");
+}
+
+// What each plugin type declares (Plugin::role, Plugin::consumed_fields), and the
+// scheduler's view of it: a new plugin type fails here until it is listed.
+TEST(Registry, EveryPluginDeclaresItsRoleAndConsumedFields) {
+  using R = ScorerRole;
+  using F = metrics::EngineMetrics;
+  constexpr uint32_t kPrediction = F::kWaiting | F::kRunning | F::kKvUsage;
+  const std::map<std::string_view, std::pair<R, uint32_t>> declared = {
+      {"prefix-cache-scorer", {R::kPrefix, 0}},
+      {"precise-prefix-cache-scorer", {R::kPrefix, 0}},
+      {"kv-cache-utilization-scorer", {R::kKvCache, 0}},
+      {"queue-depth-scorer", {R::kQueue, 0}},
+      {"queue-scorer", {R::kQueue, 0}},
+      {"running-requests-scorer", {R::kLoad, 0}},
+      {"least-request-scorer", {R::kLoad, 0}},
+      {"soft-load-scorer", {R::kLoad, 0}},
+      {"recent-load-scorer", {R::kOther, 0}},
+      {"lora-affinity-scorer", {R::kOther, F::kLora}},
+      {"lora-affinity-filter", {R::kOther, F::kLora}},
+      {"load-aware-scorer", {R::kLoad, 0}},
+      {"saturation-filter", {R::kOther, 0}},
+      {"locality-filter", {R::kOther, kPrediction}},
+      {"inflight-accounting", {R::kOther, 0}},
+      {"max-score-picker", {R::kOther, 0}},
+      {"slo-headroom-picker", {R::kOther, kPrediction}},
+      {"weighted-random-picker", {R::kOther, 0}},
+      {"random-picker", {R::kOther, 0}},
+      {"round-robin-picker", {R::kOther, 0}},
+  };
+  EXPECT_EQ(declared.size(), PluginTypes().size());
+  for (std::string_view type : PluginTypes()) {
+    auto it = declared.find(type);
+    ASSERT_NE(it, declared.end()) << type;
+    const auto [role, fields] = it->second;
+    auto s = MustBuild(SpecOf({Plugin(std::string(type))}));
+    auto* profile = dynamic_cast<ProfileScheduler*>(s.get());
+    ASSERT_NE(profile, nullptr) << type;
+    const auto found = std::find_if(profile->plugins().begin(), profile->plugins().end(),
+                                    [&](const sched::Plugin* p) { return p->type() == type; });
+    ASSERT_NE(found, profile->plugins().end()) << type;
+    EXPECT_EQ((*found)->role(), role) << type;
+    EXPECT_EQ((*found)->consumed_fields(), fields) << type;
+    EXPECT_EQ(s->consumed_fields(), fields) << type;
+    if (dynamic_cast<const Scorer*>(*found) != nullptr) {
+      ASSERT_EQ(s->scorer_roles().size(), 1u) << type;
+      EXPECT_EQ(s->scorer_roles()[0], role) << type;
+    }
+  }
+}
+
+// A policy's consumed fields are its plugins' union; the dedicated policies read nothing
+// from EndpointState::engine.
+TEST(Registry, PoliciesReportWhatTheyConsume) {
+  using F = metrics::EngineMetrics;
+  constexpr uint32_t kPrediction = F::kWaiting | F::kRunning | F::kKvUsage;
+  SchedulerOptions regional;
+  regional.region = "us";
+  const std::vector<std::tuple<std::string_view, bool, uint32_t>> cases = {
+      {"round-robin", false, 0},
+      {"random", false, 0},
+      {"least-request", false, 0},
+      {"gie-default", false, 0},
+      {"sglang-cache-aware", false, 0},
+      {"dynamo-cost", false, 0},
+      {"dynamo-kv", false, 0},
+      {"llm-d-sticky", false, 0},
+      {"llm-d-precise", false, 0},
+      {"kvroute", false, F::kLora},
+      {"kvroute", true, F::kLora | kPrediction},
+      {"kvroute-region-blind", true, F::kLora},
+      {"kvroute-slo", false, F::kLora | kPrediction},
+      {"kvroute-lora-blind", false, 0},
+  };
+  for (const auto& [policy, region, fields] : cases) {
+    BuildResult b = BuildPolicy(policy, region ? regional : SchedulerOptions{});
+    ASSERT_TRUE(b.ok()) << policy;
+    EXPECT_EQ(b.scheduler->consumed_fields(), fields) << policy << " region " << region;
+  }
+  using R = ScorerRole;
+  BuildResult gie = BuildPolicy("gie-default");
+  EXPECT_EQ(std::vector<R>(gie.scheduler->scorer_roles().begin(),
+                           gie.scheduler->scorer_roles().end()),
+            (std::vector<R>{R::kPrefix, R::kKvCache, R::kQueue}));
+  BuildResult kv = BuildPolicy("kvroute");
+  EXPECT_EQ(std::vector<R>(kv.scheduler->scorer_roles().begin(),
+                           kv.scheduler->scorer_roles().end()),
+            (std::vector<R>{R::kPrefix, R::kKvCache, R::kLoad, R::kOther, R::kOther}));
 }
 
 TEST(Registry, InflightAccountingOnlyWhereWanted) {

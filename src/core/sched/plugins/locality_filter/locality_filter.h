@@ -16,6 +16,9 @@
 // (concurrent Rank). OnCommit, OnDispatched, Configure and SetRegionRtt change that state
 // and need exclusive access, as every other scheduler call. No clock reads: times are the
 // pick's now_s.
+//
+// The profile scheduler finds its locality-filters by class (they need the router's region,
+// the round trips and the commit hook), not by type name.
 #pragma once
 
 #include <cassert>
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "core/sched/plugin.h"
+#include "core/sched/plugin_factory.h"
 
 namespace kvroute::sched {
 
@@ -55,6 +59,12 @@ class LocalityFilter : public Filter {
                                            // prompt's first block of this many characters
   };
   explicit LocalityFilter(const Params& p) : p_(p) {}
+
+  // kWaiting, kRunning and kKvUsage of EndpointState::engine: the features of the latency
+  // model's predictions for the predicted-miss spill (PredictedMissTarget), read only when
+  // the request has a model and a TTFT objective. Its saturation and wait rules read the
+  // load view (PickContext::loads).
+  uint32_t consumed_fields() const override;
 
   // The router's region ("" = locality off) and the configured round trips.
   void Configure(std::string region, std::span<const std::pair<std::string, double>> rtt_s);
@@ -123,5 +133,10 @@ class LocalityFilter : public Filter {
   std::vector<uint8_t> remote_;  // by endpoint id: remote when last ranked
   LocalityStats stats_;
 };
+
+// Parameters kvThreshold, queueThreshold, recoverKvThreshold, recoverQueueThreshold,
+// minSpillSeconds, staleAfterSeconds, secondsPerQueuedRequest, recoverWaitRatio,
+// defaultRttSeconds, stickySeconds, stickyCapacity and blockSize (defaults: Params).
+PluginFactory LocalityFilterFactory();
 
 }  // namespace kvroute::sched

@@ -1,15 +1,16 @@
 // The slo-headroom-picker (issue 24, policy kvroute-slo): the blend's choice unless it is
 // predicted to miss the request's objective and another endpoint meets it with room; the
 // blend alone with no model, no objective or no samples.
+#include "core/sched/plugins/slo_headroom_picker/slo_headroom_picker.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "core/sched/builtin_plugins.h"
 #include "core/sched/latency_trainer.h"
-#include "sched_test_util.h"
+#include "core/sched/sched_test_util.h"
 
 namespace kvroute::sched {
 namespace {

@@ -3,7 +3,7 @@
 // round trip, hysteresis, prefix-coherent (sticky) spill, endpoints without a region,
 // regions without a round trip, unknown metrics, counters; and the kvroute policy with and
 // without a router region.
-#include "core/sched/locality.h"
+#include "core/sched/plugins/locality_filter/locality_filter.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include "core/sched/latency_trainer.h"
 #include "core/sched/prefix_index.h"
 #include "core/sched/profile_scheduler.h"
-#include "sched_test_util.h"
+#include "core/sched/sched_test_util.h"
 
 namespace kvroute::sched {
 namespace {

@@ -1,0 +1,90 @@
+#include "core/sched/plugins/prefix_cache_scorer/prefix_cache_scorer.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/kvevents/event_index.h"
+
+namespace kvroute::sched {
+
+void PrefixCacheScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                              std::span<double> out) {
+  // Hash once per request; OnDispatched records the same chain.
+  std::vector<uint64_t>& hashes = ctx.pending->hashes[index()];
+  HashPromptBlocks(ctx.request->model, ctx.request->cache_salt, ctx.request->prompt,
+                   p_.block_chars, p_.max_blocks, hashes);
+  std::fill(out.begin(), out.end(), 0.0);
+  if (!hashes.empty()) ApproxScores(ctx, candidates, hashes, out);
+  const SchedRequest& r = *ctx.request;
+  if (!p_.precise || r.events == nullptr || r.event_keys.empty()) return;
+  std::vector<double>& weighted = ctx.scratch->f64;
+  std::vector<uint32_t>& run = ctx.scratch->u32_b;
+  r.events->Match(r.event_keys, ctx.now_s, weighted, run);
+  const double keys = static_cast<double>(r.event_keys.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const uint32_t id = ctx.endpoints[candidates[i]].id;
+    if (r.events->Usable(id, ctx.now_s)) out[i] = id < weighted.size() ? weighted[id] / keys : 0.0;
+  }
+}
+
+void PrefixCacheScorer::ApproxScores(const PickContext& ctx, std::span<const uint32_t> candidates,
+                                     std::span<const uint64_t> hashes, std::span<double> out) const {
+  uint32_t max_id = 0;
+  for (uint32_t pos : candidates) max_id = std::max(max_id, ctx.endpoints[pos].id);
+  std::vector<uint32_t>& match = ctx.scratch->u32_a;
+  if (match.size() <= max_id) match.resize(max_id + 1);
+  model_->Match(hashes, match);
+  const double total = static_cast<double>(hashes.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    out[i] = match[ctx.endpoints[candidates[i]].id] / total;
+  }
+}
+
+void PrefixCacheScorer::AdoptStateFrom(Plugin& previous) {
+  // Same type() as this one (the scheduler matched them), so the same class.
+  auto& prev = static_cast<PrefixCacheScorer&>(previous);
+  if (prev.p_.block_chars != p_.block_chars || prev.p_.max_blocks != p_.max_blocks) return;
+  model_ = std::move(prev.model_);
+  prev.model_ = MakeApproxPrefixModel();
+}
+
+size_t PrefixCacheScorer::CapacityFor(const EndpointState& e) const {
+  if (p_.lru_capacity > 0) return p_.lru_capacity;
+  if (e.num_gpu_blocks > 0 && e.block_size > 0) {
+    // The endpoint holds num_gpu_blocks * block_size tokens; one of our blocks is about
+    // block_chars / 4 tokens.
+    const double tokens_per_block = std::max(1.0, p_.block_chars / 4.0);
+    return static_cast<size_t>(static_cast<double>(e.num_gpu_blocks) *
+                               static_cast<double>(e.block_size) / tokens_per_block);
+  }
+  return kDefaultCapacity;
+}
+
+int64_t PrefixCacheScorer::OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
+                                        double now_s) {
+  const std::vector<uint64_t>& hashes = req.hashes[index()];
+  if (hashes.empty()) return 0;
+  const size_t held = model_->OnRouted(hashes, endpoint.id, CapacityFor(endpoint), now_s);
+  return static_cast<int64_t>(held * p_.block_chars);
+}
+
+// prefix-cache-scorer: approximate (the router's own dispatches) unless `preciseEvents` is
+// 1; precise-prefix-cache-scorer: precise where an endpoint's KV-cache events are live,
+// approximate elsewhere, unless `preciseEvents` is 0.
+PluginFactory PrefixCacheScorerFactory(bool precise_default) {
+  return {PluginKind::kScorer,
+          {{"blockSize", 1, 1 << 20, true},
+           {"maxPrefixBlocksToMatch", 1, 1 << 24, true},
+           {"lruCapacityPerServer", 1, 1e12, true},
+           {"preciseEvents", 0, 1, true}},
+          [precise_default](const PluginParams& p) -> std::unique_ptr<Plugin> {
+            PrefixCacheScorer::Params q;
+            q.block_chars = static_cast<size_t>(p.Get("blockSize", 64));
+            q.max_blocks = static_cast<size_t>(p.Get("maxPrefixBlocksToMatch", 256));
+            q.lru_capacity = static_cast<size_t>(p.Get("lruCapacityPerServer", 0));
+            q.precise = p.Get("preciseEvents", precise_default ? 1 : 0) != 0;
+            return std::make_unique<PrefixCacheScorer>(q);
+          }};
+}
+
+}  // namespace kvroute::sched

@@ -1,0 +1,44 @@
+#include "core/sched/plugins/soft_load_scorer/soft_load_scorer.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kvroute::sched {
+
+double SoftLoadScorer::LoadOf(const EndpointLoad& l) {
+  return std::max(static_cast<double>(l.inflight), l.waiting + l.running);
+}
+
+void SoftLoadScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+                           std::span<double> out) {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -lo;
+  double sum = 0.0;
+  for (uint32_t pos : candidates) {
+    const double v = LoadOf(ctx.loads[pos]);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  const double mean = candidates.empty() ? 0.0 : sum / static_cast<double>(candidates.size());
+  const double denom = hi - lo + p_.min_spread + p_.relative_spread * mean;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double d = LoadOf(ctx.loads[candidates[i]]) - lo;
+    // denom is 0 only when every load is equal and both spreads are 0: all score 1.
+    out[i] = denom > 0 ? 1.0 - d / denom : 1.0;
+  }
+}
+
+PluginFactory SoftLoadScorerFactory() {
+  return {PluginKind::kScorer,
+          {{"minSpread", 0, kParamUnbounded, false},
+           {"relativeSpread", 0, kParamUnbounded, false}},
+          [](const PluginParams& p) -> std::unique_ptr<Plugin> {
+            SoftLoadScorer::Params q;
+            q.min_spread = p.Get("minSpread", q.min_spread);
+            q.relative_spread = p.Get("relativeSpread", q.relative_spread);
+            return std::make_unique<SoftLoadScorer>(q);
+          }};
+}
+
+}  // namespace kvroute::sched

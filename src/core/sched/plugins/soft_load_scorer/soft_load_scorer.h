@@ -1,0 +1,39 @@
+// soft-load-scorer (registry.h for parameters, docs/POLICIES.md).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/sched/plugin.h"
+#include "core/sched/plugin_factory.h"
+
+namespace kvroute::sched {
+
+// Load balance that acts before saturation without letting one request of difference
+// swamp the other scorers. A candidate's load is x = max(router in-flight count,
+// waiting + running) (the router's own count is current; the scrape also sees other
+// clients' requests). Score = 1 - (x - min) / (max - min + min_spread + relative_spread *
+// mean), over the candidates: the least loaded scores 1, and a gap of d requests costs
+// d / (d + spread) of the weight, so small differences cost little and large ones
+// almost all of it. (min-max alone charges the full weight for a single request.)
+// Role kLoad; reads the load view (PickContext::loads), nothing from EndpointState::engine.
+class SoftLoadScorer : public Scorer {
+ public:
+  struct Params {
+    double min_spread = 4.0;
+    double relative_spread = 0.0;
+  };
+  explicit SoftLoadScorer(const Params& p) : p_(p) {}
+  ScorerRole role() const override { return ScorerRole::kLoad; }
+  void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
+             std::span<double> out) override;
+  static double LoadOf(const EndpointLoad& l);
+
+ private:
+  Params p_;
+};
+
+// Parameters minSpread (4) and relativeSpread (0).
+PluginFactory SoftLoadScorerFactory();
+
+}  // namespace kvroute::sched
