@@ -124,6 +124,8 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
   const std::size_t n = s.states.size();
   std::size_t normal = 0;
   double next = kInf;
+  // The engine fields the policy reads (its plugins declare them): hidden while stale.
+  const uint32_t consumed = s.scheduler ? s.scheduler->consumed_fields() : 0;
   for (uint32_t id = 0; id < n; ++id) {
     if (s.vacant[id]) continue;
     Slot& slot = *(*s.slots)[id];
@@ -141,11 +143,10 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
       st.kv_usage = slot.health.kv_usage();
       st.waiting = slot.health.waiting();
       st.running = slot.health.running();
-      // Likewise the LoRA state a previous pass hid as stale, when st.engine holds the
+      // Likewise the engine fields a previous pass hid as stale, when st.engine holds the
       // same scrape (a newer one is copied whole by the next sync).
       if (st.scraped_at_s == slot.health.scraped_at_s()) {
-        st.engine.present = (st.engine.present & ~metrics::EngineMetrics::kLora) |
-                            (slot.health.last().present & metrics::EngineMetrics::kLora);
+        st.engine.present = (st.engine.present & ~consumed) | (slot.health.last().present & consumed);
       }
     }
     if (v.treatment == health::Treatment::kNormal) ++normal;
@@ -179,8 +180,10 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
     }
     const health::Verdict& v = s.verdicts[id];
     const bool fresh = v.condition == health::Condition::kUp;
-    // A stale scrape's adapter lists are not today's: unknown, like a stale load.
-    if (!fresh) st.engine.present &= ~metrics::EngineMetrics::kLora;
+    // A stale scrape's values are not today's: every engine field the policy reads from it
+    // (Scheduler::consumed_fields: the adapter lists, the latency model's load features) is
+    // unknown, like a stale load, whatever the field. No per-signal rule.
+    if (!fresh) st.engine.present &= ~consumed;
     switch (v.treatment) {
       case health::Treatment::kNormal:
         st.healthy = true;
