@@ -46,6 +46,7 @@ MetricNames MetricNames::For(EngineType type) {
   n.max_lora_label = "max_lora";
   n.running_loras_label = "running_lora_adapters";
   n.waiting_loras_label = "waiting_lora_adapters";
+  n.swapped = "vllm:num_requests_swapped";
   return n;
 }
 
@@ -75,6 +76,7 @@ constexpr NameKey kNameKeys[] = {
     {"max_lora_label", &MetricNames::max_lora_label},
     {"running_loras_label", &MetricNames::running_loras_label},
     {"waiting_loras_label", &MetricNames::waiting_loras_label},
+    {"swapped", &MetricNames::swapped},
 };
 
 }  // namespace
@@ -110,6 +112,7 @@ enum Slot : uint8_t {
   kHitsSlot,
   kHitsOldSlot,
   kPreemptionsSlot,
+  kSwappedSlot,
   kCacheInfoSlot,
   kLoraSlot,
   kNumSlots,
@@ -184,7 +187,8 @@ class Extractor : public SampleVisitor {
     const std::string* by_slot[kNumSlots] = {
         &names.running,     &names.waiting,        &names.kv_usage,    &names.kv_usage_old,
         &names.prefix_queries, &names.prefix_queries_old, &names.prefix_hits,
-        &names.prefix_hits_old, &names.preemptions, &names.cache_info, &names.lora_info,
+        &names.prefix_hits_old, &names.preemptions, &names.swapped, &names.cache_info,
+        &names.lora_info,
     };
     for (int s = 0; s < kNumSlots; ++s) {
       if (!by_slot[s]->empty()) table_[n_++] = {*by_slot[s], static_cast<Slot>(s)};
@@ -251,6 +255,7 @@ class Extractor : public SampleVisitor {
     take(kQueriesSlot, kQueriesOldSlot, out.prefix_queries, EngineMetrics::kPrefixQueries);
     take(kHitsSlot, kHitsOldSlot, out.prefix_hits, EngineMetrics::kPrefixHits);
     take(kPreemptionsSlot, kPreemptionsSlot, out.preemptions, EngineMetrics::kPreemptions);
+    take(kSwappedSlot, kSwappedSlot, out.swapped, EngineMetrics::kSwapped);
 
     bool bad_block_size = false;
     bool bad_blocks = false;

@@ -43,6 +43,7 @@ struct MetricNames {
   std::string max_lora_label;   // integer: adapters one batch may hold
   std::string running_loras_label;  // comma-joined adapter names with running requests
   std::string waiting_loras_label;  // comma-joined adapter names with waiting requests
+  std::string swapped;          // gauge, summed over engines (vLLM V0: KV swapped to CPU)
 
   // vLLM: vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc
   // (old vllm:gpu_cache_usage_perc), vllm:prefix_cache_{queries,hits}_total (old
@@ -75,6 +76,7 @@ struct EngineMetrics {
     kBlockSize = 1u << 6,
     kNumGpuBlocks = 1u << 7,
     kLora = 1u << 8,  // the LoRA fields below (vllm:lora_requests_info)
+    kSwapped = 1u << 9,  // swapped
   };
 
   double running = 0;
@@ -83,6 +85,7 @@ struct EngineMetrics {
   double prefix_queries = 0;  // counters: the router takes rates between scrapes
   double prefix_hits = 0;
   double preemptions = 0;
+  double swapped = 0;         // requests whose KV cache was swapped to CPU (vLLM V0)
   int64_t block_size = 0;      // tokens per block (first engine's), 0 when unknown
   int64_t num_gpu_blocks = 0;  // summed over engines, 0 when unknown
   int engines = 0;             // KV-usage series aggregated (one per engine)

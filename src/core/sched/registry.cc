@@ -25,6 +25,7 @@
 #include "core/sched/plugins/saturation_filter/saturation_filter.h"
 #include "core/sched/plugins/slo_headroom_picker/slo_headroom_picker.h"
 #include "core/sched/plugins/soft_load_scorer/soft_load_scorer.h"
+#include "core/sched/plugins/swapped_requests_scorer/swapped_requests_scorer.h"
 #include "core/sched/plugins/weighted_random_picker/weighted_random_picker.h"
 #include "core/sched/profile_scheduler.h"
 #include "core/sched/sglang_cache_aware.h"
@@ -63,6 +64,7 @@ void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
   add("lora-affinity-scorer", LoraAffinityScorerFactory());
   add("lora-affinity-filter", LoraAffinityFilterFactory());
   add("load-aware-scorer", LoadAwareScorerFactory());
+  add("swapped-requests-scorer", SwappedRequestsScorerFactory());
   add("saturation-filter", SaturationFilterFactory());
   add("locality-filter", LocalityFilterFactory());
   add("inflight-accounting", InflightAccountingFactory());

@@ -92,6 +92,7 @@ TEST(Registry, EveryPluginDeclaresItsRoleAndConsumedFields) {
       {"lora-affinity-scorer", {R::kOther, F::kLora}},
       {"lora-affinity-filter", {R::kOther, F::kLora}},
       {"load-aware-scorer", {R::kLoad, 0}},
+      {"swapped-requests-scorer", {R::kOther, F::kSwapped}},
       {"saturation-filter", {R::kOther, 0}},
       {"locality-filter", {R::kOther, kPrediction}},
       {"inflight-accounting", {R::kOther, 0}},
