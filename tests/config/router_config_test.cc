@@ -324,7 +324,7 @@ TEST(RouterConfigErrors, UnknownKeys) {
             "waiting, kv_usage, kv_usage_old, prefix_queries, prefix_queries_old, prefix_hits, "
             "prefix_hits_old, preemptions, cache_info, block_size_label, num_blocks_label, "
             "engine_label, model_label, lora_info, max_lora_label, running_loras_label, "
-            "waiting_loras_label)");
+            "waiting_loras_label, swapped)");
   EXPECT_EQ(ParseErr("threads: 1\nthreads: 2\n"), "t.yaml:2: threads: duplicate key 'threads'");
 }
 

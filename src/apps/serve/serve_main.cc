@@ -41,7 +41,8 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     model: ""                   # only read metric series of this model_name
     metric_names: {waiting: "my:queue"}   # per-field overrides of the metric names
                                 #   ("" = not exported), by key:
-%METRIC_NAME_KEYS%    scrape_interval: 50ms       # durations: "250us", "50ms", "2s", "1m", or seconds
+%METRIC_NAME_KEYS%
+    scrape_interval: 50ms       # durations: "250us", "50ms", "2s", "1m", or seconds
     staleness: 2s               # metrics older than this are stale (>= scrape_interval)
     stale_policy: exclude       # exclude | saturated: what a stale endpoint counts as
     endpoints:
@@ -236,7 +237,7 @@ std::string FileFormat() {
   keys.append(kIndent).append(line).append("\n");
   std::string text = kFileFormat;
   const std::string_view marker = "%METRIC_NAME_KEYS%\n";
-  text.replace(text.find(marker), marker.size(), keys);
+  if (const auto at = text.find(marker); at != std::string::npos) text.replace(at, marker.size(), keys);
   return text;
 }
 

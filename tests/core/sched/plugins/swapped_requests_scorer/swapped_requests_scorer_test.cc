@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/metrics/engine_metrics.h"
-#include "sched_test_util.h"
+#include "core/sched/sched_test_util.h"
 
 namespace kvroute::sched {
 namespace {
