@@ -40,6 +40,56 @@ bool ConnectionNames(std::string_view list, std::string_view name) {
 
 namespace detail {
 
+namespace {
+
+// The fields Beast knows by name that never pass, in either direction: hop-by-hop ones
+// (RFC 9110 section 7.6.1) and the framing each side writes itself. A switch on the parsed
+// field code, not a string comparison per name: this runs for every header of every request.
+bool HopOrFraming(bhttp::field f) {
+  switch (f) {
+    case bhttp::field::connection:
+    case bhttp::field::proxy_connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::te:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::upgrade:
+    case bhttp::field::trailer:
+    case bhttp::field::content_length:
+    case bhttp::field::content_type:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// One more field for each direction: the request's credentials for a proxy and framing the
+// upstream client writes (Host, Expect); the response's challenge for a proxy.
+bool DroppedRequestField(bhttp::field f) {
+  return HopOrFraming(f) || f == bhttp::field::proxy_authorization || f == bhttp::field::host ||
+         f == bhttp::field::expect;
+}
+bool DroppedResponseField(bhttp::field f) {
+  return HopOrFraming(f) || f == bhttp::field::proxy_authenticate;
+}
+
+// Whether `name` (a field Beast does not know) is one of `names`.
+template <size_t N>
+bool Named(std::string_view name, const std::string_view (&names)[N]) {
+  for (std::string_view d : names) {
+    if (IEquals(name, d)) return true;
+  }
+  return false;
+}
+
+void AppendLowerCased(std::string_view name, std::string_view value,
+                      std::vector<std::pair<std::string, std::string>>& out) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  out.emplace_back(std::move(lower), std::string(value));
+}
+
+}  // namespace
+
 // Every end-to-end request header goes to the replica (tracing's traceparent, tracestate
 // and baggage, vLLM's own, the application's), except (issue 29, item 4):
 //   - hop-by-hop ones (RFC 9110 section 7.6.1: Connection, Proxy-Connection, Keep-Alive,
@@ -52,20 +102,21 @@ namespace detail {
 // Names are passed on lower-cased (HTTP/1.1 names are case-insensitive).
 void CollectForwardHeaders(const http::Request& req, const FrontSettings& fs,
                            std::vector<std::pair<std::string, std::string>>& out) {
-  static constexpr std::string_view kDropped[] = {
-      "connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade",
-      "proxy-authorization", "trailer", "host", "content-length", "content-type", "expect",
-      kRoutingHeader, api::kSloTtftHeader, api::kSloTpotHeader, api::kSloTtftHeaderOld,
-      api::kSloTpotHeaderOld, api::kModelRewriteHeader};
+  // The router's own headers; none is a name Beast knows.
+  static constexpr std::string_view kOwn[] = {
+      kRoutingHeader,         api::kSloTtftHeader,        api::kSloTpotHeader,
+      api::kSloTtftHeaderOld, api::kSloTpotHeaderOld,     api::kModelRewriteHeader};
   const std::string_view connection = HeaderValue(req, "connection");
   for (const auto& f : req) {
+    const bhttp::field code = f.name();
+    if (DroppedRequestField(code)) continue;
     const std::string_view name(f.name_string().data(), f.name_string().size());
-    bool drop = fs.sessions && (IEquals(name, fs.session_header) || IEquals(name, fs.token_header));
-    for (std::string_view d : kDropped) drop = drop || IEquals(name, d);
-    if (drop || (!connection.empty() && ConnectionNames(connection, name))) continue;
-    std::string lower(name);
-    for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-    out.emplace_back(std::move(lower), std::string(f.value()));
+    if (code == bhttp::field::unknown && Named(name, kOwn)) continue;
+    if (fs.sessions && (IEquals(name, fs.session_header) || IEquals(name, fs.token_header))) {
+      continue;
+    }
+    if (!connection.empty() && ConnectionNames(connection, name)) continue;
+    AppendLowerCased(name, std::string_view(f.value().data(), f.value().size()), out);
   }
 }
 
@@ -75,22 +126,19 @@ void CollectForwardHeaders(const http::Request& req, const FrontSettings& fs,
 // (x-kvroute-*, the session token header), which it writes. Appended to `out`.
 void CollectResponseHeaders(const boost::beast::http::fields& fields, const FrontSettings& fs,
                             http::Fields& out) {
-  static constexpr std::string_view kDropped[] = {
-      "connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade",
-      "proxy-authenticate", "trailer", "content-length", "content-type", kEndpointHeader,
-      kAttemptsHeader, kPrefillHeader};
+  static constexpr std::string_view kOwn[] = {kEndpointHeader, kAttemptsHeader, kPrefillHeader};
   std::string_view connection;
   for (const auto& f : fields) {
     if (f.name() == bhttp::field::connection) connection = std::string_view(f.value().data(), f.value().size());
   }
   for (const auto& f : fields) {
+    const bhttp::field code = f.name();
+    if (DroppedResponseField(code)) continue;
     const std::string_view name(f.name_string().data(), f.name_string().size());
-    bool drop = fs.sessions && IEquals(name, fs.token_header);
-    for (std::string_view d : kDropped) drop = drop || IEquals(name, d);
-    if (drop || (!connection.empty() && ConnectionNames(connection, name))) continue;
-    std::string lower(name);
-    for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-    out.emplace_back(std::move(lower), std::string(f.value()));
+    if (code == bhttp::field::unknown && Named(name, kOwn)) continue;
+    if (fs.sessions && IEquals(name, fs.token_header)) continue;
+    if (!connection.empty() && ConnectionNames(connection, name)) continue;
+    AppendLowerCased(name, std::string_view(f.value().data(), f.value().size()), out);
   }
 }
 

@@ -213,9 +213,7 @@ size_t ApproxPrefixIndex::Record(std::span<const uint64_t> hashes, uint32_t endp
                                  size_t capacity, double now_s, RecordOrder order) {
   LruOf(endpoint_id);
   size_t held = hashes.size();  // the lowest index found missing
-  const size_t n = hashes.size();
-  for (size_t j = 0; j < n; ++j) {
-    const size_t k = order == RecordOrder::kHeadLast ? n - 1 - j : j;
+  auto visit = [&](size_t k) {
     const uint64_t h = hashes[k];
     uint32_t e = FindEntry(h, endpoint_id);
     if (e != kNil) {
@@ -237,6 +235,12 @@ size_t ApproxPrefixIndex::Record(std::span<const uint64_t> hashes, uint32_t endp
     }
     entries_[e].recorded_at = now_s;
     PushMru(e);
+  };
+  // One loop per order, so the per-block work has no branch on it (this runs per request).
+  if (order == RecordOrder::kHeadLast) {
+    for (size_t k = hashes.size(); k-- > 0;) visit(k);
+  } else {
+    for (size_t k = 0; k < hashes.size(); ++k) visit(k);
   }
   Lru& l = lru_[endpoint_id];
   while (l.size > capacity && l.head != kNil) EraseEntry(l.head);

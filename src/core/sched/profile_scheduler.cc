@@ -156,12 +156,19 @@ PickResult ProfileScheduler::Rank(const SchedRequest& req,
     }
   }
 
-  // Each plugin call timed when a clock is set (two reads and a few atomics per call).
+  // Each plugin call timed when a clock is set: one read between consecutive calls (each
+  // call's time runs from the previous read to the next), and a few atomics per call.
   const std::function<double()>* timer = timer_ != nullptr && *timer_ ? timer_ : nullptr;
+  double mark = timer ? (*timer)() : 0.0;
+  auto lap = [&](Plugin& p) {
+    if (timer == nullptr) return;
+    const double t = (*timer)();
+    p.timing().Observe(t - mark);
+    mark = t;
+  };
   for (auto& f : filters_) {
-    const double t0 = timer ? (*timer)() : 0.0;
     f->Apply(ctx, sc.candidates);
-    if (timer) f->timing().Observe((*timer)() - t0);
+    lap(*f);
     if (sc.candidates.empty()) return Fail(PickStatus::kAllFiltered);
   }
 
@@ -169,10 +176,12 @@ PickResult ProfileScheduler::Rank(const SchedRequest& req,
   sc.scores.resize(scorers_.size() * n);
   sc.totals.assign(n, 0.0);
   for (size_t s = 0; s < scorers_.size(); ++s) {
+    scorers_[s].scorer->Score(ctx, sc.candidates, std::span<double>(sc.scores.data() + s * n, n));
+    lap(*scorers_[s].scorer);
+  }
+  // The weighted sum, in scorer order (outside the timed calls).
+  for (size_t s = 0; s < scorers_.size(); ++s) {
     std::span<double> row(sc.scores.data() + s * n, n);
-    const double t0 = timer ? (*timer)() : 0.0;
-    scorers_[s].scorer->Score(ctx, sc.candidates, row);
-    if (timer) scorers_[s].scorer->timing().Observe((*timer)() - t0);
     const double w = scorers_[s].weight;
     for (size_t c = 0; c < n; ++c) {
       // NaN (a scorer's 0/0) counts as 0 rather than poisoning the sum.
@@ -181,9 +190,9 @@ PickResult ProfileScheduler::Rank(const SchedRequest& req,
       sc.totals[c] += w * v;
     }
   }
-  const double t0 = timer ? (*timer)() : 0.0;
+  if (timer) mark = (*timer)();
   picker_->Rank(ctx, sc.candidates, sc.totals, options_.max_ranked, sc.order);
-  if (timer) picker_->timing().Observe((*timer)() - t0);
+  lap(*picker_);
   if (sc.pinned != PickScratch::kNoPin) PinFirst(sc, options_.max_ranked);
   return Finish(sc, endpoints);
 }
