@@ -11,8 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "core/routing/core_metrics.h"
 #include "core/routing/core_state.h"
 #include "core/routing/kv_event_input.h"
+#include "core/routing/latency_feed.h"
+#include "core/routing/pd_coordinator.h"
 
 namespace kvroute::routing {
 
@@ -45,8 +48,8 @@ void RoutingCore::OnScrape(uint32_t id, const ScrapeResult& result, double now_s
 
 void RoutingCore::MarkDirty(uint32_t id, Slot& slot) {
   if (!slot.dirty.exchange(true, std::memory_order_acq_rel)) {
-    std::lock_guard<std::mutex> lock(counters_->dirty_mu);
-    counters_->dirty.push_back(id);
+    std::lock_guard<std::mutex> lock(dirty_mu_);
+    dirty_.push_back(id);
   }
   scrape_epoch_.fetch_add(1, std::memory_order_release);
 }
@@ -71,8 +74,8 @@ void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
   s.seen_epoch.store(epoch, std::memory_order_relaxed);
   s.changed.clear();
   {
-    std::lock_guard<std::mutex> lock(counters_->dirty_mu);
-    s.changed.swap(counters_->dirty);
+    std::lock_guard<std::mutex> lock(dirty_mu_);
+    s.changed.swap(dirty_);
   }
   for (uint32_t id : s.changed) {
     if (id >= s.states.size() || s.vacant[id]) continue;
@@ -99,7 +102,7 @@ void RoutingCore::SyncLocked(double now_s, std::vector<std::string>* logs) {
       // in flight there keep their handles until they finish.
       const int64_t dropped = s.scheduler->PrefixEntries(id);
       s.scheduler->OnEndpointRemoved(id);
-      s.latency.ForgetEndpoint(id);
+      latency_->ForgetEndpoint(id);
       Bump(slot.stats->restarts);
       if (logs) {
         logs->push_back("endpoint " + st.name +
@@ -202,8 +205,8 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
         break;
     }
     // With prefill endpoints in the pool, a prefill-only one is never a pick's candidate
-    // (the decode endpoint is picked; PdLocked chooses the prefill one).
-    if (s.pd_active && s.roles[id] == Role::kPrefill) st.healthy = false;
+    // (the decode endpoint is picked; PdCoordinator chooses the prefill one).
+    if (pd_->ExcludedFromPicks(id)) st.healthy = false;
     if (st.healthy) ++usable;
   }
   if (usable > 0) return;
@@ -212,7 +215,7 @@ void RoutingCore::RefreshHealthLocked(double now_s, std::vector<std::string>* lo
   for (uint32_t id = 0; id < n; ++id) {
     const health::Verdict& v = s.verdicts[id];
     if (s.vacant[id] || !v.ejected || v.condition == health::Condition::kDown) continue;
-    if (s.pd_active && s.roles[id] == Role::kPrefill) continue;
+    if (pd_->ExcludedFromPicks(id)) continue;
     sched::EndpointState& st = s.states[id];
     st.healthy = true;
     st.kv_usage = 1.0;
@@ -287,7 +290,7 @@ void RoutingCore::MaybeEject(uint32_t id, Slot& slot, std::string_view kind, dou
       // Counted once per threshold crossing: start the count over so the next skip is
       // another run of failures, not every failure from here on.
       slot.consecutive_failures.store(0, std::memory_order_release);
-      Bump(counters_->ejections_skipped);
+      metrics_->CountEjectionSkipped();
       line = "endpoint " + name + ": " + std::to_string(failures) +
              " consecutive failures (last " + std::string(kind) + "), not ejected: " +
              std::to_string(ejected) + " of " + std::to_string(pool) +
@@ -322,8 +325,7 @@ void RoutingCore::OnAttemptSucceeded(uint32_t endpoint_id) {
 
 bool RoutingCore::AllowRetry(double now_s, bool free) {
   if (free) {
-    Bump(counters_->retries);
-    Bump(counters_->retries_free);
+    metrics_->CountRetry(true);
     return true;
   }
   bool ok;
@@ -331,7 +333,11 @@ bool RoutingCore::AllowRetry(double now_s, bool free) {
     std::unique_lock<RwSpinLock> lock(sched_mu_);
     ok = sched_->budget.TryRetry(now_s, sched_->budget_options);
   }
-  Bump(ok ? counters_->retries : counters_->retries_denied);
+  if (ok) {
+    metrics_->CountRetry(false);
+  } else {
+    metrics_->CountRetryDenied();
+  }
   return ok;
 }
 

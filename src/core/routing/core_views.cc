@@ -1,5 +1,7 @@
-// RoutingCore: views of the pool from published state (the picker's load and gauges) and
-// flow control's probes (prefix chain, held blocks, the TTFT objective's wait budget).
+// RoutingCore: views of the pool from published state (the picker's load and gauges),
+// flow control's probes (prefix chain, held blocks, the TTFT objective's wait budget), and
+// the /metrics exposition: the sections in their order, each written by the component
+// that owns its figures (CoreMetrics for the core's own).
 #include "core/routing/routing_core.h"
 
 #include <algorithm>
@@ -10,7 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "core/routing/core_metrics.h"
 #include "core/routing/core_state.h"
+#include "core/routing/kv_event_input.h"
+#include "core/routing/latency_feed.h"
+#include "core/routing/pd_coordinator.h"
+#include "core/routing/session_affinity.h"
 
 namespace kvroute::routing {
 
@@ -120,7 +127,7 @@ std::optional<RoutingCore::SloBudget> RoutingCore::SloWaitBudget(const sched::Sc
                                                  std::span<const uint64_t> key) const {
   std::shared_lock<RwSpinLock> lock(sched_mu_);
   const SchedState& s = *sched_;
-  const double objective = request.slo_ttft_s > 0 ? request.slo_ttft_s : s.default_slo_ttft_s;
+  const double objective = request.slo_ttft_s > 0 ? request.slo_ttft_s : latency_->default_ttft_s();
   if (!(objective > 0) || !std::isfinite(objective)) return std::nullopt;
   // The ready endpoint holding most of the chain: where the policy's pick likely lands.
   uint32_t best = kNoEndpoint;
@@ -136,7 +143,7 @@ std::optional<RoutingCore::SloBudget> RoutingCore::SloWaitBudget(const sched::Sc
     }
     const std::size_t held =
         key.empty() || s.scheduler == nullptr ? 0 : s.scheduler->HeldBlocks(key, id);
-    const uint32_t queued = s.latency.QueuedRequests(id);
+    const uint32_t queued = latency_->trainer().QueuedRequests(id);
     if (best == kNoEndpoint || held > best_held || (held == best_held && queued < best_queued)) {
       best = id;
       best_held = held;
@@ -147,7 +154,7 @@ std::optional<RoutingCore::SloBudget> RoutingCore::SloWaitBudget(const sched::Sc
   bool known = false;
   if (best != kNoEndpoint) {
     const double cached = key.empty() ? 0.0 : static_cast<double>(best_held) / key.size();
-    const auto p = s.latency.PredictTtft(
+    const auto p = latency_->trainer().PredictTtft(
         sched::LatencyTrainer::DispatchOf(request, s.states[best], cached));
     if (p && std::isfinite(*p) && *p >= 0) {
       predicted = *p;
@@ -155,6 +162,47 @@ std::optional<RoutingCore::SloBudget> RoutingCore::SloWaitBudget(const sched::Sc
     }
   }
   return SloBudget{std::max(0.0, objective - predicted), known, objective};
+}
+
+void RoutingCore::AppendMetrics(std::string& out, double now_s) const {
+  auto table = table_.load();
+  metrics_->AppendRequests(out, *table);
+  latency_->AppendMetrics(out);
+  {
+    std::shared_lock<RwSpinLock> lock(sched_mu_);
+    metrics_->AppendPluginTimings(out, sched_->scheduler.get());
+  }
+  metrics_->AppendFailures(out);
+  sessions_->AppendMetrics(out, now_s);  // sweeps expired sessions first
+  metrics_->AppendScoring(out);
+  metrics_->AppendLocality(out, options_.load()->region_rtt_s, *measured_rtt_.load());
+  pd_->AppendDecisionMetrics(out);
+  {
+    std::shared_lock<RwSpinLock> lock(sched_mu_);
+    pd_->AppendPairMetrics(out, sched_->view());
+  }
+  AppendEndpointMetrics(out, *table, now_s);
+  if (events_->active()) events_->AppendMetrics(out, *table, now_s);
+}
+
+void RoutingCore::AppendEndpointMetrics(std::string& out, const EndpointTable& table, double now_s) const {
+  auto slots = slots_.load();
+  auto options = options_.load();
+  std::vector<CoreMetrics::EndpointRow> rows;
+  rows.reserve(table.by_id.size());
+  for (const auto& ep : table.by_id) {
+    if (!ep || ep->id >= slots->size()) continue;
+    const Slot& slot = *(*slots)[ep->id];
+    CoreMetrics::EndpointRow r{ep.get(), {}, {}, -1.0};
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      r.v = AssessSlot(slot, now_s, options->health);
+      r.m = slot.health.last();
+      if (slot.health.scraped_at_s() >= 0) r.age = now_s - slot.health.scraped_at_s();
+    }
+    rows.push_back(r);
+  }
+  metrics_->AppendEndpoints(out, rows);
 }
 
 }  // namespace kvroute::routing

@@ -3,9 +3,21 @@
 // endpoint picker of `kvroute epp`, and `kvroute simulate`, which drives it in virtual
 // time with its simulated engines' state as scrape results). It knows nothing of HTTP,
 // gRPC, sockets or clocks: front ends translate their protocol into these calls and pass
-// the time in. Every call, by feature:
+// the time in.
 //
-// Configuration
+// RoutingCore is the façade and the contract. It keeps the endpoint table, the scraped
+// state and health (core_health.cc), the scheduler and its lock, and the pick; each other
+// feature is a component with its own header under core/routing/, owning its state (and
+// its lock where it has one), to which the calls below are forwarded:
+//   KvEventInput     kv_event_input.h    the precise prefix index fed by KV-cache events
+//   PdCoordinator    pd_coordinator.h    prefill/decode pairs (the rules: pd.h)
+//   SessionAffinity  session_affinity.h  session bindings and their placement (sessions.h)
+//   LatencyFeed      latency_feed.h      the latency model's training and predictions
+//   CoreMetrics      core_metrics.h      the router's own counters and /metrics sections
+//
+// Every call, by feature (the component that carries it out in brackets):
+//
+// Configuration (every component follows it)
 //   Configure(options, endpoints, now)     the endpoint set and the scheduling, health,
 //                                          P/D, session and locality settings; again on
 //                                          every reload (state of surviving endpoints kept)
@@ -16,12 +28,13 @@
 //   OnCacheUpdate(id, update, now)         an endpoint's cache change for the policy's own
 //                                          prefix model (tests and embedders; the live KV-
 //                                          event feed uses OnKvEvents*)
-// KV-cache events (precise prefix state)
+// KV-cache events [KvEventInput]
 //   OnKvEvents(id, batch, now)             a decoded batch of an endpoint's events
 //   OnKvEventsGap / OnKvEventsRestart / OnKvEventsDecodeError   what the transport found
 //   OnRouteReceipt(id, predicted, reported) cached tokens predicted vs reported
 //   KvEventStats(id, now), kv_events_active()
-// A request's life
+// A request's life (the scheduler ranks; [SessionAffinity] places a session, [PdCoordinator]
+// decides the pair, [LatencyFeed] predicts and learns)
 //   Pick(request, now) -> PickResult       ranked endpoints and a handle
 //   OnDispatched(handle, endpoint, now)    sent there (again for a retry elsewhere)
 //   OnFirstToken(handle, now)              first response byte
@@ -33,7 +46,7 @@
 //   OnUpstreamFailure(id, failure, now)    counts a failure (health, outlier ejection)
 //   OnAttemptSucceeded(id)                 a head below 500: failures start over
 //   AllowRetry(now, free)                  the retry budget alone
-// Prefill/decode disaggregation (core/routing/pd.h)
+// Prefill/decode disaggregation [PdCoordinator]
 //   OnPrefillDone(prefill, tokens, handle, answered, now)   a prefill leg ended
 //   PickPrefill(request, decode, exclude, out)              another prefill endpoint
 // Pool views (published state; for requests without a pick, shedding and gauges)
@@ -41,13 +54,13 @@
 //   table(), Health(id, now), policy(), reloads()
 // Flow control's probes (core/flow)
 //   PrefixKey(request, out), HeldBlocks(key, endpoint), SloWaitBudget(request, key)
-// Sessions (core/routing/sessions.h)
+// Sessions [SessionAffinity]
 //   session_picks(outcome), sessions()
-// Latency model
+// Latency model [LatencyFeed]
 //   latency_stats()
 // Locality (docs/REGIONS.md)
 //   SetRegionRtt(region, seconds), measured_rtt()
-// Exposition
+// Exposition [CoreMetrics, with each component's own series]
 //   AppendMetrics(out, now)                the router's own Prometheus series
 //
 // Threads. Every method may be called from any thread. What a pick reads about endpoints
@@ -57,10 +70,12 @@
 // behind a reader/writer lock: picks rank concurrently under the shared side
 // (Scheduler::Rank, for policies that support it: every plugin-profile policy, kvroute's
 // included), and only the short commits take it exclusively: the pick's handle, one
-// lifecycle call, folding in the scrapes that arrived since the last pick. Nothing under
-// it allocates in steady state or does I/O. Scrapes never take it (they publish and mark
+// lifecycle call, folding in the scrapes that arrived since the last pick. The same lock
+// guards PdCoordinator's and LatencyFeed's state (they have none of their own);
+// SessionAffinity's and KvEventInput's locks are their own. Nothing under it allocates in
+// steady state or does I/O. Scrapes never take it (they publish and mark
 // the endpoint dirty). AppendMetrics reads atomics and published state, takes each
-// endpoint's and the counters' small mutexes, sweeps expired sessions, and formats its
+// endpoint's and CoreMetrics' small mutexes, sweeps expired sessions, and formats its
 // plugin-timing and P/D-pair sections under the scheduler lock's shared side.
 // sglang-cache-aware and dynamo-cost rank under the exclusive side (their ranking changes
 // their state).
@@ -93,18 +108,22 @@
 #include "core/kvevents/event_index.h"
 #include "core/health/outlier.h"
 #include "core/routing/endpoint_table.h"
+#include "core/routing/latency_feed.h"
 #include "core/routing/lifecycle.h"
 #include "core/routing/pd.h"
 #include "core/routing/retry_budget.h"
 #include "core/routing/sessions.h"
-#include "core/sched/latency_trainer.h"
 #include "core/sched/profile_spec.h"
 #include "core/sched/scheduler.h"
 #include "core/metrics/engine_metrics.h"
 
 namespace kvroute::routing {
 
-class KvEventInput;  // core/routing/kv_event_input.h
+// The components (see the table above).
+class KvEventInput;     // core/routing/kv_event_input.h
+class PdCoordinator;    // core/routing/pd_coordinator.h
+class SessionAffinity;  // core/routing/session_affinity.h
+class CoreMetrics;      // core/routing/core_metrics.h
 
 inline constexpr std::size_t kMaxRanked = 8;
 
@@ -227,16 +246,6 @@ struct PickResult {
 // The session token a front end writes on a response served by `ep` (its
 // SessionOptions::token_header): base64 of the endpoint's address, stable across reloads.
 inline std::string SessionToken(const Endpoint& ep) { return EncodeSessionToken(ep.spec.address); }
-
-// The latency model's training and accuracy so far (RoutingCore::latency_stats).
-struct LatencyStats {
-  uint64_t ttft_samples = 0;
-  uint64_t tpot_samples = 0;
-  sched::LatencyTrainer::Errors ttft_errors;
-  sched::LatencyTrainer::Errors tpot_errors;
-  sched::LatencyTrainer::SloCounts ttft_slo;
-  sched::LatencyTrainer::SloCounts tpot_slo;
-};
 
 class RoutingCore {
  public:
@@ -440,12 +449,12 @@ class RoutingCore {
   // The verdict of endpoint `id` at `now_s` (from published state; no scheduler lock).
   health::Verdict Health(uint32_t id, double now_s) const;
   std::string_view policy() const;
-  uint64_t reloads() const { return reloads_ok_.load(std::memory_order_relaxed); }
+  uint64_t reloads() const;
   // Picks counted under a session outcome (kvroute_session_picks_total), and session ids
   // bound (expired ones count until a lookup, a bind in their shard or AppendMetrics drops
   // them).
   uint64_t session_picks(SessionOutcome outcome) const;
-  std::size_t sessions() const { return sessions_->size(); }
+  std::size_t sessions() const;
 
   // Appends the router's metrics: requests by endpoint and code, upstream errors, retries,
   // pick failures, the scheduling-time histogram, scorer summaries, reloads, and per
@@ -483,62 +492,27 @@ class RoutingCore {
   static health::Verdict AssessSlot(const Slot& slot, double now_s, const health::HealthOptions& h);
   void MarkDirty(uint32_t id, Slot& slot);
   void MaybeEject(uint32_t id, Slot& slot, std::string_view kind, double now_s);
-  void RecordPickLocked(const sched::PickResult& r, double pick_s);
-  // Counts a committed pick's locality decision and mirrors the filter's spill mode.
-  // Caller holds sched_mu_ exclusively.
-  void CountLocalityLocked(const sched::PickResult& r);
-  // A request answered by `ep` with `code`: by endpoint and code, and by its region.
-  static void CountFinished(const Endpoint& ep, int code);
   // The front end's ranking: hinted endpoints (not down) first, then the scheduler's.
   // Caller holds sched_mu_ (either side).
   // Returns how many endpoints the hints placed.
   std::size_t RankLocked(const PickRequest& request, const sched::PickResult& r, PickResult& out) const;
-  // The session's endpoint (the token's, else the id's binding) first in out.ranked when
-  // it is usable; sets out.session and `bind` (the binding for the id after this pick).
-  // Caller holds sched_mu_ exclusively.
-  void SessionLocked(const PickRequest& request, const sched::PickResult& r,
-                     std::optional<SessionTable::Binding> bound,
-                     std::optional<std::string_view> token_address, PickResult& out,
-                     SessionTable::Binding& bind) const;
-  // PoolLoad's saturation rule for endpoint `id` from the scheduler's view (with the
-  // in-flight estimate); an endpoint whose load is unknown or stale counts as saturated.
-  bool SaturatedLocked(uint32_t id) const;
-  // A pick's session: its binding and token, read before any scheduler lock (the session
-  // table has its own); `token_address` points into `token_buf` (never copy a lookup).
-  struct SessionLookup {
-    bool active = false;  // sessions are on and the request names one
-    uint64_t key = 0;
-    std::optional<SessionTable::Binding> bound;
-    std::optional<std::string_view> token_address;
-    std::array<char, 256> token_buf;
-    SessionTable::Binding bind;  // what to record after the pick
-  };
-  void LookUpSession(const PickRequest& request, double now_s, SessionLookup& out) const;
-  void PlaceSessionLocked(const PickRequest& request, const sched::PickResult& r, std::size_t hinted,
-                          SessionLookup& session, PickResult& out);
-  // Copies the latency trainer's counters to their atomics (caller holds sched_mu_
-  // exclusively).
-  void PublishLatencyLocked();
-  // What the latency trainer sees of a dispatch to `id` from pick `r` (caller holds
-  // sched_mu_).
   // The share of the prompt the policy's prefix model believes cached on `id` (its first
-  // prefix row in `r`); 0 for policies without a prefix model or ids not ranked.
+  // prefix row in `r`); 0 for policies without a prefix model or ids not ranked. Caller
+  // holds sched_mu_.
   double CachedShareLocked(const sched::PickResult& r, uint32_t id) const;
-  // After a pick in a pool with prefill endpoints: the decision and the prefill endpoint.
+  // After a pick in a pool with prefill endpoints: the decision and the prefill endpoint
+  // (PdCoordinator). Caller holds sched_mu_ exclusively.
   void PdLocked(const sched::SchedRequest& req, const sched::PickResult& r, PickResult& out);
+  // The first ranked endpoint recorded as sent: the scheduler's accounting and the latency
+  // model's predictions (LatencyFeed). Caller holds sched_mu_ exclusively.
   void DispatchFirstLocked(const sched::SchedRequest& req, const sched::PickResult& r, PickResult& out,
                            double now_s);
-  // The prefill endpoint for a request decoding on `decode` (not one of `exclude`), charged
-  // its uncached tokens; false when none is ready.
-  bool ChoosePrefillLocked(const sched::SchedRequest& req, uint32_t decode,
-                           std::span<const uint32_t> exclude, PickResult& out);
-  sched::LatencyTrainer::Dispatch LatencyDispatchLocked(const sched::SchedRequest& req,
-                                                        const sched::PickResult& r,
-                                                        uint32_t id) const;
   void Log(std::vector<std::string>& logs);
   // Configure's first step: ids for the new endpoint set.
   struct NewTable;
   NewTable AssignIds(std::vector<EndpointSpec> endpoints, const EndpointTable& old_table);
+  // AppendMetrics's per-endpoint section: each endpoint's row copied from its slot.
+  void AppendEndpointMetrics(std::string& out, const EndpointTable& table, double now_s) const;
 
   std::function<void(std::string_view)> log_;
   Published<EndpointTable> table_;
@@ -548,6 +522,9 @@ class RoutingCore {
   // config_mu_. Readers load the pointer.
   Published<std::vector<std::shared_ptr<Slot>>> slots_;
   std::atomic<uint64_t> scrape_epoch_{0};
+  // Ids that scraped since the last sync (each at most once: Slot::dirty).
+  std::mutex dirty_mu_;
+  std::vector<uint32_t> dirty_;
 
   std::mutex config_mu_;  // serialises Configure calls (never held by a pick)
   // Shared: concurrent Rank calls (schedulers with concurrent_picks). Exclusive: everything
@@ -559,27 +536,20 @@ class RoutingCore {
   // Whether a pick at `now_s` must fold in scrapes or re-judge health first (lock-free).
   bool SyncDue(double now_s) const;
 
-  // AppendMetrics's sections, in the order they are written (core_metrics.cc).
-  void AppendRequestMetrics(std::string& out, const EndpointTable& table) const;
-  void AppendLatencyMetrics(std::string& out) const;
-  void AppendPickMetrics(std::string& out, double now_s) const;
-  void AppendLocalityMetrics(std::string& out) const;
-  void AppendPdMetrics(std::string& out) const;
-  void AppendEndpointMetrics(std::string& out, const EndpointTable& table, double now_s) const;
-
+  // The components (see the table at the top), made by the constructor, never replaced.
   // The KV-cache event input: the precise prefix index behind its own lock (event batches
   // never take the scheduler's). Order: sched_mu_ before the index's lock when both are
   // held (a pick ranks under both shared sides); never the other way round.
   std::unique_ptr<KvEventInput> events_;
-
+  // P/D: its state guarded by sched_mu_.
+  std::unique_ptr<PdCoordinator> pd_;
   // Session bindings (its own sharded locks; never held with sched_mu_).
-  std::unique_ptr<SessionTable> sessions_;
-  std::atomic<bool> sessions_enabled_{true};
+  std::unique_ptr<SessionAffinity> sessions_;
+  // The latency model's trainer: guarded by sched_mu_; its published counters lock-free.
+  std::unique_ptr<LatencyFeed> latency_;
+  // The router's own counters and exposition sections.
+  std::unique_ptr<CoreMetrics> metrics_;
 
-  // Counters without an endpoint.
-  struct Counters;
-  std::unique_ptr<Counters> counters_;
-  std::atomic<uint64_t> reloads_ok_{0};
   std::mutex eject_mu_;  // serialises ejection decisions (the panic threshold's count)
   mutable std::atomic<uint64_t> models_rr_{0};
   // Measured round trips (SetRegionRtt), sorted by region. Written under sched_mu_
