@@ -157,34 +157,28 @@ PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
   const size_t block_chars = static_cast<size_t>(config_.block_size) * 4;
   HashPromptBlocks(req.model, req.cache_salt, req.prompt, block_chars, config_.max_blocks,
                    hashes);
-  uint32_t max_id = 0;
-  for (uint32_t pos : candidates_) max_id = std::max(max_id, endpoints[pos].id);
-  if (match_.size() <= max_id) match_.resize(max_id + 1);
-  index_->Match(hashes, match_);
-
   const int64_t bs = config_.block_size;
-  const double prompt_blocks = static_cast<double>(hashes.size());
   // dynamo-kv: the engines' reported overlap (tier-weighted blocks of the index's size).
-  const bool events = config_.events && req.events != nullptr && !req.event_keys.empty();
+  view_.Fill({.model = index_.get(), .chain = hashes, .chain_block_tokens = bs,
+              .events = config_.events, .tiers = &config_.tiers},
+             req, endpoints, candidates_, now_s);
+
+  const double prompt_blocks = static_cast<double>(hashes.size());
+  const bool events = view_.events_used();
   const int64_t n_tokens =
       events ? static_cast<int64_t>(req.token_ids.size()) : pending.prompt_tokens;
   Sequence& seq = SequenceOf(pending.slot);
   seq.pick_tokens = n_tokens;
   seq.event_cached_by_id.clear();
-  double key_tokens = 0.0;
-  if (events) {
-    key_tokens = static_cast<double>(req.events->options().block_tokens);
-    req.events->Match(req.event_keys, now_s, config_.tiers, weighted_, run_);
-    seq.event_cached_by_id.assign(max_id + 1, -1.0);
-  }
+  if (events) seq.event_cached_by_id.assign(view_.max_id() + 1, -1.0);
   scores_.resize(2 * n);
   totals_.resize(n);
   double lo = 1e300, hi = -1e300;
   for (size_t c = 0; c < n; ++c) {
     const uint32_t id = endpoints[candidates_[c]].id;
-    double overlap = match_[id];
-    if (events && req.events->Usable(id, now_s)) {
-      const double cached = (id < weighted_.size() ? weighted_[id] : 0.0) * key_tokens;
+    double overlap = view_[c].blocks;
+    if (view_[c].source == CacheSource::kEvents) {
+      const double cached = view_.Tokens(c);
       seq.event_cached_by_id[id] = cached;
       overlap = cached / static_cast<double>(bs);
     }

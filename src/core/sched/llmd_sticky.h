@@ -28,12 +28,18 @@
 //                  covering the event delay. An endpoint whose events are not live is
 //                  matched by the approximate producer instead (kvroute's rule: unknown
 //                  state is never trusted); without events at all it is llm-d-sticky.
+// The producer is the prefix model (prefix_model.h, ApproxRules: llm-d's walk, in-order
+// LRU) and the merge is CacheView's (cache_view.h), as for every policy that scores
+// cache overlap.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "core/sched/prefix_index.h"
+#include <memory>
+
+#include "core/sched/cache_view.h"
+#include "core/sched/prefix_model.h"
 #include "core/sched/scheduler_base.h"
 
 namespace kvroute::sched {
@@ -69,22 +75,17 @@ class LlmdStickyScheduler : public SchedulerBase {
   void OnFinished(RequestHandle handle, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
 
+  // The approximate producer's LRU and its chain (the trailing partial block included).
+  const PrefixModel* prefix_model() const override { return lru_.get(); }
   void PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const override {
     HashPromptBlocksWithPartial(req.model, req.cache_salt, req.prompt, BlockChars(),
                                 config_.max_blocks, out);
-  }
-  size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override {
-    return lru_.MatchOne(key, endpoint_id);
-  }
-  int64_t PrefixEntries(uint32_t endpoint_id) const override {
-    return static_cast<int64_t>(lru_.Size(endpoint_id));
   }
 
   // I_s: uncached prompt tokens in flight to the endpoint before their first token.
   int64_t InflightTokens(uint32_t endpoint_id) const {
     return endpoint_id < inflight_tokens_.size() ? inflight_tokens_[endpoint_id] : 0;
   }
-  const ApproxPrefixIndex& lru() const { return lru_; }
   const Config& config() const { return config_; }
 
  private:
@@ -107,13 +108,12 @@ class LlmdStickyScheduler : public SchedulerBase {
   void AdoptPolicyState(SchedulerBase& previous) override;
 
   Config config_;
-  ApproxPrefixIndex lru_;
+  std::unique_ptr<PrefixModel> lru_ =
+      MakeApproxPrefixModel({ApproxRules::Count::kWalk, ApproxPrefixIndex::RecordOrder::kInOrder});
   std::vector<int64_t> inflight_tokens_;  // by endpoint id
   std::vector<Sequence> sequences_;       // by request slot
   // Per-pick buffers.
-  std::vector<uint32_t> held_;
-  std::vector<double> weighted_;
-  std::vector<uint32_t> run_;
+  CacheView view_;
   std::vector<double> affinity_;
   std::vector<int64_t> uncached_;
   std::vector<uint32_t> kept_;

@@ -124,6 +124,16 @@ void SchedulerBase::OnMetricsUpdated(uint32_t endpoint_id, double scraped_at_s) 
   tracker_.OnScrape(endpoint_id, scraped_at_s);
 }
 
+int64_t SchedulerBase::PrefixEntries(uint32_t endpoint_id) const {
+  const PrefixModel* m = prefix_model();
+  return m != nullptr ? static_cast<int64_t>(m->Size(endpoint_id)) : -1;
+}
+
+size_t SchedulerBase::HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const {
+  const PrefixModel* m = prefix_model();
+  return m == nullptr || key.empty() ? 0 : m->MatchOne(key, endpoint_id);
+}
+
 int64_t SchedulerBase::BlockSize(const EndpointState& e) const {
   return e.block_size > 0 ? e.block_size : options_.default_block_size;
 }

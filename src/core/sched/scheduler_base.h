@@ -31,6 +31,15 @@ class SchedulerBase : public Scheduler {
 
   size_t PendingCount() const { return live_; }
 
+  // The policy's approximate prefix model (prefix_model.h), or null when it keeps none
+  // (round-robin, least-request, sglang-cache-aware's tree). PrefixEntries and HeldBlocks
+  // answer from it.
+  virtual const PrefixModel* prefix_model() const { return nullptr; }
+  // Its Size for the endpoint; -1 without a model.
+  int64_t PrefixEntries(uint32_t endpoint_id) const override;
+  // Its MatchOne; 0 without a model or for an empty key.
+  size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override;
+
   // Allocates the handle for a successful Rank into `scratch` (its request's hash rows
   // move into the request table) and remembers the ranked endpoints' capacities.
   RequestHandle Commit(PickScratch& scratch, std::span<const EndpointState> endpoints) override;

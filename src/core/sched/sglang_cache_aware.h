@@ -1,6 +1,9 @@
 // A re-implementation of the SGLang model gateway's cache_aware policy from its public
 // description (REFERENCE.md section 7): a character radix tree per model, each node tagged
 // with the workers that were sent text through it, plus a load-balance override.
+// The tree is private on purpose: it is part of the policy being compared, so this
+// scheduler holds no PrefixModel and reads no CacheView (nor the KV-event index), unlike
+// every other policy that scores cache overlap (cache_view.h).
 #pragma once
 
 #include <cstdint>
