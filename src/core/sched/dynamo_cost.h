@@ -81,22 +81,14 @@ class DynamoCostScheduler : public SchedulerBase {
     if (config_.events) return "dynamo-kv";
     return config_.track_output_blocks ? "dynamo-cost-output-blocks" : "dynamo-cost";
   }
-  // Its own block accounting and the KV-event index: nothing from EndpointState::engine.
-  uint32_t consumed_fields() const override { return 0; }
+  // consumed_fields: the default, none. Its own block accounting and the KV-event index:
+  // nothing from EndpointState::engine.
   // Scores reported: row "cost" (raw block count, not clamped) and row "overlap"
   // (matched blocks / prompt blocks). totals = -cost.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s) override;
-  // Adds the request's prompt blocks to the worker's active set and its uncached prompt
-  // tokens to the worker's prefill tokens; records its blocks in the predicted index.
-  // A second call for the same handle moves it (frees it from the first worker).
-  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
-  // Prefill done: the request's prefill tokens leave the worker's count.
-  void OnFirstToken(RequestHandle handle, double now_s) override;
   // Output blocks (when track_output_blocks) as the stream shows tokens.
   void OnTokens(RequestHandle handle, int64_t generated_tokens, double now_s) override;
-  // Frees the request's blocks: a block another in-flight request holds stays.
-  void OnFinished(RequestHandle handle, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
 
   // Its predicted block index (the one prefix model, with Dynamo's TTL) and that index's
@@ -144,6 +136,15 @@ class DynamoCostScheduler : public SchedulerBase {
   // Takes the previous dynamo-cost scheduler's index and active sequences when block_size
   // and max_blocks match.
   void AdoptPolicyState(SchedulerBase& previous) override;
+  // Dispatched: adds the request's prompt blocks to the worker's active set and its
+  // uncached prompt tokens to the worker's prefill tokens; records its blocks in the
+  // predicted index. A second dispatch moves it (frees it from the first worker).
+  double OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id, const EndpointState& e,
+                             double now_s) override;
+  // First token: prefill done, the request's prefill tokens leave the worker's count.
+  void OnRequestStarted(PendingRequest& p, double now_s) override;
+  // Finished: frees the request's blocks (a block another in-flight request holds stays).
+  void OnRequestEnded(PendingRequest& p, double now_s) override;
   Worker& WorkerOf(uint32_t endpoint_id);
   void Free(Sequence& s);
   Sequence& SequenceOf(uint32_t slot);
@@ -157,8 +158,6 @@ class DynamoCostScheduler : public SchedulerBase {
   std::vector<Sequence> sequences_;  // by request slot
   CacheView view_;
   std::vector<double> keys_;
-  std::vector<uint32_t> scratch_;
-  std::vector<uint64_t> tiebreak_;
 };
 
 }  // namespace kvroute::sched

@@ -34,11 +34,7 @@ void LlmdStickyScheduler::AdoptPolicyState(SchedulerBase& previous) {
 
 PickResult LlmdStickyScheduler::Pick(const SchedRequest& req,
                                      std::span<const EndpointState> endpoints, double now_s) {
-  candidates_.clear();
-  for (uint32_t i = 0; i < endpoints.size(); ++i) {
-    if (endpoints[i].healthy) candidates_.push_back(i);
-  }
-  if (candidates_.empty()) return Fail(PickStatus::kNoHealthyEndpoint);
+  if (!HealthyCandidates(endpoints)) return Fail(PickStatus::kNoHealthyEndpoint);
   PendingRequest& pending = NewRequest(req);
   std::vector<uint64_t>& hashes = pending.hashes[0];
   HashPromptBlocksWithPartial(req.model, req.cache_salt, req.prompt, BlockChars(),
@@ -115,19 +111,16 @@ PickResult LlmdStickyScheduler::Pick(const SchedRequest& req,
     candidates_[j] = candidates_[c];
   }
   candidates_.resize(k);
-  RankByMaxScore(totals_, options_.max_ranked, rng_, scratch_, tiebreak_, order_);
-  return Finish(HandleOf(pending), endpoints, order_);
+  return FinishByMaxScore(pending, endpoints, totals_);
 }
 
-void LlmdStickyScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {
-  PendingRequest* p = Find(handle);
-  if (p == nullptr) return;
-  const EndpointState& e = Known(endpoint_id);
-  Sequence& s = SequenceOf(p->slot);
+double LlmdStickyScheduler::OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id,
+                                                const EndpointState& e, double now_s) {
+  Sequence& s = SequenceOf(p.slot);
   if (s.active) Release(s);  // a retry elsewhere
   const size_t capacity = e.num_gpu_blocks > 0 ? static_cast<size_t>(e.num_gpu_blocks)
                                                : config_.default_lru_entries;
-  lru_->OnRouted(p->hashes[0], endpoint_id, capacity, now_s);
+  lru_->OnRouted(p.hashes[0], endpoint_id, capacity, now_s);
   const int64_t u = endpoint_id < s.uncached_by_id.size() && s.uncached_by_id[endpoint_id] >= 0
                         ? s.uncached_by_id[endpoint_id]
                         : s.prompt_tokens;
@@ -138,7 +131,7 @@ void LlmdStickyScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_i
   s.endpoint = endpoint_id;
   s.tokens = u;
   const int64_t cached_chars = std::max<int64_t>(0, s.prompt_tokens - u) * config_.chars_per_token;
-  tracker_.Add(p->slot, endpoint_id, now_s, EstimateBlocks(*p, e, cached_chars));
+  return EstimateBlocks(p, e, cached_chars);
 }
 
 void LlmdStickyScheduler::EndPending(Sequence& s) {
@@ -152,19 +145,12 @@ void LlmdStickyScheduler::Release(Sequence& s) {
   EndPending(s);
 }
 
-void LlmdStickyScheduler::OnFirstToken(RequestHandle handle, double now_s) {
-  SchedulerBase::OnFirstToken(handle, now_s);
-  PendingRequest* p = Find(handle);
-  if (p != nullptr && p->slot < sequences_.size() && sequences_[p->slot].active) {
-    EndPending(sequences_[p->slot]);
-  }
+void LlmdStickyScheduler::OnRequestStarted(PendingRequest& p, double now_s) {
+  if (p.slot < sequences_.size() && sequences_[p.slot].active) EndPending(sequences_[p.slot]);
 }
 
-void LlmdStickyScheduler::OnFinished(RequestHandle handle, double now_s) {
-  if (PendingRequest* p = Find(handle); p != nullptr && p->slot < sequences_.size()) {
-    Release(sequences_[p->slot]);
-  }
-  SchedulerBase::OnFinished(handle, now_s);
+void LlmdStickyScheduler::OnRequestEnded(PendingRequest& p, double now_s) {
+  if (p.slot < sequences_.size()) Release(sequences_[p.slot]);
 }
 
 void LlmdStickyScheduler::OnEndpointRemoved(uint32_t endpoint_id) {

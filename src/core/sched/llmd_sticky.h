@@ -61,18 +61,12 @@ class LlmdStickyScheduler : public SchedulerBase {
   std::string_view policy() const override {
     return config_.precise ? "llm-d-precise" : "llm-d-sticky";
   }
-  // Its own token load and prefix LRU (or the KV-event index) and EndpointState's
-  // num_gpu_blocks: nothing from EndpointState::engine.
-  uint32_t consumed_fields() const override { return 0; }
+  // consumed_fields: the default, none. Its own token load and prefix LRU (or the KV-event
+  // index) and EndpointState's num_gpu_blocks: nothing from EndpointState::engine.
   // Rows reported: "affinity" (a_s) and "token-load" (the score); totals = the score.
   // `candidates` are those the filter kept.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s) override;
-  // Adds the request's uncached tokens there to the endpoint's in-flight load and its
-  // chain to the endpoint's LRU. A second call moves the load.
-  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
-  void OnFirstToken(RequestHandle handle, double now_s) override;
-  void OnFinished(RequestHandle handle, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
 
   // The approximate producer's LRU and its chain (the trailing partial block included).
@@ -106,6 +100,13 @@ class LlmdStickyScheduler : public SchedulerBase {
   // Not on its endpoint any more (finished, moved, or the endpoint removed).
   void Release(Sequence& s);
   void AdoptPolicyState(SchedulerBase& previous) override;
+  // Dispatched: adds the request's uncached tokens there to the endpoint's in-flight load
+  // and its chain to the endpoint's LRU. A second dispatch moves the load.
+  double OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id, const EndpointState& e,
+                             double now_s) override;
+  // First token: the request's tokens leave I. Finished: it leaves its endpoint.
+  void OnRequestStarted(PendingRequest& p, double now_s) override;
+  void OnRequestEnded(PendingRequest& p, double now_s) override;
 
   Config config_;
   std::unique_ptr<PrefixModel> lru_ =
@@ -117,8 +118,6 @@ class LlmdStickyScheduler : public SchedulerBase {
   std::vector<double> affinity_;
   std::vector<int64_t> uncached_;
   std::vector<uint32_t> kept_;
-  std::vector<uint32_t> scratch_;
-  std::vector<uint64_t> tiebreak_;
 };
 
 }  // namespace kvroute::sched

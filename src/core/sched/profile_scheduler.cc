@@ -186,16 +186,13 @@ void ProfileScheduler::TimedPlugins(std::vector<TimedPlugin>& out) const {
   out.push_back({"Picker", picker_.get()});
 }
 
-void ProfileScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {
-  PendingRequest* p = Find(handle);
-  if (p == nullptr) return;
-  const EndpointState& e = Known(endpoint_id);
+double ProfileScheduler::OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id,
+                                             const EndpointState& e, double now_s) {
   // The plugins record the prompt there and say how much of it was already held (one
   // walk of the chain instead of a lookup and then a record).
   int64_t cached_chars = 0;
-  for (Plugin* pl : all_) cached_chars = std::max(cached_chars, pl->OnDispatched(*p, e, now_s));
-  // Re-dispatch: Add moves the record to the new endpoint.
-  tracker_.Add(p->slot, endpoint_id, now_s, EstimateBlocks(*p, e, cached_chars));
+  for (Plugin* pl : all_) cached_chars = std::max(cached_chars, pl->OnDispatched(p, e, now_s));
+  return EstimateBlocks(p, e, cached_chars);
 }
 
 void ProfileScheduler::OnEndpointRemoved(uint32_t endpoint_id) {

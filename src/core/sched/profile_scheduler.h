@@ -37,7 +37,6 @@ class ProfileScheduler : public SchedulerBase {
   bool concurrent_picks() const override { return true; }
   PickResult Rank(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s, PickScratch& scratch) override;
-  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
   // The first prefix-cache scorer's model (PrefixEntries, HeldBlocks); null without one.
   const PrefixModel* prefix_model() const override {
@@ -67,6 +66,10 @@ class ProfileScheduler : public SchedulerBase {
   // Plugins are matched by type and name, else by type when the type is unique on both
   // sides.
   void AdoptPolicyState(SchedulerBase& previous) override;
+  // The plugins record the dispatch (OnDispatched); the in-flight record's blocks come
+  // from the largest cached share any of them reports.
+  double OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id, const EndpointState& e,
+                             double now_s) override;
 
   std::string policy_;
   std::vector<std::unique_ptr<Filter>> filters_;

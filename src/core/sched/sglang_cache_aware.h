@@ -84,7 +84,6 @@ class SglangCacheAwareScheduler : public SchedulerBase {
   // The text is inserted under ranked[0] during Pick, as SGLang does at selection time.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s) override;
-  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
   // Characters the worker holds in the radix trees, in 64-character blocks (rounded up),
   // comparable with the block indexes' counts.
