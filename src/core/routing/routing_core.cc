@@ -258,18 +258,6 @@ Status RoutingCore::Configure(const CoreOptions& options, std::vector<EndpointSp
   return Status::Ok();
 }
 
-// ---- scrapes ----
-
-void RoutingCore::OnCacheUpdate(uint32_t id, const sched::CacheUpdate& update, double now_s) {
-  std::unique_lock<RwSpinLock> lock(sched_mu_);
-  SchedState& s = *sched_;
-  if (!s.scheduler || id >= s.states.size() || s.vacant[id]) return;
-  s.scheduler->OnCacheUpdate(id, update, now_s);
-  UpdateStatsLocked(id);
-}
-
-// ---- KV-cache events ----
-
 // ---- picks ----
 
 namespace {

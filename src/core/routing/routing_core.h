@@ -25,9 +25,6 @@
 //   set_pick_timer(seconds)                the clock that times picks for the histogram
 // Engine signals
 //   OnScrape(id, result, now)              a scraper's result for one endpoint
-//   OnCacheUpdate(id, update, now)         an endpoint's cache change for the policy's own
-//                                          prefix model (tests and embedders; the live KV-
-//                                          event feed uses OnKvEvents*)
 // KV-cache events [KvEventInput]
 //   OnKvEvents(id, batch, now)             a decoded batch of an endpoint's events
 //   OnKvEventsGap / OnKvEventsRestart / OnKvEventsDecodeError   what the transport found
@@ -266,12 +263,6 @@ class RoutingCore {
   // A scrape of endpoint `id` (ids from table()). Ignored for ids not in the table.
   // Never takes the scheduler's lock.
   void OnScrape(uint32_t id, const ScrapeResult& result, double now_s);
-
-  // Endpoint `id` reported a change to its cache (the engines' KV-cache events, through
-  // their adapter): applied to the policy's prefix model (sched::PrefixModel) under the
-  // scheduler's lock, keys in the policy's hashing (PrefixKey). No front end is involved.
-  // Ignored for ids not in the table and policies without a prefix model.
-  void OnCacheUpdate(uint32_t id, const sched::CacheUpdate& update, double now_s);
 
   // KV-cache events of endpoint `id`, as its subscriber adapter decoded them (a batch in
   // sequence order, after any replay), and what the transport found: a gap (`repaired`

@@ -144,11 +144,7 @@ int64_t DynamoCostScheduler::ActivePrefillTokens(uint32_t endpoint_id) const {
 
 PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
                                      std::span<const EndpointState> endpoints, double now_s) {
-  candidates_.clear();
-  for (uint32_t i = 0; i < endpoints.size(); ++i) {
-    if (endpoints[i].healthy) candidates_.push_back(i);
-  }
-  if (candidates_.empty()) return Fail(PickStatus::kNoHealthyEndpoint);
+  if (!HealthyCandidates(endpoints)) return Fail(PickStatus::kNoHealthyEndpoint);
   PendingRequest& pending = NewRequest(req);
   const size_t n = candidates_.size();
 
@@ -157,34 +153,28 @@ PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
   const size_t block_chars = static_cast<size_t>(config_.block_size) * 4;
   HashPromptBlocks(req.model, req.cache_salt, req.prompt, block_chars, config_.max_blocks,
                    hashes);
-  uint32_t max_id = 0;
-  for (uint32_t pos : candidates_) max_id = std::max(max_id, endpoints[pos].id);
-  if (match_.size() <= max_id) match_.resize(max_id + 1);
-  index_->Match(hashes, match_);
-
   const int64_t bs = config_.block_size;
-  const double prompt_blocks = static_cast<double>(hashes.size());
   // dynamo-kv: the engines' reported overlap (tier-weighted blocks of the index's size).
-  const bool events = config_.events && req.events != nullptr && !req.event_keys.empty();
+  view_.Fill({.model = index_.get(), .chain = hashes, .chain_block_tokens = bs,
+              .events = config_.events, .tiers = &config_.tiers},
+             req, endpoints, candidates_, now_s);
+
+  const double prompt_blocks = static_cast<double>(hashes.size());
+  const bool events = view_.events_used();
   const int64_t n_tokens =
       events ? static_cast<int64_t>(req.token_ids.size()) : pending.prompt_tokens;
   Sequence& seq = SequenceOf(pending.slot);
   seq.pick_tokens = n_tokens;
   seq.event_cached_by_id.clear();
-  double key_tokens = 0.0;
-  if (events) {
-    key_tokens = static_cast<double>(req.events->options().block_tokens);
-    req.events->Match(req.event_keys, now_s, config_.tiers, weighted_, run_);
-    seq.event_cached_by_id.assign(max_id + 1, -1.0);
-  }
+  if (events) seq.event_cached_by_id.assign(view_.max_id() + 1, -1.0);
   scores_.resize(2 * n);
   totals_.resize(n);
   double lo = 1e300, hi = -1e300;
   for (size_t c = 0; c < n; ++c) {
     const uint32_t id = endpoints[candidates_[c]].id;
-    double overlap = match_[id];
-    if (events && req.events->Usable(id, now_s)) {
-      const double cached = (id < weighted_.size() ? weighted_[id] : 0.0) * key_tokens;
+    double overlap = view_[c].blocks;
+    if (view_[c].source == CacheSource::kEvents) {
+      const double cached = view_.Tokens(c);
       seq.event_cached_by_id[id] = cached;
       overlap = cached / static_cast<double>(bs);
     }
@@ -210,62 +200,56 @@ PickResult DynamoCostScheduler::Pick(const SchedRequest& req,
     hi = std::max(hi, cost);
   }
 
-  if (config_.temperature <= 0) {
-    RankByMaxScore(totals_, options_.max_ranked, rng_, scratch_, tiebreak_, order_);
-  } else {
-    // Softmax over costs normalised to [0,1]: sample the first, the rest by cost.
-    const double range = hi > lo ? hi - lo : 1.0;
-    keys_.resize(n);
-    double sum = 0;
-    for (size_t c = 0; c < n; ++c) {
-      keys_[c] = std::exp(-(scores_[c] - lo) / range / config_.temperature);
-      sum += keys_[c];
-    }
-    double r = rng_.Uniform() * sum;
-    size_t chosen = n - 1;
-    for (size_t c = 0; c < n; ++c) {
-      if (r < keys_[c]) {
-        chosen = c;
-        break;
-      }
-      r -= keys_[c];
-    }
-    keys_.assign(totals_.begin(), totals_.end());
-    keys_[chosen] = 1e300;
-    RankByMaxScore(keys_, options_.max_ranked, rng_, scratch_, tiebreak_, order_);
+  if (config_.temperature <= 0) return FinishByMaxScore(pending, endpoints, totals_);
+  // Softmax over costs normalised to [0,1]: sample the first, the rest by cost.
+  const double range = hi > lo ? hi - lo : 1.0;
+  keys_.resize(n);
+  double sum = 0;
+  for (size_t c = 0; c < n; ++c) {
+    keys_[c] = std::exp(-(scores_[c] - lo) / range / config_.temperature);
+    sum += keys_[c];
   }
-  return Finish(HandleOf(pending), endpoints, order_);
+  double r = rng_.Uniform() * sum;
+  size_t chosen = n - 1;
+  for (size_t c = 0; c < n; ++c) {
+    if (r < keys_[c]) {
+      chosen = c;
+      break;
+    }
+    r -= keys_[c];
+  }
+  keys_.assign(totals_.begin(), totals_.end());
+  keys_[chosen] = 1e300;
+  return FinishByMaxScore(pending, endpoints, keys_);
 }
 
-void DynamoCostScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {
-  PendingRequest* p = Find(handle);
-  if (p == nullptr) return;
-  const EndpointState& e = Known(endpoint_id);
-  Sequence& s = SequenceOf(p->slot);
+double DynamoCostScheduler::OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id,
+                                                const EndpointState& e, double now_s) {
+  Sequence& s = SequenceOf(p.slot);
   if (s.active) Free(s);  // a retry elsewhere: the first worker no longer holds it
 
   const size_t capacity = static_cast<size_t>(CapacityBlocks(e));
   // Record returns the blocks the index held there before this request: Dynamo's overlap
   // for add_request.
   const int64_t overlap =
-      static_cast<int64_t>(index_->OnRouted(p->hashes[0], endpoint_id, capacity, now_s));
+      static_cast<int64_t>(index_->OnRouted(p.hashes[0], endpoint_id, capacity, now_s));
   const int64_t bs = config_.block_size;
   // With events live there at the pick, the engines' overlap; else the predicted index's.
   int64_t cached_tokens = overlap * bs;
   if (endpoint_id < s.event_cached_by_id.size() && s.event_cached_by_id[endpoint_id] >= 0) {
     cached_tokens = std::llround(s.event_cached_by_id[endpoint_id]);
   }
-  const int64_t prompt_tokens = s.pick_tokens >= 0 ? s.pick_tokens : p->prompt_tokens;
+  const int64_t prompt_tokens = s.pick_tokens >= 0 ? s.pick_tokens : p.prompt_tokens;
 
   Worker& w = WorkerOf(endpoint_id);
   s.active = true;
   s.endpoint = endpoint_id;
-  s.blocks.assign(p->hashes[0].begin(), p->hashes[0].end());
+  s.blocks.assign(p.hashes[0].begin(), p.hashes[0].end());
   for (uint64_t h : s.blocks) {
     if (w.blocks.Acquire(h) == 1) w.weighted_blocks += 1.0;
   }
   s.prompt_tokens = prompt_tokens;
-  s.expected_output_tokens = p->expected_output_tokens;
+  s.expected_output_tokens = p.expected_output_tokens;
   s.prefill_tokens = std::max<int64_t>(0, prompt_tokens - cached_tokens);
   s.prefill_pending = true;
   w.prefill_tokens += s.prefill_tokens;
@@ -276,14 +260,12 @@ void DynamoCostScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_i
 
   // Observability: the router's in-flight count per endpoint (blocks: this request's own
   // prompt blocks; the cost reads the deduplicated set above, not this).
-  tracker_.Add(p->slot, endpoint_id, now_s, static_cast<double>(s.blocks.size()));
+  return static_cast<double>(s.blocks.size());
 }
 
-void DynamoCostScheduler::OnFirstToken(RequestHandle handle, double now_s) {
-  SchedulerBase::OnFirstToken(handle, now_s);
-  PendingRequest* p = Find(handle);
-  if (p == nullptr || p->slot >= sequences_.size()) return;
-  Sequence& s = sequences_[p->slot];
+void DynamoCostScheduler::OnRequestStarted(PendingRequest& p, double now_s) {
+  if (p.slot >= sequences_.size()) return;
+  Sequence& s = sequences_[p.slot];
   if (!s.active || !s.prefill_pending) return;
   s.prefill_pending = false;
   Worker& w = WorkerOf(s.endpoint);
@@ -335,11 +317,8 @@ void DynamoCostScheduler::Free(Sequence& s) {
   }
 }
 
-void DynamoCostScheduler::OnFinished(RequestHandle handle, double now_s) {
-  if (PendingRequest* p = Find(handle); p != nullptr && p->slot < sequences_.size()) {
-    Free(sequences_[p->slot]);
-  }
-  SchedulerBase::OnFinished(handle, now_s);
+void DynamoCostScheduler::OnRequestEnded(PendingRequest& p, double now_s) {
+  if (p.slot < sequences_.size()) Free(sequences_[p.slot]);
 }
 
 void DynamoCostScheduler::OnEndpointRemoved(uint32_t endpoint_id) {

@@ -5,7 +5,8 @@
 // KV-event index, SchedRequest::events), each block weighed by its tier as Dynamo does
 // (GPU 1.0, host 0.75, disk 0.25), with no speculative entries (Dynamo's indexer has none:
 // its in-flight requests are in the active blocks and prefill tokens below). An endpoint
-// whose events are not live is matched by the predicted index instead.
+// whose events are not live is matched by the predicted index instead (both through
+// CacheView, cache_view.h).
 //   cost(worker) = overlap_weight * potential_prefill_blocks + potential_active_blocks
 // potential_prefill_blocks: (prefill tokens of the worker's requests that have no first
 //   token yet + this request's prompt tokens minus overlap blocks * block size) / block size;
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "core/kvevents/event_index.h"
+#include "core/sched/cache_view.h"
 #include "core/sched/prefix_model.h"
 #include "core/sched/scheduler_base.h"
 
@@ -79,40 +81,23 @@ class DynamoCostScheduler : public SchedulerBase {
     if (config_.events) return "dynamo-kv";
     return config_.track_output_blocks ? "dynamo-cost-output-blocks" : "dynamo-cost";
   }
-  // Its own block accounting and the KV-event index: nothing from EndpointState::engine.
-  uint32_t consumed_fields() const override { return 0; }
+  // consumed_fields: the default, none. Its own block accounting and the KV-event index:
+  // nothing from EndpointState::engine.
   // Scores reported: row "cost" (raw block count, not clamped) and row "overlap"
   // (matched blocks / prompt blocks). totals = -cost.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s) override;
-  // Adds the request's prompt blocks to the worker's active set and its uncached prompt
-  // tokens to the worker's prefill tokens; records its blocks in the predicted index.
-  // A second call for the same handle moves it (frees it from the first worker).
-  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
-  // Prefill done: the request's prefill tokens leave the worker's count.
-  void OnFirstToken(RequestHandle handle, double now_s) override;
   // Output blocks (when track_output_blocks) as the stream shows tokens.
   void OnTokens(RequestHandle handle, int64_t generated_tokens, double now_s) override;
-  // Frees the request's blocks: a block another in-flight request holds stays.
-  void OnFinished(RequestHandle handle, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
-  // Applied to its predicted block index (the one prefix model, with Dynamo's TTL).
-  void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) override {
-    index_->Apply(endpoint_id, update, now_s);
-  }
 
-  const PrefixModel& index() const { return *index_; }
-  int64_t PrefixEntries(uint32_t endpoint_id) const override {
-    return static_cast<int64_t>(index_->Size(endpoint_id));
-  }
-  // Its prefix index's chain (block_size * 4 characters a block) and holdings; blocks
-  // past the TTL still count until the next pick expires them.
+  // Its predicted block index (the one prefix model, with Dynamo's TTL) and that index's
+  // chain (block_size * 4 characters a block); blocks past the TTL still count until the
+  // next pick expires them.
+  const PrefixModel* prefix_model() const override { return index_.get(); }
   void PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const override {
     HashPromptBlocks(req.model, req.cache_salt, req.prompt,
                      static_cast<size_t>(config_.block_size) * 4, config_.max_blocks, out);
-  }
-  size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override {
-    return index_->MatchOne(key, endpoint_id);
   }
 
   // Dynamo's active_blocks(): the sum of the weights of the worker's unique active blocks
@@ -151,6 +136,15 @@ class DynamoCostScheduler : public SchedulerBase {
   // Takes the previous dynamo-cost scheduler's index and active sequences when block_size
   // and max_blocks match.
   void AdoptPolicyState(SchedulerBase& previous) override;
+  // Dispatched: adds the request's prompt blocks to the worker's active set and its
+  // uncached prompt tokens to the worker's prefill tokens; records its blocks in the
+  // predicted index. A second dispatch moves it (frees it from the first worker).
+  double OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id, const EndpointState& e,
+                             double now_s) override;
+  // First token: prefill done, the request's prefill tokens leave the worker's count.
+  void OnRequestStarted(PendingRequest& p, double now_s) override;
+  // Finished: frees the request's blocks (a block another in-flight request holds stays).
+  void OnRequestEnded(PendingRequest& p, double now_s) override;
   Worker& WorkerOf(uint32_t endpoint_id);
   void Free(Sequence& s);
   Sequence& SequenceOf(uint32_t slot);
@@ -162,12 +156,8 @@ class DynamoCostScheduler : public SchedulerBase {
   std::unique_ptr<PrefixModel> index_ = MakeApproxPrefixModel();
   std::vector<Worker> workers_;      // by endpoint id
   std::vector<Sequence> sequences_;  // by request slot
-  std::vector<uint32_t> match_;
+  CacheView view_;
   std::vector<double> keys_;
-  std::vector<double> weighted_;
-  std::vector<uint32_t> run_;
-  std::vector<uint32_t> scratch_;
-  std::vector<uint64_t> tiebreak_;
 };
 
 }  // namespace kvroute::sched

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include "core/kvevents/event_index.h"
-
 namespace kvroute::sched {
 
 LlmdStickyScheduler::LlmdStickyScheduler(const Config& config, const SchedulerOptions& options)
@@ -36,42 +34,30 @@ void LlmdStickyScheduler::AdoptPolicyState(SchedulerBase& previous) {
 
 PickResult LlmdStickyScheduler::Pick(const SchedRequest& req,
                                      std::span<const EndpointState> endpoints, double now_s) {
-  candidates_.clear();
-  uint32_t max_id = 0;
-  for (uint32_t i = 0; i < endpoints.size(); ++i) {
-    if (!endpoints[i].healthy) continue;
-    candidates_.push_back(i);
-    max_id = std::max(max_id, endpoints[i].id);
-  }
-  if (candidates_.empty()) return Fail(PickStatus::kNoHealthyEndpoint);
+  if (!HealthyCandidates(endpoints)) return Fail(PickStatus::kNoHealthyEndpoint);
   PendingRequest& pending = NewRequest(req);
   std::vector<uint64_t>& hashes = pending.hashes[0];
   HashPromptBlocksWithPartial(req.model, req.cache_salt, req.prompt, BlockChars(),
                               config_.max_blocks, hashes);
   const int64_t bt = config_.block_tokens;
-  const bool precise = config_.precise && req.events != nullptr && !req.event_keys.empty();
+  view_.Fill({.model = lru_.get(), .chain = hashes, .chain_block_tokens = bt,
+              .events = config_.precise},
+             req, endpoints, candidates_, now_s);
+  const bool precise = view_.events_used();
   // Prompt tokens: the engines' count when the front end tokenized (precise), else bytes / 4.
   const int64_t cpt = std::max<int64_t>(1, config_.chars_per_token);
   const int64_t estimated = (static_cast<int64_t>(req.prompt.size()) + cpt - 1) / cpt;
   const int64_t n_tokens = precise ? static_cast<int64_t>(req.token_ids.size()) : estimated;
-
-  if (held_.size() <= max_id) held_.resize(max_id + 1);
-  lru_.MatchWalk(hashes, held_);
-  const double t_approx = static_cast<double>(hashes.size());
-  double t_precise = 0.0;
-  int64_t key_tokens = 0;
-  if (precise) {
-    key_tokens = req.events->options().block_tokens;
-    t_precise = static_cast<double>(
-        std::min<int64_t>((n_tokens + bt - 1) / bt, static_cast<int64_t>(config_.max_blocks)));
-    req.events->Match(req.event_keys, now_s, weighted_, run_);
-  }
+  const double t_precise =
+      precise ? static_cast<double>(std::min<int64_t>((n_tokens + bt - 1) / bt,
+                                                      static_cast<int64_t>(config_.max_blocks)))
+              : 0.0;
 
   Sequence& seq = SequenceOf(pending.slot);
   seq.active = false;
   seq.pending = false;
   seq.prompt_tokens = n_tokens;
-  seq.uncached_by_id.assign(max_id + 1, -1);
+  seq.uncached_by_id.assign(view_.max_id() + 1, -1);
 
   const size_t n = candidates_.size();
   affinity_.resize(n);
@@ -81,20 +67,15 @@ PickResult LlmdStickyScheduler::Pick(const SchedRequest& req,
   int64_t min_out = std::numeric_limits<int64_t>::max();
   for (size_t c = 0; c < n; ++c) {
     const uint32_t id = endpoints[candidates_[c]].id;
-    double a = 0.0;
-    int64_t cached = 0;
-    if (precise && req.events->Usable(id, now_s)) {
-      const double w = id < weighted_.size() ? weighted_[id] : 0.0;
-      const uint32_t r = id < run_.size() ? run_[id] : 0;
-      a = t_precise > 0 ? std::min(1.0, w * static_cast<double>(key_tokens) /
-                                            static_cast<double>(bt) / t_precise)
-                        : 0.0;
-      cached = static_cast<int64_t>(r) * key_tokens;
-    } else {
-      const uint32_t m = held_[id];
-      a = t_approx > 0 ? static_cast<double>(m) / t_approx : 0.0;
-      cached = static_cast<int64_t>(m) * bt;
+    // The approximate share is m / T; the engines' is their weighted run in 64-token
+    // blocks over T's token count, at most 1.
+    double a = view_.Share(c);
+    if (view_[c].source == CacheSource::kEvents) {
+      a = t_precise > 0
+              ? std::min(1.0, view_.Tokens(c) / static_cast<double>(bt) / t_precise)
+              : 0.0;
     }
+    const int64_t cached = view_.RunTokens(c);
     const int64_t u = std::max<int64_t>(0, n_tokens - cached);
     affinity_[c] = a;
     uncached_[c] = u;
@@ -130,20 +111,16 @@ PickResult LlmdStickyScheduler::Pick(const SchedRequest& req,
     candidates_[j] = candidates_[c];
   }
   candidates_.resize(k);
-  RankByMaxScore(totals_, options_.max_ranked, rng_, scratch_, tiebreak_, order_);
-  return Finish(HandleOf(pending), endpoints, order_);
+  return FinishByMaxScore(pending, endpoints, totals_);
 }
 
-void LlmdStickyScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {
-  PendingRequest* p = Find(handle);
-  if (p == nullptr) return;
-  const EndpointState& e = Known(endpoint_id);
-  Sequence& s = SequenceOf(p->slot);
+double LlmdStickyScheduler::OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id,
+                                                const EndpointState& e, double now_s) {
+  Sequence& s = SequenceOf(p.slot);
   if (s.active) Release(s);  // a retry elsewhere
   const size_t capacity = e.num_gpu_blocks > 0 ? static_cast<size_t>(e.num_gpu_blocks)
                                                : config_.default_lru_entries;
-  lru_.Record(p->hashes[0], endpoint_id, capacity, now_s,
-              ApproxPrefixIndex::RecordOrder::kInOrder);
+  lru_->OnRouted(p.hashes[0], endpoint_id, capacity, now_s);
   const int64_t u = endpoint_id < s.uncached_by_id.size() && s.uncached_by_id[endpoint_id] >= 0
                         ? s.uncached_by_id[endpoint_id]
                         : s.prompt_tokens;
@@ -154,7 +131,7 @@ void LlmdStickyScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_i
   s.endpoint = endpoint_id;
   s.tokens = u;
   const int64_t cached_chars = std::max<int64_t>(0, s.prompt_tokens - u) * config_.chars_per_token;
-  tracker_.Add(p->slot, endpoint_id, now_s, EstimateBlocks(*p, e, cached_chars));
+  return EstimateBlocks(p, e, cached_chars);
 }
 
 void LlmdStickyScheduler::EndPending(Sequence& s) {
@@ -168,23 +145,16 @@ void LlmdStickyScheduler::Release(Sequence& s) {
   EndPending(s);
 }
 
-void LlmdStickyScheduler::OnFirstToken(RequestHandle handle, double now_s) {
-  SchedulerBase::OnFirstToken(handle, now_s);
-  PendingRequest* p = Find(handle);
-  if (p != nullptr && p->slot < sequences_.size() && sequences_[p->slot].active) {
-    EndPending(sequences_[p->slot]);
-  }
+void LlmdStickyScheduler::OnRequestStarted(PendingRequest& p, double now_s) {
+  if (p.slot < sequences_.size() && sequences_[p.slot].active) EndPending(sequences_[p.slot]);
 }
 
-void LlmdStickyScheduler::OnFinished(RequestHandle handle, double now_s) {
-  if (PendingRequest* p = Find(handle); p != nullptr && p->slot < sequences_.size()) {
-    Release(sequences_[p->slot]);
-  }
-  SchedulerBase::OnFinished(handle, now_s);
+void LlmdStickyScheduler::OnRequestEnded(PendingRequest& p, double now_s) {
+  if (p.slot < sequences_.size()) Release(sequences_[p.slot]);
 }
 
 void LlmdStickyScheduler::OnEndpointRemoved(uint32_t endpoint_id) {
-  lru_.RemoveEndpoint(endpoint_id);
+  lru_->RemoveEndpoint(endpoint_id);
   tracker_.ResetEndpoint(endpoint_id);
   for (Sequence& s : sequences_) {
     if (s.active && s.endpoint == endpoint_id) {

@@ -28,12 +28,18 @@
 //                  covering the event delay. An endpoint whose events are not live is
 //                  matched by the approximate producer instead (kvroute's rule: unknown
 //                  state is never trusted); without events at all it is llm-d-sticky.
+// The producer is the prefix model (prefix_model.h, ApproxRules: llm-d's walk, in-order
+// LRU) and the merge is CacheView's (cache_view.h), as for every policy that scores
+// cache overlap.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "core/sched/prefix_index.h"
+#include <memory>
+
+#include "core/sched/cache_view.h"
+#include "core/sched/prefix_model.h"
 #include "core/sched/scheduler_base.h"
 
 namespace kvroute::sched {
@@ -55,36 +61,25 @@ class LlmdStickyScheduler : public SchedulerBase {
   std::string_view policy() const override {
     return config_.precise ? "llm-d-precise" : "llm-d-sticky";
   }
-  // Its own token load and prefix LRU (or the KV-event index) and EndpointState's
-  // num_gpu_blocks: nothing from EndpointState::engine.
-  uint32_t consumed_fields() const override { return 0; }
+  // consumed_fields: the default, none. Its own token load and prefix LRU (or the KV-event
+  // index) and EndpointState's num_gpu_blocks: nothing from EndpointState::engine.
   // Rows reported: "affinity" (a_s) and "token-load" (the score); totals = the score.
   // `candidates` are those the filter kept.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s) override;
-  // Adds the request's uncached tokens there to the endpoint's in-flight load and its
-  // chain to the endpoint's LRU. A second call moves the load.
-  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
-  void OnFirstToken(RequestHandle handle, double now_s) override;
-  void OnFinished(RequestHandle handle, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
 
+  // The approximate producer's LRU and its chain (the trailing partial block included).
+  const PrefixModel* prefix_model() const override { return lru_.get(); }
   void PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const override {
     HashPromptBlocksWithPartial(req.model, req.cache_salt, req.prompt, BlockChars(),
                                 config_.max_blocks, out);
-  }
-  size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override {
-    return lru_.MatchOne(key, endpoint_id);
-  }
-  int64_t PrefixEntries(uint32_t endpoint_id) const override {
-    return static_cast<int64_t>(lru_.Size(endpoint_id));
   }
 
   // I_s: uncached prompt tokens in flight to the endpoint before their first token.
   int64_t InflightTokens(uint32_t endpoint_id) const {
     return endpoint_id < inflight_tokens_.size() ? inflight_tokens_[endpoint_id] : 0;
   }
-  const ApproxPrefixIndex& lru() const { return lru_; }
   const Config& config() const { return config_; }
 
  private:
@@ -105,20 +100,24 @@ class LlmdStickyScheduler : public SchedulerBase {
   // Not on its endpoint any more (finished, moved, or the endpoint removed).
   void Release(Sequence& s);
   void AdoptPolicyState(SchedulerBase& previous) override;
+  // Dispatched: adds the request's uncached tokens there to the endpoint's in-flight load
+  // and its chain to the endpoint's LRU. A second dispatch moves the load.
+  double OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id, const EndpointState& e,
+                             double now_s) override;
+  // First token: the request's tokens leave I. Finished: it leaves its endpoint.
+  void OnRequestStarted(PendingRequest& p, double now_s) override;
+  void OnRequestEnded(PendingRequest& p, double now_s) override;
 
   Config config_;
-  ApproxPrefixIndex lru_;
+  std::unique_ptr<PrefixModel> lru_ =
+      MakeApproxPrefixModel({ApproxRules::Count::kWalk, ApproxPrefixIndex::RecordOrder::kInOrder});
   std::vector<int64_t> inflight_tokens_;  // by endpoint id
   std::vector<Sequence> sequences_;       // by request slot
   // Per-pick buffers.
-  std::vector<uint32_t> held_;
-  std::vector<double> weighted_;
-  std::vector<uint32_t> run_;
+  CacheView view_;
   std::vector<double> affinity_;
   std::vector<int64_t> uncached_;
   std::vector<uint32_t> kept_;
-  std::vector<uint32_t> scratch_;
-  std::vector<uint64_t> tiebreak_;
 };
 
 }  // namespace kvroute::sched

@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/sched/cache_view.h"
 #include "core/sched/inflight_tracker.h"
-#include "core/sched/prefix_model.h"
 #include "core/sched/types.h"
 
 namespace kvroute::sched {
@@ -67,6 +67,7 @@ struct PickScratch {
   std::vector<uint32_t> u32_a, u32_b;
   std::vector<uint64_t> u64;
   std::vector<double> f64;
+  CacheView cache;  // the prefix scorers' (cache_view.h)
 };
 
 // Everything a plugin reads during one Pick. Candidates are positions into `endpoints`
@@ -126,9 +127,6 @@ class Plugin {
     return -1;
   }
   virtual void OnEndpointRemoved(uint32_t endpoint_id) {}
-  // An endpoint reported a change to its cache (Scheduler::OnCacheUpdate). Default: not a
-  // prefix model's holder, nothing to do.
-  virtual void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) {}
   // Reload: takes the learned state of `previous`, a plugin of the same type() from the
   // scheduler being replaced, when its parameters make that state valid here. Default:
   // nothing to take.

@@ -83,19 +83,11 @@ void PinFirst(PickScratch& sc, size_t max_ranked) {
 }
 }  // namespace
 
-int64_t ProfileScheduler::PrefixEntries(uint32_t endpoint_id) const {
-  return prefix_ ? static_cast<int64_t>(prefix_->prefix_model().Size(endpoint_id)) : -1;
-}
-
 void ProfileScheduler::PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const {
   out.clear();
   if (prefix_ == nullptr) return;
   const PrefixCacheScorer::Params& p = prefix_->params();
   HashPromptBlocks(req.model, req.cache_salt, req.prompt, p.block_chars, p.max_blocks, out);
-}
-
-size_t ProfileScheduler::HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const {
-  return prefix_ == nullptr || key.empty() ? 0 : prefix_->prefix_model().MatchOne(key, endpoint_id);
 }
 
 void ProfileScheduler::AdoptPolicyState(SchedulerBase& previous) {
@@ -203,21 +195,13 @@ void ProfileScheduler::TimedPlugins(std::vector<TimedPlugin>& out) const {
   out.push_back({"Picker", picker_.get()});
 }
 
-void ProfileScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {
-  PendingRequest* p = Find(handle);
-  if (p == nullptr) return;
-  const EndpointState& e = Known(endpoint_id);
+double ProfileScheduler::OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id,
+                                             const EndpointState& e, double now_s) {
   // The plugins record the prompt there and say how much of it was already held (one
   // walk of the chain instead of a lookup and then a record).
   int64_t cached_chars = 0;
-  for (Plugin* pl : all_) cached_chars = std::max(cached_chars, pl->OnDispatched(*p, e, now_s));
-  // Re-dispatch: Add moves the record to the new endpoint.
-  tracker_.Add(p->slot, endpoint_id, now_s, EstimateBlocks(*p, e, cached_chars));
-}
-
-void ProfileScheduler::OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update,
-                                     double now_s) {
-  for (Plugin* pl : all_) pl->OnCacheUpdate(endpoint_id, update, now_s);
+  for (Plugin* pl : all_) cached_chars = std::max(cached_chars, pl->OnDispatched(p, e, now_s));
+  return EstimateBlocks(p, e, cached_chars);
 }
 
 void ProfileScheduler::OnEndpointRemoved(uint32_t endpoint_id) {

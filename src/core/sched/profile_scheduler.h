@@ -37,15 +37,13 @@ class ProfileScheduler : public SchedulerBase {
   bool concurrent_picks() const override { return true; }
   PickResult Rank(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s, PickScratch& scratch) override;
-  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
-  // To every plugin (the prefix-cache scorers apply it to their models).
-  void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) override;
-  // The first prefix-cache scorer's index size for the endpoint; -1 without one.
-  int64_t PrefixEntries(uint32_t endpoint_id) const override;
-  // The first prefix-cache scorer's chain and index (nothing without one).
+  // The first prefix-cache scorer's model (PrefixEntries, HeldBlocks); null without one.
+  const PrefixModel* prefix_model() const override {
+    return prefix_ ? &prefix_->prefix_model() : nullptr;
+  }
+  // The first prefix-cache scorer's chain (nothing without one).
   void PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const override;
-  size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override;
 
   // Commit, then the locality-filters' bookkeeping (spill mode, counters).
   RequestHandle Commit(PickScratch& scratch, std::span<const EndpointState> endpoints) override;
@@ -68,6 +66,10 @@ class ProfileScheduler : public SchedulerBase {
   // Plugins are matched by type and name, else by type when the type is unique on both
   // sides.
   void AdoptPolicyState(SchedulerBase& previous) override;
+  // The plugins record the dispatch (OnDispatched); the in-flight record's blocks come
+  // from the largest cached share any of them reports.
+  double OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id, const EndpointState& e,
+                             double now_s) override;
 
   std::string policy_;
   std::vector<std::unique_ptr<Filter>> filters_;

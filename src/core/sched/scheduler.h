@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "core/sched/inflight_tracker.h"
-#include "core/sched/prefix_model.h"
 #include "core/sched/types.h"
 
 namespace kvroute::sched {
@@ -145,10 +144,6 @@ class Scheduler {
   // The endpoint left the pool: forget its prefix state. In-flight requests on it keep
   // their handles until OnFinished.
   virtual void OnEndpointRemoved(uint32_t endpoint_id) = 0;
-  // The endpoint reported a change to its cache (prefix_model.h: blocks stored, removed,
-  // or everything cleared), as chain keys in this policy's hashing (PrefixKey). Goes to
-  // the policy's prefix model; the default (policies without one) ignores it.
-  virtual void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) {}
 
   // The router's own accounting (in-flight counts and estimated blocks per endpoint).
   virtual const InflightTracker& inflight() const = 0;

@@ -109,19 +109,45 @@ bool SchedulerBase::AdoptStateFrom(Scheduler& previous) {
   return true;
 }
 
+void SchedulerBase::OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) {
+  PendingRequest* p = Find(handle);
+  if (p == nullptr) return;
+  const double blocks = OnRequestDispatched(*p, endpoint_id, Known(endpoint_id), now_s);
+  tracker_.Add(p->slot, endpoint_id, now_s, blocks);
+}
+
+double SchedulerBase::OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id,
+                                          const EndpointState& e, double now_s) {
+  return EstimateBlocks(p, e, 0);
+}
+
 void SchedulerBase::OnFirstToken(RequestHandle handle, double now_s) {
-  if (PendingRequest* p = Find(handle)) tracker_.MarkStarted(p->slot);
+  PendingRequest* p = Find(handle);
+  if (p == nullptr) return;
+  tracker_.MarkStarted(p->slot);
+  OnRequestStarted(*p, now_s);
 }
 
 void SchedulerBase::OnFinished(RequestHandle handle, double now_s) {
   PendingRequest* p = Find(handle);
   if (p == nullptr) return;
+  OnRequestEnded(*p, now_s);
   tracker_.Remove(p->slot, now_s);
   Release(*p);
 }
 
 void SchedulerBase::OnMetricsUpdated(uint32_t endpoint_id, double scraped_at_s) {
   tracker_.OnScrape(endpoint_id, scraped_at_s);
+}
+
+int64_t SchedulerBase::PrefixEntries(uint32_t endpoint_id) const {
+  const PrefixModel* m = prefix_model();
+  return m != nullptr ? static_cast<int64_t>(m->Size(endpoint_id)) : -1;
+}
+
+size_t SchedulerBase::HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const {
+  const PrefixModel* m = prefix_model();
+  return m == nullptr || key.empty() ? 0 : m->MatchOne(key, endpoint_id);
 }
 
 int64_t SchedulerBase::BlockSize(const EndpointState& e) const {
@@ -188,6 +214,21 @@ PickResult SchedulerBase::Finish(RequestHandle handle, std::span<const EndpointS
   r.scores = scores_;
   r.totals = totals_;
   return r;
+}
+
+bool SchedulerBase::HealthyCandidates(std::span<const EndpointState> endpoints) {
+  candidates_.clear();
+  for (uint32_t i = 0; i < endpoints.size(); ++i) {
+    if (endpoints[i].healthy) candidates_.push_back(i);
+  }
+  return !candidates_.empty();
+}
+
+PickResult SchedulerBase::FinishByMaxScore(const PendingRequest& pending,
+                                           std::span<const EndpointState> endpoints,
+                                           std::span<const double> keys) {
+  RankByMaxScore(keys, options_.max_ranked, rng_, rank_scratch_, rank_tiebreak_, order_);
+  return Finish(HandleOf(pending), endpoints, order_);
 }
 
 PickResult SchedulerBase::Finish(PickScratch& sc, std::span<const EndpointState> endpoints) const {

@@ -18,6 +18,9 @@ class SchedulerBase : public Scheduler {
   // `hash_rows`: how many hash chains each PendingRequest keeps (one per plugin).
   SchedulerBase(const SchedulerOptions& options, size_t hash_rows);
 
+  // The request's in-flight record moves to the endpoint (a re-dispatch moves it), with
+  // the engine blocks OnRequestDispatched expects it to hold there.
+  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnFirstToken(RequestHandle handle, double now_s) override;
   void OnFinished(RequestHandle handle, double now_s) override;
   void OnMetricsUpdated(uint32_t endpoint_id, double scraped_at_s) override;
@@ -30,6 +33,15 @@ class SchedulerBase : public Scheduler {
   bool AdoptStateFrom(Scheduler& previous) override;
 
   size_t PendingCount() const { return live_; }
+
+  // The policy's approximate prefix model (prefix_model.h), or null when it keeps none
+  // (round-robin, least-request, sglang-cache-aware's tree). PrefixEntries and HeldBlocks
+  // answer from it.
+  virtual const PrefixModel* prefix_model() const { return nullptr; }
+  // Its Size for the endpoint; -1 without a model.
+  int64_t PrefixEntries(uint32_t endpoint_id) const override;
+  // Its MatchOne; 0 without a model or for an empty key.
+  size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const override;
 
   // Allocates the handle for a successful Rank into `scratch` (its request's hash rows
   // move into the request table) and remembers the ranked endpoints' capacities.
@@ -73,6 +85,14 @@ class SchedulerBase : public Scheduler {
                     std::span<const uint32_t> order);
   PickResult Finish(PickScratch& sc, std::span<const EndpointState> endpoints) const;
   PickResult Fail(PickStatus status) const;
+  // candidates_ = the positions of the healthy endpoints; false when there is none.
+  bool HealthyCandidates(std::span<const EndpointState> endpoints);
+  // Ranks the own scratch's candidates by `keys` (one per candidate: the highest first,
+  // ties at random, at most options_.max_ranked; RankByMaxScore) into order_, then
+  // Finish for `pending`.
+  PickResult FinishByMaxScore(const PendingRequest& pending,
+                              std::span<const EndpointState> endpoints,
+                              std::span<const double> keys);
 
   // The scheduler's own scratch, for Pick; the members below are views into it so that
   // schedulers written for the single-threaded path read as before.
@@ -80,6 +100,15 @@ class SchedulerBase : public Scheduler {
 
   // The policy-specific part of AdoptStateFrom (prefix index, radix tree); default none.
   virtual void AdoptPolicyState(SchedulerBase& previous) {}
+  // The policy-specific part of OnDispatched, for a known handle: `e` is the endpoint as
+  // last seen in a Pick (Known). Returns the engine blocks the request will hold there, for
+  // the in-flight record. Default: EstimateBlocks with nothing cached.
+  virtual double OnRequestDispatched(PendingRequest& p, uint32_t endpoint_id,
+                                     const EndpointState& e, double now_s);
+  // The policy-specific parts of OnFirstToken (after the in-flight record is marked) and
+  // of OnFinished (before the request is released), for a known handle; default none.
+  virtual void OnRequestStarted(PendingRequest& p, double now_s) {}
+  virtual void OnRequestEnded(PendingRequest& p, double now_s) {}
 
   SchedulerOptions options_;
   InflightTracker tracker_;
@@ -96,6 +125,9 @@ class SchedulerBase : public Scheduler {
   std::vector<double>& totals_ = own_.totals;
   std::vector<std::string> scorer_names_;
   std::vector<double> weights_;
+  // FinishByMaxScore's buffers.
+  std::vector<uint32_t> rank_scratch_;
+  std::vector<uint64_t> rank_tiebreak_;
 
  private:
   struct Slot {

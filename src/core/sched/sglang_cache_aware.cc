@@ -219,11 +219,7 @@ const CharRadixTree* SglangCacheAwareScheduler::TreeFor(std::string_view model) 
 PickResult SglangCacheAwareScheduler::Pick(const SchedRequest& req,
                                            std::span<const EndpointState> endpoints,
                                            double now_s) {
-  candidates_.clear();
-  for (uint32_t i = 0; i < endpoints.size(); ++i) {
-    if (endpoints[i].healthy) candidates_.push_back(i);
-  }
-  if (candidates_.empty()) return Fail(PickStatus::kNoHealthyEndpoint);
+  if (!HealthyCandidates(endpoints)) return Fail(PickStatus::kNoHealthyEndpoint);
   PendingRequest& pending = NewRequest(req);
   const size_t n = candidates_.size();
 
@@ -290,13 +286,6 @@ PickResult SglangCacheAwareScheduler::Pick(const SchedRequest& req,
                      static_cast<size_t>(config_.max_tree_size * config_.evict_to_fraction));
   }
   return Finish(HandleOf(pending), endpoints, order_);
-}
-
-void SglangCacheAwareScheduler::OnDispatched(RequestHandle handle, uint32_t endpoint_id,
-                                             double now_s) {
-  PendingRequest* p = Find(handle);
-  if (p == nullptr) return;
-  tracker_.Add(p->slot, endpoint_id, now_s, EstimateBlocks(*p, Known(endpoint_id), 0));
 }
 
 void SglangCacheAwareScheduler::OnEndpointRemoved(uint32_t endpoint_id) {

@@ -1,6 +1,9 @@
 // A re-implementation of the SGLang model gateway's cache_aware policy from its public
 // description (REFERENCE.md section 7): a character radix tree per model, each node tagged
 // with the workers that were sent text through it, plus a load-balance override.
+// The tree is private on purpose: it is part of the policy being compared, so this
+// scheduler holds no PrefixModel and reads no CacheView (nor the KV-event index), unlike
+// every other policy that scores cache overlap (cache_view.h).
 #pragma once
 
 #include <cstdint>
@@ -81,7 +84,6 @@ class SglangCacheAwareScheduler : public SchedulerBase {
   // The text is inserted under ranked[0] during Pick, as SGLang does at selection time.
   PickResult Pick(const SchedRequest& req, std::span<const EndpointState> endpoints,
                   double now_s) override;
-  void OnDispatched(RequestHandle handle, uint32_t endpoint_id, double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override;
   // Characters the worker holds in the radix trees, in 64-character blocks (rounded up),
   // comparable with the block indexes' counts.

@@ -499,38 +499,6 @@ std::vector<uint32_t> RandomPicks(uint64_t seed, bool through_core) {
   return out;
 }
 
-// The prefix model's entry point: an endpoint's reported cache change reaches the
-// policy's model through the core (no front end), and moves the next pick.
-TEST(RoutingCore, CacheUpdatesReachThePrefixModel) {
-  RoutingCore core;
-  ASSERT_TRUE(core.Configure(Options(), Eps({"a", "b", "c", "d"}), 0.0).ok());
-  for (uint32_t id = 0; id < 4; ++id) core.OnScrape(id, Scraped(V010("0", "0", "0.2"), 0.0), 0.0);
-  const std::string prompt = Prompt(7) + Prompt(8) + Prompt(9);
-  sched::SchedRequest req;
-  req.model = "meta-llama/Llama-3.1-8B-Instruct";
-  req.prompt = prompt;
-  std::vector<uint64_t> chain;
-  core.PrefixKey(req, chain);
-  ASSERT_GT(chain.size(), 10u);
-  const uint32_t c = IdOf(core, "c");
-  EXPECT_EQ(core.HeldBlocks(chain, c), 0u);
-  core.OnCacheUpdate(c, {sched::CacheUpdate::Kind::kStored, chain}, 0.5);
-  EXPECT_EQ(core.HeldBlocks(chain, c), chain.size());
-  EXPECT_NE(Metrics(core, 0.5).find("kvroute_prefix_index_entries{endpoint=\"c\"} " +
-                                   std::to_string(chain.size())),
-            std::string::npos);
-  EXPECT_EQ(Serve(core, prompt, 1.0), "c");
-  // Removing the tail leaves the head: a prefix still held.
-  const std::span<const uint64_t> tail = std::span<const uint64_t>(chain).subspan(4);
-  core.OnCacheUpdate(c, {sched::CacheUpdate::Kind::kRemoved, tail}, 1.5);
-  EXPECT_EQ(core.HeldBlocks(chain, c), 4u);
-  core.OnCacheUpdate(c, {sched::CacheUpdate::Kind::kCleared, {}}, 2.0);
-  EXPECT_EQ(core.HeldBlocks(chain, c), 0u);
-  // Unknown ids are ignored.
-  core.OnCacheUpdate(99, {sched::CacheUpdate::Kind::kStored, chain}, 2.0);
-  for (uint32_t id = 0; id < 4; ++id) EXPECT_EQ(core.HeldBlocks(chain, id), 0u) << id;
-}
-
 TEST(RoutingCore, SeedReachesConcurrentPicks) {
   EXPECT_EQ(RandomPicks(7, true), RandomPicks(7, true));
   EXPECT_NE(RandomPicks(7, true), RandomPicks(8, true));

@@ -200,9 +200,9 @@ TEST(LlmdSticky, LruHoldsNumGpuBlocksEntriesFilledInChainOrder) {
   // first chain stops at block 0.
   Fixture f(false, 2, /*gpu_blocks=*/12);
   f.Send(Blocks('a', 10), 0, 0.0);
-  EXPECT_EQ(f.s.lru().Size(0), 10u);
+  EXPECT_EQ(f.s.PrefixEntries(0), 10);
   f.Send(Blocks('k', 5), 0, 1.0);
-  EXPECT_EQ(f.s.lru().Size(0), 12u);
+  EXPECT_EQ(f.s.PrefixEntries(0), 12);
   PickResult r = f.s.Pick(Req(Blocks('a', 10)), f.eps, 2.0);
   EXPECT_EQ(f.Candidates(r), std::vector<uint32_t>({0, 1}));
   EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.0);
@@ -219,7 +219,7 @@ TEST(LlmdSticky, LruDefaultsTo31250EntriesWhenTheEngineDoesNotSay) {
   for (int i = 0; i < 16; ++i) {
     f.Send(std::string(1, static_cast<char>('A' + i)) + std::string(2048 * kBlock, 'p'), 0, i);
   }
-  EXPECT_EQ(f.s.lru().Size(0), 31250u);
+  EXPECT_EQ(f.s.PrefixEntries(0), 31250);
 }
 
 TEST(LlmdSticky, AReloadKeepsTheLruAndTheLoadInFlight) {

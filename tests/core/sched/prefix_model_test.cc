@@ -1,74 +1,68 @@
-// The prefix model seam (prefix_model.h): today's approximate model learns from routed
-// chains and from reported cache changes alike, and the policies answer through it.
+// The prefix model seam (prefix_model.h): the approximate model learns from routed chains
+// only, and counts a match by its rules (GIE's and Dynamo's leading run, llm-d's walk).
 #include "core/sched/prefix_model.h"
 
 #include <gtest/gtest.h>
 
-#include <string>
 #include <vector>
-
-#include "core/sched/registry.h"
 
 namespace kvroute::sched {
 namespace {
 
-TEST(ApproxPrefixModel, ReportedStoresRemovalsAndClears) {
-  ApproxPrefixModel m;
-  const std::vector<uint64_t> chain = {11, 12, 13, 14, 15};
-  m.Apply(2, {CacheUpdate::Kind::kStored, chain}, 1.0);
-  EXPECT_EQ(m.MatchOne(chain, 2), 5u);
-  EXPECT_EQ(m.MatchOne(chain, 1), 0u);
-  EXPECT_EQ(m.Size(2), 5u);
-  // A removed middle block ends the held prefix there.
-  const std::vector<uint64_t> middle = {13};
-  m.Apply(2, {CacheUpdate::Kind::kRemoved, middle}, 2.0);
-  EXPECT_EQ(m.MatchOne(chain, 2), 2u);
-  EXPECT_EQ(m.Size(2), 4u);
-  // Removing what it does not hold changes nothing.
-  m.Apply(1, {CacheUpdate::Kind::kRemoved, middle}, 2.0);
-  EXPECT_EQ(m.TotalEntries(), 4u);
-  m.Apply(2, {CacheUpdate::Kind::kCleared, {}}, 3.0);
-  EXPECT_EQ(m.Size(2), 0u);
-  EXPECT_EQ(m.TotalEntries(), 0u);
-}
-
-TEST(ApproxPrefixModel, RoutedChainsAreBoundedByTheirCapacityAndStoresByTheLastOne) {
+TEST(ApproxPrefixModel, RoutedChainsAreBoundedByTheirCapacity) {
   ApproxPrefixModel m;
   const std::vector<uint64_t> a = {1, 2, 3, 4};
   EXPECT_EQ(m.OnRouted(a, 0, 4, 1.0), 0u);
   EXPECT_EQ(m.OnRouted(a, 0, 4, 2.0), 4u);
-  // A store beyond the routed capacity evicts the least recent blocks (a's tail first).
+  // A chain beyond the capacity evicts the least recent blocks (a's tail first).
   const std::vector<uint64_t> b = {7, 8};
-  m.Apply(0, {CacheUpdate::Kind::kStored, b}, 3.0);
+  EXPECT_EQ(m.OnRouted(b, 0, 4, 3.0), 0u);
   EXPECT_EQ(m.Size(0), 4u);
   EXPECT_EQ(m.MatchOne(b, 0), 2u);
   EXPECT_EQ(m.MatchOne(a, 0), 2u);
+  m.RemoveEndpoint(0);
+  EXPECT_EQ(m.TotalEntries(), 0u);
 }
 
-// Both policies that hold the approximate model take reported changes keyed by their own
-// chains (PrefixKey); sglang-cache-aware keeps its tree of routed text and ignores them.
-TEST(PrefixModelSeam, PoliciesApplyCacheUpdatesToTheirModel) {
-  const std::string prompt = std::string(4096, 'x') + "tail";
-  SchedRequest req;
-  req.model = "m";
-  req.prompt = prompt;  // a view: the string outlives every use
-  for (const char* policy : {"kvroute", "gie-default", "dynamo-cost"}) {
-    SCOPED_TRACE(policy);
-    BuildResult b = BuildPolicy(policy);
-    ASSERT_TRUE(b.ok());
-    std::vector<uint64_t> chain;
-    b.scheduler->PrefixKey(req, chain);
-    ASSERT_FALSE(chain.empty());
-    b.scheduler->OnCacheUpdate(3, {CacheUpdate::Kind::kStored, chain}, 1.0);
-    EXPECT_EQ(b.scheduler->HeldBlocks(chain, 3), chain.size());
-    EXPECT_EQ(b.scheduler->PrefixEntries(3), static_cast<int64_t>(chain.size()));
-    b.scheduler->OnCacheUpdate(3, {CacheUpdate::Kind::kCleared, {}}, 2.0);
-    EXPECT_EQ(b.scheduler->HeldBlocks(chain, 3), 0u);
-  }
-  BuildResult s = BuildPolicy("sglang-cache-aware");
-  std::vector<uint64_t> chain = {1, 2, 3};
-  s.scheduler->OnCacheUpdate(0, {CacheUpdate::Kind::kStored, chain}, 1.0);
-  EXPECT_EQ(s.scheduler->HeldBlocks(chain, 0), 0u);
+TEST(ApproxPrefixModel, TheLeadingRunCountsOnlyUnbrokenPrefixes) {
+  ApproxPrefixModel m;
+  const std::vector<uint64_t> one = {1};
+  const std::vector<uint64_t> chain = {1, 2, 3};
+  m.OnRouted(one, 0, 100, 1.0);
+  m.OnRouted(std::vector<uint64_t>{1, 2, 9}, 1, 100, 1.0);
+  std::vector<uint32_t> by;
+  EXPECT_EQ(m.Match(chain, by), 2u);  // the longest leading match
+  ASSERT_GE(by.size(), 2u);
+  EXPECT_EQ(by[0], 1u);
+  EXPECT_EQ(by[1], 2u);
+}
+
+// llm-d's producer: the walk stops at the first block nobody holds, and an endpoint counts
+// every walked block it holds; its LRU fills in chain order, so the head goes first.
+TEST(ApproxPrefixModel, TheWalkRuleCountsHeldBlocksAlongTheWalk) {
+  ApproxPrefixModel m({ApproxRules::Count::kWalk, ApproxPrefixIndex::RecordOrder::kInOrder});
+  const std::vector<uint64_t> chain = {1, 2, 3, 4};
+  m.OnRouted(std::vector<uint64_t>{2, 3}, 0, 100, 1.0);  // not the head
+  m.OnRouted(std::vector<uint64_t>{1, 2}, 1, 100, 1.0);
+  std::vector<uint32_t> by;
+  EXPECT_EQ(m.Match(chain, by), 3u);  // 4 is held by nobody
+  ASSERT_GE(by.size(), 2u);
+  EXPECT_EQ(by[0], 2u);  // 2 and 3, though not a leading run
+  EXPECT_EQ(by[1], 2u);
+  EXPECT_EQ(m.MatchOne(chain, 0), 0u);  // the probe is a leading run whatever the rule
+  EXPECT_EQ(m.MatchOne(chain, 1), 2u);
+
+  // In chain order: over capacity, the chain's head is evicted first.
+  m.OnRouted(std::vector<uint64_t>{5, 6, 7}, 1, 3, 2.0);
+  EXPECT_EQ(m.Size(1), 3u);
+  EXPECT_EQ(m.MatchOne(std::vector<uint64_t>{5, 6, 7}, 1), 3u);
+  ApproxPrefixModel tail_first;
+  tail_first.OnRouted(std::vector<uint64_t>{5, 6, 7}, 0, 2, 1.0);
+  EXPECT_EQ(tail_first.MatchOne(std::vector<uint64_t>{5, 6, 7}, 0), 2u);
+  ApproxPrefixModel head_first({ApproxRules::Count::kWalk,
+                                ApproxPrefixIndex::RecordOrder::kInOrder});
+  head_first.OnRouted(std::vector<uint64_t>{5, 6, 7}, 0, 2, 1.0);
+  EXPECT_EQ(head_first.MatchOne(std::vector<uint64_t>{5, 6, 7}, 0), 0u);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ TEST_P(PrefixProbe, HeldBlocksCountsTheLeadingBlocksAnEndpointWasSent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HashedPrefixPolicies, PrefixProbe,
-                         ::testing::Values("kvroute", "gie-default", "dynamo-cost"));
+                         ::testing::Values("kvroute", "gie-default", "dynamo-cost", "llm-d-sticky"));
 
 // Policies without a hashed prefix model answer nothing.
 TEST(PrefixProbeNone, PoliciesWithoutAPrefixModelGiveAnEmptyKey) {

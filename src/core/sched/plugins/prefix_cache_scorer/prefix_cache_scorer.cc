@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/kvevents/event_index.h"
+#include "core/sched/cache_view.h"
 
 namespace kvroute::sched {
 
@@ -13,31 +13,10 @@ void PrefixCacheScorer::Score(const PickContext& ctx, std::span<const uint32_t> 
   std::vector<uint64_t>& hashes = ctx.pending->hashes[index()];
   HashPromptBlocks(ctx.request->model, ctx.request->cache_salt, ctx.request->prompt,
                    p_.block_chars, p_.max_blocks, hashes);
-  std::fill(out.begin(), out.end(), 0.0);
-  if (!hashes.empty()) ApproxScores(ctx, candidates, hashes, out);
-  const SchedRequest& r = *ctx.request;
-  if (!p_.precise || r.events == nullptr || r.event_keys.empty()) return;
-  std::vector<double>& weighted = ctx.scratch->f64;
-  std::vector<uint32_t>& run = ctx.scratch->u32_b;
-  r.events->Match(r.event_keys, ctx.now_s, weighted, run);
-  const double keys = static_cast<double>(r.event_keys.size());
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const uint32_t id = ctx.endpoints[candidates[i]].id;
-    if (r.events->Usable(id, ctx.now_s)) out[i] = id < weighted.size() ? weighted[id] / keys : 0.0;
-  }
-}
-
-void PrefixCacheScorer::ApproxScores(const PickContext& ctx, std::span<const uint32_t> candidates,
-                                     std::span<const uint64_t> hashes, std::span<double> out) const {
-  uint32_t max_id = 0;
-  for (uint32_t pos : candidates) max_id = std::max(max_id, ctx.endpoints[pos].id);
-  std::vector<uint32_t>& match = ctx.scratch->u32_a;
-  if (match.size() <= max_id) match.resize(max_id + 1);
-  model_->Match(hashes, match);
-  const double total = static_cast<double>(hashes.size());
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    out[i] = match[ctx.endpoints[candidates[i]].id] / total;
-  }
+  CacheView& view = ctx.scratch->cache;
+  view.Fill({.model = model_.get(), .chain = hashes, .events = p_.precise}, *ctx.request,
+            ctx.endpoints, candidates, ctx.now_s);
+  for (size_t i = 0; i < candidates.size(); ++i) out[i] = view.Share(i);
 }
 
 void PrefixCacheScorer::AdoptStateFrom(Plugin& previous) {

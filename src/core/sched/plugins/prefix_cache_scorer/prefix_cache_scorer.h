@@ -19,6 +19,7 @@ namespace kvroute::sched {
 // an endpoint whose KV-cache events are live is scored instead by what it reports it
 // caches: its tier-weighted leading blocks of the request's token-id keys / their number
 // (kvevents::EventIndex::Match); endpoints without live events keep the approximate score.
+// Both are CacheView::Share (cache_view.h), read from the pick's scratch.
 // Role kPrefix: its row is the request's cached share on each candidate (the profile's
 // first one is the scheduler's prefix model and the pickers' PickContext::prefix_row).
 // Reads nothing from EndpointState::engine (capacity from num_gpu_blocks and block_size).
@@ -45,10 +46,6 @@ class PrefixCacheScorer : public Scorer {
   int64_t OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
                        double now_s) override;
   void OnEndpointRemoved(uint32_t endpoint_id) override { model_->RemoveEndpoint(endpoint_id); }
-  // An endpoint's reported cache change, keyed by this scorer's chains.
-  void OnCacheUpdate(uint32_t endpoint_id, const CacheUpdate& update, double now_s) override {
-    model_->Apply(endpoint_id, update, now_s);
-  }
   // Takes the previous scorer's index when it hashed the same way (block_chars and
   // max_blocks equal); a new LRU capacity applies from the next dispatch.
   void AdoptStateFrom(Plugin& previous) override;
@@ -59,10 +56,6 @@ class PrefixCacheScorer : public Scorer {
   const Params& params() const { return p_; }
 
  private:
-  // The approximate model's scores of `hashes` (the prompt's character chain).
-  void ApproxScores(const PickContext& ctx, std::span<const uint32_t> candidates,
-                    std::span<const uint64_t> hashes, std::span<double> out) const;
-
   Params p_;
   std::unique_ptr<PrefixModel> model_;
 };
