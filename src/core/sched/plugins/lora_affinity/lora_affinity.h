@@ -43,12 +43,13 @@ class LoraAffinityScorer : public Scorer {
 // request sent where max_loras is reached waits behind requests that may run for minutes.
 class LoraAffinityFilter : public Filter {
  public:
-  explicit LoraAffinityFilter(const LoraAffinityScorer::Params& p) : p_(p) {}
+  using Params = LoraAffinityScorer::Params;
+  explicit LoraAffinityFilter(const Params& p) : p_(p) {}
   uint32_t consumed_fields() const override { return metrics::EngineMetrics::kLora; }
   void Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) override;
 
  private:
-  LoraAffinityScorer::Params p_;
+  Params p_;
 };
 
 // Parameter staleAfterSeconds (2), for either.
