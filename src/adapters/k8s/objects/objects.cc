@@ -57,25 +57,27 @@ Status OptString(object obj, std::string_view key, const std::string& path, std:
   return Status::Ok();
 }
 
-// Optional object field: false when absent; an error when present and not an object.
-Status OptObject(object obj, std::string_view key, const std::string& path, object& out,
-                 bool& present) {
+// Optional field of JSON type T (an object or an array): `present` false when absent; an
+// error, "not <what>", when present and of another type.
+template <class T>
+Status OptContainer(object obj, std::string_view key, const std::string& path, T& out,
+                    bool& present, std::string_view what) {
   present = false;
   element e;
   if (!Lookup(obj, key, e)) return Status::Ok();
-  if (e.get_object().get(out)) return FieldError(Join(path, key), "not an object");
+  if (e.get(out)) return FieldError(Join(path, key), "not " + std::string(what));
   present = true;
   return Status::Ok();
 }
 
+Status OptObject(object obj, std::string_view key, const std::string& path, object& out,
+                 bool& present) {
+  return OptContainer(obj, key, path, out, present, "an object");
+}
+
 Status OptArray(object obj, std::string_view key, const std::string& path, array& out,
                 bool& present) {
-  present = false;
-  element e;
-  if (!Lookup(obj, key, e)) return Status::Ok();
-  if (e.get_array().get(out)) return FieldError(Join(path, key), "not an array");
-  present = true;
-  return Status::Ok();
+  return OptContainer(obj, key, path, out, present, "an array");
 }
 
 Status ReadPort(element e, const std::string& path, uint16_t& out) {
@@ -550,6 +552,23 @@ Result<List> DecodeList(std::string_view json, std::string_view what, bool with_
   return list;
 }
 
+// One line of a watch: its envelope, then BOOKMARK's metadata, ERROR's Status, or the
+// object itself (ADDED, MODIFIED, DELETED), read by `read` into event.*object.
+template <class Event, class Object, class Read>
+Result<Event> DecodeEvent(std::string_view line, Object Event::*object, Read read) {
+  Event event;
+  element obj;
+  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
+  Status s;
+  switch (event.type) {
+    case WatchEventType::kBookmark: s = ReadBookmark(obj, (event.*object).meta); break;
+    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
+    default: s = read(obj, "object", event.*object); break;
+  }
+  if (!s.ok()) return s;
+  return event;
+}
+
 }  // namespace
 
 std::string_view SelectorOpName(SelectorRequirement::Op op) {
@@ -597,31 +616,11 @@ Result<InferencePool> DecodeInferencePool(std::string_view json) {
 Result<ApiStatus> DecodeStatus(std::string_view json) { return DecodeOne<ApiStatus>(json, ReadStatus); }
 
 Result<PodEvent> DecodePodEvent(std::string_view line) {
-  PodEvent event;
-  element obj;
-  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
-  Status s;
-  switch (event.type) {
-    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.pod.meta); break;
-    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
-    default: s = ReadPod(obj, "object", event.pod); break;
-  }
-  if (!s.ok()) return s;
-  return event;
+  return DecodeEvent(line, &PodEvent::pod, ReadPod);
 }
 
 Result<PoolEvent> DecodePoolEvent(std::string_view line) {
-  PoolEvent event;
-  element obj;
-  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
-  Status s;
-  switch (event.type) {
-    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.pool.meta); break;
-    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
-    default: s = ReadPool(obj, "object", event.pool); break;
-  }
-  if (!s.ok()) return s;
-  return event;
+  return DecodeEvent(line, &PoolEvent::pool, ReadPool);
 }
 
 Result<InferenceObjective> DecodeInferenceObjective(std::string_view json) {
@@ -634,17 +633,24 @@ Result<ObjectiveList> DecodeObjectiveList(std::string_view json) {
 }
 
 Result<ObjectiveEvent> DecodeObjectiveEvent(std::string_view line) {
-  ObjectiveEvent event;
-  element obj;
-  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
-  Status s;
-  switch (event.type) {
-    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.objective.meta); break;
-    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
-    default: s = ReadObjective(obj, "object", "", event.objective); break;
+  return DecodeEvent(line, &ObjectiveEvent::objective,
+                     [](element e, const std::string& path, InferenceObjective& o) {
+                       return ReadObjective(e, path, "", o);
+                     });
+}
+
+Status WatchErrorStatus(std::string_view resource, const ApiStatus& status, bool& relist) {
+  std::string m(resource);
+  m += " watch: ERROR ";
+  m += std::to_string(status.code);
+  if (!status.reason.empty()) m += " " + status.reason;
+  if (!status.message.empty()) m += ": " + status.message;
+  if (status.gone()) {
+    relist = true;
+    m += " (resourceVersion expired: relist)";
+    return Status::FailedPrecondition(std::move(m));
   }
-  if (!s.ok()) return s;
-  return event;
+  return Status::Unavailable(std::move(m));
 }
 
 }  // namespace kvroute::k8s
