@@ -26,6 +26,7 @@
 #include "adapters/http/server.h"
 #include "apps/pd/pd_counters.h"
 #include "apps/pd/request_id.h"
+#include "core/common/enum_names.h"
 
 namespace kvroute::sidecar {
 
@@ -160,12 +161,11 @@ std::optional<std::vector<Cidr>> ParseCidrList(std::string_view text, std::strin
 }
 
 std::string_view PrefillerRefusalName(PrefillerRefusal r) {
-  switch (r) {
-    case PrefillerRefusal::kNone: return "";
-    case PrefillerRefusal::kInvalid: return "invalid";
-    case PrefillerRefusal::kNotAllowed: return "not_allowed";
-  }
-  return "";
+  static constexpr EnumName<PrefillerRefusal> kNames[] = {
+      {PrefillerRefusal::kNone, ""},
+      {PrefillerRefusal::kInvalid, "invalid"},
+      {PrefillerRefusal::kNotAllowed, "not_allowed"}};
+  return NameOf(kNames, r, "");
 }
 
 PrefillerRefusal ParsePrefiller(std::string_view value, const std::vector<Cidr>& allow, Prefiller* out) {

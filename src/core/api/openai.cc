@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "core/common/enum_names.h"
+
 namespace kvroute::api {
 
 static_assert(simdjson::SIMDJSON_PADDING <= kJsonPadding, "kJsonPadding must cover simdjson's padding");
@@ -611,19 +613,12 @@ ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
 }  // namespace
 
 std::string_view EndpointPath(Endpoint e) {
-  switch (e) {
-    case Endpoint::kCompletions:
-      return "/v1/completions";
-    case Endpoint::kChatCompletions:
-      return "/v1/chat/completions";
-    case Endpoint::kEmbeddings:
-      return "/v1/embeddings";
-    case Endpoint::kResponses:
-      return "/v1/responses";
-    case Endpoint::kOther:
-      break;
-  }
-  return "";
+  static constexpr EnumName<Endpoint> kNames[] = {
+      {Endpoint::kCompletions, "/v1/completions"},
+      {Endpoint::kChatCompletions, "/v1/chat/completions"},
+      {Endpoint::kEmbeddings, "/v1/embeddings"},
+      {Endpoint::kResponses, "/v1/responses"}};
+  return NameOf(kNames, e, "");
 }
 
 RoutingFields ScanRoutingFields(std::string_view body) {

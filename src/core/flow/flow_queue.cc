@@ -6,28 +6,28 @@
 #include <limits>
 #include <string>
 
+#include "core/common/enum_names.h"
+
 namespace kvroute::flow {
 
 std::string_view RejectReasonName(RejectReason r) {
-  switch (r) {
-    case RejectReason::kNone: return "none";
-    case RejectReason::kSheddable: return "sheddable";
-    case RejectReason::kBandFullRequests: return "band_full_requests";
-    case RejectReason::kBandFullBytes: return "band_full_bytes";
-    case RejectReason::kTooManyBands: return "too_many_bands";
-    case RejectReason::kDuplicateId: return "duplicate_id";
-    case RejectReason::kPredictedMiss: return "predicted_miss";
-  }
-  return "unknown";
+  static constexpr EnumName<RejectReason> kNames[] = {
+      {RejectReason::kNone, "none"},
+      {RejectReason::kSheddable, "sheddable"},
+      {RejectReason::kBandFullRequests, "band_full_requests"},
+      {RejectReason::kBandFullBytes, "band_full_bytes"},
+      {RejectReason::kTooManyBands, "too_many_bands"},
+      {RejectReason::kDuplicateId, "duplicate_id"},
+      {RejectReason::kPredictedMiss, "predicted_miss"}};
+  return NameOf(kNames, r, "unknown");
 }
 
 std::string_view ExpireReasonName(ExpireReason r) {
-  switch (r) {
-    case ExpireReason::kTtl: return "ttl";
-    case ExpireReason::kNoEndpointTtl: return "no_endpoint_ttl";
-    case ExpireReason::kDeadline: return "deadline";
-  }
-  return "unknown";
+  static constexpr EnumName<ExpireReason> kNames[] = {
+      {ExpireReason::kTtl, "ttl"},
+      {ExpireReason::kNoEndpointTtl, "no_endpoint_ttl"},
+      {ExpireReason::kDeadline, "deadline"}};
+  return NameOf(kNames, r, "unknown");
 }
 
 Status Validate(const FlowOptions& o) {

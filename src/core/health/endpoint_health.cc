@@ -2,35 +2,30 @@
 
 #include <limits>
 
+#include "core/common/enum_names.h"
+
 namespace kvroute::health {
 
 std::string_view ConditionName(Condition c) {
-  switch (c) {
-    case Condition::kNeverScraped: return "never_scraped";
-    case Condition::kUp: return "up";
-    case Condition::kStale: return "stale";
-    case Condition::kDown: return "down";
-  }
-  return "?";
+  static constexpr EnumName<Condition> kNames[] = {{Condition::kNeverScraped, "never_scraped"},
+                                                   {Condition::kUp, "up"},
+                                                   {Condition::kStale, "stale"},
+                                                   {Condition::kDown, "down"}};
+  return NameOf(kNames, c, "?");
 }
 
 std::string_view TreatmentName(Treatment t) {
-  switch (t) {
-    case Treatment::kNormal: return "normal";
-    case Treatment::kSaturated: return "saturated";
-    case Treatment::kLastResort: return "last_resort";
-    case Treatment::kDown: return "down";
-  }
-  return "?";
+  static constexpr EnumName<Treatment> kNames[] = {{Treatment::kNormal, "normal"},
+                                                   {Treatment::kSaturated, "saturated"},
+                                                   {Treatment::kLastResort, "last_resort"},
+                                                   {Treatment::kDown, "down"}};
+  return NameOf(kNames, t, "?");
 }
 
 std::string_view SignalName(Signal s) {
-  switch (s) {
-    case Signal::kKvUsage: return "kv_usage";
-    case Signal::kWaiting: return "waiting";
-    case Signal::kRunning: return "running";
-  }
-  return "?";
+  static constexpr EnumName<Signal> kNames[] = {
+      {Signal::kKvUsage, "kv_usage"}, {Signal::kWaiting, "waiting"}, {Signal::kRunning, "running"}};
+  return NameOf(kNames, s, "?");
 }
 
 void EndpointHealth::OnScrape(const metrics::EngineMetrics& m, double sent_at_s) {

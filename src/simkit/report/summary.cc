@@ -3,26 +3,19 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/common/enum_names.h"
+
 namespace kvroute::report {
 
 std::string_view ErrorKindName(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kNone:
-      return "none";
-    case ErrorKind::kRejected:
-      return "rejected";
-    case ErrorKind::kNoEndpoint:
-      return "no_endpoint";
-    case ErrorKind::kShed:
-      return "shed";
-    case ErrorKind::kUpstream:
-      return "upstream";
-    case ErrorKind::kTimeout:
-      return "timeout";
-    case ErrorKind::kAborted:
-      return "aborted";
-  }
-  return "unknown";
+  static constexpr EnumName<ErrorKind> kNames[] = {{ErrorKind::kNone, "none"},
+                                                   {ErrorKind::kRejected, "rejected"},
+                                                   {ErrorKind::kNoEndpoint, "no_endpoint"},
+                                                   {ErrorKind::kShed, "shed"},
+                                                   {ErrorKind::kUpstream, "upstream"},
+                                                   {ErrorKind::kTimeout, "timeout"},
+                                                   {ErrorKind::kAborted, "aborted"}};
+  return NameOf(kNames, kind, "unknown");
 }
 
 double RequestRecord::Tpot() const {

@@ -7,8 +7,23 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/common/enum_names.h"
+
 namespace kvroute::k8s {
 namespace {
+
+// The names of selector operators and watch event types, as the API writes them (both
+// directions: the decoders read them, the *Name functions write them).
+constexpr EnumName<SelectorRequirement::Op> kSelectorOps[] = {
+    {SelectorRequirement::Op::kIn, "In"},
+    {SelectorRequirement::Op::kNotIn, "NotIn"},
+    {SelectorRequirement::Op::kExists, "Exists"},
+    {SelectorRequirement::Op::kDoesNotExist, "DoesNotExist"}};
+constexpr EnumName<WatchEventType> kWatchEventTypes[] = {{WatchEventType::kAdded, "ADDED"},
+                                                         {WatchEventType::kModified, "MODIFIED"},
+                                                         {WatchEventType::kDeleted, "DELETED"},
+                                                         {WatchEventType::kBookmark, "BOOKMARK"},
+                                                         {WatchEventType::kError, "ERROR"}};
 
 using simdjson::dom::array;
 using simdjson::dom::element;
@@ -117,12 +132,9 @@ Status ReadStringMap(object obj, const std::string& path, Labels& out) {
 
 Status ReadSelectorOp(std::string_view name, const std::string& path,
                       SelectorRequirement::Op& op) {
-  using Op = SelectorRequirement::Op;
-  for (Op candidate : {Op::kIn, Op::kNotIn, Op::kExists, Op::kDoesNotExist}) {
-    if (name == SelectorOpName(candidate)) {
-      op = candidate;
-      return Status::Ok();
-    }
+  if (std::optional<SelectorRequirement::Op> found = ValueOf(kSelectorOps, name)) {
+    op = *found;
+    return Status::Ok();
   }
   // Gt and Lt exist for node selectors only; a LabelSelector never has them.
   return FieldError(path, "unknown operator \"" + std::string(name) +
@@ -476,21 +488,10 @@ Status ReadEnvelope(std::string_view line, WatchEventType& type, element& object
   if (root->get_object().get(obj)) return FieldError("watch event", "not an object");
   std::string t;
   if (Status s = OptString(obj, "type", "", t); !s.ok()) return s;
-  if (t == "ADDED") {
-    type = WatchEventType::kAdded;
-  } else if (t == "MODIFIED") {
-    type = WatchEventType::kModified;
-  } else if (t == "DELETED") {
-    type = WatchEventType::kDeleted;
-  } else if (t == "BOOKMARK") {
-    type = WatchEventType::kBookmark;
-  } else if (t == "ERROR") {
-    type = WatchEventType::kError;
-  } else if (t.empty()) {
-    return FieldError("type", "missing");
-  } else {
-    return FieldError("type", "unknown watch event type \"" + t + "\"");
-  }
+  if (t.empty()) return FieldError("type", "missing");
+  std::optional<WatchEventType> found = ValueOf(kWatchEventTypes, t);
+  if (!found) return FieldError("type", "unknown watch event type \"" + t + "\"");
+  type = *found;
   if (!Lookup(obj, "object", object_out)) return FieldError("object", "missing");
   return Status::Ok();
 }
@@ -572,24 +573,11 @@ Result<Event> DecodeEvent(std::string_view line, Object Event::*object, Read rea
 }  // namespace
 
 std::string_view SelectorOpName(SelectorRequirement::Op op) {
-  switch (op) {
-    case SelectorRequirement::Op::kIn: return "In";
-    case SelectorRequirement::Op::kNotIn: return "NotIn";
-    case SelectorRequirement::Op::kExists: return "Exists";
-    case SelectorRequirement::Op::kDoesNotExist: return "DoesNotExist";
-  }
-  return "Unknown";
+  return NameOf(kSelectorOps, op, "Unknown");
 }
 
 std::string_view WatchEventTypeName(WatchEventType type) {
-  switch (type) {
-    case WatchEventType::kAdded: return "ADDED";
-    case WatchEventType::kModified: return "MODIFIED";
-    case WatchEventType::kDeleted: return "DELETED";
-    case WatchEventType::kBookmark: return "BOOKMARK";
-    case WatchEventType::kError: return "ERROR";
-  }
-  return "UNKNOWN";
+  return NameOf(kWatchEventTypes, type, "UNKNOWN");
 }
 
 Result<PodList> DecodePodList(std::string_view json) {
