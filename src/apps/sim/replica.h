@@ -222,6 +222,9 @@ class Replica {
   void SetDown(bool down);
   void TryListen();
   void RestartEngine();
+  // A new engine in place of the old one (generation and epoch moved on, nothing held for
+  // decode legs) and, with KV events on, a restarted publisher.
+  void ReplaceEngine();
   // KV events (replica_kv_events.cc): publishes what the engine recorded (one batch), if
   // anything.
   void PublishKvEvents();
