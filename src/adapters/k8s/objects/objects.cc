@@ -95,6 +95,20 @@ Status OptArray(object obj, std::string_view key, const std::string& path, array
   return OptContainer(obj, key, path, out, present, "an array");
 }
 
+// Calls read(obj, path[i]) for each element of `list`, in order, each of which must be an
+// object; stops at the first error.
+template <class Read>
+Status ForEachObject(array list, const std::string& path, Read read) {
+  std::size_t i = 0;
+  for (element item : list) {
+    const std::string ipath = path + "[" + std::to_string(i++) + "]";
+    object obj;
+    if (item.get_object().get(obj)) return FieldError(ipath, "not an object");
+    if (Status s = read(obj, ipath); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 Status ReadPort(element e, const std::string& path, uint16_t& out) {
   int64_t n = 0;
   if (e.get_int64().get(n)) return FieldError(path, "not an integer");
@@ -144,11 +158,7 @@ Status ReadSelectorOp(std::string_view name, const std::string& path,
 // spec.selector.matchExpressions: [{key, operator, values}], appended in the order given.
 Status ReadExpressions(array list, const std::string& path,
                        std::vector<SelectorRequirement>& out) {
-  std::size_t i = 0;
-  for (element item : list) {
-    const std::string ipath = path + "[" + std::to_string(i++) + "]";
-    object obj;
-    if (item.get_object().get(obj)) return FieldError(ipath, "not an object");
+  return ForEachObject(list, path, [&](object obj, const std::string& ipath) -> Status {
     SelectorRequirement req;
     if (Status s = OptString(obj, "key", ipath, req.key); !s.ok()) return s;
     if (req.key.empty()) return FieldError(Join(ipath, "key"), "missing");
@@ -182,8 +192,8 @@ Status ReadExpressions(array list, const std::string& path,
       return FieldError(vpath, "not empty (" + op + " takes no values)");
     }
     out.push_back(std::move(req));
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Status ReadMeta(object obj, const std::string& path, bool name_required, ObjectMeta& meta) {
@@ -342,21 +352,20 @@ Status ReadPool(element e, const std::string& path, InferencePool& pool) {
     if (Status s = OptArray(spec, "targetPorts", spath, ports, present); !s.ok()) return s;
     const std::string ppath = Join(spath, "targetPorts");
     if (!present) return FieldError(ppath, "missing");
-    std::size_t i = 0;
-    for (element p : ports) {
-      const std::string ipath = ppath + "[" + std::to_string(i++) + "]";
-      object port;
-      if (p.get_object().get(port)) return FieldError(ipath, "not an object");
-      element number;
-      if (!Lookup(port, "number", number)) return FieldError(Join(ipath, "number"), "missing");
-      uint16_t n = 0;
-      if (Status s = ReadPort(number, Join(ipath, "number"), n); !s.ok()) return s;
-      if (std::find(pool.target_ports.begin(), pool.target_ports.end(), n) !=
-          pool.target_ports.end()) {
-        return FieldError(Join(ipath, "number"), "repeated port " + std::to_string(n));
-      }
-      pool.target_ports.push_back(n);
-    }
+    const Status read_ports =
+        ForEachObject(ports, ppath, [&](object port, const std::string& ipath) {
+          element number;
+          if (!Lookup(port, "number", number)) return FieldError(Join(ipath, "number"), "missing");
+          uint16_t n = 0;
+          if (Status s = ReadPort(number, Join(ipath, "number"), n); !s.ok()) return s;
+          if (std::find(pool.target_ports.begin(), pool.target_ports.end(), n) !=
+              pool.target_ports.end()) {
+            return FieldError(Join(ipath, "number"), "repeated port " + std::to_string(n));
+          }
+          pool.target_ports.push_back(n);
+          return Status::Ok();
+        });
+    if (!read_ports.ok()) return read_ports;
     if (pool.target_ports.empty()) return FieldError(ppath, "empty");
     if (Status s = OptObject(spec, "endpointPickerRef", spath, ref, have_ref); !s.ok()) return s;
     ref_path = Join(spath, "endpointPickerRef");
