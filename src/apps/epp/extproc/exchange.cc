@@ -80,6 +80,20 @@ core_pb::HeaderValueOption* SetHeader(pb::HeaderMutation* m, std::string_view ke
   return o;
 }
 
+// Sets `response` (a request's or a response's BodyResponse) to stream `body` back to
+// Envoy, as a full-duplex streamed answer does.
+void StreamBody(pb::BodyResponse* response, std::string_view body, bool end_of_stream) {
+  auto* sr = response->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
+  sr->set_body(body.data(), body.size());
+  sr->set_end_of_stream(end_of_stream);
+}
+
+// The answer, in `response` (already set), to body chunk `b` passed through unchanged: in
+// full-duplex streamed mode the chunk goes back as it came; otherwise nothing is said.
+void PassBody(BodyMode mode, const pb::HttpBody& b, pb::BodyResponse* response) {
+  if (mode == BodyMode::kFullDuplexStreamed) StreamBody(response, b.body(), b.end_of_stream());
+}
+
 void SetDestinationMetadata(pb::ProcessingResponse& r, const std::string& destination) {
   auto& lb = (*r.mutable_dynamic_metadata()->mutable_fields())[std::string(kLbNamespace)];
   (*lb.mutable_struct_value()->mutable_fields())[std::string(kDestinationHeader)].set_string_value(
@@ -253,13 +267,7 @@ void Exchange::OnRequestBody(const pb::HttpBody& b, std::vector<pb::ProcessingRe
   if (phase_ != Phase::kBody) {
     // Body after the pick (or after the request finished): pass it through unchanged.
     pb::ProcessingResponse r;
-    if (mode_ == BodyMode::kFullDuplexStreamed) {
-      auto* sr = r.mutable_request_body()->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
-      sr->set_body(b.body());
-      sr->set_end_of_stream(b.end_of_stream());
-    } else {
-      r.mutable_request_body();
-    }
+    PassBody(mode_, b, r.mutable_request_body());
     return Emit(std::move(r), out);
   }
   const std::string& chunk = b.body();
@@ -510,10 +518,9 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
     do {
       const std::size_t len = std::min(kMaxStreamedChunk, body_.size() - at);
       pb::ProcessingResponse c;
-      auto* sr = c.mutable_request_body()->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
-      sr->set_body(body_.data() + at, len);
+      StreamBody(c.mutable_request_body(), std::string_view(body_).substr(at, len),
+                 at + len == body_.size() && !trailers);
       at += len;
-      sr->set_end_of_stream(at == body_.size() && !trailers);
       Emit(std::move(c), out);
     } while (at < body_.size());
   }
@@ -599,13 +606,7 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
     }
   }
   pb::ProcessingResponse r;
-  if (response_mode_ == BodyMode::kFullDuplexStreamed) {
-    auto* sr = r.mutable_response_body()->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
-    sr->set_body(b.body());
-    sr->set_end_of_stream(b.end_of_stream());
-  } else {
-    r.mutable_response_body();
-  }
+  PassBody(response_mode_, b, r.mutable_response_body());
   Emit(std::move(r), out);
 }
 
