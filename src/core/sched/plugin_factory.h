@@ -90,6 +90,20 @@ struct ParamField {
   }
 };
 
+// A plugin of extension point Base (Filter, Scorer, Picker) configured by a Params struct
+// fixed for its life: the constructor ParamsFactory calls (default: Params' defaults) and
+// the parameters it keeps.
+template <class Base, class P>
+class Configured : public Base {
+ public:
+  using Params = P;
+  explicit Configured(const Params& p = {}) : p_(p) {}
+  const Params& params() const { return p_; }
+
+ protected:
+  Params p_;
+};
+
 // The factory of a plugin type T built from a T::Params, each of its parameters one
 // member of it (`fields`, in the order the registry lists them).
 template <class T>

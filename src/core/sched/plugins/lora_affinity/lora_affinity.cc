@@ -32,9 +32,9 @@ void LoraAffinityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& ca
 
 namespace {
 // staleAfterSeconds, the one parameter of both.
-std::vector<ParamField<LoraAffinityScorer::Params>> LoraParams() {
+std::vector<ParamField<LoraAffinityParams>> LoraParams() {
   return {{{"staleAfterSeconds", 0, kParamUnbounded, false},
-           &LoraAffinityScorer::Params::stale_after_s}};
+           &LoraAffinityParams::stale_after_s}};
 }
 }  // namespace
 
