@@ -387,12 +387,15 @@ void Exchange::OnTokenIds(std::vector<uint32_t> ids, double now_s, std::vector<p
   if (settings_->defer_pick) return;  // held on, for flow control
   phase_ = Phase::kBody;
   PickUnlessShed(held_with_body_, held_trailers_, out);
-  if (held_trailers_ && !immediate_sent_) {
-    // What OnRequestTrailers emits after the pick.
-    pb::ProcessingResponse r;
-    r.mutable_request_trailers();
-    Emit(std::move(r), out);
-  }
+  AnswerHeldTrailers(out);
+}
+
+void Exchange::AnswerHeldTrailers(std::vector<pb::ProcessingResponse>& out) {
+  if (!held_trailers_ || immediate_sent_) return;
+  // What OnRequestTrailers emits after the pick.
+  pb::ProcessingResponse r;
+  r.mutable_request_trailers();
+  Emit(std::move(r), out);
 }
 
 void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out, double queued_s) {
@@ -401,12 +404,7 @@ void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out, do
   sr_.queued_s = queued_s;
   phase_ = Phase::kBody;
   PickNow(held_with_body_, held_trailers_, out);
-  if (held_trailers_ && !immediate_sent_) {
-    // What OnRequestTrailers emits after the pick.
-    pb::ProcessingResponse r;
-    r.mutable_request_trailers();
-    Emit(std::move(r), out);
-  }
+  AnswerHeldTrailers(out);
 }
 
 void Exchange::Refuse(int status, std::string message, std::string_view retry_after, std::string_view dropped,
