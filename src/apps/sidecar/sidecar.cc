@@ -557,12 +557,7 @@ void Sidecar::Stop() {
   if (s.stopped || !s.io) return;
   s.stopped = true;
   if (s.server) s.server->StopAccepting();
-  if (s.signals) {
-    asio::post(s.io->context(0), [sig = s.signals.get()] {
-      boost::system::error_code ignored;
-      sig->cancel(ignored);
-    });
-  }
+  http::CancelSignalWait(*s.io, s.signals.get());
   s.io->Stop();
 }
 
