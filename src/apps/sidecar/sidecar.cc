@@ -162,11 +162,9 @@ std::optional<std::vector<Cidr>> ParseCidrList(std::string_view text, std::strin
 }
 
 std::string_view PrefillerRefusalName(PrefillerRefusal r) {
-  static constexpr EnumName<PrefillerRefusal> kNames[] = {
-      {PrefillerRefusal::kNone, ""},
-      {PrefillerRefusal::kInvalid, "invalid"},
-      {PrefillerRefusal::kNotAllowed, "not_allowed"}};
-  return NameOf(kNames, r, "");
+  static constexpr std::array<std::string_view, kPrefillerRefusals> kNames = {"", "invalid",
+                                                                              "not_allowed"};
+  return NameAt(kNames, r, "");
 }
 
 PrefillerRefusal ParsePrefiller(std::string_view value, const std::vector<Cidr>& allow, Prefiller* out) {

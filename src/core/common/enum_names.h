@@ -1,8 +1,11 @@
-// An enum's names as one table of {value, name} pairs: the name of a value (NameOf) and the
+// An enum's names, written once. An enum that declares its count keeps them in an array
+// indexed by value and sized by that count (NameAt: a name too many does not compile);
+// any other keeps a table of {value, name} pairs: the name of a value (NameOf) and the
 // value of a name (ValueOf). Tables are a handful of entries, searched in order; no
 // allocation.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <string_view>
@@ -32,6 +35,15 @@ constexpr std::optional<E> ValueOf(const EnumName<E> (&names)[N], std::string_vi
     if (n.name == name) return n.value;
   }
   return std::nullopt;
+}
+
+// The name at `value`'s index in `names` (one per value, in declaration order), or
+// `unknown` past its end.
+template <class E, std::size_t N>
+constexpr std::string_view NameAt(const std::array<std::string_view, N>& names, E value,
+                                  std::string_view unknown) {
+  const auto i = static_cast<std::size_t>(value);
+  return i < N ? names[i] : unknown;
 }
 
 }  // namespace kvroute

@@ -1,6 +1,7 @@
 #include "core/flow/flow_queue.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <limits>
@@ -11,23 +12,16 @@
 namespace kvroute::flow {
 
 std::string_view RejectReasonName(RejectReason r) {
-  static constexpr EnumName<RejectReason> kNames[] = {
-      {RejectReason::kNone, "none"},
-      {RejectReason::kSheddable, "sheddable"},
-      {RejectReason::kBandFullRequests, "band_full_requests"},
-      {RejectReason::kBandFullBytes, "band_full_bytes"},
-      {RejectReason::kTooManyBands, "too_many_bands"},
-      {RejectReason::kDuplicateId, "duplicate_id"},
-      {RejectReason::kPredictedMiss, "predicted_miss"}};
-  return NameOf(kNames, r, "unknown");
+  static constexpr std::array<std::string_view, kNumRejectReasons> kNames = {
+      "none",           "sheddable",    "band_full_requests", "band_full_bytes",
+      "too_many_bands", "duplicate_id", "predicted_miss"};
+  return NameAt(kNames, r, "unknown");
 }
 
 std::string_view ExpireReasonName(ExpireReason r) {
-  static constexpr EnumName<ExpireReason> kNames[] = {
-      {ExpireReason::kTtl, "ttl"},
-      {ExpireReason::kNoEndpointTtl, "no_endpoint_ttl"},
-      {ExpireReason::kDeadline, "deadline"}};
-  return NameOf(kNames, r, "unknown");
+  static constexpr std::array<std::string_view, kNumExpireReasons> kNames = {
+      "ttl", "no_endpoint_ttl", "deadline"};
+  return NameAt(kNames, r, "unknown");
 }
 
 Status Validate(const FlowOptions& o) {

@@ -1,5 +1,6 @@
 #include "core/health/endpoint_health.h"
 
+#include <array>
 #include <limits>
 
 #include "core/common/enum_names.h"
@@ -7,25 +8,21 @@
 namespace kvroute::health {
 
 std::string_view ConditionName(Condition c) {
-  static constexpr EnumName<Condition> kNames[] = {{Condition::kNeverScraped, "never_scraped"},
-                                                   {Condition::kUp, "up"},
-                                                   {Condition::kStale, "stale"},
-                                                   {Condition::kDown, "down"}};
-  return NameOf(kNames, c, "?");
+  static constexpr std::array<std::string_view, kNumConditions> kNames = {"never_scraped", "up",
+                                                                          "stale", "down"};
+  return NameAt(kNames, c, "?");
 }
 
 std::string_view TreatmentName(Treatment t) {
-  static constexpr EnumName<Treatment> kNames[] = {{Treatment::kNormal, "normal"},
-                                                   {Treatment::kSaturated, "saturated"},
-                                                   {Treatment::kLastResort, "last_resort"},
-                                                   {Treatment::kDown, "down"}};
-  return NameOf(kNames, t, "?");
+  static constexpr std::array<std::string_view, kNumTreatments> kNames = {"normal", "saturated",
+                                                                          "last_resort", "down"};
+  return NameAt(kNames, t, "?");
 }
 
 std::string_view SignalName(Signal s) {
-  static constexpr EnumName<Signal> kNames[] = {
-      {Signal::kKvUsage, "kv_usage"}, {Signal::kWaiting, "waiting"}, {Signal::kRunning, "running"}};
-  return NameOf(kNames, s, "?");
+  static constexpr std::array<std::string_view, kNumSignals> kNames = {"kv_usage", "waiting",
+                                                                       "running"};
+  return NameAt(kNames, s, "?");
 }
 
 void EndpointHealth::OnScrape(const metrics::EngineMetrics& m, double sent_at_s) {

@@ -1,6 +1,7 @@
 #include "simkit/report/summary.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/common/enum_names.h"
@@ -8,14 +9,9 @@
 namespace kvroute::report {
 
 std::string_view ErrorKindName(ErrorKind kind) {
-  static constexpr EnumName<ErrorKind> kNames[] = {{ErrorKind::kNone, "none"},
-                                                   {ErrorKind::kRejected, "rejected"},
-                                                   {ErrorKind::kNoEndpoint, "no_endpoint"},
-                                                   {ErrorKind::kShed, "shed"},
-                                                   {ErrorKind::kUpstream, "upstream"},
-                                                   {ErrorKind::kTimeout, "timeout"},
-                                                   {ErrorKind::kAborted, "aborted"}};
-  return NameOf(kNames, kind, "unknown");
+  static constexpr std::array<std::string_view, kNumErrorKinds> kNames = {
+      "none", "rejected", "no_endpoint", "shed", "upstream", "timeout", "aborted"};
+  return NameAt(kNames, kind, "unknown");
 }
 
 double RequestRecord::Tpot() const {
