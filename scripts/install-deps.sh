@@ -29,7 +29,7 @@ BUILD_PACKAGES=(
   libzmq3-dev cppzmq-dev    # libzmq 4.3 and its header-only C++ binding
   libmsgpuck-dev            # msgpack encoder/decoder (one C header + a small static lib)
   libgtest-dev libgmock-dev googletest  # found at configure time, whatever is built
-  # `kvroute epp` (gRPC ext_proc picker): stubs generated at build time from src/adapters/grpc/proto/
+  # `kvroute epp` (gRPC ext_proc picker): stubs generated at build time from third_party/proto/
   libgrpc++-dev             # gRPC C++ (callback API, DefaultHealthCheckService)
   libprotobuf-dev           # protobuf runtime and well-known types (google/protobuf/struct.proto)
   protobuf-compiler         # protoc

@@ -31,6 +31,11 @@ void OptInt(const ConfigNode& map, std::string_view key, int* out, int64_t min =
 void OptNumber(const ConfigNode& map, std::string_view key, double* out) {
   if (ConfigNode n = map.Get(key)) *out = n.Number();
 }
+template <typename E>
+void OptEnum(const ConfigNode& map, std::string_view key, E* out,
+             std::initializer_list<std::pair<std::string_view, E>> names) {
+  if (ConfigNode n = map.Get(key)) *out = n.Enum<E>(key, names);
+}
 
 workload::LengthComponent Component(const ConfigNode& n, bool allow_weight) {
   workload::LengthComponent c;
@@ -90,12 +95,10 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
                {"trace", workload::WorkloadKind::kTrace},
                {"shared_prefix", workload::WorkloadKind::kSharedPrefix},
                {"multi_turn", workload::WorkloadKind::kMultiTurn}});
-  if (ConfigNode e = n.Get("endpoint")) {
-    w->endpoint =
-        e.Enum<api::Endpoint>("endpoint", {{"completions", api::Endpoint::kCompletions},
-                                           {"chat", api::Endpoint::kChatCompletions},
-                                           {"chat-completions", api::Endpoint::kChatCompletions}});
-  }
+  OptEnum(n, "endpoint", &w->endpoint,
+          {{"completions", api::Endpoint::kCompletions},
+           {"chat", api::Endpoint::kChatCompletions},
+           {"chat-completions", api::Endpoint::kChatCompletions}});
   OptInt(n, "num_groups", &w->num_groups);
   OptInt(n, "num_prompts_per_group", &w->num_prompts_per_group);
   if (ConfigNode x = n.Get("system_prompt_len")) w->system_prompt_len = Dist(x, 0);
@@ -146,12 +149,10 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
 void ParseArrivals(const ConfigNode& n, workload::ArrivalSpec* a, bool trace) {
   n.CheckKeys(
       {"process", "burstiness", "rate", "stages", "num_requests", "duration_s", "max_concurrency"});
-  if (ConfigNode p = n.Get("process")) {
-    a->kind =
-        p.Enum<workload::ArrivalKind>("process", {{"poisson", workload::ArrivalKind::kPoisson},
-                                                  {"gamma", workload::ArrivalKind::kGamma},
-                                                  {"constant", workload::ArrivalKind::kConstant}});
-  }
+  OptEnum(n, "process", &a->kind,
+          {{"poisson", workload::ArrivalKind::kPoisson},
+           {"gamma", workload::ArrivalKind::kGamma},
+           {"constant", workload::ArrivalKind::kConstant}});
   OptNumber(n, "burstiness", &a->burstiness);
   if (n.Has("burstiness") && !n.Has("process")) a->kind = workload::ArrivalKind::kGamma;
   OptInt(n, "num_requests", &a->num_requests);
@@ -370,15 +371,11 @@ void ParseFlow(const ConfigNode& n, ScenarioFlow* f) {
   if (ConfigNode v = n.Get("max_requests")) o.max_requests = static_cast<uint64_t>(v.Int(1));
   if (ConfigNode v = n.Get("ttl")) o.default_ttl_s = v.Duration();
   if (ConfigNode v = n.Get("no_endpoint_ttl")) o.no_endpoint_ttl_s = v.Duration();
-  if (ConfigNode v = n.Get("fairness")) {
-    o.fairness = v.Enum<flow::Fairness>("fairness", {{"round_robin", flow::Fairness::kRoundRobin},
-                                                     {"global", flow::Fairness::kGlobal}});
-  }
-  if (ConfigNode v = n.Get("ordering")) {
-    o.ordering = v.Enum<flow::Ordering>(
-        "ordering", {{"fcfs", flow::Ordering::kFcfs},
-                     {"earliest_deadline", flow::Ordering::kEarliestDeadline}});
-  }
+  OptEnum(n, "fairness", &o.fairness,
+          {{"round_robin", flow::Fairness::kRoundRobin}, {"global", flow::Fairness::kGlobal}});
+  OptEnum(n, "ordering", &o.ordering,
+          {{"fcfs", flow::Ordering::kFcfs},
+           {"earliest_deadline", flow::Ordering::kEarliestDeadline}});
   if (ConfigNode v = n.Get("affinity_window")) {
     o.affinity_window = static_cast<uint32_t>(v.Int(1, flow::kMaxAffinityWindow));
   }

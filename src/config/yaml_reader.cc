@@ -251,16 +251,22 @@ std::string ConfigNode::Scalar(std::string_view what) const { return ScalarText(
 
 std::string ConfigNode::String() const { return ScalarText("a string"); }
 
-int64_t ConfigNode::Int(int64_t min, int64_t max) const {
-  const std::string& s = ScalarText("an integer");
+template <typename T>
+T ConfigNode::WholeNumber(const std::string& s, std::string_view what) const {
   const char* first = s.data();
   const char* last = s.data() + s.size();
   if (first != last && *first == '+') ++first;
-  int64_t x = 0;
+  T x = 0;
   auto [ptr, ec] = std::from_chars(first, last, x);
   if (!IsPlain() || first == last || ec != std::errc() || ptr != last) {
-    Fail("must be an integer (got '" + s + "')");
+    Fail("must be " + std::string(what) + " (got '" + s + "')");
   }
+  return x;
+}
+
+int64_t ConfigNode::Int(int64_t min, int64_t max) const {
+  const std::string& s = ScalarText("an integer");
+  const int64_t x = WholeNumber<int64_t>(s, "an integer");
   if (x < min) Fail("must be >= " + std::to_string(min) + " (got " + s + ")");
   if (x > max) Fail("must be <= " + std::to_string(max) + " (got " + s + ")");
   return x;
@@ -268,14 +274,7 @@ int64_t ConfigNode::Int(int64_t min, int64_t max) const {
 
 uint64_t ConfigNode::Uint(uint64_t max) const {
   const std::string& s = ScalarText("a non-negative integer");
-  const char* first = s.data();
-  const char* last = s.data() + s.size();
-  if (first != last && *first == '+') ++first;
-  uint64_t x = 0;
-  auto [ptr, ec] = std::from_chars(first, last, x);
-  if (!IsPlain() || first == last || ec != std::errc() || ptr != last) {
-    Fail("must be a non-negative integer (got '" + s + "')");
-  }
+  const uint64_t x = WholeNumber<uint64_t>(s, "a non-negative integer");
   if (x > max) Fail("must be <= " + std::to_string(max) + " (got " + s + ")");
   return x;
 }

@@ -206,6 +206,10 @@ class ConfigNode {
                 const std::vector<bool>& listed) const;
   // A non-null scalar's text, or Fail("must be <what>").
   const std::string& ScalarText(std::string_view what) const;
+  // `s`, the scalar's text, as a whole number of type T (a leading '+' allowed), or
+  // Fail("must be <what> (got 's')").
+  template <typename T>
+  T WholeNumber(const std::string& s, std::string_view what) const;
 
   std::shared_ptr<const std::string> file_;
   std::shared_ptr<const YAML::Node> node_;  // null when absent

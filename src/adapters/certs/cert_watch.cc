@@ -55,12 +55,7 @@ CertDecision CertWatch::Poll(FileSystem& fs, bool force) {
 }
 
 CertDecision CertWatch::Reject(std::string error) {
-  CertDecision d;
-  d.kind = CertDecision::Kind::kRejected;
-  d.log = error != last_error_;
-  last_error_ = error;
-  d.error = std::move(error);
-  return d;
+  return RejectOnce<CertDecision>(std::move(error), last_error_);
 }
 
 }  // namespace kvroute::pool

@@ -20,17 +20,16 @@
 #include <unordered_map>
 
 #include "adapters/http/lazy_timer.h"
+#include "adapters/http/socket_or_tls.h"
 #include "adapters/http/tls.h"
 
 namespace kvroute::http {
 
 using namespace std::string_view_literals;
 
-namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
-using error_code = boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
 std::string_view UpstreamErrorName(UpstreamError e) {
@@ -63,32 +62,15 @@ struct ForwardBody;
 // requests on it. Pooled while idle. Shared so that a pending (lazy) timer wait can keep
 // it alive; `owner` is the request using it (null while pooled), whose timeouts the timer
 // enforces.
-struct Conn {
+struct Conn : SocketOrTls<Socket> {
   explicit Conn(asio::io_context& ctx)
-      : socket(ctx.get_executor()), timer(ctx.get_executor(), &Conn::OnTimer) {}
+      : SocketOrTls(ctx.get_executor()), timer(ctx.get_executor(), &Conn::OnTimer) {}
   static void OnTimer(void* p);
-  // Plain TCP: what the socket takes now, without waiting. TLS: 0 (a non-blocking write
-  // cannot stop in the middle of a record; the caller writes through the event loop).
-  template <class Buffers>
-  std::size_t TryWrite(const Buffers& b, error_code& ec) {
-    if (tls) {
-      ec = {};
-      return 0;
-    }
-    return socket.write_some(b, ec);
-  }
   template <class Buffers, class Handler>
   void AsyncWrite(const Buffers& b, Handler&& h) {
     if (tls) return asio::async_write(*tls, b, std::forward<Handler>(h));
     asio::async_write(socket, b, std::forward<Handler>(h));
   }
-  template <class Buffers, class Handler>
-  void AsyncReadSome(const Buffers& b, Handler&& h) {
-    if (tls) return tls->async_read_some(b, std::forward<Handler>(h));
-    socket.async_read_some(b, std::forward<Handler>(h));
-  }
-  Socket socket;
-  std::optional<asio::ssl::stream<Socket&>> tls;  // over `socket`, for an https endpoint
   LazyTimer timer;
   beast::flat_buffer buffer;  // bytes received and not yet parsed
   UpstreamCall::State* owner = nullptr;

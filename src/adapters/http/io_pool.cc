@@ -1,5 +1,7 @@
 #include "adapters/http/io_pool.h"
 
+#include <boost/asio/post.hpp>
+
 namespace kvroute::http {
 
 IoPool::IoPool(int threads) {
@@ -37,6 +39,14 @@ std::vector<boost::asio::io_context*> IoPool::contexts() {
   out.reserve(contexts_.size());
   for (auto& c : contexts_) out.push_back(c.get());
   return out;
+}
+
+void CancelSignalWait(IoPool& io, boost::asio::signal_set* signals) {
+  if (signals == nullptr) return;
+  boost::asio::post(io.context(0), [signals] {
+    boost::system::error_code ignored;
+    signals->cancel(ignored);
+  });
 }
 
 }  // namespace kvroute::http

@@ -5,6 +5,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -40,5 +41,10 @@ class IoPool {
   std::vector<WorkGuard> guards_;
   std::vector<std::thread> threads_;
 };
+
+// Cancels the wait of `signals` (nothing when null), which runs on `io`'s context 0: a
+// signal_set is not safe across threads, so the cancel is posted there. For a front end's
+// Stop, whatever thread it is called on.
+void CancelSignalWait(IoPool& io, boost::asio::signal_set* signals);
 
 }  // namespace kvroute::http

@@ -20,17 +20,16 @@
 #include <optional>
 
 #include "adapters/http/lazy_timer.h"
+#include "adapters/http/socket_or_tls.h"
 #include "adapters/http/tls.h"
 
 namespace kvroute::http {
 
 using namespace std::string_view_literals;
 
-namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
-using error_code = boost::system::error_code;
 
 namespace {
 
@@ -163,55 +162,51 @@ using Socket = asio::basic_stream_socket<tcp, asio::io_context::executor_type>;
 // middle of a TLS record), gathered into one buffer so a response is one record.
 class Transport {
  public:
-  explicit Transport(Socket socket) : socket_(std::move(socket)) {}
+  explicit Transport(Socket socket) : stream_(std::move(socket)) {}
   void EnableTls(std::shared_ptr<asio::ssl::context> ctx) {
     context_ = std::move(ctx);
-    tls_.emplace(socket_, *context_);
+    stream_.tls.emplace(stream_.socket, *context_);
   }
-  bool tls() const { return tls_.has_value(); }
-  Socket& socket() { return socket_; }
+  bool tls() const { return stream_.tls.has_value(); }
+  Socket& socket() { return stream_.socket; }
 
   template <class Handler>
   void AsyncHandshake(Handler&& handler) {
-    tls_->async_handshake(asio::ssl::stream_base::server, std::forward<Handler>(handler));
+    stream_.tls->async_handshake(asio::ssl::stream_base::server, std::forward<Handler>(handler));
   }
   template <class Buffers, class Handler>
   void AsyncReadSome(const Buffers& buffers, Handler&& handler) {
-    if (tls_) return tls_->async_read_some(buffers, std::forward<Handler>(handler));
-    socket_.async_read_some(buffers, std::forward<Handler>(handler));
+    stream_.AsyncReadSome(buffers, std::forward<Handler>(handler));
   }
   // Writes what the socket takes now without waiting (plain TCP); 0 with TLS.
   template <class Buffers>
   std::size_t TryWrite(const Buffers& buffers, error_code& ec) {
-    if (tls_) {
-      ec = {};
-      return 0;
-    }
-    return socket_.write_some(buffers, ec);
+    return stream_.TryWrite(buffers, ec);
   }
   template <class Buffers, class Handler>
   void AsyncWrite(const Buffers& buffers, Handler&& handler) {
-    if (!tls_) return asio::async_write(socket_, buffers, std::forward<Handler>(handler));
+    if (!stream_.tls) {
+      return asio::async_write(stream_.socket, buffers, std::forward<Handler>(handler));
+    }
     gathered_.clear();
     for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers); ++it) {
       asio::const_buffer b = *it;
       gathered_.append(static_cast<const char*>(b.data()), b.size());
     }
-    asio::async_write(*tls_, asio::buffer(gathered_), std::forward<Handler>(handler));
+    asio::async_write(*stream_.tls, asio::buffer(gathered_), std::forward<Handler>(handler));
   }
   void ShutdownSend() {
     error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket.shutdown(tcp::socket::shutdown_send, ignored);
   }
   void Close() {
     error_code ignored;
-    socket_.close(ignored);
+    stream_.socket.close(ignored);
   }
 
  private:
-  Socket socket_;
   std::shared_ptr<asio::ssl::context> context_;  // the one current at the accept
-  std::optional<asio::ssl::stream<Socket&>> tls_;
+  SocketOrTls<Socket> stream_;
   std::string gathered_;  // a TLS write's bytes, alive until it completes
 };
 

@@ -73,16 +73,20 @@ void EncodeEvent(Writer& w, const KvEvent& e, Format format, HashForm hf) {
     w.Array(static_cast<uint32_t>(e.block_hashes.size()));
     for (uint64_t h : e.block_hashes) w.Hash(h, hf);
   };
+  // The event's container (a map of `fields`, or an array of `items`) and its type tag.
+  auto begin = [&](uint32_t fields, uint32_t items, std::string_view type) {
+    if (map) {
+      w.Map(fields);
+    } else {
+      w.Array(items);
+    }
+    key("type");
+    w.Str(type);
+  };
   switch (e.kind) {
     case EventKind::kBlockStored: {
       const bool lora = !e.lora_name.empty();
-      if (map) {
-        w.Map(8);
-      } else {
-        w.Array(lora ? 8 : 7);  // lora_name's default (None) is dropped when last
-      }
-      key("type");
-      w.Str(kBlockStored);
+      begin(8, lora ? 8 : 7, kBlockStored);  // lora_name's default (None) is dropped when last
       hashes();
       key("parent_block_hash");
       if (e.parent_hash) {
@@ -110,25 +114,13 @@ void EncodeEvent(Writer& w, const KvEvent& e, Format format, HashForm hf) {
       break;
     }
     case EventKind::kBlockRemoved:
-      if (map) {
-        w.Map(3);
-      } else {
-        w.Array(3);
-      }
-      key("type");
-      w.Str(kBlockRemoved);
+      begin(3, 3, kBlockRemoved);
       hashes();
       key("medium");
       w.Str(MediumName(e.medium));
       break;
     case EventKind::kAllBlocksCleared:
-      if (map) {
-        w.Map(1);
-      } else {
-        w.Array(1);
-      }
-      key("type");
-      w.Str(kAllBlocksCleared);
+      begin(1, 1, kAllBlocksCleared);
       break;
   }
 }

@@ -116,13 +116,44 @@ struct Subscriber::Impl {
   void Emit(Source& src, Report&& r) {
     if (src.callback) src.callback(r);
   }
-  void DecodeError(Source& src, const std::string& topic, uint64_t seq, std::string message) {
-    ++src.counters->decode_errors;
+  // A source named `name` with its counters, not yet subscribed or added.
+  static std::unique_ptr<Source> NewSource(const std::string& name, ReportCallback callback) {
+    auto src = std::make_unique<Source>();
+    src->name = name;
+    src->callback = std::move(callback);
+    src->counters = std::make_shared<AtomicCounters>();
+    return src;
+  }
+  // Opens `src`'s SUB socket for messages whose topic starts with `topic` (before its
+  // connect or bind). Throws zmq::error_t.
+  void Subscribe(Source& src, const std::string& topic) {
+    src.sub = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub);
+    src.sub->set(zmq::sockopt::linger, 0);
+    src.sub->set(zmq::sockopt::rcvhwm, options.rcvhwm);
+    src.sub->set(zmq::sockopt::subscribe, topic);
+  }
+  // Adds `src` to the sources read and its counters to those Counters() reports.
+  void AddSource(std::unique_ptr<Source> src) {
+    {
+      std::lock_guard lock(counters_mu);
+      counters[src->name] = src->counters;
+    }
+    const std::string name = src->name;
+    sources.emplace(name, std::move(src));
+  }
+  // A report of `kind` from `src` about the message `seq` of `topic`.
+  static Report ReportOf(ReportKind kind, const Source& src, const std::string& topic,
+                         uint64_t seq) {
     Report r;
-    r.kind = ReportKind::kDecodeError;
+    r.kind = kind;
     r.source = src.name;
     r.topic = topic;
     r.seq = seq;
+    return r;
+  }
+  void DecodeError(Source& src, const std::string& topic, uint64_t seq, std::string message) {
+    ++src.counters->decode_errors;
+    Report r = ReportOf(ReportKind::kDecodeError, src, topic, seq);
     r.message = std::move(message);
     Emit(src, std::move(r));
   }
@@ -165,15 +196,9 @@ Status Subscriber::AddEndpoint(const std::string& name, const std::string& endpo
   return m.Call<Status>(
       [&]() -> Status {
         if (m.sources.contains(name)) return Status::InvalidArgument("kv events: source '" + name + "' exists");
-        auto src = std::make_unique<Source>();
-        src->name = name;
-        src->callback = std::move(callback);
-        src->counters = std::make_shared<AtomicCounters>();
+        std::unique_ptr<Source> src = m.NewSource(name, std::move(callback));
         try {
-          src->sub = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::sub);
-          src->sub->set(zmq::sockopt::linger, 0);
-          src->sub->set(zmq::sockopt::rcvhwm, m.options.rcvhwm);
-          src->sub->set(zmq::sockopt::subscribe, topic);
+          m.Subscribe(*src, topic);
           src->sub->connect(endpoint);
         } catch (const zmq::error_t& e) {
           return Status::Unavailable(fmt::format("kv events: connect {}: {}", endpoint, e.what()));
@@ -181,11 +206,7 @@ Status Subscriber::AddEndpoint(const std::string& name, const std::string& endpo
         Stream& st = m.StreamFor(*src, "");
         st.replay_endpoint = replay_endpoint;
         st.tracker.set_can_replay(!replay_endpoint.empty());
-        {
-          std::lock_guard lock(m.counters_mu);
-          m.counters[name] = src->counters;
-        }
-        m.sources.emplace(name, std::move(src));
+        m.AddSource(std::move(src));
         return Status::Ok();
       },
       Status::FailedPrecondition("kv events: subscriber stopped"));
@@ -197,27 +218,17 @@ Result<std::string> Subscriber::AddBound(const std::string& name, const std::str
   return m.Call<Result<std::string>>(
       [&]() -> Result<std::string> {
         if (m.sources.contains(name)) return Status::InvalidArgument("kv events: source '" + name + "' exists");
-        auto src = std::make_unique<Source>();
-        src->name = name;
+        std::unique_ptr<Source> src = m.NewSource(name, std::move(callback));
         src->bound = true;
-        src->callback = std::move(callback);
-        src->counters = std::make_shared<AtomicCounters>();
         std::string bound;
         try {
-          src->sub = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::sub);
-          src->sub->set(zmq::sockopt::linger, 0);
-          src->sub->set(zmq::sockopt::rcvhwm, m.options.rcvhwm);
-          src->sub->set(zmq::sockopt::subscribe, prefix);
+          m.Subscribe(*src, prefix);
           src->sub->bind(bind_endpoint);
           bound = src->sub->get(zmq::sockopt::last_endpoint);
         } catch (const zmq::error_t& e) {
           return Status::Unavailable(fmt::format("kv events: bind {}: {}", bind_endpoint, e.what()));
         }
-        {
-          std::lock_guard lock(m.counters_mu);
-          m.counters[name] = src->counters;
-        }
-        m.sources.emplace(name, std::move(src));
+        m.AddSource(std::move(src));
         return bound;
       },
       Result<std::string>(Status::FailedPrecondition("kv events: subscriber stopped")));
@@ -441,11 +452,8 @@ void Subscriber::Impl::Execute(Source& src, Stream& st, std::vector<SeqStep>& fi
     work.pop_front();
     switch (step.kind) {
       case SeqStep::Kind::kDeliver: {
-        Report r;
-        r.kind = step.replayed ? ReportKind::kReplayed : ReportKind::kBatch;
-        r.source = src.name;
-        r.topic = st.topic;
-        r.seq = step.seq;
+        Report r = ReportOf(step.replayed ? ReportKind::kReplayed : ReportKind::kBatch, src,
+                            st.topic, step.seq);
         DecodeInfo info;
         const auto* p = reinterpret_cast<const uint8_t*>(step.payload.data());
         if (Status s = DecodeBatch({p, step.payload.size()}, &r.batch, &info); !s.ok()) {
@@ -470,11 +478,7 @@ void Subscriber::Impl::Execute(Source& src, Stream& st, std::vector<SeqStep>& fi
         break;
       case SeqStep::Kind::kRestart: {
         ++c.restarts;
-        Report r;
-        r.kind = ReportKind::kRestart;
-        r.source = src.name;
-        r.topic = st.topic;
-        r.seq = step.seq;
+        Report r = ReportOf(ReportKind::kRestart, src, st.topic, step.seq);
         r.previous = step.previous;
         Emit(src, std::move(r));
         break;
@@ -482,11 +486,7 @@ void Subscriber::Impl::Execute(Source& src, Stream& st, std::vector<SeqStep>& fi
       case SeqStep::Kind::kGap: {
         ++c.gaps;
         if (step.repaired) ++c.gaps_repaired;
-        Report r;
-        r.kind = ReportKind::kGap;
-        r.source = src.name;
-        r.topic = st.topic;
-        r.seq = step.gap_from;
+        Report r = ReportOf(ReportKind::kGap, src, st.topic, step.gap_from);
         r.gap_from = step.gap_from;
         r.gap_to = step.gap_to;
         r.repaired = step.repaired;

@@ -81,13 +81,8 @@ void EndpointsFileWatch::Applied() {
 WatchDecision EndpointsFileWatch::Rejected(std::string error) { return Reject(std::move(error)); }
 
 WatchDecision EndpointsFileWatch::Reject(std::string error) {
-  WatchDecision d;
-  d.kind = WatchDecision::Kind::kRejected;
-  d.log = error != last_error_;
-  last_error_ = error;
-  d.error = std::move(error);
   valid_ = false;
-  return d;
+  return RejectOnce<WatchDecision>(std::move(error), last_error_);
 }
 
 }  // namespace kvroute::pool

@@ -65,6 +65,18 @@ struct WatchDecision {
   bool recovered = false;  // kUnchanged: the file was broken and is back to the applied set
 };
 
+// A watch's decision (WatchDecision, CertDecision) to reject what it read: `error`, to be
+// logged unless it is the error reported last (`last_error`, which it becomes).
+template <class Decision>
+Decision RejectOnce(std::string error, std::string& last_error) {
+  Decision d;
+  d.kind = Decision::Kind::kRejected;
+  d.log = error != last_error;
+  last_error = error;
+  d.error = std::move(error);
+  return d;
+}
+
 class EndpointsFileWatch {
  public:
   // `path` is stat'ed and read as given and names the file in errors.

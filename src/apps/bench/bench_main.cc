@@ -354,11 +354,7 @@ int BenchMain(int argc, char** argv) {
       "kvroute bench"};
   BenchOptions opts;
   AddFlags(app, opts);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  CLI11_PARSE(app, argc, argv);
   NoteGivenFlags(app, opts);
   return Run(opts);
 }

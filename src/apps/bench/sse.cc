@@ -1,5 +1,7 @@
 #include "apps/bench/sse.h"
 
+#include "core/common/lines.h"
+
 namespace kvroute::bench {
 
 bool SseSplitter::NextEvent(std::string_view* payload) {
@@ -27,13 +29,9 @@ bool SseSplitter::NextEvent(std::string_view* payload) {
   // multi-line event is joined into data_.
   std::string_view single;
   int data_lines = 0;
-  size_t line_start = 0;
-  while (line_start < event.size()) {
-    size_t nl = event.find('\n', line_start);
-    if (nl == std::string_view::npos) nl = event.size();
-    std::string_view line = event.substr(line_start, nl - line_start);
-    line_start = nl + 1;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  Lines lines(event);
+  std::string_view line;
+  while (lines.Next(line)) {
     if (line.substr(0, 5) != "data:") continue;
     line.remove_prefix(5);
     if (!line.empty() && line.front() == ' ') line.remove_prefix(1);

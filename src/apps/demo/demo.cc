@@ -83,6 +83,14 @@ std::string WithJsonFields(std::string object,
 }
 
 std::string Pct(double v) { return fmt::format("{:.0f}%", 100 * v); }
+
+// The fewest and most requests one replica served under policy `i` ("lo-hi"), "-" when
+// unknown.
+std::string ServedRange(const DemoResult& result, size_t i) {
+  if (i >= result.served.size() || result.served[i].empty()) return "-";
+  const auto [lo, hi] = std::minmax_element(result.served[i].begin(), result.served[i].end());
+  return fmt::format("{}-{}", *lo, *hi);
+}
 std::string Secs(double v) {
   return v < 1.0 ? fmt::format("{:.0f} ms", v * 1000) : fmt::format("{:.2f} s", v);
 }
@@ -111,11 +119,7 @@ std::string DemoTable(const DemoResult& result) {
                                 "reqs/replica");
   for (size_t i = 0; i < result.policies.size(); ++i) {
     const report::PolicyReport& p = result.policies[i];
-    std::string served = "-";
-    if (i < result.served.size() && !result.served[i].empty()) {
-      const auto [lo, hi] = std::minmax_element(result.served[i].begin(), result.served[i].end());
-      served = fmt::format("{}-{}", *lo, *hi);
-    }
+    const std::string served = ServedRange(result, i);
     out += fmt::format("{:<15} {:>9.0f} {:>7.2f} {:>9} {:>9} {:>7} {:>13} {:>9} {:>9} {:>8} {:>11}\n",
                        p.policy, p.output_tokens_per_s, p.requests_per_s, Secs(p.ttft_s.p50),
                        Secs(p.ttft_s.p99), fmt::format("{:.1f}%", 100 * p.prefix_hit_rate),
@@ -153,11 +157,7 @@ report::HtmlBlock LiveTableBlock(const DemoResult& result) {
               "KV min / max", "KV peak", "waiting mean / max", "preemptions", "requests per replica"};
   for (size_t i = 0; i < result.policies.size(); ++i) {
     const report::PolicyReport& p = result.policies[i];
-    std::string served = "-";
-    if (i < result.served.size() && !result.served[i].empty()) {
-      const auto [lo, hi] = std::minmax_element(result.served[i].begin(), result.served[i].end());
-      served = fmt::format("{}-{}", *lo, *hi);
-    }
+    const std::string served = ServedRange(result, i);
     b.rows.push_back({p.policy, fmt::format("{:.0f}", p.output_tokens_per_s),
                       fmt::format("{:.2f}", p.requests_per_s), Secs(p.ttft_s.p50),
                       Secs(p.ttft_s.p99), fmt::format("{:.1f}%", 100 * p.prefix_hit_rate),

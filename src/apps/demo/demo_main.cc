@@ -148,11 +148,7 @@ int DemoMain(int argc, char** argv) {
       "kvroute demo"};
   DemoMainOptions opts;
   AddFlags(app, opts);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  CLI11_PARSE(app, argc, argv);
   return Run(opts);
 }
 

@@ -452,12 +452,7 @@ struct Epp::Impl {
       std::filesystem::remove_all(tls_dir, ec);
     }
     if (metrics_server) metrics_server->StopAccepting();
-    if (signals) {
-      asio::post(io->context(0), [s = signals.get()] {
-        boost::system::error_code ignored;
-        s->cancel(ignored);
-      });
-    }
+    http::CancelSignalWait(*io, signals.get());
     if (pool) pool->Stop();
     io->Stop();
   }

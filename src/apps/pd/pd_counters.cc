@@ -21,17 +21,17 @@ void AppendPdMetrics(std::string& out, const PdCounters& c) {
                             load(leg == 0 ? c.prefill[i] : c.decode[i]));
     }
   }
-  metrics::AppendHeader(out, "kvroute_pd_fallbacks_total",
-                        "Disaggregated requests whose legs did not go as picked, by reason: "
-                        "prefill_retry (a failed prefill leg was sent again), local_prefill (no "
-                        "prefill answer to pass on: the decode endpoint prefilled alone), "
-                        "decode_retry (the decode leg failed before its first byte and was "
-                        "retried as an ordinary request).",
-                        metrics::MetricType::kCounter);
+  std::array<metrics::LabeledValue, kPdFallbacks> by_reason;
   for (std::size_t i = 0; i < kPdFallbacks; ++i) {
-    const metrics::Label reason{"reason", kPdFallbackNames[i]};
-    metrics::AppendSample(out, "kvroute_pd_fallbacks_total", {&reason, 1}, load(c.fallbacks[i]));
+    by_reason[i] = {kPdFallbackNames[i], load(c.fallbacks[i])};
   }
+  metrics::AppendCounterFamily(out, "kvroute_pd_fallbacks_total",
+                               "Disaggregated requests whose legs did not go as picked, by "
+                               "reason: prefill_retry (a failed prefill leg was sent again), "
+                               "local_prefill (no prefill answer to pass on: the decode endpoint "
+                               "prefilled alone), decode_retry (the decode leg failed before its "
+                               "first byte and was retried as an ordinary request).",
+                               "reason", by_reason);
 }
 
 }  // namespace kvroute::pd

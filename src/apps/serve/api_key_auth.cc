@@ -194,26 +194,23 @@ void ApiKeyAuth::AppendMetrics(std::string& out) {
     metrics::AppendSample(out, "kvroute_auth_requests_total", {&key, 1},
                           static_cast<double>(count.load(std::memory_order_relaxed)));
   }
-  metrics::AppendHeader(out, "kvroute_auth_rejected_total",
-                        "Requests under /v1 refused with 401: no Authorization header (missing), "
-                        "or another scheme or an unknown key (invalid).",
-                        metrics::MetricType::kCounter);
-  const metrics::Label missing{"reason", "missing"}, invalid{"reason", "invalid"};
-  metrics::AppendSample(out, "kvroute_auth_rejected_total", {&missing, 1},
-                        static_cast<double>(rejected_missing_.load(std::memory_order_relaxed)));
-  metrics::AppendSample(out, "kvroute_auth_rejected_total", {&invalid, 1},
-                        static_cast<double>(rejected_invalid_.load(std::memory_order_relaxed)));
+  auto load = [](const std::atomic<uint64_t>& a) {
+    return static_cast<double>(a.load(std::memory_order_relaxed));
+  };
+  const metrics::LabeledValue rejected[] = {{"missing", load(rejected_missing_)},
+                                            {"invalid", load(rejected_invalid_)}};
+  metrics::AppendCounterFamily(out, "kvroute_auth_rejected_total",
+                               "Requests under /v1 refused with 401: no Authorization header "
+                               "(missing), or another scheme or an unknown key (invalid).",
+                               "reason", rejected);
   metrics::AppendGauge(out, "kvroute_auth_keys", "API keys loaded now.", {},
                        static_cast<double>(keys_loaded_));
-  metrics::AppendHeader(out, "kvroute_auth_reloads_total",
-                        "API key file re-reads that changed the keys (applied) or found a broken "
-                        "file and kept the running keys (rejected).",
-                        metrics::MetricType::kCounter);
-  const metrics::Label applied{"result", "applied"}, rejected{"result", "rejected"};
-  metrics::AppendSample(out, "kvroute_auth_reloads_total", {&applied, 1},
-                        static_cast<double>(reloads_applied_));
-  metrics::AppendSample(out, "kvroute_auth_reloads_total", {&rejected, 1},
-                        static_cast<double>(reloads_rejected_));
+  const metrics::LabeledValue reloads[] = {{"applied", static_cast<double>(reloads_applied_)},
+                                           {"rejected", static_cast<double>(reloads_rejected_)}};
+  metrics::AppendCounterFamily(out, "kvroute_auth_reloads_total",
+                               "API key file re-reads that changed the keys (applied) or found a "
+                               "broken file and kept the running keys (rejected).",
+                               "result", reloads);
 }
 
 }  // namespace kvroute::router

@@ -148,12 +148,7 @@ void Router::Impl::Stop() {
   if (server) server->StopAccepting();
   if (tls_server) tls_server->StopAccepting();
   if (cert_timer) cert_timer->Stop();
-  if (signals) {
-    asio::post(io->context(0), [s = signals.get()] {
-      boost::system::error_code ignored;
-      s->cancel(ignored);
-    });
-  }
+  http::CancelSignalWait(*io, signals.get());
   if (core_pool) core_pool->Stop();
   if (auth_poll) auth_poll->Stop();
   io->Stop();

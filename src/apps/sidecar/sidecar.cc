@@ -6,6 +6,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <condition_variable>
@@ -26,6 +27,7 @@
 #include "adapters/http/server.h"
 #include "apps/pd/pd_counters.h"
 #include "apps/pd/request_id.h"
+#include "core/common/enum_names.h"
 
 namespace kvroute::sidecar {
 
@@ -160,12 +162,9 @@ std::optional<std::vector<Cidr>> ParseCidrList(std::string_view text, std::strin
 }
 
 std::string_view PrefillerRefusalName(PrefillerRefusal r) {
-  switch (r) {
-    case PrefillerRefusal::kNone: return "";
-    case PrefillerRefusal::kInvalid: return "invalid";
-    case PrefillerRefusal::kNotAllowed: return "not_allowed";
-  }
-  return "";
+  static constexpr std::array<std::string_view, kPrefillerRefusals> kNames = {"", "invalid",
+                                                                              "not_allowed"};
+  return NameAt(kNames, r, "");
 }
 
 PrefillerRefusal ParsePrefiller(std::string_view value, const std::vector<Cidr>& allow, Prefiller* out) {
@@ -442,24 +441,23 @@ struct Call : std::enable_shared_from_this<Call> {
 std::string Sidecar::Impl::MetricsText() const {
   std::string out;
   auto load = [](const std::atomic<uint64_t>& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
-  metrics::AppendHeader(out, "kvroute_sidecar_requests_total",
-                        "Requests the sidecar took, by path: pd (named a prefill pod: two legs), "
-                        "local (generation the local engine served alone), passthrough (any other "
-                        "path or method, sent to the engine unchanged).",
-                        metrics::MetricType::kCounter);
-  for (std::size_t i = 0; i < kModes; ++i) {
-    const metrics::Label l{"path", kModeNames[i]};
-    metrics::AppendSample(out, "kvroute_sidecar_requests_total", {&l, 1}, load(requests[i]));
-  }
-  metrics::AppendHeader(out, "kvroute_sidecar_prefiller_refused_total",
-                        "x-prefiller-host-port values not followed, by reason: invalid (not an IP "
-                        "address and port), not_allowed (outside --prefiller-allow); the local "
-                        "engine prefilled those requests.",
-                        metrics::MetricType::kCounter);
+  std::array<metrics::LabeledValue, kModes> by_path;
+  for (std::size_t i = 0; i < kModes; ++i) by_path[i] = {kModeNames[i], load(requests[i])};
+  metrics::AppendCounterFamily(out, "kvroute_sidecar_requests_total",
+                               "Requests the sidecar took, by path: pd (named a prefill pod: two "
+                               "legs), local (generation the local engine served alone), "
+                               "passthrough (any other path or method, sent to the engine "
+                               "unchanged).",
+                               "path", by_path);
+  std::array<metrics::LabeledValue, kPrefillerRefusals - 1> by_reason;  // kNone is no refusal
   for (std::size_t i = 1; i < kPrefillerRefusals; ++i) {
-    const metrics::Label l{"reason", PrefillerRefusalName(static_cast<PrefillerRefusal>(i))};
-    metrics::AppendSample(out, "kvroute_sidecar_prefiller_refused_total", {&l, 1}, load(refused[i]));
+    by_reason[i - 1] = {PrefillerRefusalName(static_cast<PrefillerRefusal>(i)), load(refused[i])};
   }
+  metrics::AppendCounterFamily(out, "kvroute_sidecar_prefiller_refused_total",
+                               "x-prefiller-host-port values not followed, by reason: invalid "
+                               "(not an IP address and port), not_allowed (outside "
+                               "--prefiller-allow); the local engine prefilled those requests.",
+                               "reason", by_reason);
   pd::AppendPdMetrics(out, pd);
   return out;
 }
@@ -557,12 +555,7 @@ void Sidecar::Stop() {
   if (s.stopped || !s.io) return;
   s.stopped = true;
   if (s.server) s.server->StopAccepting();
-  if (s.signals) {
-    asio::post(s.io->context(0), [sig = s.signals.get()] {
-      boost::system::error_code ignored;
-      sig->cancel(ignored);
-    });
-  }
+  http::CancelSignalWait(*s.io, s.signals.get());
   s.io->Stop();
 }
 

@@ -222,6 +222,9 @@ class Replica {
   void SetDown(bool down);
   void TryListen();
   void RestartEngine();
+  // A new engine in place of the old one (generation and epoch moved on, nothing held for
+  // decode legs) and, with KV events on, a restarted publisher.
+  void ReplaceEngine();
   // KV events (replica_kv_events.cc): publishes what the engine recorded (one batch), if
   // anything.
   void PublishKvEvents();
@@ -231,6 +234,9 @@ class Replica {
   engine::EngineConfig GenerationEngineConfig() const;
 
   // JSON pieces.
+  // `{"id":..,"object":..,"created":..,"model":..` of a completion or chat object (`chat_object`
+  // for a chat request, else text_completion), without the closing brace.
+  void AppendObjectHead(std::string& out, const Live& l, std::string_view chat_object) const;
   void AppendChunkHead(std::string& out, const Live& l) const;
   void AppendUsage(std::string& out, const engine::RequestOutput& o) const;
   std::string ModelsBody() const;

@@ -171,15 +171,7 @@ void Replica::ApplyFaultEnd(fault::FaultKind kind) {
       if (kind == K::kCrash && kv_) {
         // With events on, a crash ends as a process that came back: a new publisher (seq
         // 0) and a new hash seed, so the old cache (whose hashes nobody could match) goes.
-        ++generation_;
-        ++epoch_;
-        step_timer_.cancel();
-        stepping_ = false;
-        kv_wait_ = false;
-        engine_ = engine::Engine(GenerationEngineConfig());
-        pd_holds_.clear();
-        lease_timer_.cancel();
-        if (Status s = kv_->Restart(); !s.ok()) std::fprintf(stderr, "%s: %s\n", config_.name.c_str(), s.message().c_str());
+        ReplaceEngine();
       }
       if (!faults_.active(K::kCrash) && !faults_.active(K::kRestart)) SetDown(false);
       break;
@@ -274,8 +266,7 @@ void Replica::TryListen() {
   });
 }
 
-void Replica::RestartEngine() {
-  // A restarted vLLM: empty prefix cache, every counter and histogram back to zero.
+void Replica::ReplaceEngine() {
   // Pending step callbacks belong to the old engine: the epoch makes them no-ops.
   ++epoch_;
   ++generation_;
@@ -290,6 +281,11 @@ void Replica::RestartEngine() {
       std::fprintf(stderr, "%s: %s\n", config_.name.c_str(), s.message().c_str());
     }
   }
+}
+
+void Replica::RestartEngine() {
+  // A restarted vLLM: empty prefix cache, every counter and histogram back to zero.
+  ReplaceEngine();
   ttft_.Reset();
   itl_.Reset();
   e2e_.Reset();

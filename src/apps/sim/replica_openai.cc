@@ -217,14 +217,21 @@ void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, api::Endpoint e
   Admit(live);
 }
 
-void Replica::AppendChunkHead(std::string& out, const Live& l) const {
-  out += "data: {\"id\":\"";
+void Replica::AppendObjectHead(std::string& out, const Live& l,
+                               std::string_view chat_object) const {
+  out += "{\"id\":\"";
   out += l.response_id;
-  out += l.chat ? "\",\"object\":\"chat.completion.chunk\",\"created\":"
-                : "\",\"object\":\"text_completion\",\"created\":";
+  out += "\",\"object\":\"";
+  out += l.chat ? chat_object : "text_completion";
+  out += "\",\"created\":";
   out += std::to_string(l.created);
   out += ",\"model\":";
   out += l.model_json.empty() ? model_json_ : l.model_json;
+}
+
+void Replica::AppendChunkHead(std::string& out, const Live& l) const {
+  out += "data: ";
+  AppendObjectHead(out, l, "chat.completion.chunk");
   out += ",\"choices\":[";
 }
 
@@ -400,13 +407,7 @@ void Replica::Finish(Live& l, const engine::RequestOutput& o) {
   }
   std::string body;
   body.reserve(256 + l.text.size());
-  body += "{\"id\":\"";
-  body += l.response_id;
-  body += l.chat ? "\",\"object\":\"chat.completion\",\"created\":"
-                 : "\",\"object\":\"text_completion\",\"created\":";
-  body += std::to_string(l.created);
-  body += ",\"model\":";
-  body += l.model_json.empty() ? model_json_ : l.model_json;
+  AppendObjectHead(body, l, "chat.completion");
   if (l.chat) {
     body += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":";
     api::AppendJsonString(body, l.text);

@@ -13,6 +13,7 @@
 #include "apps/sim/replica_internal.h"
 #include "core/api/openai.h"
 #include "core/engine/kv_transfer.h"
+#include "core/common/enum_names.h"
 
 namespace kvroute::sim {
 
@@ -22,17 +23,11 @@ using detail::RespondApiError;
 using detail::WallDuration;
 
 std::string_view KvClaimOutcomeName(KvClaimOutcome o) {
-  switch (o) {
-    case KvClaimOutcome::kOk:
-      return "ok";
-    case KvClaimOutcome::kUnknownEngine:
-      return "unknown_engine";
-    case KvClaimOutcome::kPrefillDown:
-      return "prefill_down";
-    case KvClaimOutcome::kLeaseExpired:
-      break;
-  }
-  return "lease_expired";
+  static constexpr EnumName<KvClaimOutcome> kNames[] = {
+      {KvClaimOutcome::kOk, "ok"},
+      {KvClaimOutcome::kUnknownEngine, "unknown_engine"},
+      {KvClaimOutcome::kPrefillDown, "prefill_down"}};
+  return NameOf(kNames, o, "lease_expired");
 }
 
 void Replica::AppendKvTransferParams(std::string& out, const Live& l,

@@ -370,11 +370,7 @@ int SimMain(int argc, char** argv) {
   CLI::App app{kDescription, "kvroute sim"};
   SimOptions options;
   AddFlags(app, options);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  CLI11_PARSE(app, argc, argv);
   options.given = GivenFlags(app);
   return Run(options);
 }

@@ -366,11 +366,7 @@ int SimulateMain(int argc, char** argv) {
       "kvroute simulate"};
   Options options;
   AddFlags(app, options);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  CLI11_PARSE(app, argc, argv);
   options.seed_given = app.count("--seed") > 0;
   return Run(options);
 }

@@ -222,14 +222,7 @@ class Simulation {
   // P/D: the core's decisions (by PdDecision), what the legs did, the inter-token gaps of
   // requests served aggregated [0] and disaggregated [1] (when some group has a role), and
   // each replica's busy seconds.
-  struct PdTotals {
-    int64_t served = 0;           // decode legs that reached their replica with an answer
-    int64_t pulls = 0;            // of which pulled KV
-    int64_t recomputed = 0;       // of which had too little to pull (kv_min_pull_tokens)
-    int64_t pull_failures = 0;    // of which found the prefill replica down or its hold gone
-    int64_t prefill_retries = 0;  // prefill legs moved to another prefill replica
-    int64_t local_prefills = 0;   // disaggregated picks the decode replica prefilled alone
-  };
+  using PdTotals = report::PdLegCounts;
   const std::array<int64_t, routing::kNumPdDecisions>& pd_decisions() const {
     return pd_decisions_;
   }

@@ -149,7 +149,7 @@ void Simulation::PrefillFail(uint32_t s, double t) {
 
 void Simulation::PlanPull(Live& l, Replica& r, uint32_t ri, engine::EngineRequest* er, double t) {
   l.served_pd = true;
-  ++pd_totals_.served;
+  ++pd_totals_.disaggregated;
   const auto pi = static_cast<uint32_t>(l.prefill);
   Replica& p = replicas_[pi];
   const int prompt = static_cast<int>(er->prompt_tokens.size());

@@ -154,13 +154,7 @@ void ReportPd(const config::Scenario& sc, const Simulation& sim, report::PolicyR
         std::string(routing::PdDecisionName(static_cast<routing::PdDecision>(d))),
         sim.pd_decisions()[d]);
   }
-  const Simulation::PdTotals& t = sim.pd_totals();
-  pd.disaggregated = t.served;
-  pd.pulls = t.pulls;
-  pd.recomputed = t.recomputed;
-  pd.pull_failures = t.pull_failures;
-  pd.prefill_retries = t.prefill_retries;
-  pd.local_prefills = t.local_prefills;
+  static_cast<report::PdLegCounts&>(pd) = sim.pd_totals();
   std::tie(pd.holds_released, pd.holds_expired) = sim.holds_ended();
   std::vector<report::RequestRecord> split[2];
   for (const report::RequestRecord& rec : sim.records()) {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "apps/simulate/simulator_internal.h"
+#include "core/common/slot_pool.h"
 #include "core/engine/tokenizer.h"
 #include "core/flow/flow_gate.h"
 #include "core/flow/flow_queue.h"
@@ -28,14 +29,7 @@ void Simulation::FetchNext() {
 }
 
 uint32_t Simulation::AllocSlot() {
-  uint32_t s;
-  if (!free_slots_.empty()) {
-    s = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    s = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
-  }
+  const uint32_t s = TakeSlot(slots_, free_slots_).index;
   Live& l = slots_[s];
   l.first_token_s = -1.0;
   l.max_gap_s = 0.0;

@@ -2,10 +2,16 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <type_traits>
 #include <utility>
+#include <variant>
+
+#include "core/common/enum_names.h"
 
 namespace kvroute::api {
 
@@ -291,44 +297,60 @@ bool ReadOptString(element v, std::string_view param, std::optional<std::string>
   return ReadString(v, param, *out, err);
 }
 
+// A scalar field of kv_transfer_params: its key, its name in errors, and the member it sets.
+struct KvTransferField {
+  std::string_view key;
+  std::string_view param;
+  std::variant<bool KvTransferParams::*, std::optional<std::string> KvTransferParams::*,
+               std::optional<int64_t> KvTransferParams::*>
+      member;
+};
+
+constexpr KvTransferField kKvTransferScalars[] = {
+    {"do_remote_decode", "kv_transfer_params.do_remote_decode",
+     &KvTransferParams::do_remote_decode},
+    {"do_remote_prefill", "kv_transfer_params.do_remote_prefill",
+     &KvTransferParams::do_remote_prefill},
+    {"remote_engine_id", "kv_transfer_params.remote_engine_id",
+     &KvTransferParams::remote_engine_id},
+    {"remote_request_id", "kv_transfer_params.remote_request_id",
+     &KvTransferParams::remote_request_id},
+    {"remote_host", "kv_transfer_params.remote_host", &KvTransferParams::remote_host},
+    {"remote_port", "kv_transfer_params.remote_port", &KvTransferParams::remote_port},
+    {"tp_size", "kv_transfer_params.tp_size", &KvTransferParams::tp_size},
+    {"remote_prefill_cached_tokens", "kv_transfer_params.remote_prefill_cached_tokens",
+     &KvTransferParams::remote_prefill_cached_tokens},
+};
+
+// Reads `v` into the member of `p` that `f` names: a boolean, a string, or a non-negative
+// integer.
+bool ReadKvTransferField(element v, const KvTransferField& f, KvTransferParams& p,
+                         ApiError& err) {
+  return std::visit(
+      [&](auto member) {
+        auto& out = p.*member;
+        using T = std::remove_reference_t<decltype(out)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return ReadBool(v, f.param, out, err);
+        } else if constexpr (std::is_same_v<T, std::optional<std::string>>) {
+          return ReadOptString(v, f.param, out, err);
+        } else {
+          return ReadNonNegativeInt(v, f.param, out, err);
+        }
+      },
+      f.member);
+}
+
 bool ReadKvTransferParams(element v, ParsedRequest& req, ApiError& err) {
   simdjson::dom::object obj;
   if (v.get_object().get(obj)) return WrongType(err, "kv_transfer_params", "an object");
   KvTransferParams p;
   for (auto [key, value] : obj) {
     if (value.is_null()) continue;
-    if (key == "do_remote_decode") {
-      if (!ReadBool(value, "kv_transfer_params.do_remote_decode", p.do_remote_decode, err)) {
-        return false;
-      }
-    } else if (key == "do_remote_prefill") {
-      if (!ReadBool(value, "kv_transfer_params.do_remote_prefill", p.do_remote_prefill, err)) {
-        return false;
-      }
-    } else if (key == "remote_engine_id") {
-      if (!ReadOptString(value, "kv_transfer_params.remote_engine_id", p.remote_engine_id, err)) {
-        return false;
-      }
-    } else if (key == "remote_request_id") {
-      if (!ReadOptString(value, "kv_transfer_params.remote_request_id", p.remote_request_id,
-                         err)) {
-        return false;
-      }
-    } else if (key == "remote_host") {
-      if (!ReadOptString(value, "kv_transfer_params.remote_host", p.remote_host, err)) {
-        return false;
-      }
-    } else if (key == "remote_port") {
-      if (!ReadNonNegativeInt(value, "kv_transfer_params.remote_port", p.remote_port, err)) {
-        return false;
-      }
-    } else if (key == "tp_size") {
-      if (!ReadNonNegativeInt(value, "kv_transfer_params.tp_size", p.tp_size, err)) return false;
-    } else if (key == "remote_prefill_cached_tokens") {
-      if (!ReadNonNegativeInt(value, "kv_transfer_params.remote_prefill_cached_tokens",
-                              p.remote_prefill_cached_tokens, err)) {
-        return false;
-      }
+    const auto scalar = std::find_if(std::begin(kKvTransferScalars), std::end(kKvTransferScalars),
+                                     [&](const KvTransferField& f) { return f.key == key; });
+    if (scalar != std::end(kKvTransferScalars)) {
+      if (!ReadKvTransferField(value, *scalar, p, err)) return false;
     } else if (key == "remote_block_ids") {
       simdjson::dom::array arr;
       if (value.get_array().get(arr)) {
@@ -611,19 +633,12 @@ ParseResult ParseImpl(Endpoint endpoint, std::string_view body, bool padded) {
 }  // namespace
 
 std::string_view EndpointPath(Endpoint e) {
-  switch (e) {
-    case Endpoint::kCompletions:
-      return "/v1/completions";
-    case Endpoint::kChatCompletions:
-      return "/v1/chat/completions";
-    case Endpoint::kEmbeddings:
-      return "/v1/embeddings";
-    case Endpoint::kResponses:
-      return "/v1/responses";
-    case Endpoint::kOther:
-      break;
-  }
-  return "";
+  static constexpr EnumName<Endpoint> kNames[] = {
+      {Endpoint::kCompletions, "/v1/completions"},
+      {Endpoint::kChatCompletions, "/v1/chat/completions"},
+      {Endpoint::kEmbeddings, "/v1/embeddings"},
+      {Endpoint::kResponses, "/v1/responses"}};
+  return NameOf(kNames, e, "");
 }
 
 RoutingFields ScanRoutingFields(std::string_view body) {

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/engine/tokenizer.h"
+#include "core/common/enum_names.h"
 
 namespace kvroute::engine {
 namespace {
@@ -63,17 +64,10 @@ std::vector<std::string> PresetNames() {
 }
 
 std::string_view FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kNone:
-      break;
-  }
-  return "";
+  static constexpr EnumName<FinishReason> kNames[] = {{FinishReason::kStop, "stop"},
+                                                      {FinishReason::kLength, "length"},
+                                                      {FinishReason::kAbort, "abort"}};
+  return NameOf(kNames, r, "");
 }
 
 uint64_t BlockHash(uint64_t parent_or_seed, std::span<const uint32_t> tokens,

@@ -1,33 +1,27 @@
 #include "core/flow/flow_queue.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <limits>
 #include <string>
 
+#include "core/common/enum_names.h"
+
 namespace kvroute::flow {
 
 std::string_view RejectReasonName(RejectReason r) {
-  switch (r) {
-    case RejectReason::kNone: return "none";
-    case RejectReason::kSheddable: return "sheddable";
-    case RejectReason::kBandFullRequests: return "band_full_requests";
-    case RejectReason::kBandFullBytes: return "band_full_bytes";
-    case RejectReason::kTooManyBands: return "too_many_bands";
-    case RejectReason::kDuplicateId: return "duplicate_id";
-    case RejectReason::kPredictedMiss: return "predicted_miss";
-  }
-  return "unknown";
+  static constexpr std::array<std::string_view, kNumRejectReasons> kNames = {
+      "none",           "sheddable",    "band_full_requests", "band_full_bytes",
+      "too_many_bands", "duplicate_id", "predicted_miss"};
+  return NameAt(kNames, r, "unknown");
 }
 
 std::string_view ExpireReasonName(ExpireReason r) {
-  switch (r) {
-    case ExpireReason::kTtl: return "ttl";
-    case ExpireReason::kNoEndpointTtl: return "no_endpoint_ttl";
-    case ExpireReason::kDeadline: return "deadline";
-  }
-  return "unknown";
+  static constexpr std::array<std::string_view, kNumExpireReasons> kNames = {
+      "ttl", "no_endpoint_ttl", "deadline"};
+  return NameAt(kNames, r, "unknown");
 }
 
 Status Validate(const FlowOptions& o) {

@@ -1,36 +1,28 @@
 #include "core/health/endpoint_health.h"
 
+#include <array>
 #include <limits>
+
+#include "core/common/enum_names.h"
 
 namespace kvroute::health {
 
 std::string_view ConditionName(Condition c) {
-  switch (c) {
-    case Condition::kNeverScraped: return "never_scraped";
-    case Condition::kUp: return "up";
-    case Condition::kStale: return "stale";
-    case Condition::kDown: return "down";
-  }
-  return "?";
+  static constexpr std::array<std::string_view, kNumConditions> kNames = {"never_scraped", "up",
+                                                                          "stale", "down"};
+  return NameAt(kNames, c, "?");
 }
 
 std::string_view TreatmentName(Treatment t) {
-  switch (t) {
-    case Treatment::kNormal: return "normal";
-    case Treatment::kSaturated: return "saturated";
-    case Treatment::kLastResort: return "last_resort";
-    case Treatment::kDown: return "down";
-  }
-  return "?";
+  static constexpr std::array<std::string_view, kNumTreatments> kNames = {"normal", "saturated",
+                                                                          "last_resort", "down"};
+  return NameAt(kNames, t, "?");
 }
 
 std::string_view SignalName(Signal s) {
-  switch (s) {
-    case Signal::kKvUsage: return "kv_usage";
-    case Signal::kWaiting: return "waiting";
-    case Signal::kRunning: return "running";
-  }
-  return "?";
+  static constexpr std::array<std::string_view, kNumSignals> kNames = {"kv_usage", "waiting",
+                                                                       "running"};
+  return NameAt(kNames, s, "?");
 }
 
 void EndpointHealth::OnScrape(const metrics::EngineMetrics& m, double sent_at_s) {

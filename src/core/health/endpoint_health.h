@@ -40,7 +40,9 @@ struct HealthOptions {
 };
 
 enum class Condition : uint8_t { kNeverScraped, kUp, kStale, kDown };
+inline constexpr int kNumConditions = 4;
 enum class Treatment : uint8_t { kNormal, kSaturated, kLastResort, kDown };
+inline constexpr int kNumTreatments = 4;
 enum class Signal : uint8_t { kKvUsage = 0, kWaiting = 1, kRunning = 2 };
 inline constexpr int kNumSignals = 3;
 

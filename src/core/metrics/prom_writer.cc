@@ -161,6 +161,15 @@ void AppendCounter(std::string& out, std::string_view name, std::string_view hel
   AppendSample(out, name, labels, value);
 }
 
+void AppendCounterFamily(std::string& out, std::string_view name, std::string_view help,
+                         std::string_view label, std::span<const LabeledValue> samples) {
+  AppendHeader(out, name, help, MetricType::kCounter);
+  for (const LabeledValue& s : samples) {
+    const Label l{label, s.label_value};
+    AppendSample(out, name, {&l, 1}, s.value);
+  }
+}
+
 void AppendHistogramSeries(std::string& out, std::string_view name,
                            std::span<const Label> labels, std::span<const double> upper_bounds,
                            std::span<const uint64_t> bucket_counts, double sum) {

@@ -43,6 +43,17 @@ void AppendGauge(std::string& out, std::string_view name, std::string_view help,
 void AppendCounter(std::string& out, std::string_view name, std::string_view help,
                    std::span<const Label> labels, double value);
 
+// One sample of a family with a single label: the label's value and the sample's.
+struct LabeledValue {
+  std::string_view label_value;
+  double value;
+};
+
+// A counter family by one label (`label`): the header, then one sample per entry of
+// `samples`, in order.
+void AppendCounterFamily(std::string& out, std::string_view name, std::string_view help,
+                         std::string_view label, std::span<const LabeledValue> samples);
+
 // One histogram series (write AppendHeader(..., kHistogram) once per family first):
 // name_bucket{...,le="b"} for each upper bound with cumulative counts, then le="+Inf",
 // then name_count and name_sum. `bucket_counts` holds per-bucket (non-cumulative) counts:

@@ -108,20 +108,16 @@ uint32_t InflightTracker::EndpointOf(uint32_t slot) const {
 }
 
 uint32_t InflightTracker::InFlight(uint32_t id) const {
-  const PerEndpoint* ep = FindEp(id);
-  return ep ? ep->inflight : 0;
+  return FieldOf(id, &PerEndpoint::inflight);
 }
 uint32_t InflightTracker::PendingNotStarted(uint32_t id) const {
-  const PerEndpoint* ep = FindEp(id);
-  return ep ? ep->pending_not_started : 0;
+  return FieldOf(id, &PerEndpoint::pending_not_started);
 }
 uint32_t InflightTracker::PendingStarted(uint32_t id) const {
-  const PerEndpoint* ep = FindEp(id);
-  return ep ? ep->pending_started : 0;
+  return FieldOf(id, &PerEndpoint::pending_started);
 }
 double InflightTracker::PendingBlocks(uint32_t id) const {
-  const PerEndpoint* ep = FindEp(id);
-  return ep ? ep->pending_blocks : 0.0;
+  return FieldOf(id, &PerEndpoint::pending_blocks);
 }
 double InflightTracker::ReleasedBlocks(uint32_t id) const {
   const PerEndpoint* ep = FindEp(id);
@@ -136,8 +132,7 @@ uint32_t InflightTracker::ReleasedCount(uint32_t id) const {
   return ep ? static_cast<uint32_t>(ep->released.size()) : 0;
 }
 double InflightTracker::ActiveBlocks(uint32_t id) const {
-  const PerEndpoint* ep = FindEp(id);
-  return ep ? ep->active_blocks : 0.0;
+  return FieldOf(id, &PerEndpoint::active_blocks);
 }
 
 EndpointLoad InflightTracker::Load(const EndpointState& e, double capacity_blocks,

@@ -93,6 +93,12 @@ class InflightTracker {
   };
   PerEndpoint& Ep(uint32_t id);
   const PerEndpoint* FindEp(uint32_t id) const;
+  // Endpoint `id`'s `field`, 0 for an endpoint never tracked.
+  template <class T>
+  T FieldOf(uint32_t id, T PerEndpoint::*field) const {
+    const PerEndpoint* ep = FindEp(id);
+    return ep ? ep->*field : T{};
+  }
 
   std::vector<Record> records_;
   std::vector<PerEndpoint> endpoints_;

@@ -25,7 +25,7 @@ void RankByMaxScore(std::span<const double> totals, size_t max_ranked, Rng& rng,
                     std::vector<uint32_t>& scratch, std::vector<uint64_t>& tiebreak,
                     std::vector<uint32_t>& ranked) {
   const size_t n = totals.size();
-  const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+  const size_t k = RankCount(max_ranked, n);
   scratch.resize(n);
   tiebreak.resize(n);
   for (uint32_t i = 0; i < n; ++i) {

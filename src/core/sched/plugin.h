@@ -14,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -167,6 +168,12 @@ class Picker : public Plugin {
                     std::span<const double> totals, size_t max_ranked,
                     std::vector<uint32_t>& ranked) = 0;
 };
+
+// How many of `n` candidates a picker ranks: `max_ranked`, or all of them when it is 0
+// (unbounded) or more than `n`.
+inline size_t RankCount(size_t max_ranked, size_t n) {
+  return (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+}
 
 // The max-score ranking on its own, for reuse and for tests: indexes of `totals` ordered by
 // total descending, ties broken uniformly at random by `rng`; at most `max_ranked` (0 = all).

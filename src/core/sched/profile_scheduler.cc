@@ -19,7 +19,7 @@ ProfileScheduler::ProfileScheduler(Parts parts, const SchedulerOptions& options)
       others_(std::move(parts.others)),
       inflight_adjustment_(parts.inflight_adjustment) {
   if (!picker_) {
-    picker_ = std::make_unique<MaxScorePicker>();
+    picker_ = MakeMaxScorePicker();
     picker_->type_ = picker_->name_ = "max-score-picker";
   }
   for (auto& f : filters_) all_.push_back(f.get());

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/common/slot_pool.h"
+
 namespace kvroute::sched {
 
 SchedulerBase::SchedulerBase(const SchedulerOptions& options, size_t hash_rows)
@@ -31,16 +33,9 @@ void SchedulerBase::FillPending(PendingRequest& p, const SchedRequest& req) cons
 }
 
 PendingRequest& SchedulerBase::AllocateRequest() {
-  uint32_t s;
-  if (!free_slots_.empty()) {
-    s = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    s = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
-    slots_.back().req.hashes.resize(hash_rows_);
-  }
+  const auto [s, fresh] = TakeSlot(slots_, free_slots_);
   Slot& slot = slots_[s];
+  if (fresh) slot.req.hashes.resize(hash_rows_);
   slot.live = true;
   ++live_;
   slot.req.slot = s;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/api/openai.h"
+#include "core/common/enum_names.h"
 
 namespace kvroute::sched {
 
@@ -49,23 +50,14 @@ std::string_view ZoneOf(const Labels& labels) {
 }
 
 std::string_view LocalityName(Locality l) {
-  switch (l) {
-    case Locality::kOff:
-      return "off";
-    case Locality::kLocal:
-      return "local";
-    case Locality::kLocalSaturated:
-      return "local_saturated";
-    case Locality::kSpillSaturated:
-      return "spill_saturated";
-    case Locality::kSpillWait:
-      return "spill_wait";
-    case Locality::kSpillSticky:
-      return "spill_sticky";
-    case Locality::kNoLocal:
-      return "no_local";
-  }
-  return "off";
+  static constexpr EnumName<Locality> kNames[] = {{Locality::kOff, "off"},
+                                                  {Locality::kLocal, "local"},
+                                                  {Locality::kLocalSaturated, "local_saturated"},
+                                                  {Locality::kSpillSaturated, "spill_saturated"},
+                                                  {Locality::kSpillWait, "spill_wait"},
+                                                  {Locality::kSpillSticky, "spill_sticky"},
+                                                  {Locality::kNoLocal, "no_local"}};
+  return NameOf(kNames, l, "off");
 }
 
 bool IsRemote(Locality l) {

@@ -1,28 +1,17 @@
 #include "simkit/report/summary.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+
+#include "core/common/enum_names.h"
 
 namespace kvroute::report {
 
 std::string_view ErrorKindName(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kNone:
-      return "none";
-    case ErrorKind::kRejected:
-      return "rejected";
-    case ErrorKind::kNoEndpoint:
-      return "no_endpoint";
-    case ErrorKind::kShed:
-      return "shed";
-    case ErrorKind::kUpstream:
-      return "upstream";
-    case ErrorKind::kTimeout:
-      return "timeout";
-    case ErrorKind::kAborted:
-      return "aborted";
-  }
-  return "unknown";
+  static constexpr std::array<std::string_view, kNumErrorKinds> kNames = {
+      "none", "rejected", "no_endpoint", "shed", "upstream", "timeout", "aborted"};
+  return NameAt(kNames, kind, "unknown");
 }
 
 double RequestRecord::Tpot() const {

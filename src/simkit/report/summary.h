@@ -191,16 +191,21 @@ struct PdRoleReport {
 };
 
 // Prefill/decode disaggregation in simulate (issue 25).
-struct PdReport {
-  // The routing core's decision per pick, by its name (off, short_prompt, cached,
-  // disaggregate, no_prefill), in that order.
-  std::vector<std::pair<std::string, int64_t>> decisions;
+// What the legs of disaggregated requests did, counted as the run goes (the simulator
+// keeps these and the report takes them whole).
+struct PdLegCounts {
   int64_t disaggregated = 0;    // decode legs that reached their replica with a prefill answer
   int64_t pulls = 0;            // of which pulled KV from the prefill replica
   int64_t recomputed = 0;       // of which had too little to pull and recomputed it
   int64_t pull_failures = 0;    // of which found the prefill replica down or its hold gone
   int64_t prefill_retries = 0;  // prefill legs moved to another prefill replica
   int64_t local_prefills = 0;   // disaggregate decisions the decode replica prefilled alone
+};
+
+struct PdReport : PdLegCounts {
+  // The routing core's decision per pick, by its name (off, short_prompt, cached,
+  // disaggregate, no_prefill), in that order.
+  std::vector<std::pair<std::string, int64_t>> decisions;
   int64_t holds_released = 0, holds_expired = 0;  // prefill holds ended by pulls / leases
   PdClassReport disaggregated_requests, aggregated_requests;
   Stats transfer_s;  // the pulls' transfer times

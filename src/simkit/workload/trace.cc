@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "core/common/lines.h"
+
 namespace kvroute::workload {
 namespace {
 
@@ -101,14 +103,10 @@ TraceParseResult ParseTraceCsv(std::string_view text, std::string_view source_na
   int col_time = -1, col_ctx = -1, col_gen = -1, col_group = -1, col_prefix = -1;
   size_t ncols = 0;
   bool have_header = false;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
+  Lines lines(text);
+  std::string_view line;
+  while (lines.Next(line)) {
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (Trim(line).empty() || Trim(line).front() == '#') continue;
     std::vector<std::string_view> cells = SplitCsv(line);
     if (!have_header) {

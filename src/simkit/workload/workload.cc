@@ -5,6 +5,8 @@
 #include <cmath>
 #include <utility>
 
+#include "core/common/enum_names.h"
+
 namespace kvroute::workload {
 namespace {
 
@@ -36,15 +38,9 @@ Status ValidateDist(const char* field, const LengthDist& d, int64_t min_allowed)
 }  // namespace
 
 std::string_view RoleName(Role role) {
-  switch (role) {
-    case Role::kSystem:
-      return "system";
-    case Role::kUser:
-      return "user";
-    case Role::kAssistant:
-      return "assistant";
-  }
-  return "user";
+  static constexpr EnumName<Role> kNames[] = {
+      {Role::kSystem, "system"}, {Role::kUser, "user"}, {Role::kAssistant, "assistant"}};
+  return NameOf(kNames, role, "user");
 }
 
 Status WorkloadSpec::Validate() const {

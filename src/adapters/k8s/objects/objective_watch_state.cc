@@ -3,54 +3,21 @@
 #include <utility>
 
 namespace kvroute::k8s {
-namespace {
-
-Status ObjectiveWatchError(const ApiStatus& status, bool& relist) {
-  std::string m = "inferenceobjectives watch: ERROR ";
-  m += std::to_string(status.code);
-  if (!status.reason.empty()) m += " " + status.reason;
-  if (!status.message.empty()) m += ": " + status.message;
-  if (status.gone()) {
-    relist = true;
-    m += " (resourceVersion expired: relist)";
-    return Status::FailedPrecondition(std::move(m));
-  }
-  return Status::Unavailable(std::move(m));
-}
-
-}  // namespace
 
 ObjectiveWatchState::ObjectiveWatchState(std::string pool_name)
     : pool_name_(std::move(pool_name)) {}
 
 void ObjectiveWatchState::ApplyList(const ObjectiveList& list) {
-  objectives_.clear();
-  for (const InferenceObjective& o : list.items) objectives_[o.meta.name] = o;
-  rv_ = list.resource_version;
-  relist_ = false;
+  ApplyWatchList(list, objectives_, rv_, relist_);
   Recompute();
 }
 
 Status ObjectiveWatchState::ApplyEvent(const ObjectiveEvent& event) {
-  const InferenceObjective& o = event.objective;
-  switch (event.type) {
-    case WatchEventType::kError:
-      return ObjectiveWatchError(event.status, relist_);
-    case WatchEventType::kBookmark:
-      rv_ = o.meta.resource_version;
-      return Status::Ok();
-    case WatchEventType::kDeleted:
-      objectives_.erase(o.meta.name);
-      break;
-    case WatchEventType::kAdded:
-    case WatchEventType::kModified:
-      objectives_[o.meta.name] = o;
-      break;
-  }
-  // An object without a resourceVersion (a hand-written stand-in server) keeps the last.
-  if (!o.meta.resource_version.empty()) rv_ = o.meta.resource_version;
-  Recompute();
-  return Status::Ok();
+  bool changed = false;
+  Status s = ApplyWatchEvent("inferenceobjectives", event.type, event.status, event.objective,
+                             objectives_, rv_, relist_, changed);
+  if (changed) Recompute();
+  return s;
 }
 
 void ObjectiveWatchState::ApplyMissing() {

@@ -7,8 +7,23 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/common/enum_names.h"
+
 namespace kvroute::k8s {
 namespace {
+
+// The names of selector operators and watch event types, as the API writes them (both
+// directions: the decoders read them, the *Name functions write them).
+constexpr EnumName<SelectorRequirement::Op> kSelectorOps[] = {
+    {SelectorRequirement::Op::kIn, "In"},
+    {SelectorRequirement::Op::kNotIn, "NotIn"},
+    {SelectorRequirement::Op::kExists, "Exists"},
+    {SelectorRequirement::Op::kDoesNotExist, "DoesNotExist"}};
+constexpr EnumName<WatchEventType> kWatchEventTypes[] = {{WatchEventType::kAdded, "ADDED"},
+                                                         {WatchEventType::kModified, "MODIFIED"},
+                                                         {WatchEventType::kDeleted, "DELETED"},
+                                                         {WatchEventType::kBookmark, "BOOKMARK"},
+                                                         {WatchEventType::kError, "ERROR"}};
 
 using simdjson::dom::array;
 using simdjson::dom::element;
@@ -57,24 +72,40 @@ Status OptString(object obj, std::string_view key, const std::string& path, std:
   return Status::Ok();
 }
 
-// Optional object field: false when absent; an error when present and not an object.
-Status OptObject(object obj, std::string_view key, const std::string& path, object& out,
-                 bool& present) {
+// Optional field of JSON type T (an object or an array): `present` false when absent; an
+// error, "not <what>", when present and of another type.
+template <class T>
+Status OptContainer(object obj, std::string_view key, const std::string& path, T& out,
+                    bool& present, std::string_view what) {
   present = false;
   element e;
   if (!Lookup(obj, key, e)) return Status::Ok();
-  if (e.get_object().get(out)) return FieldError(Join(path, key), "not an object");
+  if (e.get(out)) return FieldError(Join(path, key), "not " + std::string(what));
   present = true;
   return Status::Ok();
 }
 
+Status OptObject(object obj, std::string_view key, const std::string& path, object& out,
+                 bool& present) {
+  return OptContainer(obj, key, path, out, present, "an object");
+}
+
 Status OptArray(object obj, std::string_view key, const std::string& path, array& out,
                 bool& present) {
-  present = false;
-  element e;
-  if (!Lookup(obj, key, e)) return Status::Ok();
-  if (e.get_array().get(out)) return FieldError(Join(path, key), "not an array");
-  present = true;
+  return OptContainer(obj, key, path, out, present, "an array");
+}
+
+// Calls read(obj, path[i]) for each element of `list`, in order, each of which must be an
+// object; stops at the first error.
+template <class Read>
+Status ForEachObject(array list, const std::string& path, Read read) {
+  std::size_t i = 0;
+  for (element item : list) {
+    const std::string ipath = path + "[" + std::to_string(i++) + "]";
+    object obj;
+    if (item.get_object().get(obj)) return FieldError(ipath, "not an object");
+    if (Status s = read(obj, ipath); !s.ok()) return s;
+  }
   return Status::Ok();
 }
 
@@ -115,12 +146,9 @@ Status ReadStringMap(object obj, const std::string& path, Labels& out) {
 
 Status ReadSelectorOp(std::string_view name, const std::string& path,
                       SelectorRequirement::Op& op) {
-  using Op = SelectorRequirement::Op;
-  for (Op candidate : {Op::kIn, Op::kNotIn, Op::kExists, Op::kDoesNotExist}) {
-    if (name == SelectorOpName(candidate)) {
-      op = candidate;
-      return Status::Ok();
-    }
+  if (std::optional<SelectorRequirement::Op> found = ValueOf(kSelectorOps, name)) {
+    op = *found;
+    return Status::Ok();
   }
   // Gt and Lt exist for node selectors only; a LabelSelector never has them.
   return FieldError(path, "unknown operator \"" + std::string(name) +
@@ -130,11 +158,7 @@ Status ReadSelectorOp(std::string_view name, const std::string& path,
 // spec.selector.matchExpressions: [{key, operator, values}], appended in the order given.
 Status ReadExpressions(array list, const std::string& path,
                        std::vector<SelectorRequirement>& out) {
-  std::size_t i = 0;
-  for (element item : list) {
-    const std::string ipath = path + "[" + std::to_string(i++) + "]";
-    object obj;
-    if (item.get_object().get(obj)) return FieldError(ipath, "not an object");
+  return ForEachObject(list, path, [&](object obj, const std::string& ipath) -> Status {
     SelectorRequirement req;
     if (Status s = OptString(obj, "key", ipath, req.key); !s.ok()) return s;
     if (req.key.empty()) return FieldError(Join(ipath, "key"), "missing");
@@ -168,8 +192,8 @@ Status ReadExpressions(array list, const std::string& path,
       return FieldError(vpath, "not empty (" + op + " takes no values)");
     }
     out.push_back(std::move(req));
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Status ReadMeta(object obj, const std::string& path, bool name_required, ObjectMeta& meta) {
@@ -328,21 +352,20 @@ Status ReadPool(element e, const std::string& path, InferencePool& pool) {
     if (Status s = OptArray(spec, "targetPorts", spath, ports, present); !s.ok()) return s;
     const std::string ppath = Join(spath, "targetPorts");
     if (!present) return FieldError(ppath, "missing");
-    std::size_t i = 0;
-    for (element p : ports) {
-      const std::string ipath = ppath + "[" + std::to_string(i++) + "]";
-      object port;
-      if (p.get_object().get(port)) return FieldError(ipath, "not an object");
-      element number;
-      if (!Lookup(port, "number", number)) return FieldError(Join(ipath, "number"), "missing");
-      uint16_t n = 0;
-      if (Status s = ReadPort(number, Join(ipath, "number"), n); !s.ok()) return s;
-      if (std::find(pool.target_ports.begin(), pool.target_ports.end(), n) !=
-          pool.target_ports.end()) {
-        return FieldError(Join(ipath, "number"), "repeated port " + std::to_string(n));
-      }
-      pool.target_ports.push_back(n);
-    }
+    const Status read_ports =
+        ForEachObject(ports, ppath, [&](object port, const std::string& ipath) {
+          element number;
+          if (!Lookup(port, "number", number)) return FieldError(Join(ipath, "number"), "missing");
+          uint16_t n = 0;
+          if (Status s = ReadPort(number, Join(ipath, "number"), n); !s.ok()) return s;
+          if (std::find(pool.target_ports.begin(), pool.target_ports.end(), n) !=
+              pool.target_ports.end()) {
+            return FieldError(Join(ipath, "number"), "repeated port " + std::to_string(n));
+          }
+          pool.target_ports.push_back(n);
+          return Status::Ok();
+        });
+    if (!read_ports.ok()) return read_ports;
     if (pool.target_ports.empty()) return FieldError(ppath, "empty");
     if (Status s = OptObject(spec, "endpointPickerRef", spath, ref, have_ref); !s.ok()) return s;
     ref_path = Join(spath, "endpointPickerRef");
@@ -474,21 +497,10 @@ Status ReadEnvelope(std::string_view line, WatchEventType& type, element& object
   if (root->get_object().get(obj)) return FieldError("watch event", "not an object");
   std::string t;
   if (Status s = OptString(obj, "type", "", t); !s.ok()) return s;
-  if (t == "ADDED") {
-    type = WatchEventType::kAdded;
-  } else if (t == "MODIFIED") {
-    type = WatchEventType::kModified;
-  } else if (t == "DELETED") {
-    type = WatchEventType::kDeleted;
-  } else if (t == "BOOKMARK") {
-    type = WatchEventType::kBookmark;
-  } else if (t == "ERROR") {
-    type = WatchEventType::kError;
-  } else if (t.empty()) {
-    return FieldError("type", "missing");
-  } else {
-    return FieldError("type", "unknown watch event type \"" + t + "\"");
-  }
+  if (t.empty()) return FieldError("type", "missing");
+  std::optional<WatchEventType> found = ValueOf(kWatchEventTypes, t);
+  if (!found) return FieldError("type", "unknown watch event type \"" + t + "\"");
+  type = *found;
   if (!Lookup(obj, "object", object_out)) return FieldError("object", "missing");
   return Status::Ok();
 }
@@ -550,27 +562,31 @@ Result<List> DecodeList(std::string_view json, std::string_view what, bool with_
   return list;
 }
 
+// One line of a watch: its envelope, then BOOKMARK's metadata, ERROR's Status, or the
+// object itself (ADDED, MODIFIED, DELETED), read by `read` into event.*object.
+template <class Event, class Object, class Read>
+Result<Event> DecodeEvent(std::string_view line, Object Event::*object, Read read) {
+  Event event;
+  element obj;
+  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
+  Status s;
+  switch (event.type) {
+    case WatchEventType::kBookmark: s = ReadBookmark(obj, (event.*object).meta); break;
+    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
+    default: s = read(obj, "object", event.*object); break;
+  }
+  if (!s.ok()) return s;
+  return event;
+}
+
 }  // namespace
 
 std::string_view SelectorOpName(SelectorRequirement::Op op) {
-  switch (op) {
-    case SelectorRequirement::Op::kIn: return "In";
-    case SelectorRequirement::Op::kNotIn: return "NotIn";
-    case SelectorRequirement::Op::kExists: return "Exists";
-    case SelectorRequirement::Op::kDoesNotExist: return "DoesNotExist";
-  }
-  return "Unknown";
+  return NameOf(kSelectorOps, op, "Unknown");
 }
 
 std::string_view WatchEventTypeName(WatchEventType type) {
-  switch (type) {
-    case WatchEventType::kAdded: return "ADDED";
-    case WatchEventType::kModified: return "MODIFIED";
-    case WatchEventType::kDeleted: return "DELETED";
-    case WatchEventType::kBookmark: return "BOOKMARK";
-    case WatchEventType::kError: return "ERROR";
-  }
-  return "UNKNOWN";
+  return NameOf(kWatchEventTypes, type, "UNKNOWN");
 }
 
 Result<PodList> DecodePodList(std::string_view json) {
@@ -597,31 +613,11 @@ Result<InferencePool> DecodeInferencePool(std::string_view json) {
 Result<ApiStatus> DecodeStatus(std::string_view json) { return DecodeOne<ApiStatus>(json, ReadStatus); }
 
 Result<PodEvent> DecodePodEvent(std::string_view line) {
-  PodEvent event;
-  element obj;
-  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
-  Status s;
-  switch (event.type) {
-    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.pod.meta); break;
-    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
-    default: s = ReadPod(obj, "object", event.pod); break;
-  }
-  if (!s.ok()) return s;
-  return event;
+  return DecodeEvent(line, &PodEvent::pod, ReadPod);
 }
 
 Result<PoolEvent> DecodePoolEvent(std::string_view line) {
-  PoolEvent event;
-  element obj;
-  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
-  Status s;
-  switch (event.type) {
-    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.pool.meta); break;
-    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
-    default: s = ReadPool(obj, "object", event.pool); break;
-  }
-  if (!s.ok()) return s;
-  return event;
+  return DecodeEvent(line, &PoolEvent::pool, ReadPool);
 }
 
 Result<InferenceObjective> DecodeInferenceObjective(std::string_view json) {
@@ -634,17 +630,24 @@ Result<ObjectiveList> DecodeObjectiveList(std::string_view json) {
 }
 
 Result<ObjectiveEvent> DecodeObjectiveEvent(std::string_view line) {
-  ObjectiveEvent event;
-  element obj;
-  if (Status s = ReadEnvelope(line, event.type, obj); !s.ok()) return s;
-  Status s;
-  switch (event.type) {
-    case WatchEventType::kBookmark: s = ReadBookmark(obj, event.objective.meta); break;
-    case WatchEventType::kError: s = ReadStatus(obj, "object", event.status); break;
-    default: s = ReadObjective(obj, "object", "", event.objective); break;
+  return DecodeEvent(line, &ObjectiveEvent::objective,
+                     [](element e, const std::string& path, InferenceObjective& o) {
+                       return ReadObjective(e, path, "", o);
+                     });
+}
+
+Status WatchErrorStatus(std::string_view resource, const ApiStatus& status, bool& relist) {
+  std::string m(resource);
+  m += " watch: ERROR ";
+  m += std::to_string(status.code);
+  if (!status.reason.empty()) m += " " + status.reason;
+  if (!status.message.empty()) m += ": " + status.message;
+  if (status.gone()) {
+    relist = true;
+    m += " (resourceVersion expired: relist)";
+    return Status::FailedPrecondition(std::move(m));
   }
-  if (!s.ok()) return s;
-  return event;
+  return Status::Unavailable(std::move(m));
 }
 
 }  // namespace kvroute::k8s

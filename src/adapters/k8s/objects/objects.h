@@ -176,6 +176,49 @@ struct ObjectiveEvent {
   ApiStatus status;
 };
 
+// A watch's ERROR event on `resource` ("pods", "inferencepool", ...) as a Status:
+// FailedPrecondition when the resourceVersion expired (410; sets `relist`), else
+// Unavailable. The message names the resource, code, reason and message.
+Status WatchErrorStatus(std::string_view resource, const ApiStatus& status, bool& relist);
+
+// A fresh listing of objects kept by name: `objects` becomes the list's items, `rv` its
+// resourceVersion, and no relist is needed any more.
+template <class Map, class List>
+void ApplyWatchList(const List& list, Map& objects, std::string& rv, bool& relist) {
+  objects.clear();
+  for (const auto& o : list.items) objects[o.meta.name] = o;
+  rv = list.resource_version;
+  relist = false;
+}
+
+// One watch event on objects kept by name (`objects`; `rv` and `relist`: the watcher's
+// resourceVersion and relist flag). ERROR returns WatchErrorStatus; BOOKMARK moves `rv`
+// only; DELETED removes `object`, ADDED and MODIFIED store it, and its resourceVersion
+// becomes `rv` when it has one (a hand-written stand-in server may send none): those set
+// `changed`.
+template <class Map>
+Status ApplyWatchEvent(std::string_view resource, WatchEventType type, const ApiStatus& status,
+                       const typename Map::mapped_type& object, Map& objects, std::string& rv,
+                       bool& relist, bool& changed) {
+  switch (type) {
+    case WatchEventType::kError:
+      return WatchErrorStatus(resource, status, relist);
+    case WatchEventType::kBookmark:
+      rv = object.meta.resource_version;
+      return Status::Ok();
+    case WatchEventType::kDeleted:
+      objects.erase(object.meta.name);
+      break;
+    case WatchEventType::kAdded:
+    case WatchEventType::kModified:
+      objects[object.meta.name] = object;
+      break;
+  }
+  if (!object.meta.resource_version.empty()) rv = object.meta.resource_version;
+  changed = true;
+  return Status::Ok();
+}
+
 // `GET .../pods?labelSelector=...`: a PodList. Error: not JSON, not an object, or any
 // item that does not decode as a Pod (the whole list is rejected: a partial list would
 // silently drop endpoints).

@@ -17,20 +17,6 @@ bool SameSet(const std::vector<routing::EndpointSpec>& a,
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), SameEndpoint);
 }
 
-Status WatchError(std::string_view resource, const ApiStatus& status, bool& relist) {
-  std::string m(resource);
-  m += " watch: ERROR ";
-  m += std::to_string(status.code);
-  if (!status.reason.empty()) m += " " + status.reason;
-  if (!status.message.empty()) m += ": " + status.message;
-  if (status.gone()) {
-    relist = true;
-    m += " (resourceVersion expired: relist)";
-    return Status::FailedPrecondition(std::move(m));
-  }
-  return Status::Unavailable(std::move(m));
-}
-
 // The value of `key` in `labels` (sorted by key), or nullptr when the key is absent.
 const std::string* FindLabel(const Labels& labels, const std::string& key) {
   const auto it = std::lower_bound(
@@ -113,7 +99,7 @@ void PoolWatchState::ApplyPoolList(std::optional<InferencePool> pool, std::strin
 Status PoolWatchState::ApplyPoolEvent(const PoolEvent& event) {
   switch (event.type) {
     case WatchEventType::kError:
-      return WatchError("inferencepool", event.status, pool_relist_);
+      return WatchErrorStatus("inferencepool", event.status, pool_relist_);
     case WatchEventType::kBookmark:
       pool_rv_ = event.pool.meta.resource_version;
       return Status::Ok();
@@ -132,32 +118,16 @@ Status PoolWatchState::ApplyPoolEvent(const PoolEvent& event) {
 }
 
 void PoolWatchState::ApplyPodList(const PodList& list) {
-  pods_.clear();
-  for (const Pod& pod : list.items) pods_[pod.meta.name] = pod;
-  pods_rv_ = list.resource_version;
-  pods_relist_ = false;
+  ApplyWatchList(list, pods_, pods_rv_, pods_relist_);
   Recompute();
 }
 
 Status PoolWatchState::ApplyPodEvent(const PodEvent& event) {
-  switch (event.type) {
-    case WatchEventType::kError:
-      return WatchError("pods", event.status, pods_relist_);
-    case WatchEventType::kBookmark:
-      pods_rv_ = event.pod.meta.resource_version;
-      return Status::Ok();
-    case WatchEventType::kDeleted:
-      pods_.erase(event.pod.meta.name);
-      break;
-    case WatchEventType::kAdded:
-    case WatchEventType::kModified:
-      pods_[event.pod.meta.name] = event.pod;
-      break;
-  }
-  // An object without a resourceVersion (a hand-written stand-in server) keeps the last.
-  if (!event.pod.meta.resource_version.empty()) pods_rv_ = event.pod.meta.resource_version;
-  Recompute();
-  return Status::Ok();
+  bool changed = false;
+  Status s = ApplyWatchEvent("pods", event.type, event.status, event.pod, pods_, pods_rv_,
+                             pods_relist_, changed);
+  if (changed) Recompute();
+  return s;
 }
 
 std::string PoolWatchState::PodLabelSelector() const {

@@ -264,6 +264,42 @@ void AppendPart(std::string& text, const std::string& part) {
   text += (text.empty() ? "" : "; ") + part;
 }
 
+// The replicas a KV-event finding names, and its summary: their parts, "; "-joined.
+struct Flagged {
+  std::vector<std::string> names;
+  std::string text;
+};
+
+// One replica whose KV-cache events were probed, as the KV-event findings read it.
+struct EventReplica {
+  const ReplicaHistory& h;
+  const ReplicaFigures& r;
+  const ReplicaFigures::Events& e;
+  int32_t block;  // its block size, tokens (BlockTokens)
+  double need;    // computed prompt tokens that must have produced a batch
+  Window w;
+};
+
+// Asks `part` about every replica whose KV-cache events were probed; a replica it says
+// something of (not empty) is flagged.
+template <class Part>
+Flagged FlagEventReplicas(const std::vector<ReplicaHistory>& replicas, const Report& rep,
+                          const DoctorOptions& o, Part part) {
+  Flagged out;
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const ReplicaHistory& h = replicas[i];
+    const ReplicaFigures& r = rep.replicas[i];
+    if (!h.events || !r.events) continue;
+    const int32_t block = BlockTokens(r, o);
+    const std::string said =
+        part(EventReplica{h, r, *r.events, block, o.event_min_blocks * block, WindowOf(h)});
+    if (said.empty()) continue;
+    out.names.push_back(r.name);
+    AppendPart(out.text, said);
+  }
+  return out;
+}
+
 void KvEventsSilentFinding(const std::vector<ReplicaHistory>& replicas, const DoctorOptions& o,
                            Report& rep) {
   const char* kEnable =
@@ -274,76 +310,55 @@ void KvEventsSilentFinding(const std::vector<ReplicaHistory>& replicas, const Do
       "doctor --endpoints); and that no firewall or NetworkPolicy blocks the port. Until its "
       "events arrive the router routes that endpoint by its approximate model "
       "(kvroute_kv_events_state unknown or stale)";
-  std::vector<std::string> silent;
-  std::string silent_text;
-  for (size_t i = 0; i < replicas.size(); ++i) {
-    const ReplicaHistory& h = replicas[i];
-    const ReplicaFigures& r = rep.replicas[i];
-    if (!h.events || !r.events) continue;
-    const ReplicaFigures::Events& e = *r.events;
-    const int32_t block = BlockTokens(r, o);
-    const double need = o.event_min_blocks * block;
-    const Window w = WindowOf(h);
-    if (e.batches == 0 && e.tokens_computed && *e.tokens_computed >= need &&
-        *e.tokens_computed > 0) {
-      silent.push_back(r.name);
-      AppendPart(silent_text,
-                 fmt::format("{} ({}) published no batch in {:.1f}s while it computed {} prompt "
-                             "tokens ({:.1f} blocks of {}){}{}",
-                             r.name, e.address, w.dt, Num(*e.tokens_computed),
-                             *e.tokens_computed / block, block,
-                             e.decode_errors > 0
-                                 ? fmt::format(", {} undecodable messages", e.decode_errors)
-                                 : "",
-                             e.error.empty() ? "" : ", probe: " + e.error));
-    }
-  }
-  if (!silent.empty()) {
-    AddFinding(rep, "kv-events-silent", "warning", silent_text,
+  const Flagged silent = FlagEventReplicas(
+      replicas, rep, o, [&](const EventReplica& x) -> std::string {
+        const auto& [h, r, e, block, need, w] = x;
+        if (e.batches != 0 || !e.tokens_computed || !(*e.tokens_computed >= need) ||
+            !(*e.tokens_computed > 0)) {
+          return {};
+        }
+        return fmt::format(
+            "{} ({}) published no batch in {:.1f}s while it computed {} prompt tokens ({:.1f} "
+            "blocks of {}){}{}",
+            r.name, e.address, w.dt, Num(*e.tokens_computed), *e.tokens_computed / block, block,
+            e.decode_errors > 0 ? fmt::format(", {} undecodable messages", e.decode_errors) : "",
+            e.error.empty() ? "" : ", probe: " + e.error);
+      });
+  if (!silent.names.empty()) {
+    AddFinding(rep, "kv-events-silent", "warning", silent.text,
         fmt::format("KV events configured, no batch received in the window, and >= {} "
                     "block(s) of prompt tokens computed (Δ prompt tokens − Δ prefix-cache "
                     "hits)",
                     Threshold(o.event_min_blocks)),
-        kEnable, silent, false);
+        kEnable, silent.names, false);
   }
 }
 
 void KvEventsStaleFinding(const std::vector<ReplicaHistory>& replicas, const DoctorOptions& o,
                           Report& rep) {
-  std::vector<std::string> stale;
-  std::string stale_text;
-  for (size_t i = 0; i < replicas.size(); ++i) {
-    const ReplicaHistory& h = replicas[i];
-    const ReplicaFigures& r = rep.replicas[i];
-    if (!h.events || !r.events) continue;
-    const ReplicaFigures::Events& e = *r.events;
-    const int32_t block = BlockTokens(r, o);
-    const double need = o.event_min_blocks * block;
-    const Window w = WindowOf(h);
-    if (e.batches > 0 && w.dt > 0) {
-      // The first usable scrape in the window's second half (not the first or last one).
-      const Scrape* mid = nullptr;
-      for (const Scrape& s : h.scrapes) {
-        if (Usable(s) && &s != w.first && s.t_s >= w.first->t_s + w.dt / 2) {
-          mid = &s;
-          break;
+  const Flagged stale = FlagEventReplicas(
+      replicas, rep, o, [&](const EventReplica& x) -> std::string {
+        const auto& [h, r, e, block, need, w] = x;
+        if (!(e.batches > 0 && w.dt > 0)) return {};
+        // The first usable scrape in the window's second half (not the first or last one).
+        const Scrape* mid = nullptr;
+        for (const Scrape& s : h.scrapes) {
+          if (Usable(s) && &s != w.first && s.t_s >= w.first->t_s + w.dt / 2) {
+            mid = &s;
+            break;
+          }
         }
-      }
-      if (mid && mid != w.last && e.last_batch_s && *e.last_batch_s <= mid->t_s) {
+        if (!mid || mid == w.last || !e.last_batch_s || !(*e.last_batch_s <= mid->t_s)) return {};
         const Opt late = ComputedTokens(*mid, *w.last);
-        if (late && *late >= need && *late > 0) {
-          stale.push_back(r.name);
-          AppendPart(stale_text,
-                     fmt::format("{} ({}): {} batches, the last at t={:.1f}s, none in the last "
-                                 "{:.1f}s while it computed {} prompt tokens ({:.1f} blocks of {})",
-                                 r.name, e.address, e.batches, *e.last_batch_s,
-                                 w.last->t_s - mid->t_s, Num(*late), *late / block, block));
-        }
-      }
-    }
-  }
-  if (!stale.empty()) {
-    AddFinding(rep, "kv-events-stale", "warning", stale_text,
+        if (!late || !(*late >= need && *late > 0)) return {};
+        return fmt::format(
+            "{} ({}): {} batches, the last at t={:.1f}s, none in the last {:.1f}s while it "
+            "computed {} prompt tokens ({:.1f} blocks of {})",
+            r.name, e.address, e.batches, *e.last_batch_s, w.last->t_s - mid->t_s, Num(*late),
+            *late / block, block);
+      });
+  if (!stale.names.empty()) {
+    AddFinding(rep, "kv-events-stale", "warning", stale.text,
         fmt::format("batches received early in the window, none since the first scrape of "
                     "its second half, while >= {} block(s) of prompt tokens were computed "
                     "since that scrape",
@@ -352,46 +367,41 @@ void KvEventsStaleFinding(const std::vector<ReplicaHistory>& replicas, const Doc
         "failed publisher, a restart on another port) and the network path; the router marks "
         "the endpoint stale after pool.kv_events.stale_after and routes it by its "
         "approximate model until batches return",
-        stale, false);
+        stale.names, false);
   }
 }
 
 void KvEventsBlockSizeFinding(const std::vector<ReplicaHistory>& replicas,
                               const DoctorOptions& o, Report& rep) {
-  std::vector<std::string> mismatched;
-  std::string mismatch_text;
-  for (size_t i = 0; i < replicas.size(); ++i) {
-    const ReplicaHistory& h = replicas[i];
-    const ReplicaFigures& r = rep.replicas[i];
-    if (!h.events || !r.events) continue;
-    const ReplicaFigures::Events& e = *r.events;
-    std::vector<std::string> why;
-    if (r.block_size && !e.block_sizes.empty() &&
-        (e.block_sizes.size() > 1 || e.block_sizes.front() != *r.block_size)) {
-      why.push_back(fmt::format("events say block_size {}, cache_config_info says {}",
-                                JoinInts(e.block_sizes), *r.block_size));
-    }
-    if (o.router_block_size > 0) {
-      std::vector<int32_t> bad;
-      for (int32_t bs : e.block_sizes) {
-        if (bs <= 0 || bs % o.router_block_size != 0) bad.push_back(bs);
-      }
-      if (!bad.empty()) {
-        why.push_back(fmt::format(
-            "events' block_size {} is not a multiple of the router's pool.kv_events.block_size "
-            "{}",
-            JoinInts(bad), o.router_block_size));
-      }
-    }
-    if (!why.empty()) {
-      mismatched.push_back(r.name);
-      std::string joined;
-      for (const std::string& w2 : why) joined += (joined.empty() ? "" : " and ") + w2;
-      AppendPart(mismatch_text, fmt::format("{} ({}): {}", r.name, e.address, joined));
-    }
-  }
-  if (!mismatched.empty()) {
-    AddFinding(rep, "kv-events-block-size", "warning", mismatch_text,
+  const Flagged mismatched = FlagEventReplicas(
+      replicas, rep, o, [&](const EventReplica& x) -> std::string {
+        const ReplicaFigures& r = x.r;
+        const ReplicaFigures::Events& e = x.e;
+        std::vector<std::string> why;
+        if (r.block_size && !e.block_sizes.empty() &&
+            (e.block_sizes.size() > 1 || e.block_sizes.front() != *r.block_size)) {
+          why.push_back(fmt::format("events say block_size {}, cache_config_info says {}",
+                                    JoinInts(e.block_sizes), *r.block_size));
+        }
+        if (o.router_block_size > 0) {
+          std::vector<int32_t> bad;
+          for (int32_t bs : e.block_sizes) {
+            if (bs <= 0 || bs % o.router_block_size != 0) bad.push_back(bs);
+          }
+          if (!bad.empty()) {
+            why.push_back(fmt::format(
+                "events' block_size {} is not a multiple of the router's "
+                "pool.kv_events.block_size {}",
+                JoinInts(bad), o.router_block_size));
+          }
+        }
+        if (why.empty()) return {};
+        std::string joined;
+        for (const std::string& w2 : why) joined += (joined.empty() ? "" : " and ") + w2;
+        return fmt::format("{} ({}): {}", r.name, e.address, joined);
+      });
+  if (!mismatched.names.empty()) {
+    AddFinding(rep, "kv-events-block-size", "warning", mismatched.text,
         "the block_size of BlockStored events differs from vllm:cache_config_info's "
         "block_size label, or is not a multiple of pool.kv_events.block_size",
         "make the events and the scrapes come from the same engine (the endpoint's kv_events "
@@ -399,7 +409,7 @@ void KvEventsBlockSizeFinding(const std::vector<ReplicaHistory>& replicas,
         "of the engines' block size (their block size itself, e.g. 16); until then the "
         "router's index rejects that endpoint's events (kvroute_kv_events_state mismatch) and "
         "routes it by its approximate model",
-        mismatched, false);
+        mismatched.names, false);
   }
 }
 

@@ -83,22 +83,35 @@ void RouterUnreadableFinding(const RouterFigures& r, Report& rep) {
       {r.name}, false);
 }
 
-void LatencyModelFinding(const RouterFigures& r, const DoctorOptions& o, Report& rep) {
-  std::vector<std::string> off;
+// `lead`, then what `say` says of the router's TTFT figures and of its TPOT figures
+// ("; "-joined; an empty part is nothing to say). Empty when it says nothing of either.
+template <class Say>
+std::string ForEachKind(const RouterFigures& r, std::string_view lead, Say say) {
+  std::string out;
   for (size_t k = 0; k < 2; ++k) {
-    const RouterFigures::Kind& x = k == 0 ? r.ttft : r.tpot;
-    if (x.mape && x.predictions && x.mean_abs_error_s &&
-        *x.predictions >= o.latency_min_predictions && *x.mape > o.latency_max_mape &&
-        *x.mean_abs_error_s > o.latency_min_abs_error_s) {
-      off.push_back(fmt::format("{} predictions off by {} on average (mean {:.3f} s) over "
-                                "{} predictions",
-                                k == 0 ? "TTFT" : "TPOT", Pct(*x.mape),
-                                x.mean_abs_error_s.value_or(0), Num(*x.predictions)));
-    }
+    const std::string part = say(k == 0 ? r.ttft : r.tpot, k == 0 ? "TTFT" : "TPOT");
+    if (part.empty()) continue;
+    out += out.empty() ? std::string(lead) : std::string("; ");
+    out += part;
   }
-  if (!off.empty()) {
-    std::string summary = "router's latency model: " + off[0];
-    if (off.size() > 1) summary += "; " + off[1];
+  return out;
+}
+
+void LatencyModelFinding(const RouterFigures& r, const DoctorOptions& o, Report& rep) {
+  std::string summary = ForEachKind(
+      r, "router's latency model: ",
+      [&](const RouterFigures::Kind& x, std::string_view kind) -> std::string {
+        if (!(x.mape && x.predictions && x.mean_abs_error_s &&
+              *x.predictions >= o.latency_min_predictions && *x.mape > o.latency_max_mape &&
+              *x.mean_abs_error_s > o.latency_min_abs_error_s)) {
+          return {};
+        }
+        return fmt::format("{} predictions off by {} on average (mean {:.3f} s) over {} "
+                           "predictions",
+                           kind, Pct(*x.mape), x.mean_abs_error_s.value_or(0),
+                           Num(*x.predictions));
+      });
+  if (!summary.empty()) {
     AddFinding(rep, "latency-model-inaccurate", "warning", std::move(summary),
         fmt::format("mean relative error > {} and mean absolute error > {} s over >= {} "
                     "scored predictions in the window",
@@ -116,19 +129,17 @@ void LatencyModelFinding(const RouterFigures& r, const DoctorOptions& o, Report&
 }
 
 void SloMissedFinding(const RouterFigures& r, const DoctorOptions& o, Report& rep) {
-  std::vector<std::string> missed;
-  for (size_t k = 0; k < 2; ++k) {
-    const RouterFigures::Kind& x = k == 0 ? r.ttft : r.tpot;
-    if (x.attainment && x.slo_requests && *x.slo_requests >= o.slo_min_requests &&
-        1.0 - *x.attainment > o.slo_max_violation) {
-      missed.push_back(fmt::format("{} of {} requests missed their {} objective",
-                                   Pct(1.0 - *x.attainment), Num(*x.slo_requests),
-                                   k == 0 ? "TTFT" : "TPOT"));
-    }
-  }
-  if (!missed.empty()) {
-    std::string summary = "at the router: " + missed[0];
-    if (missed.size() > 1) summary += "; " + missed[1];
+  std::string summary = ForEachKind(
+      r, "at the router: ",
+      [&](const RouterFigures::Kind& x, std::string_view kind) -> std::string {
+        if (!(x.attainment && x.slo_requests && *x.slo_requests >= o.slo_min_requests &&
+              1.0 - *x.attainment > o.slo_max_violation)) {
+          return {};
+        }
+        return fmt::format("{} of {} requests missed their {} objective",
+                           Pct(1.0 - *x.attainment), Num(*x.slo_requests), kind);
+      });
+  if (!summary.empty()) {
     AddFinding(rep, "slo-missed", "warning", std::move(summary),
         fmt::format("more than {} of >= {} requests with an objective (x-llm-d-slo-*-ms, "
                     "epp.objectives, scheduling.slo) missed it in the window",

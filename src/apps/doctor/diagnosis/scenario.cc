@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "apps/doctor/diagnosis/doctor.h"
 
@@ -22,6 +23,18 @@ constexpr int64_t kMaxRequests = 100000;
 
 bool Usable(const Scrape& s) { return s.reachable && s.any_engine_series; }
 
+// A replica's first and last usable scrapes in the window (both null when it has none).
+std::pair<const Scrape*, const Scrape*> UsableEnds(const ReplicaHistory& h) {
+  const Scrape* first = nullptr;
+  const Scrape* last = nullptr;
+  for (const Scrape& s : h.scrapes) {
+    if (!Usable(s)) continue;
+    if (!first) first = &s;
+    last = &s;
+  }
+  return {first, last};
+}
+
 struct Component {
   double weight;
   int64_t min, max;
@@ -33,13 +46,7 @@ std::optional<Histogram> MergedWindow(const std::vector<ReplicaHistory>& hs,
                                       Histogram Scrape::*field) {
   std::optional<Histogram> merged;
   for (const ReplicaHistory& h : hs) {
-    const Scrape* first = nullptr;
-    const Scrape* last = nullptr;
-    for (const Scrape& s : h.scrapes) {
-      if (!Usable(s)) continue;
-      if (!first) first = &s;
-      last = &s;
-    }
+    const auto [first, last] = UsableEnds(h);
     if (!last || first == last || (last->*field).empty() || (first->*field).empty()) continue;
     const std::optional<Histogram> d = HistogramDelta(last->*field, first->*field);
     if (!d) continue;
@@ -120,13 +127,7 @@ double CounterDelta(const std::vector<ReplicaHistory>& hs, std::optional<double>
   double total = 0;
   *known = false;
   for (const ReplicaHistory& h : hs) {
-    const Scrape* first = nullptr;
-    const Scrape* last = nullptr;
-    for (const Scrape& s : h.scrapes) {
-      if (!Usable(s)) continue;
-      if (!first) first = &s;
-      last = &s;
-    }
+    const auto [first, last] = UsableEnds(h);
     if (!last || first == last || !(first->*field) || !(last->*field)) continue;
     if (*(last->*field) < *(first->*field)) continue;
     total += *(last->*field) - *(first->*field);

@@ -80,6 +80,20 @@ core_pb::HeaderValueOption* SetHeader(pb::HeaderMutation* m, std::string_view ke
   return o;
 }
 
+// Sets `response` (a request's or a response's BodyResponse) to stream `body` back to
+// Envoy, as a full-duplex streamed answer does.
+void StreamBody(pb::BodyResponse* response, std::string_view body, bool end_of_stream) {
+  auto* sr = response->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
+  sr->set_body(body.data(), body.size());
+  sr->set_end_of_stream(end_of_stream);
+}
+
+// The answer, in `response` (already set), to body chunk `b` passed through unchanged: in
+// full-duplex streamed mode the chunk goes back as it came; otherwise nothing is said.
+void PassBody(BodyMode mode, const pb::HttpBody& b, pb::BodyResponse* response) {
+  if (mode == BodyMode::kFullDuplexStreamed) StreamBody(response, b.body(), b.end_of_stream());
+}
+
 void SetDestinationMetadata(pb::ProcessingResponse& r, const std::string& destination) {
   auto& lb = (*r.mutable_dynamic_metadata()->mutable_fields())[std::string(kLbNamespace)];
   (*lb.mutable_struct_value()->mutable_fields())[std::string(kDestinationHeader)].set_string_value(
@@ -253,13 +267,7 @@ void Exchange::OnRequestBody(const pb::HttpBody& b, std::vector<pb::ProcessingRe
   if (phase_ != Phase::kBody) {
     // Body after the pick (or after the request finished): pass it through unchanged.
     pb::ProcessingResponse r;
-    if (mode_ == BodyMode::kFullDuplexStreamed) {
-      auto* sr = r.mutable_request_body()->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
-      sr->set_body(b.body());
-      sr->set_end_of_stream(b.end_of_stream());
-    } else {
-      r.mutable_request_body();
-    }
+    PassBody(mode_, b, r.mutable_request_body());
     return Emit(std::move(r), out);
   }
   const std::string& chunk = b.body();
@@ -379,12 +387,15 @@ void Exchange::OnTokenIds(std::vector<uint32_t> ids, double now_s, std::vector<p
   if (settings_->defer_pick) return;  // held on, for flow control
   phase_ = Phase::kBody;
   PickUnlessShed(held_with_body_, held_trailers_, out);
-  if (held_trailers_ && !immediate_sent_) {
-    // What OnRequestTrailers emits after the pick.
-    pb::ProcessingResponse r;
-    r.mutable_request_trailers();
-    Emit(std::move(r), out);
-  }
+  AnswerHeldTrailers(out);
+}
+
+void Exchange::AnswerHeldTrailers(std::vector<pb::ProcessingResponse>& out) {
+  if (!held_trailers_ || immediate_sent_) return;
+  // What OnRequestTrailers emits after the pick.
+  pb::ProcessingResponse r;
+  r.mutable_request_trailers();
+  Emit(std::move(r), out);
 }
 
 void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out, double queued_s) {
@@ -393,12 +404,7 @@ void Exchange::Resume(double now_s, std::vector<pb::ProcessingResponse>& out, do
   sr_.queued_s = queued_s;
   phase_ = Phase::kBody;
   PickNow(held_with_body_, held_trailers_, out);
-  if (held_trailers_ && !immediate_sent_) {
-    // What OnRequestTrailers emits after the pick.
-    pb::ProcessingResponse r;
-    r.mutable_request_trailers();
-    Emit(std::move(r), out);
-  }
+  AnswerHeldTrailers(out);
 }
 
 void Exchange::Refuse(int status, std::string message, std::string_view retry_after, std::string_view dropped,
@@ -510,10 +516,9 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
     do {
       const std::size_t len = std::min(kMaxStreamedChunk, body_.size() - at);
       pb::ProcessingResponse c;
-      auto* sr = c.mutable_request_body()->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
-      sr->set_body(body_.data() + at, len);
+      StreamBody(c.mutable_request_body(), std::string_view(body_).substr(at, len),
+                 at + len == body_.size() && !trailers);
       at += len;
-      sr->set_end_of_stream(at == body_.size() && !trailers);
       Emit(std::move(c), out);
     } while (at < body_.size());
   }
@@ -599,13 +604,7 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
     }
   }
   pb::ProcessingResponse r;
-  if (response_mode_ == BodyMode::kFullDuplexStreamed) {
-    auto* sr = r.mutable_response_body()->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
-    sr->set_body(b.body());
-    sr->set_end_of_stream(b.end_of_stream());
-  } else {
-    r.mutable_response_body();
-  }
+  PassBody(response_mode_, b, r.mutable_response_body());
   Emit(std::move(r), out);
 }
 

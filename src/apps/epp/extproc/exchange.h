@@ -255,6 +255,9 @@ class Exchange {
   void PickAndAnswer(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
   // The pick itself, from sr_ (PickAndAnswer, or Resume after a deferral).
   void PickNow(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
+  // After a held request's pick: the trailers response it owes when its trailers came
+  // while it was held (none once an immediate response went).
+  void AnswerHeldTrailers(std::vector<pb::ProcessingResponse>& out);
   // The sheddable 429 while the pool is saturated, else PickNow.
   void PickUnlessShed(bool with_body, bool trailers, std::vector<pb::ProcessingResponse>& out);
   // priority_ from the objective header (ExchangeSettings::objectives; else 0).

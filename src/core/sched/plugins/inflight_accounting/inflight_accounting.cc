@@ -3,9 +3,7 @@
 namespace kvroute::sched {
 
 PluginFactory InflightAccountingFactory() {
-  return {PluginKind::kMarker, {}, [](const PluginParams&) {
-            return std::unique_ptr<Plugin>(new InflightAccounting());
-          }};
+  return FactoryWithoutParams<InflightAccounting>(PluginKind::kMarker);
 }
 
 }  // namespace kvroute::sched

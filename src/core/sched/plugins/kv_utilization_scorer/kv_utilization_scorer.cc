@@ -12,9 +12,7 @@ void KvUtilizationScorer::Score(const PickContext& ctx, std::span<const uint32_t
 }
 
 PluginFactory KvUtilizationScorerFactory() {
-  return {PluginKind::kScorer, {}, [](const PluginParams&) {
-            return std::unique_ptr<Plugin>(new KvUtilizationScorer());
-          }};
+  return FactoryWithoutParams<KvUtilizationScorer>(PluginKind::kScorer);
 }
 
 }  // namespace kvroute::sched

@@ -413,37 +413,21 @@ void LocalityFilter::StickyDrop(uint64_t key) {
 }
 
 PluginFactory LocalityFilterFactory() {
-  return {PluginKind::kFilter,
-          {{"kvThreshold", 0, kParamUnbounded, false},
-           {"queueThreshold", 0, kParamUnbounded, false},
-           {"recoverKvThreshold", 0, kParamUnbounded, false},
-           {"recoverQueueThreshold", 0, kParamUnbounded, false},
-           {"minSpillSeconds", 0, kParamUnbounded, false},
-           {"staleAfterSeconds", 0, kParamUnbounded, false},
-           {"secondsPerQueuedRequest", 0, kParamUnbounded, false},
-           {"recoverWaitRatio", 0, 1, false},
-           {"defaultRttSeconds", 0, kParamUnbounded, false},
-           {"stickySeconds", 0, kParamUnbounded, false},
-           {"stickyCapacity", 1, 1 << 24, true},
-           {"blockSize", 1, 1 << 20, true}},
-          [](const PluginParams& p) -> std::unique_ptr<Plugin> {
-            LocalityFilter::Params q;
-            q.kv_threshold = p.Get("kvThreshold", q.kv_threshold);
-            q.queue_threshold = p.Get("queueThreshold", q.queue_threshold);
-            q.recover_kv_threshold = p.Get("recoverKvThreshold", q.recover_kv_threshold);
-            q.recover_queue_threshold = p.Get("recoverQueueThreshold", q.recover_queue_threshold);
-            q.min_spill_s = p.Get("minSpillSeconds", q.min_spill_s);
-            q.stale_after_s = p.Get("staleAfterSeconds", q.stale_after_s);
-            q.seconds_per_queued = p.Get("secondsPerQueuedRequest", q.seconds_per_queued);
-            q.recover_wait_ratio = p.Get("recoverWaitRatio", q.recover_wait_ratio);
-            q.default_rtt_s = p.Get("defaultRttSeconds", q.default_rtt_s);
-            q.sticky_s = p.Get("stickySeconds", q.sticky_s);
-            q.sticky_capacity = static_cast<size_t>(
-                p.Get("stickyCapacity", static_cast<double>(q.sticky_capacity)));
-            q.block_chars =
-                static_cast<size_t>(p.Get("blockSize", static_cast<double>(q.block_chars)));
-            return std::make_unique<LocalityFilter>(q);
-          }};
+  using P = LocalityFilter::Params;
+  return ParamsFactory<LocalityFilter>(
+      PluginKind::kFilter,
+      {{{"kvThreshold", 0, kParamUnbounded, false}, &P::kv_threshold},
+       {{"queueThreshold", 0, kParamUnbounded, false}, &P::queue_threshold},
+       {{"recoverKvThreshold", 0, kParamUnbounded, false}, &P::recover_kv_threshold},
+       {{"recoverQueueThreshold", 0, kParamUnbounded, false}, &P::recover_queue_threshold},
+       {{"minSpillSeconds", 0, kParamUnbounded, false}, &P::min_spill_s},
+       {{"staleAfterSeconds", 0, kParamUnbounded, false}, &P::stale_after_s},
+       {{"secondsPerQueuedRequest", 0, kParamUnbounded, false}, &P::seconds_per_queued},
+       {{"recoverWaitRatio", 0, 1, false}, &P::recover_wait_ratio},
+       {{"defaultRttSeconds", 0, kParamUnbounded, false}, &P::default_rtt_s},
+       {{"stickySeconds", 0, kParamUnbounded, false}, &P::sticky_s},
+       {{"stickyCapacity", 1, 1 << 24, true}, &P::sticky_capacity},
+       {{"blockSize", 1, 1 << 20, true}, &P::block_chars}});
 }
 
 }  // namespace kvroute::sched

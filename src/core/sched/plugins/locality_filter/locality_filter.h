@@ -35,30 +35,32 @@
 
 namespace kvroute::sched {
 
-class LocalityFilter : public Filter {
+// locality-filter's parameters (each comment names its spec key). Defaults: the saturation
+// detector of RoutingCore::Load (waiting >= 5 or KV >= 0.8).
+struct LocalityParams {
+  double kv_threshold = 0.8;             // kvThreshold: saturated at kv >= this
+  double queue_threshold = 5;            // queueThreshold: ... or waiting >= this
+  double recover_kv_threshold = 0.7;     // recoverKvThreshold: while spilling, a local
+  double recover_queue_threshold = 2;    // recoverQueueThreshold: endpoint has room only
+                                         // at kv <= and waiting <= these
+  double min_spill_s = 1.0;              // minSpillSeconds: a spill lasts at least this
+  double stale_after_s = 1.0;            // staleAfterSeconds: older metrics are unknown
+  double seconds_per_queued = 0.02;      // secondsPerQueuedRequest: expected wait =
+                                         // waiting x this; 0 turns the wait rule off
+  double recover_wait_ratio = 0.5;       // recoverWaitRatio: a wait spill holds while
+                                         // local wait > ratio x (rtt + remote wait)
+  double default_rtt_s = std::numeric_limits<double>::infinity();  // defaultRttSeconds:
+                                         // regions with no round trip; inf: never a target
+  double sticky_s = 1.0;                 // stickySeconds: a spilled prefix keeps its
+                                         // remote replica this long (0: no sticky table)
+  size_t sticky_capacity = 4096;         // stickyCapacity: entries at most
+  size_t block_chars = 64;               // blockSize: the prefix key is the hash of the
+                                         // prompt's first block of this many characters
+};
+
+class LocalityFilter : public Configured<Filter, LocalityParams> {
  public:
-  // Defaults: the saturation detector of RoutingCore::Load (waiting >= 5 or KV >= 0.8).
-  struct Params {
-    double kv_threshold = 0.8;             // kvThreshold: saturated at kv >= this
-    double queue_threshold = 5;            // queueThreshold: ... or waiting >= this
-    double recover_kv_threshold = 0.7;     // recoverKvThreshold: while spilling, a local
-    double recover_queue_threshold = 2;    // recoverQueueThreshold: endpoint has room only
-                                           // at kv <= and waiting <= these
-    double min_spill_s = 1.0;              // minSpillSeconds: a spill lasts at least this
-    double stale_after_s = 1.0;            // staleAfterSeconds: older metrics are unknown
-    double seconds_per_queued = 0.02;      // secondsPerQueuedRequest: expected wait =
-                                           // waiting x this; 0 turns the wait rule off
-    double recover_wait_ratio = 0.5;       // recoverWaitRatio: a wait spill holds while
-                                           // local wait > ratio x (rtt + remote wait)
-    double default_rtt_s = std::numeric_limits<double>::infinity();  // defaultRttSeconds:
-                                           // regions with no round trip; inf: never a target
-    double sticky_s = 1.0;                 // stickySeconds: a spilled prefix keeps its
-                                           // remote replica this long (0: no sticky table)
-    size_t sticky_capacity = 4096;         // stickyCapacity: entries at most
-    size_t block_chars = 64;               // blockSize: the prefix key is the hash of the
-                                           // prompt's first block of this many characters
-  };
-  explicit LocalityFilter(const Params& p) : p_(p) {}
+  using Configured::Configured;
 
   // kWaiting, kRunning and kKvUsage of EndpointState::engine: the features of the latency
   // model's predictions for the predicted-miss spill (PredictedMissTarget), read only when
@@ -102,7 +104,6 @@ class LocalityFilter : public Filter {
   void AdoptStateFrom(Plugin& previous) override;
 
   const LocalityStats& stats() const { return stats_; }
-  const Params& params() const { return p_; }
   // The remote endpoint id the prefix key `key` sticks to at `now_s`, or -1.
   int64_t StickyTarget(uint64_t key, double now_s) const;
 
@@ -116,7 +117,6 @@ class LocalityFilter : public Filter {
   void StickyPut(uint64_t key, uint32_t endpoint, double now_s);
   void StickyDrop(uint64_t key);
 
-  Params p_;
   std::string region_;
   uint64_t region_key_ = 0;  // RegionKey(region_)
   std::vector<std::pair<std::string, double>> rtt_s_;

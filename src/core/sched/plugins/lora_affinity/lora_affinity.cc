@@ -31,27 +31,19 @@ void LoraAffinityFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& ca
 }
 
 namespace {
-LoraAffinityScorer::Params ParamsOf(const PluginParams& p) {
-  LoraAffinityScorer::Params q;
-  q.stale_after_s = p.Get("staleAfterSeconds", q.stale_after_s);
-  return q;
+// staleAfterSeconds, the one parameter of both.
+std::vector<ParamField<LoraAffinityParams>> LoraParams() {
+  return {{{"staleAfterSeconds", 0, kParamUnbounded, false},
+           &LoraAffinityParams::stale_after_s}};
 }
 }  // namespace
 
 PluginFactory LoraAffinityScorerFactory() {
-  return {PluginKind::kScorer,
-          {{"staleAfterSeconds", 0, kParamUnbounded, false}},
-          [](const PluginParams& p) -> std::unique_ptr<Plugin> {
-            return std::make_unique<LoraAffinityScorer>(ParamsOf(p));
-          }};
+  return ParamsFactory<LoraAffinityScorer>(PluginKind::kScorer, LoraParams());
 }
 
 PluginFactory LoraAffinityFilterFactory() {
-  return {PluginKind::kFilter,
-          {{"staleAfterSeconds", 0, kParamUnbounded, false}},
-          [](const PluginParams& p) -> std::unique_ptr<Plugin> {
-            return std::make_unique<LoraAffinityFilter>(ParamsOf(p));
-          }};
+  return ParamsFactory<LoraAffinityFilter>(PluginKind::kFilter, LoraParams());
 }
 
 }  // namespace kvroute::sched

@@ -14,6 +14,11 @@
 
 namespace kvroute::sched {
 
+// The parameter of both LoRA plugins.
+struct LoraAffinityParams {
+  double stale_after_s = 2.0;  // pool.staleness' default
+};
+
 // LoRA adapter affinity (llm-d's lora-affinity-scorer): for a request naming an adapter
 // (AdapterRequestKey, lora.h), 1.0 where the adapter has running requests, else 0.8
 // where the engine has room to load it (running + waiting adapters < max_lora), else 0.6
@@ -21,18 +26,12 @@ namespace kvroute::sched {
 // unknown (not reported, invalid, or scraped more than stale_after_s ago) scores 0. A
 // base-model request, or any request in a fleet that reports no LoRA state, scores 0
 // everywhere: the totals, and so the picks, are exactly those without this scorer.
-class LoraAffinityScorer : public Scorer {
+class LoraAffinityScorer : public Configured<Scorer, LoraAffinityParams> {
  public:
-  struct Params {
-    double stale_after_s = 2.0;  // pool.staleness' default
-  };
-  explicit LoraAffinityScorer(const Params& p) : p_(p) {}
+  using Configured::Configured;
   uint32_t consumed_fields() const override { return metrics::EngineMetrics::kLora; }
   void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
              std::span<double> out) override;
-
- private:
-  Params p_;
 };
 
 // For a request naming a LoRA adapter (AdapterRequestKey): keeps the endpoints where it can
@@ -41,14 +40,11 @@ class LoraAffinityScorer : public Scorer {
 // counts as neither). When no candidate qualifies it keeps them all (load decides), and a
 // base-model request is never filtered. A scorer alone lets load outweigh "no room", and a
 // request sent where max_loras is reached waits behind requests that may run for minutes.
-class LoraAffinityFilter : public Filter {
+class LoraAffinityFilter : public Configured<Filter, LoraAffinityParams> {
  public:
-  explicit LoraAffinityFilter(const LoraAffinityScorer::Params& p) : p_(p) {}
+  using Configured::Configured;
   uint32_t consumed_fields() const override { return metrics::EngineMetrics::kLora; }
   void Apply(const PickContext& ctx, std::vector<uint32_t>& candidates) override;
-
- private:
-  LoraAffinityScorer::Params p_;
 };
 
 // Parameter staleAfterSeconds (2), for either.

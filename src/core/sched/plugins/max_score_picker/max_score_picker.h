@@ -1,10 +1,7 @@
 // max-score-picker: the default picker (registry.h).
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <vector>
+#include <memory>
 
 #include "core/sched/plugin.h"
 #include "core/sched/plugin_factory.h"
@@ -12,13 +9,8 @@
 namespace kvroute::sched {
 
 // Ranks by total score, best first, ties broken uniformly at random (RankByMaxScore,
-// plugin.h). A profile without a picker gets one.
-class MaxScorePicker : public Picker {
- public:
-  void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
-            std::span<const double> totals, size_t max_ranked,
-            std::vector<uint32_t>& ranked) override;
-};
+// plugin.h). A profile without a picker gets one (MakeMaxScorePicker).
+std::unique_ptr<Picker> MakeMaxScorePicker();
 
 // No parameters.
 PluginFactory MaxScorePickerFactory();

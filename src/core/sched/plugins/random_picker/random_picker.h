@@ -1,25 +1,11 @@
 // random-picker (registry.h).
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <vector>
-
-#include "core/sched/plugin.h"
 #include "core/sched/plugin_factory.h"
 
 namespace kvroute::sched {
 
-// Uniform random order, scores ignored.
-class RandomPicker : public Picker {
- public:
-  void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
-            std::span<const double> totals, size_t max_ranked,
-            std::vector<uint32_t>& ranked) override;
-};
-
-// No parameters.
+// Uniform random order, scores ignored. No parameters.
 PluginFactory RandomPickerFactory();
 
 }  // namespace kvroute::sched

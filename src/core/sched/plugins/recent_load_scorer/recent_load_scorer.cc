@@ -46,15 +46,10 @@ void RecentLoadScorer::AdoptStateFrom(Plugin& previous) {
 }
 
 PluginFactory RecentLoadScorerFactory() {
-  return {PluginKind::kScorer,
-          {{"halfLifeSeconds", 0, kParamUnbounded, false},
-           {"minSpread", 0, kParamUnbounded, false}},
-          [](const PluginParams& p) -> std::unique_ptr<Plugin> {
-            RecentLoadScorer::Params q;
-            q.half_life_s = p.Get("halfLifeSeconds", q.half_life_s);
-            q.min_spread = p.Get("minSpread", q.min_spread);
-            return std::make_unique<RecentLoadScorer>(q);
-          }};
+  using P = RecentLoadScorer::Params;
+  return ParamsFactory<RecentLoadScorer>(
+      PluginKind::kScorer, {{{"halfLifeSeconds", 0, kParamUnbounded, false}, &P::half_life_s},
+                            {{"minSpread", 0, kParamUnbounded, false}, &P::min_spread}});
 }
 
 }  // namespace kvroute::sched

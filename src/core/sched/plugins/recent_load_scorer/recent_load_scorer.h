@@ -10,6 +10,12 @@
 
 namespace kvroute::sched {
 
+// recent-load-scorer's parameters.
+struct RecentLoadParams {
+  double half_life_s = 10.0;
+  double min_spread = 2.0;
+};
+
 // Traffic over the last several seconds, not only at this instant: an exponentially
 // decayed count of the requests dispatched to each endpoint (halving every half_life_s).
 // Score = 1 - (c - min) / (max - min + min_spread) over the candidates.
@@ -23,13 +29,9 @@ namespace kvroute::sched {
 // to the least-used one; it is small against a real prefix match.
 // Role kOther (its own dispatch history, not a scraped load); reads nothing from
 // EndpointState::engine.
-class RecentLoadScorer : public Scorer {
+class RecentLoadScorer : public Configured<Scorer, RecentLoadParams> {
  public:
-  struct Params {
-    double half_life_s = 10.0;
-    double min_spread = 2.0;
-  };
-  explicit RecentLoadScorer(const Params& p) : p_(p) {}
+  using Configured::Configured;
   void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
              std::span<double> out) override;
   int64_t OnDispatched(const PendingRequest& req, const EndpointState& endpoint,
@@ -44,7 +46,6 @@ class RecentLoadScorer : public Scorer {
     double value = 0.0;
     double at_s = 0.0;
   };
-  Params p_;
   std::vector<Count> counts_;  // by endpoint id
 };
 

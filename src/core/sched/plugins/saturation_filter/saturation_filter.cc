@@ -23,17 +23,11 @@ void SaturationFilter::Apply(const PickContext& ctx, std::vector<uint32_t>& cand
 }
 
 PluginFactory SaturationFilterFactory() {
-  return {PluginKind::kFilter,
-          {{"kvThreshold", 0, kParamUnbounded, false},
-           {"queueThreshold", 0, kParamUnbounded, false},
-           {"staleAfterSeconds", 0, kParamUnbounded, false}},
-          [](const PluginParams& p) -> std::unique_ptr<Plugin> {
-            SaturationFilter::Params q;
-            q.kv_threshold = p.Get("kvThreshold", q.kv_threshold);
-            q.queue_threshold = p.Get("queueThreshold", q.queue_threshold);
-            q.stale_after_s = p.Get("staleAfterSeconds", q.stale_after_s);
-            return std::make_unique<SaturationFilter>(q);
-          }};
+  using P = SaturationFilter::Params;
+  return ParamsFactory<SaturationFilter>(
+      PluginKind::kFilter, {{{"kvThreshold", 0, kParamUnbounded, false}, &P::kv_threshold},
+                            {{"queueThreshold", 0, kParamUnbounded, false}, &P::queue_threshold},
+                            {{"staleAfterSeconds", 0, kParamUnbounded, false}, &P::stale_after_s}});
 }
 
 }  // namespace kvroute::sched

@@ -74,15 +74,11 @@ void SloHeadroomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> c
 }
 
 PluginFactory SloHeadroomPickerFactory() {
-  return {PluginKind::kPicker,
-          {{"fitFraction", 1e-3, 1, false}, {"useTpot", 0, 1, true}, {"maxCachedLoss", 0, 1, false}},
-          [](const PluginParams& p) -> std::unique_ptr<Plugin> {
-            SloHeadroomPicker::Params q;
-            q.fit_fraction = p.Get("fitFraction", q.fit_fraction);
-            q.use_tpot = p.Get("useTpot", q.use_tpot ? 1.0 : 0.0) != 0;
-            q.max_cached_loss = p.Get("maxCachedLoss", q.max_cached_loss);
-            return std::make_unique<SloHeadroomPicker>(q);
-          }};
+  using P = SloHeadroomPicker::Params;
+  return ParamsFactory<SloHeadroomPicker>(
+      PluginKind::kPicker, {{{"fitFraction", 1e-3, 1, false}, &P::fit_fraction},
+                            {{"useTpot", 0, 1, true}, &P::use_tpot},
+                            {{"maxCachedLoss", 0, 1, false}, &P::max_cached_loss}});
 }
 
 }  // namespace kvroute::sched

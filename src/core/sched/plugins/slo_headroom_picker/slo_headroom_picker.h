@@ -12,6 +12,19 @@
 
 namespace kvroute::sched {
 
+// slo-headroom-picker's parameters.
+struct SloHeadroomParams {
+  // Another endpoint is taken over the blend's choice only when its prediction is at
+  // most this fraction of the objective (room for the model's error).
+  double fit_fraction = 0.25;
+  // Judge the TPOT objective too (off: TTFT only; the TPOT model is not good enough).
+  bool use_tpot = false;
+  // An endpoint with room must hold at least the blend choice's cached share of the
+  // prompt minus this (0..1): by default, no colder replica (a move to one makes the
+  // fleet prefill the prompt again; measured, docs/BENCHMARKS.md).
+  double max_cached_loss = 0.0;
+};
+
 // Picks by predicted latency against the request's objectives (issue 24; docs/POLICIES.md
 // "Picking by predicted latency"). The latency model (SchedRequest::latency) predicts, for
 // each candidate, TTFT from the prompt tokens not cached there (by the profile's prefix
@@ -33,29 +46,13 @@ namespace kvroute::sched {
 // against the blend; moves to colder replicas won 8% on one burst and lost 31% on
 // another; and TPOT predictions (MAPE 50-100% in overload) moved requests off prefix-warm
 // replicas for nothing.
-class SloHeadroomPicker : public Picker {
+class SloHeadroomPicker : public Configured<Picker, SloHeadroomParams> {
  public:
-  struct Params {
-    // Another endpoint is taken over the blend's choice only when its prediction is at
-    // most this fraction of the objective (room for the model's error).
-    double fit_fraction = 0.25;
-    // Judge the TPOT objective too (off: TTFT only; the TPOT model is not good enough).
-    bool use_tpot = false;
-    // An endpoint with room must hold at least the blend choice's cached share of the
-    // prompt minus this (0..1): by default, no colder replica (a move to one makes the
-    // fleet prefill the prompt again; measured, docs/BENCHMARKS.md).
-    double max_cached_loss = 0.0;
-  };
-  SloHeadroomPicker() = default;
-  explicit SloHeadroomPicker(const Params& p) : p_(p) {}
+  using Configured::Configured;
   uint32_t consumed_fields() const override;
   void Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
             std::span<const double> totals, size_t max_ranked,
             std::vector<uint32_t>& ranked) override;
-  const Params& params() const { return p_; }
-
- private:
-  Params p_;
 };
 
 // Parameters fitFraction (0.25), useTpot (0) and maxCachedLoss (0).

@@ -30,15 +30,10 @@ void SoftLoadScorer::Score(const PickContext& ctx, std::span<const uint32_t> can
 }
 
 PluginFactory SoftLoadScorerFactory() {
-  return {PluginKind::kScorer,
-          {{"minSpread", 0, kParamUnbounded, false},
-           {"relativeSpread", 0, kParamUnbounded, false}},
-          [](const PluginParams& p) -> std::unique_ptr<Plugin> {
-            SoftLoadScorer::Params q;
-            q.min_spread = p.Get("minSpread", q.min_spread);
-            q.relative_spread = p.Get("relativeSpread", q.relative_spread);
-            return std::make_unique<SoftLoadScorer>(q);
-          }};
+  using P = SoftLoadScorer::Params;
+  return ParamsFactory<SoftLoadScorer>(
+      PluginKind::kScorer, {{{"minSpread", 0, kParamUnbounded, false}, &P::min_spread},
+                            {{"relativeSpread", 0, kParamUnbounded, false}, &P::relative_spread}});
 }
 
 }  // namespace kvroute::sched

@@ -9,6 +9,12 @@
 
 namespace kvroute::sched {
 
+// soft-load-scorer's parameters.
+struct SoftLoadParams {
+  double min_spread = 4.0;
+  double relative_spread = 0.0;
+};
+
 // Load balance that acts before saturation without letting one request of difference
 // swamp the other scorers. A candidate's load is x = max(router in-flight count,
 // waiting + running) (the router's own count is current; the scrape also sees other
@@ -17,20 +23,13 @@ namespace kvroute::sched {
 // d / (d + spread) of the weight, so small differences cost little and large ones
 // almost all of it. (min-max alone charges the full weight for a single request.)
 // Role kLoad; reads the load view (PickContext::loads), nothing from EndpointState::engine.
-class SoftLoadScorer : public Scorer {
+class SoftLoadScorer : public Configured<Scorer, SoftLoadParams> {
  public:
-  struct Params {
-    double min_spread = 4.0;
-    double relative_spread = 0.0;
-  };
-  explicit SoftLoadScorer(const Params& p) : p_(p) {}
+  using Configured::Configured;
   ScorerRole role() const override { return ScorerRole::kLoad; }
   void Score(const PickContext& ctx, std::span<const uint32_t> candidates,
              std::span<double> out) override;
   static double LoadOf(const EndpointLoad& l);
-
- private:
-  Params p_;
 };
 
 // Parameters minSpread (4) and relativeSpread (0).

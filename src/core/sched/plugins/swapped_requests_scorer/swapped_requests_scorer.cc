@@ -14,9 +14,7 @@ void SwappedRequestsScorer::Score(const PickContext& ctx, std::span<const uint32
 }
 
 PluginFactory SwappedRequestsScorerFactory() {
-  return {PluginKind::kScorer, {}, [](const PluginParams&) {
-            return std::unique_ptr<Plugin>(new SwappedRequestsScorer());
-          }};
+  return FactoryWithoutParams<SwappedRequestsScorer>(PluginKind::kScorer);
 }
 
 }  // namespace kvroute::sched

@@ -4,11 +4,13 @@
 
 namespace kvroute::sched {
 
-void WeightedRandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t> candidates,
-                                std::span<const double> totals, size_t max_ranked,
-                                std::vector<uint32_t>& ranked) {
+namespace {
+
+void RankByWeight(const PickContext& ctx, std::span<const uint32_t> candidates,
+                  std::span<const double> totals, size_t max_ranked,
+                  std::vector<uint32_t>& ranked) {
   const size_t n = totals.size();
-  const size_t k = (max_ranked == 0 || max_ranked > n) ? n : max_ranked;
+  const size_t k = RankCount(max_ranked, n);
   std::vector<double>& w_ = ctx.scratch->f64;
   std::vector<uint32_t>& idx_ = ctx.scratch->u32_b;
   w_.assign(totals.begin(), totals.end());
@@ -46,10 +48,8 @@ void WeightedRandomPicker::Rank(const PickContext& ctx, std::span<const uint32_t
   }
 }
 
-PluginFactory WeightedRandomPickerFactory() {
-  return {PluginKind::kPicker, {}, [](const PluginParams&) {
-            return std::unique_ptr<Plugin>(new WeightedRandomPicker());
-          }};
-}
+}  // namespace
+
+PluginFactory WeightedRandomPickerFactory() { return FunctionPickerFactory<&RankByWeight>(); }
 
 }  // namespace kvroute::sched
