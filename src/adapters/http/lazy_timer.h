@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 namespace kvroute::http {
 
@@ -25,7 +26,8 @@ class LazyTimer {
   // Called with keep.get() of the Set call that armed the wait, once the deadline passed.
   using Callback = void (*)(void* owner);
 
-  LazyTimer(boost::asio::io_context::executor_type ex, Callback cb) : timer_(ex), cb_(cb) {}
+  LazyTimer(const boost::asio::io_context::executor_type& ex, Callback cb)
+      : timer_(ex), cb_(std::move(cb)) {}
 
   // Expires at `when`, replacing any earlier setting. `keep` is a shared_ptr to the owner
   // or a raw pointer to an owner derived from enable_shared_from_this; it is copied only

@@ -536,7 +536,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Enqueue(std::move(head), std::move(a.body), {}, true, {});
   }
 
-  void SendError(int status, std::string message) {
+  void SendError(int status, const std::string& message) {
     read_timer_.Clear();
     keep_alive_ = false;
     chunked_ = true;

@@ -160,7 +160,7 @@ struct ApiRequest::Session : std::enable_shared_from_this<ApiRequest::Session> {
                            });
   }
 
-  void OnResolve(beast::error_code ec, tcp::resolver::results_type results) {
+  void OnResolve(beast::error_code ec, const tcp::resolver::results_type& results) {
     if (done) return;
     if (ec) return Finish(ApiError::kConnect, "resolve " + access().host + ": " + ec.message());
     beast::get_lowest_layer(stream).expires_after(impl->options.connect_timeout);
@@ -311,7 +311,7 @@ struct ApiRequest::Session : std::enable_shared_from_this<ApiRequest::Session> {
     Finish(ApiError::kHttpStatus, why);
   }
 
-  void Finish(ApiError error, std::string why) {
+  void Finish(ApiError error, const std::string& why) {
     if (done) return;
     done = true;
     if (error != ApiError::kNone) ++impl->stats.failures[static_cast<size_t>(error)];

@@ -57,6 +57,7 @@ report::ErrorKind KindForUpstream(http::UpstreamError e) {
 
 std::vector<metrics::ScrapeTarget> ScrapeTargets(const std::vector<HostPort>& fleet) {
   std::vector<metrics::ScrapeTarget> targets;
+  targets.reserve(fleet.size());
   for (const HostPort& hp : fleet) targets.push_back({hp.host, hp.port});
   return targets;
 }

@@ -376,7 +376,7 @@ void FillMeta(const DemoOptions& o, const config::Scenario& sc, const std::strin
   meta->scenario = sc.name + " (live, scaled down)";
   meta->seed = plan.seed;
   meta->slo = sc.slo;
-  auto info = [&](const std::string& k, std::string v) { meta->info.emplace_back(k, v); };
+  auto info = [&](const std::string& k, const std::string& v) { meta->info.emplace_back(k, v); };
   info("scenario_file", path);
   info("replicas", std::to_string(plan.n));
   info("kv_blocks_per_replica", std::to_string(plan.ec.num_gpu_blocks));
@@ -444,6 +444,7 @@ std::thread StartDoctor(const DemoOptions& o, const std::string& policy, const L
                         const sim::Fleet& fleet, const std::atomic<bool>* traffic_over,
                         Diagnosis* diagnosis) {
   std::vector<DoctorTarget> targets;
+  targets.reserve(static_cast<size_t>(plan.n));
   for (int i = 0; i < plan.n; ++i) {
     targets.push_back({plan.replicas[i].name, "127.0.0.1", fleet.port(i)});
   }
@@ -512,7 +513,7 @@ bool RunLivePolicy(const DemoOptions& o, const config::Scenario& sc, const LiveP
   Log(o, fmt::format("[{}] starting {} simulated replicas and the router", policy, n));
   sim::Fleet fleet(plan.replicas, 1);
   if (Status st = fleet.Start(); !st.ok()) {
-    const std::string e = st.message();
+    const std::string& e = st.message();
     result->error = "fleet: " + e;
     return false;
   }

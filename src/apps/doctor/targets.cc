@@ -34,6 +34,7 @@ std::string Trim(std::string_view s) {
 
 std::vector<Target> TargetsOf(const std::vector<config::EndpointConfig>& eps) {
   std::vector<Target> out;
+  out.reserve(eps.size());
   for (const config::EndpointConfig& e : eps) {
     out.push_back(Target{e.name.empty() ? e.address : e.name, e.host_port.host, e.host_port.port,
                          e.kv_events});
@@ -113,8 +114,12 @@ Status ParseEndpointList(std::string_view list, std::vector<Target>& out) {
     std::string error;
     std::optional<config::HostPort> hp = config::ParseHostPort(entry, &error);
     if (!hp) {
-      return Status::InvalidArgument("--endpoints entry " + std::to_string(index) + " '" + entry +
-                                     "': " + error);
+      std::string msg = "--endpoints entry " + std::to_string(index);
+      msg += " '";
+      msg += entry;
+      msg += "': ";
+      msg += error;
+      return Status::InvalidArgument(msg);
     }
     out.push_back(Target{entry, hp->host, hp->port});
   }

@@ -389,7 +389,7 @@ struct Epp::Impl {
     });
   }
 
-  void HandleHttp(std::shared_ptr<http::Exchange> ex) {
+  void HandleHttp(const std::shared_ptr<http::Exchange>& ex) {
     const http::Request& req = ex->request();
     std::string_view target(req.target().data(), req.target().size());
     std::string_view path = target.substr(0, target.find('?'));

@@ -178,7 +178,7 @@ class Replica {
 
   // completions, chat, embeddings (a prefill of the inputs) and responses (chat answered
   // as a Responses object or event stream).
-  void HandleGenerate(std::shared_ptr<http::Exchange> ex, api::Endpoint endpoint);
+  void HandleGenerate(const std::shared_ptr<http::Exchange>& ex, api::Endpoint endpoint);
   answers::Response ResponseOf(const Live& l, const engine::RequestOutput& o) const;
   void Admit(const std::shared_ptr<Live>& live);
   void OnClientGone(uint64_t id);
@@ -205,7 +205,7 @@ class Replica {
   // Faults (replica_faults.cc).
   double FaultNow() const;  // wall seconds since start_
   void HandleAdmin(std::shared_ptr<http::Exchange> ex);
-  void HandleMetrics(std::shared_ptr<http::Exchange> ex);
+  void HandleMetrics(const std::shared_ptr<http::Exchange>& ex);
   std::string MetricsBody() const;  // MetricsText, or the frozen text under metrics_stale
   // Starts `spec` (its FaultSet entry) and then its effects on requests in flight.
   void ActivateFault(const fault::FaultSpec& spec);
@@ -228,7 +228,7 @@ class Replica {
   // KV events (replica_kv_events.cc): publishes what the engine recorded (one batch), if
   // anything.
   void PublishKvEvents();
-  void HandleResetPrefixCache(std::shared_ptr<http::Exchange> ex);
+  void HandleResetPrefixCache(const std::shared_ptr<http::Exchange>& ex);
   // The engine config for the current process generation: a restarted process draws a
   // new hash seed, so every block hash changes (vLLM without PYTHONHASHSEED).
   engine::EngineConfig GenerationEngineConfig() const;
@@ -242,7 +242,7 @@ class Replica {
   std::string ModelsBody() const;
 
   // LoRA (docs/SIM_API.md, "LoRA adapters"; replica_lora.cc).
-  void HandleLoraAdapter(std::shared_ptr<http::Exchange> ex, bool unload);
+  void HandleLoraAdapter(const std::shared_ptr<http::Exchange>& ex, bool unload);
   // nullptr when no adapter is called `name`.
   const Adapter* FindAdapter(std::string_view name) const;
   void AddAdapter(std::string name, std::string path);

@@ -91,7 +91,7 @@ void Replica::HandleAdmin(std::shared_ptr<http::Exchange> ex) {
   ApplyFaultStart(parsed.spec->kind);
 }
 
-void Replica::HandleMetrics(std::shared_ptr<http::Exchange> ex) {
+void Replica::HandleMetrics(const std::shared_ptr<http::Exchange>& ex) {
   const fault::ActiveFault* slow = faults_.Find(fault::FaultKind::kMetricsSlow);
   if (!slow) {
     ex->Respond(200, MetricsBody(), "text/plain; version=0.0.4; charset=utf-8");

@@ -27,7 +27,7 @@ void Replica::PublishKvEvents() {
   kv_scratch_.clear();
 }
 
-void Replica::HandleResetPrefixCache(std::shared_ptr<http::Exchange> ex) {
+void Replica::HandleResetPrefixCache(const std::shared_ptr<http::Exchange>& ex) {
   // vLLM answers 200 with an empty body whether or not the pool agreed (it only logs
   // "Failed to reset prefix cache ... some blocks are not freed yet"); the
   // AllBlocksCleared event, or its absence, is the outcome.

@@ -42,7 +42,7 @@ void Replica::AddAdapter(std::string name, std::string path) {
 // engine's adapter cache on first use (EngineConfig::lora), where vLLM would read them
 // now. An unload forgets it and drops it from the cache; requests already queued for it
 // still finish.
-void Replica::HandleLoraAdapter(std::shared_ptr<http::Exchange> ex, bool unload) {
+void Replica::HandleLoraAdapter(const std::shared_ptr<http::Exchange>& ex, bool unload) {
   api::LoraAdapterParse parsed = api::ParseLoraAdapterRequest(ex->request().body(), unload);
   if (!parsed.ok()) {
     ex->Respond(parsed.error.status, api::ErrorBody(parsed.error));

@@ -89,7 +89,7 @@ std::string Replica::ModelsBody() const {
   return out;
 }
 
-void Replica::HandleGenerate(std::shared_ptr<http::Exchange> ex, api::Endpoint endpoint) {
+void Replica::HandleGenerate(const std::shared_ptr<http::Exchange>& ex, api::Endpoint endpoint) {
   if (faults_.TakeHttpError()) {
     const int status = faults_.Find(fault::FaultKind::kHttpError)->spec.status;
     RespondApiError(*ex, status, "Injected fault: http_error (kvroute sim).");

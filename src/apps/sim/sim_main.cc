@@ -355,7 +355,7 @@ int Run(const SimOptions& o) {
 
   Fleet fleet(configs, threads);
   if (Status st = fleet.Start(); !st.ok()) {
-    const std::string err = st.message();
+    const std::string& err = st.message();
     std::fprintf(stderr, "kvroute sim: %s\n", err.c_str());
     return 1;
   }

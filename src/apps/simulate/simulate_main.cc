@@ -191,6 +191,7 @@ int RunSweep(const Options& o, const config::Scenario& sc,
                  : sc.slo.ttft_s > 0             ? sc.slo.ttft_s
                                                  : 2.0;
   std::vector<PolicySweep> sweeps;
+  sweeps.reserve(policies.size());
   for (const std::string& p : policies) sweeps.push_back({p, {}});
   for (double rate : rates) {
     const config::Scenario at = WithRate(sc, rate);

@@ -281,7 +281,7 @@ PluginSpec P(std::string type, std::map<std::string, ParamValue> params = {}) {
 }
 
 SchedulingSpec Profile(std::vector<PluginSpec> plugins,
-                       std::vector<std::pair<std::string, double>> refs) {
+                       const std::vector<std::pair<std::string, double>>& refs) {
   SchedulingSpec s;
   s.plugins = std::move(plugins);
   ProfileSpec prof;

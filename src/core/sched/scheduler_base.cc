@@ -159,7 +159,8 @@ double SchedulerBase::EstimateBlocks(const PendingRequest& p, const EndpointStat
   const int64_t cached_tokens = std::max<int64_t>(0, cached_chars) / 4;
   const int64_t uncached = std::max<int64_t>(0, p.prompt_tokens - cached_tokens);
   const int64_t bs = BlockSize(e);
-  return static_cast<double>((uncached + p.expected_output_tokens + bs - 1) / bs);
+  const int64_t blocks = (uncached + p.expected_output_tokens + bs - 1) / bs;  // rounded up
+  return static_cast<double>(blocks);
 }
 
 void SchedulerBase::Remember(const EndpointState& e) {

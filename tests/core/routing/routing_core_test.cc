@@ -442,8 +442,9 @@ TEST(RoutingCore, PickTimerFeedsTheSchedulingHistogram) {
   core.OnScrape(0, Scraped(V010("0.0", "0.0", "0.1"), 0.0), 0.0);
   for (int i = 0; i < 4; ++i) Serve(core, Prompt(i), 0.1);
   const std::string m = Metrics(core, 0.1);
-  // The same timer times each plugin call inside the pick (two reads each): a pick of a
-  // profile with P plugins spans 1 + 2P steps.
+  // The same timer times each plugin call inside the pick: one read before the first call,
+  // one after each call and one before the picker (after the weighted sum), so a pick of a
+  // profile with P plugins reads it P + 2 times inside and spans P + 3 steps.
   std::size_t plugins = 0;
   for (std::size_t at = 0; (at = m.find("\nllm_d_epp_plugin_duration_seconds_count{", at)) != std::string::npos; ++at) {
     ++plugins;
@@ -452,7 +453,7 @@ TEST(RoutingCore, PickTimerFeedsTheSchedulingHistogram) {
   const std::string sum = "kvroute_scheduling_duration_seconds_sum ";
   const std::size_t at = m.find(sum);
   ASSERT_NE(at, std::string::npos) << m;
-  EXPECT_NEAR(std::stod(m.substr(at + sum.size())), 4 * 3e-6 * static_cast<double>(1 + 2 * plugins), 1e-12);
+  EXPECT_NEAR(std::stod(m.substr(at + sum.size())), 4 * 3e-6 * static_cast<double>(plugins + 3), 1e-12);
   EXPECT_NE(m.find("kvroute_scheduling_duration_seconds_count 4.0"), std::string::npos) << m;
   EXPECT_NE(m.find("kvroute_scheduling_duration_seconds_bucket{le=\"2.5e-06\"} 0.0"), std::string::npos);
 }

@@ -318,12 +318,11 @@ void FleetTtft(const std::vector<ReplicaHistory>& replicas,
   for (size_t i = 0; ok && i < replicas.size(); ++i) {
     const ReplicaFigures& r = figures[i];
     if (std::find(live.begin(), live.end(), &r) == live.end()) continue;
-    if (!ttft[i]) {
+    // A replica without the histogram, or with other bucket bounds, leaves no fleet figure.
+    if (!ttft[i] || (merged && merged->upper != ttft[i]->upper)) {
       ok = false;
     } else if (!merged) {
       merged = ttft[i];
-    } else if (merged->upper != ttft[i]->upper) {
-      ok = false;
     } else {
       for (size_t b = 0; b < merged->cumulative.size(); ++b) {
         merged->cumulative[b] += ttft[i]->cumulative[b];
