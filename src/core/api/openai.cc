@@ -347,8 +347,9 @@ bool ReadKvTransferParams(element v, ParsedRequest& req, ApiError& err) {
   KvTransferParams p;
   for (auto [key, value] : obj) {
     if (value.is_null()) continue;
+    const std::string_view name = key;  // clang 14 cannot capture a structured binding
     const auto scalar = std::find_if(std::begin(kKvTransferScalars), std::end(kKvTransferScalars),
-                                     [&](const KvTransferField& f) { return f.key == key; });
+                                     [name](const KvTransferField& f) { return f.key == name; });
     if (scalar != std::end(kKvTransferScalars)) {
       if (!ReadKvTransferField(value, *scalar, p, err)) return false;
     } else if (key == "remote_block_ids") {
