@@ -54,8 +54,8 @@ CertDecision CertWatch::Poll(FileSystem& fs, bool force) {
   return d;
 }
 
-CertDecision CertWatch::Reject(std::string error) {
-  return RejectOnce<CertDecision>(std::move(error), last_error_);
+CertDecision CertWatch::Reject(const std::string& error) {
+  return RejectOnce<CertDecision>(error, last_error_);
 }
 
 }  // namespace kvroute::pool

@@ -52,7 +52,7 @@ class CertWatch {
   const std::string& key_file() const { return key_file_; }
 
  private:
-  CertDecision Reject(std::string error);
+  CertDecision Reject(const std::string& error);
 
   std::string cert_file_, key_file_;
   tls::KeyPair serving_;

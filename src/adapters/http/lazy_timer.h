@@ -27,7 +27,7 @@ class LazyTimer {
   using Callback = void (*)(void* owner);
 
   LazyTimer(const boost::asio::io_context::executor_type& ex, Callback cb)
-      : timer_(ex), cb_(std::move(cb)) {}
+      : timer_(ex), cb_(cb) {}
 
   // Expires at `when`, replacing any earlier setting. `keep` is a shared_ptr to the owner
   // or a raw pointer to an owner derived from enable_shared_from_this; it is copied only

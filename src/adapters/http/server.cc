@@ -520,9 +520,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
-  void Reject(RejectReason reason, int status, std::string message) {
+  void Reject(RejectReason reason, int status, const std::string& message) {
     shared_->Count(reason);
-    SendError(status, std::move(message));
+    SendError(status, message);
   }
 
   void SendEarly(EarlyAnswer a) {

@@ -155,8 +155,8 @@ struct ApiRequest::Session : std::enable_shared_from_this<ApiRequest::Session> {
     beast::get_lowest_layer(stream).expires_after(impl->options.connect_timeout);
     resolver.async_resolve(access().host, std::to_string(access().port),
                            [self = shared_from_this()](beast::error_code ec,
-                                                       tcp::resolver::results_type r) {
-                             self->OnResolve(ec, std::move(r));
+                                                       const tcp::resolver::results_type& r) {
+                             self->OnResolve(ec, r);
                            });
   }
 

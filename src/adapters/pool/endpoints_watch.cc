@@ -78,11 +78,11 @@ void EndpointsFileWatch::Applied() {
   last_error_.clear();
 }
 
-WatchDecision EndpointsFileWatch::Rejected(std::string error) { return Reject(std::move(error)); }
+WatchDecision EndpointsFileWatch::Rejected(const std::string& error) { return Reject(error); }
 
-WatchDecision EndpointsFileWatch::Reject(std::string error) {
+WatchDecision EndpointsFileWatch::Reject(const std::string& error) {
   valid_ = false;
-  return RejectOnce<WatchDecision>(std::move(error), last_error_);
+  return RejectOnce<WatchDecision>(error, last_error_);
 }
 
 }  // namespace kvroute::pool

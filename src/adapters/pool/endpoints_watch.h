@@ -68,12 +68,12 @@ struct WatchDecision {
 // A watch's decision (WatchDecision, CertDecision) to reject what it read: `error`, to be
 // logged unless it is the error reported last (`last_error`, which it becomes).
 template <class Decision>
-Decision RejectOnce(std::string error, std::string& last_error) {
+Decision RejectOnce(const std::string& error, std::string& last_error) {
   Decision d;
   d.kind = Decision::Kind::kRejected;
   d.log = error != last_error;
   last_error = error;
-  d.error = std::move(error);
+  d.error = error;
   return d;
 }
 
@@ -87,7 +87,7 @@ class EndpointsFileWatch {
   // The caller applied the kApply entries of the last Poll.
   void Applied();
   // The caller could not apply them (`error` says why); treated like a broken file.
-  WatchDecision Rejected(std::string error);
+  WatchDecision Rejected(const std::string& error);
 
   const std::string& path() const { return path_; }
   // True while the file, as last read, is the applied endpoint set.
@@ -96,7 +96,7 @@ class EndpointsFileWatch {
   bool has_applied() const { return has_applied_; }
 
  private:
-  WatchDecision Reject(std::string error);
+  WatchDecision Reject(const std::string& error);
 
   std::string path_;
   bool primed_ = false;  // stamp_ holds a real observation

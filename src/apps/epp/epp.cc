@@ -289,7 +289,7 @@ struct Epp::Impl {
     so.error_body = api::ErrorBodyFor;
     so.log = [this](std::string_view l) { Log(l); };
     metrics_server = std::make_unique<http::Server>(
-        io->contexts(), so, [this](std::shared_ptr<http::Exchange> ex) { HandleHttp(std::move(ex)); });
+        io->contexts(), so, [this](const std::shared_ptr<http::Exchange>& ex) { HandleHttp(ex); });
     if (Status st = metrics_server->Listen(); !st.ok()) {
       return Status::Unavailable("metrics: " + st.message());
     }

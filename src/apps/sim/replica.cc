@@ -193,7 +193,7 @@ void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
                                : path == "/v1/chat/completions" ? api::Endpoint::kChatCompletions
                                : path == "/v1/embeddings"       ? api::Endpoint::kEmbeddings
                                                                 : api::Endpoint::kResponses;
-    return HandleGenerate(std::move(ex), kind);
+    return HandleGenerate(ex, kind);
   }
   if (path == "/tokenize" || path == "/detokenize") {
     if (!only(verb::post, "POST")) return;
@@ -201,11 +201,11 @@ void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
   }
   if (path == "/metrics") {
     if (!only(verb::get, "GET")) return;
-    return HandleMetrics(std::move(ex));
+    return HandleMetrics(ex);
   }
   if (path == "/reset_prefix_cache") {
     if (!only(verb::post, "POST")) return;
-    return HandleResetPrefixCache(std::move(ex));
+    return HandleResetPrefixCache(ex);
   }
   if (path == "/health") {
     if (!only(verb::get, "GET")) return;
@@ -220,7 +220,7 @@ void Replica::Handle(std::shared_ptr<http::Exchange> ex) {
   if (config_.engine.lora.enabled &&
       (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")) {
     if (!only(verb::post, "POST")) return;
-    return HandleLoraAdapter(std::move(ex), path == "/v1/unload_lora_adapter");
+    return HandleLoraAdapter(ex, path == "/v1/unload_lora_adapter");
   }
   RespondApiError(*ex, 404, "Not Found");
 }

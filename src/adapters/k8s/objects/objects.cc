@@ -352,7 +352,7 @@ Status ReadPool(element e, const std::string& path, InferencePool& pool) {
     if (Status s = OptArray(spec, "targetPorts", spath, ports, present); !s.ok()) return s;
     const std::string ppath = Join(spath, "targetPorts");
     if (!present) return FieldError(ppath, "missing");
-    const Status read_ports =
+    Status read_ports =
         ForEachObject(ports, ppath, [&](object port, const std::string& ipath) {
           element number;
           if (!Lookup(port, "number", number)) return FieldError(Join(ipath, "number"), "missing");
