@@ -23,7 +23,7 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(prom_parser openai_request router_config scenario_config fleet_config endpoints_file
            http_server extproc_exchange k8s_watch_event doctor_scrape kv_event_decode tokenize pd_legs
-           session_token lora_adapter api_keys tls_key_pair)
+           session_token lora_adapter api_keys tls_key_pair trace)
 fi
 
 dict_for() {
@@ -35,6 +35,7 @@ dict_for() {
     extproc_exchange) echo extproc.dict ;;
     k8s_watch_event) echo k8s.dict ;;
     kv_event_decode) echo kvevents.dict ;;
+    trace) echo trace.dict ;;
   esac
 }
 

@@ -87,7 +87,7 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
   if (!n.IsMap()) n.Fail("must be a mapping");
   n.CheckKeys({"type", "endpoint", "num_groups", "num_prompts_per_group", "system_prompt_len",
                "question_len", "output_len", "max_turns", "think_time_s", "input_len", "path",
-               "time_scale", "prefix_len", "adapters"});
+               "time_scale", "prefix_len", "adapters", "format", "block_size"});
   w->kind = n.Require("type").Enum<workload::WorkloadKind>(
       "type", {{"shared-prefix", workload::WorkloadKind::kSharedPrefix},
                {"multi-turn", workload::WorkloadKind::kMultiTurn},
@@ -111,6 +111,7 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
   OptNumber(n, "think_time_s", &w->think_time_s);
   OptNumber(n, "time_scale", &w->time_scale);
   OptInt(n, "prefix_len", &w->prefix_len);
+  OptInt(n, "block_size", &w->block_size);
   if (ConfigNode a = n.Get("adapters")) {
     if (!a.IsMap()) a.Fail("must be a mapping of count, zipf, share");
     a.CheckKeys({"count", "zipf", "share"});
@@ -130,7 +131,16 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
     if (!in) path.Fail("cannot read " + p.string() + ": " + std::strerror(errno));
     std::stringstream text;
     text << in.rdbuf();
-    workload::TraceParseResult t = workload::ParseTraceCsv(text.str(), p.string());
+    // The format: `format`, else by the file's extension (.jsonl: Mooncake's).
+    workload::TraceFormat format = p.extension() == ".jsonl" ? workload::TraceFormat::kMooncake
+                                                              : workload::TraceFormat::kAzureCsv;
+    OptEnum(n, "format", &format,
+            {{"mooncake", workload::TraceFormat::kMooncake},
+             {"azure", workload::TraceFormat::kAzureCsv},
+             {"csv", workload::TraceFormat::kAzureCsv}});
+    if (w->block_size < 1) n.Get("block_size").Fail("must be >= 1");
+    workload::TraceParseResult t =
+        workload::ParseTrace(format, text.str(), p.string(), w->block_size);
     if (!t.ok()) path.Fail(t.error);
     w->trace = std::make_shared<std::vector<workload::TraceRow>>(std::move(t.rows));
   }

@@ -15,7 +15,10 @@
 //     question_len: {min: 100, max: 300, mean: 200, std_dev: 50}
 //     output_len: {mixture: [{weight: 0.8, value: 50}, {weight: 0.2, mean: 2000, ...}]}
 //     # multi-turn: max_turns, think_time_s; random: input_len;
-//     # trace: path (relative to this file), time_scale, prefix_len
+//     # trace: path (relative to this file), time_scale (2: twice as fast), and
+//     #   format: azure (CSV: prefix_len) or mooncake (JSON lines with hash_ids;
+//     #   block_size: 512 tokens per hash id); default by extension (.jsonl: mooncake).
+//     #   arrivals.num_requests and duration_s truncate it (docs/TRACES.md)
 //     adapters: {count: 16, zipf: 1.1, share: 0.8}  # LoRA: `share` of the requests name
 //                                    #   an adapter adapter-0..count-1, drawn with Zipf
 //                                    #   exponent `zipf` (adapter-0 the most popular; 0:

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -522,6 +523,46 @@ TEST(ScenarioLoraTest, BadLoraSettingsAreNamed) {
                     "  lora: {max_lora: 4}\n"),
             "test.yaml:4: fleet.lora.max_lora: unknown key 'max_lora' (did you mean "
             "'max_loras'?)");
+}
+
+}  // namespace
+}  // namespace kvroute::config
+
+namespace kvroute::config {
+namespace {
+
+// A Mooncake trace: the format by key or by extension; a malformed line is an error that
+// names the scenario's line and field, then the trace file, its line and field.
+TEST(ScenarioConfigTest, ReadsMooncakeTracesAndNamesTheirErrors) {
+  const std::string dir = ::testing::TempDir();
+  const std::string good = dir + "/kvroute-mc-good.jsonl";
+  const std::string bad = dir + "/kvroute-mc-bad.txt";
+  {
+    std::ofstream(good) << R"({"timestamp": 0, "input_length": 30, "output_length": 4, "hash_ids": [5, 6]})"
+                        << "\n";
+    std::ofstream(bad) << R"({"timestamp": 0, "input_length": 30, "output_length": 4, "hash_ids": [5, 6]})"
+                       << "\n"
+                       << R"({"timestamp": 2, "input_length": 30, "output_length": 4, "hash_ids": [5]})"
+                       << "\n";
+  }
+  const Scenario s = MustParse("workload: {type: trace, path: " + good +
+                               ", block_size: 16}\narrivals: {num_requests: 5}\n");
+  ASSERT_NE(s.workload.trace, nullptr);
+  ASSERT_EQ(s.workload.trace->size(), 1u);
+  EXPECT_EQ(s.workload.block_size, 16);
+  EXPECT_EQ(s.workload.trace->front().hash_ids, (std::vector<uint64_t>{5, 6}));
+  EXPECT_EQ(ErrorOf("workload:\n  type: trace\n  format: mooncake\n  block_size: 16\n  path: " +
+                    bad + "\n"),
+            "test.yaml:5: workload.path: " + bad +
+                ":2: hash_ids: 1 ids for input_length 30 at block_size 16 (expected 2)");
+  // The default block size is Mooncake's 512: two ids are too many for 30 tokens.
+  EXPECT_EQ(ErrorOf("workload: {type: trace, path: " + good + "}\n"),
+            "test.yaml:1: workload.path: " + good +
+                ":1: hash_ids: 2 ids for input_length 30 at block_size 512 (expected 1)");
+  EXPECT_EQ(ErrorOf("workload: {type: trace, format: mooncak, path: " + good + "}\n"),
+            "test.yaml:1: workload.format: unknown format 'mooncak' (did you mean 'mooncake'?)");
+  EXPECT_EQ(ErrorOf("workload: {type: trace, block_size: 0, path: " + good + "}\n"),
+            "test.yaml:1: workload.block_size: must be >= 1");
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
+
+#include <simdjson.h>
 
 #include "core/common/lines.h"
 
@@ -90,7 +93,97 @@ bool ParseDateTime(std::string_view s, double* out) {
   return true;
 }
 
+// Rows by time (stable), times from the earliest row.
+void SortAndRebase(std::vector<TraceRow>& rows) {
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const TraceRow& a, const TraceRow& b) { return a.time_s < b.time_s; });
+  if (!rows.empty()) {
+    const double t0 = rows.front().time_s;
+    for (TraceRow& r : rows) r.time_s -= t0;
+  }
+}
+
+// A Mooncake line's integer field `name` >= `min`, or an error message.
+std::string ReadCount(simdjson::dom::object obj, const char* name, int64_t min, int64_t* out) {
+  simdjson::dom::element v;
+  if (obj.at_key(name).get(v)) return std::string(name) + ": missing";
+  if (v.get_int64().get(*out) || *out < min) {
+    return std::string(name) + ": expected an integer >= " + std::to_string(min);
+  }
+  return {};
+}
+
+// One Mooncake line into `row`; an error message ("field: problem") or empty.
+std::string ReadMooncakeLine(simdjson::dom::parser& parser, std::string_view line,
+                             int64_t block_size, TraceRow* row) {
+  simdjson::dom::element doc;
+  if (parser.parse(simdjson::padded_string(line)).get(doc)) return "not a JSON object";
+  simdjson::dom::object obj;
+  if (doc.get_object().get(obj)) return "not a JSON object";
+  simdjson::dom::element ts;
+  double ms = 0.0;
+  if (obj.at_key("timestamp").get(ts)) return "timestamp: missing";
+  if (ts.get_double().get(ms) || !(ms >= 0.0) || !(ms <= 1e15)) {
+    return "timestamp: expected milliseconds, 0 to 1e15";
+  }
+  row->time_s = ms / 1000.0;
+  if (std::string e = ReadCount(obj, "input_length", 1, &row->context_tokens); !e.empty()) return e;
+  if (std::string e = ReadCount(obj, "output_length", 1, &row->generated_tokens); !e.empty()) {
+    return e;
+  }
+  simdjson::dom::element ids_el;
+  simdjson::dom::array ids;
+  if (obj.at_key("hash_ids").get(ids_el)) return "hash_ids: missing";
+  if (ids_el.get_array().get(ids)) return "hash_ids: expected an array of integers >= 0";
+  row->hash_ids.clear();
+  row->hash_ids.reserve(ids.size());
+  for (simdjson::dom::element id : ids) {
+    uint64_t x = 0;
+    if (id.get_uint64().get(x)) return "hash_ids: expected an array of integers >= 0";
+    row->hash_ids.push_back(x);
+  }
+  const int64_t blocks = (row->context_tokens + block_size - 1) / block_size;
+  if (static_cast<int64_t>(row->hash_ids.size()) != blocks) {
+    return "hash_ids: " + std::to_string(row->hash_ids.size()) + " ids for input_length " +
+           std::to_string(row->context_tokens) + " at block_size " + std::to_string(block_size) +
+           " (expected " + std::to_string(blocks) + ")";
+  }
+  return {};
+}
+
 }  // namespace
+
+TraceParseResult ParseTraceMooncake(std::string_view text, std::string_view source_name,
+                                    int64_t block_size) {
+  TraceParseResult result;
+  if (block_size < 1) {
+    result.error = std::string(source_name) + ": block_size must be >= 1";
+    return result;
+  }
+  simdjson::dom::parser parser;
+  Lines lines(text);
+  std::string_view line;
+  int line_no = 0;
+  while (lines.Next(line)) {
+    ++line_no;
+    if (Trim(line).empty()) continue;
+    TraceRow row;
+    if (std::string e = ReadMooncakeLine(parser, line, block_size, &row); !e.empty()) {
+      result.rows.clear();
+      result.error = std::string(source_name) + ":" + std::to_string(line_no) + ": " + e;
+      return result;
+    }
+    result.rows.push_back(std::move(row));
+  }
+  SortAndRebase(result.rows);
+  return result;
+}
+
+TraceParseResult ParseTrace(TraceFormat format, std::string_view text,
+                            std::string_view source_name, int64_t block_size) {
+  return format == TraceFormat::kMooncake ? ParseTraceMooncake(text, source_name, block_size)
+                                          : ParseTraceCsv(text, source_name);
+}
 
 TraceParseResult ParseTraceCsv(std::string_view text, std::string_view source_name) {
   TraceParseResult result;
@@ -131,7 +224,10 @@ TraceParseResult ParseTraceCsv(std::string_view text, std::string_view source_na
     }
     TraceRow row;
     std::string_view ts = cells[col_time];
-    if (!ParseDouble(ts, &row.time_s) && !ParseDateTime(ts, &row.time_s)) {
+    // Seconds within +-1e12 (a date-time is ~1.7e9): an infinite or NaN time, or one whose
+    // difference from the earliest row overflows, is not a time.
+    const bool parsed = ParseDouble(ts, &row.time_s) || ParseDateTime(ts, &row.time_s);
+    if (!parsed || !(std::fabs(row.time_s) <= 1e12)) {
       return fail(line_no,
                   "TIMESTAMP: not seconds or YYYY-MM-DD HH:MM:SS[.f]: '" + std::string(ts) + "'");
     }
@@ -152,12 +248,7 @@ TraceParseResult ParseTraceCsv(std::string_view text, std::string_view source_na
     result.rows.push_back(row);
   }
   if (!have_header) return fail(line_no, "empty trace (no header)");
-  std::stable_sort(result.rows.begin(), result.rows.end(),
-                   [](const TraceRow& a, const TraceRow& b) { return a.time_s < b.time_s; });
-  if (!result.rows.empty()) {
-    const double t0 = result.rows.front().time_s;
-    for (TraceRow& r : result.rows) r.time_s -= t0;
-  }
+  SortAndRebase(result.rows);
   return result;
 }
 

@@ -19,6 +19,7 @@ enum KeyKind : uint64_t {
   kTracePrefixKey = 5,
   kTraceBodyKey = 6,
   kAdapterKey = 7,
+  kTraceBlockKey = 8,
 };
 
 uint64_t SegmentKey(uint64_t seed, KeyKind kind, uint64_t index) {
@@ -68,6 +69,7 @@ Status WorkloadSpec::Validate() const {
       if (!trace) return Status::InvalidArgument("trace: no trace loaded");
       if (!(time_scale > 0.0)) return Status::InvalidArgument("time_scale: must be > 0");
       if (prefix_len < 0) return Status::InvalidArgument("prefix_len: must be >= 0");
+      if (block_size < 1) return Status::InvalidArgument("block_size: must be >= 1");
       return Status::Ok();
   }
   return ValidateDist("output_len", output_len, 1);
@@ -246,6 +248,23 @@ bool RequestGenerator::NextRequest(RequestSpec* out) {
     if (arrival_spec_.duration_s > 0.0 && r.arrival_s >= arrival_spec_.duration_s) return false;
     r.id = next_id_++;
     r.max_tokens = row.generated_tokens;
+    r.prompt_tokens = row.context_tokens;
+    if (!row.hash_ids.empty()) {
+      r.group_id = static_cast<int64_t>(row.hash_ids.front() & (~0ULL >> 1));
+      int64_t left = row.context_tokens;
+      for (uint64_t id : row.hash_ids) {
+        const int64_t tokens = std::min(left, spec_.block_size);
+        if (tokens <= 0) break;
+        r.segments.push_back({SegmentKey(seed_, kTraceBlockKey, id), static_cast<int32_t>(tokens),
+                              Role::kUser, false});
+        left -= tokens;
+      }
+      if (left > 0) {  // fewer ids than blocks: the rest is this request's own text
+        r.segments.push_back({SegmentKey(seed_, kTraceBodyKey, r.id), static_cast<int32_t>(left),
+                              Role::kUser, false});
+      }
+      return true;
+    }
     int64_t prefix = 0;
     if (row.prefix_group >= 0) {
       prefix = row.prefix_tokens >= 0 ? row.prefix_tokens : spec_.prefix_len;
@@ -260,7 +279,6 @@ bool RequestGenerator::NextRequest(RequestSpec* out) {
       r.segments.push_back({SegmentKey(seed_, kTraceBodyKey, r.id),
                             static_cast<int32_t>(row.context_tokens - prefix), Role::kUser, false});
     }
-    r.prompt_tokens = row.context_tokens;
     return true;
   }
 

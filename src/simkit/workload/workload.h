@@ -51,7 +51,9 @@ struct RequestSpec {
   std::vector<Segment> segments;
   int64_t prompt_tokens = 0;  // sum of segment tokens (a completions prompt's exact count)
   int64_t max_tokens = 0;     // output length; send with ignore_eos so it is exact
-  int64_t group_id = -1;      // shared-prefix group (or trace prefix group); -1 none
+  // shared-prefix group (or the trace's prefix group, or a Mooncake row's first hash id);
+  // -1 none
+  int64_t group_id = -1;
   int64_t conversation_id = -1;
   int32_t turn = 0;  // 0-based turn within the conversation
   // Multi-turn dependency: when >= 0, the request must not be sent before request
@@ -101,10 +103,13 @@ struct WorkloadSpec {
   AdapterPopulation adapters;
   // trace replay: rows (see trace.h); arrivals come from the trace, scaled by
   // time_scale (2 = twice as fast); requests in the same prefix group share their first
-  // min(prefix_len, ContextTokens) tokens (row's PrefixTokens when present).
+  // min(prefix_len, ContextTokens) tokens (row's PrefixTokens when present). A row with
+  // hash ids (Mooncake's format) is one segment of block_size tokens per id instead (the
+  // last one what remains of ContextTokens), keyed by the id: equal ids, equal text.
   std::shared_ptr<const std::vector<TraceRow>> trace;
   double time_scale = 1.0;
   int64_t prefix_len = 0;
+  int64_t block_size = 512;
 
   // Ok when usable, else InvalidArgument with the message "field: problem".
   Status Validate() const;

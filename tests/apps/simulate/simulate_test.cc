@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <unordered_set>
 
 #include "config/scenario_config.h"
 #include "core/metrics/engine_metrics.h"
@@ -292,6 +293,39 @@ namespace kvroute::simulate {
 namespace {
 
 // LoRA: 2 replicas that run one adapter per batch, 3 adapters named by every request.
+// Mooncake's synthetic trace replayed on one replica whose cache holds everything: the
+// engine's prefix hit rate equals the trace's ideal (a request's leading ids seen before,
+// times 512, capped at its length, over all prompt tokens), computed here from the rows.
+TEST(SimulateTest, MooncakeTraceHitsItsIdealRateWithUnboundedCache) {
+  const std::string dir = kvroute::test_support::SourceDir() + "/examples/traces";
+  config::ConfigOr<Scenario> load = config::ParseScenario(R"(
+seed: 1
+workload: {type: trace, format: mooncake, path: mooncake-synthetic.jsonl, block_size: 512,
+           time_scale: 0.25}
+fleet: {replicas: 1, kv_blocks: 4000000, max_model_len: 262144}
+)",
+                                                          "mooncake.yaml", dir);
+  ASSERT_TRUE(load.ok()) << load.error.ToString();
+  const std::vector<workload::TraceRow>& rows = *load.value->workload.trace;
+  ASSERT_EQ(rows.size(), 3993u);
+  std::unordered_set<uint64_t> seen;
+  int64_t ideal = 0, total = 0;
+  for (const workload::TraceRow& row : rows) {
+    int64_t lead = 0;
+    while (lead < static_cast<int64_t>(row.hash_ids.size()) && seen.count(row.hash_ids[lead])) {
+      ++lead;
+    }
+    ideal += std::min(lead * 512, row.context_tokens);
+    total += row.context_tokens;
+    seen.insert(row.hash_ids.begin(), row.hash_ids.end());
+  }
+  const double ideal_rate = static_cast<double>(ideal) / static_cast<double>(total);
+  EXPECT_NEAR(ideal_rate, 0.651, 0.0005);  // examples/traces/README.md
+  const SimulationResult r = RunSimulation(*load.value, "round-robin", ideal_rate);
+  EXPECT_EQ(r.report.succeeded, 3993);
+  EXPECT_NEAR(r.report.request_cached_fraction, ideal_rate, 0.01);
+}
+
 const char* kLora = R"(
 seed: 5
 workload:
