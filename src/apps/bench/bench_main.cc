@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -98,7 +99,9 @@ bool ApplyWorkloadFlags(const BenchOptions& o, BenchConfig* cfg, std::string* er
   const BenchOptions::Given& given = o.given;
   workload::WorkloadSpec& w = cfg->workload;
   bool ok = true;
-  if (given.workload || !given.scenario) {
+  if (given.trace && !given.workload) {
+    w.kind = workload::WorkloadKind::kTrace;
+  } else if (given.workload || !given.scenario) {
     w.kind = ParseKind(o.workload_kind, &ok);
     if (!ok) {
       *err = "unknown --workload '" + o.workload_kind + "'";
@@ -134,11 +137,30 @@ bool ApplyWorkloadFlags(const BenchOptions& o, BenchConfig* cfg, std::string* er
   if (given.think_time) w.think_time_s = o.think_time;
   if (given.trace_time_scale) w.time_scale = o.trace_time_scale;
   if (given.prefix_len) w.prefix_len = o.prefix_len;
+  if (given.block_size) w.block_size = o.block_size;
   if (given.trace) {
+    workload::TraceFormat format = o.trace_path.ends_with(".jsonl")
+                                       ? workload::TraceFormat::kMooncake
+                                       : workload::TraceFormat::kAzureCsv;
+    if (given.trace_format) {
+      if (o.trace_format == "mooncake") {
+        format = workload::TraceFormat::kMooncake;
+      } else if (o.trace_format == "azure" || o.trace_format == "csv") {
+        format = workload::TraceFormat::kAzureCsv;
+      } else {
+        *err = "unknown --trace-format '" + o.trace_format + "' (mooncake or azure)";
+        return false;
+      }
+    }
+    if (w.block_size < 1) {
+      *err = "--block-size: must be >= 1";
+      return false;
+    }
     std::ifstream f(o.trace_path, std::ios::binary);
     std::stringstream ss;
     ss << f.rdbuf();
-    workload::TraceParseResult parsed = workload::ParseTraceCsv(ss.str(), o.trace_path);
+    workload::TraceParseResult parsed =
+        workload::ParseTrace(format, ss.str(), o.trace_path, w.block_size);
     if (!parsed.ok()) {
       *err = parsed.error;
       return false;
@@ -298,9 +320,12 @@ void PrintReport(const BenchConfig& cfg, const BenchResult& result, const report
     std::printf("fleet: no prefix-cache queries seen in /metrics (%lld scrapes failed)\n",
                 static_cast<long long>(failed));
   } else if (!cfg.fleet.empty()) {
-    std::printf("fleet: prefix hit rate %.1f%% (cached/prompt %.1f%%), KV usage min %.2f max %.2f "
+    const std::string cached = rep.request_cached_fraction >= 0
+                                   ? fmt::format("{:.1f}%", 100 * rep.request_cached_fraction)
+                                   : std::string("not reported");
+    std::printf("fleet: prefix hit rate %.1f%% (cached/prompt %s), KV usage min %.2f max %.2f "
                 "peak %.2f, waiting mean %.1f max %.0f, preemptions %lld\n",
-                100 * rep.prefix_hit_rate, 100 * rep.request_cached_fraction, rep.kv_usage_min,
+                100 * rep.prefix_hit_rate, cached.c_str(), rep.kv_usage_min,
                 rep.kv_usage_max, rep.kv_usage_peak, rep.waiting_mean, rep.waiting_max,
                 static_cast<long long>(rep.preemptions));
   }

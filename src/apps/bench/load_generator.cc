@@ -243,7 +243,7 @@ class Runner {
     bool stream_error = false;
     int64_t stream_error_code = 0;
     bool has_usage = false;
-    int64_t usage_prompt = 0, usage_completion = 0, usage_cached = 0;
+    int64_t usage_prompt = 0, usage_completion = 0, usage_cached = -1;
     size_t slot = 0;  // index in in_flight_
     http::UpstreamCall call;
   };
@@ -404,7 +404,8 @@ class Runner {
     r->chunks = 0;
     r->saw_done = r->stream_error = r->has_usage = false;
     r->stream_error_code = 0;
-    r->usage_prompt = r->usage_completion = r->usage_cached = 0;
+    r->usage_prompt = r->usage_completion = 0;
+    r->usage_cached = -1;
     r->call = http::UpstreamCall();
     free_.emplace_back(r);
   }

@@ -76,7 +76,8 @@ std::optional<HostPort> ParseHostPortItem(std::string_view item, std::string_vie
   }
   if (hp.host.empty()) hp.host = std::string(default_host);
   auto port = ParseInt(port_text);
-  if (!port || *port < 1 || *port > 65535 || hp.host.empty()) {
+  if (!port || *port < 1 || *port > 65535 || hp.host.empty() ||
+      hp.host.find_first_of("/@ ") != std::string::npos) {
     *error = "bad host:port '" + std::string(item) + "'";
     return std::nullopt;
   }
@@ -140,6 +141,11 @@ std::optional<std::vector<HostPort>> ParseFleetList(std::string_view list,
   bool ok = true;
   ForEachItem(list, ',', [&](std::string_view item) {
     if (!ok || item.empty()) return;
+    // A replica's URL names it as well as host:port does; its path is not used.
+    if (item.substr(0, 7) == "http://") {
+      item.remove_prefix(7);
+      item = item.substr(0, item.find('/'));
+    }
     auto hp = ParseHostPortItem(item, default_host, error);
     if (!hp) {
       ok = false;
@@ -334,9 +340,16 @@ void AddFlags(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
   app.add_option("--think-time", o.think_time,
                  "multi-turn: seconds between an answer and the next question");
-  app.add_option("--trace", o.trace_path, "trace: Azure-format CSV")->check(CLI::ExistingFile);
-  app.add_option("--trace-time-scale", o.trace_time_scale,
+  app.add_option("--trace", o.trace_path,
+                 "Replay this trace (implies --workload trace): Mooncake JSON lines or an "
+                 "Azure-format CSV (docs/TRACES.md)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--trace-format", o.trace_format,
+                 "mooncake | azure (default: mooncake for a .jsonl file, else azure)");
+  app.add_option("--time-scale,--trace-time-scale", o.trace_time_scale,
                  "trace: replay speed (2 = twice as fast)");
+  app.add_option("--block-size", o.block_size, "mooncake: prompt tokens per hash id")
+      ->capture_default_str();
   app.add_option("--prefix-len", o.prefix_len, "trace: shared prefix tokens per group");
   app.add_option("--arrival", o.arrival, "poisson | gamma | constant")->capture_default_str();
   app.add_option("--burstiness", o.burstiness, "gamma shape (1 = Poisson)");
@@ -379,7 +392,9 @@ void NoteGivenFlags(const CLI::App& app, BenchOptions& o) {
   g.max_turns = given("--max-turns");
   g.think_time = given("--think-time");
   g.trace = given("--trace");
-  g.trace_time_scale = given("--trace-time-scale");
+  g.trace_format = given("--trace-format");
+  g.trace_time_scale = given("--time-scale");
+  g.block_size = given("--block-size");
   g.prefix_len = given("--prefix-len");
   g.arrival = given("--arrival");
   g.burstiness = given("--burstiness");

@@ -29,8 +29,9 @@ struct BenchOptions {
   std::string system_len = "1000", question_len = "100", output_len = "64", input_len = "256";
   int max_turns = 5;
   double think_time = 0.0;
-  std::string trace_path;
+  std::string trace_path, trace_format;
   double trace_time_scale = 1.0;
+  int64_t block_size = 512;
   int64_t prefix_len = 0;
   std::string arrival = "poisson", stages, slo_text, fleet_list, fleet_ports, fleet_host;
   double burstiness = 1.0, rate = 10.0, duration = 0.0;
@@ -46,7 +47,8 @@ struct BenchOptions {
     bool scenario = false, workload = false, endpoint = false, num_groups = false,
          prompts_per_group = false, system_len = false, question_len = false,
          output_len = false, input_len = false, max_turns = false, think_time = false,
-         trace = false, trace_time_scale = false, prefix_len = false, arrival = false,
+         trace = false, trace_format = false, trace_time_scale = false, block_size = false,
+         prefix_len = false, arrival = false,
          burstiness = false, rate = false, stages = false, num_requests = false,
          duration = false, max_concurrency = false, seed = false, slo = false;
   } given;

@@ -126,7 +126,7 @@ StreamEvent StreamEventParser::Parse(std::string_view payload) {
     simdjson::dom::object details;
     if (usage["prompt_tokens_details"].get_object().get(details) == simdjson::SUCCESS &&
         details["cached_tokens"].get(v) == simdjson::SUCCESS) {
-      ev.cached_tokens = IntOr(v, 0);
+      ev.cached_tokens = IntOr(v, -1);
     }
   }
   return ev;

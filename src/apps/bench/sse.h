@@ -56,7 +56,7 @@ struct StreamEvent {
   bool has_usage = false;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  int64_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens; 0 when absent
+  int64_t cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens; -1 when absent
   int64_t error_code = 0;     // error.code when numeric
   std::string_view error_message;
 };

@@ -161,7 +161,8 @@ PolicyReport Summarize(std::string policy, std::span<const RequestRecord> record
   e2e.reserve(records.size());
   double first = 0.0, last = 0.0;
   bool any = false;
-  int64_t out_tokens = 0, in_tokens = 0, cached = 0;
+  int64_t out_tokens = 0, in_tokens = 0, cached = 0, cached_in = 0;
+  bool any_cached = false;
   for (const RequestRecord& r : records) {
     const double end = r.e2e_s >= 0 ? r.send_s + r.e2e_s : r.send_s;
     if (!any) {
@@ -183,7 +184,11 @@ PolicyReport Summarize(std::string policy, std::span<const RequestRecord> record
     if (MeetsSlo(r, slo)) ++rep.good;
     out_tokens += r.output_tokens;
     in_tokens += r.prompt_tokens;
-    cached += r.cached_tokens;
+    if (r.cached_tokens >= 0) {
+      any_cached = true;
+      cached += r.cached_tokens;
+      cached_in += r.prompt_tokens;
+    }
     if (r.ttft_s >= 0) ttft.push_back(r.ttft_s);
     if (r.e2e_s >= 0) e2e.push_back(r.e2e_s);
     const double t = r.Tpot();
@@ -219,10 +224,14 @@ PolicyReport Summarize(std::string policy, std::span<const RequestRecord> record
                             ? static_cast<double>(totals.prefix_hits_tokens) /
                                   static_cast<double>(totals.prefix_queries_tokens)
                             : 0.0;
-  rep.request_cached_fraction =
-      in_tokens > 0 ? static_cast<double>(cached) / static_cast<double>(in_tokens) : 0.0;
+  if (any_cached) {
+    rep.request_cached_fraction =
+        cached_in > 0 ? static_cast<double>(cached) / static_cast<double>(cached_in) : 0.0;
+  }
   rep.oracle_hit_rate = totals.oracle_hit_rate;
-  if (totals.oracle_hit_rate > 0) {
+  if (rep.request_cached_fraction < 0) {
+    // Unknown: no response said what it found cached.
+  } else if (totals.oracle_hit_rate > 0) {
     rep.oracle_ratio = rep.request_cached_fraction / totals.oracle_hit_rate;
   } else if (totals.oracle_hit_rate == 0) {
     rep.oracle_ratio = 1.0;  // nothing could hit, nothing was missed

@@ -42,7 +42,7 @@ struct RequestRecord {
   double max_itl_s = 0.0;  // largest gap between consecutive tokens
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
-  int64_t cached_tokens = 0;  // prefix-cache hit tokens, when the server reports them
+  int64_t cached_tokens = 0;  // prefix-cache hit tokens; -1 when the server did not say
   int32_t endpoint = -1;      // where it was served; -1 when unknown
   int32_t retries = 0;        // attempts after the first (another endpoint, before any byte)
   ErrorKind error = ErrorKind::kNone;
@@ -229,7 +229,9 @@ struct PolicyReport {
   // Prefix cache: engine counters (hits/queries, preemption re-queries included) and
   // per request (sum cached / sum prompt over succeeded requests).
   double prefix_hit_rate = 0.0;
-  double request_cached_fraction = 0.0;
+  // -1 when no succeeded request reported its cached tokens (vLLM reports them only with
+  // --enable-prompt-tokens-details): unknown, not zero.
+  double request_cached_fraction = -1.0;
   double oracle_hit_rate = -1.0;
   double oracle_ratio = -1.0;  // request_cached_fraction / oracle_hit_rate
   double kv_usage_min = 0.0, kv_usage_max = 0.0, kv_usage_peak = 0.0;

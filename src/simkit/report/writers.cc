@@ -191,7 +191,7 @@ std::string ReportJson(const ReportMeta& meta, std::span<const PolicyReport> pol
     w.Field("itl_p99_s", p.itl_p99_s);
     w.Field("max_itl_p99_s", p.max_itl_p99_s);
     w.Field("prefix_hit_rate", p.prefix_hit_rate);
-    w.Field("request_cached_fraction", p.request_cached_fraction);
+    w.FieldOrNull("request_cached_fraction", p.request_cached_fraction);
     w.FieldOrNull("oracle_hit_rate", p.oracle_hit_rate);
     w.FieldOrNull("oracle_ratio", p.oracle_ratio);
     w.Field("kv_usage_min", p.kv_usage_min);

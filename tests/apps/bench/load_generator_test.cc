@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
+#include <unordered_set>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "apps/sim/fleet.h"
 #include "support/sim_replica.h"
 #include "support/stub_server.h"
+#include "support/test_paths.h"
 
 namespace kvroute::bench {
 namespace {
@@ -166,6 +170,64 @@ TEST_F(BenchFleetTest, MultiTurnSendsEachTurnAfterThePreviousFinished) {
     EXPECT_GT(cur->cached_tokens, 0) << s.id;
   }
   EXPECT_GE(dependent, 6);  // conversations are picked at random; most have follow-ups
+}
+
+// The first `n` rows of examples/traces/mooncake-synthetic.jsonl.
+std::vector<workload::TraceRow> MooncakeRows(size_t n) {
+  const std::string path =
+      kvroute::test_support::SourceDir() + "/examples/traces/mooncake-synthetic.jsonl";
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  workload::TraceParseResult parsed = workload::ParseTraceMooncake(ss.str(), path, 512);
+  EXPECT_TRUE(parsed.ok()) << parsed.error;
+  if (parsed.rows.size() > n) parsed.rows.resize(n);
+  return parsed.rows;
+}
+
+TEST_F(BenchFleetTest, ReplaysAMooncakeTraceWithExactPromptsAndItsIdealHitRate) {
+  // One replica whose cache holds everything: every hash id seen before is a hit, so the
+  // engine's hit rate is the trace's ideal one, computed here from the ids alone.
+  sim::ReplicaConfig big =
+      kvroute::test_support::SimReplica({.kv_blocks = 4000000, .max_model_len = 262144});
+  fleet_ = std::make_unique<sim::Fleet>(std::vector<sim::ReplicaConfig>{big}, 1);
+  ASSERT_TRUE(fleet_->Start().ok());
+  const std::vector<workload::TraceRow> rows = MooncakeRows(120);
+  ASSERT_EQ(rows.size(), 120u);
+  BenchConfig c = SharedPrefixConfig(fleet_->port(0), 120);
+  c.fleet = {Addr(0)};
+  c.workload.kind = workload::WorkloadKind::kTrace;
+  c.workload.block_size = 512;
+  c.workload.trace = std::make_shared<const std::vector<workload::TraceRow>>(rows);
+  c.workload.time_scale = 50;  // ~35 s of trace in ~0.7 s
+  BenchResult r = RunBench(c);
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(r.records.size(), 120u);
+  EXPECT_EQ(r.summary.succeeded, 120);
+
+  std::unordered_set<uint64_t> seen;
+  int64_t ideal = 0, total = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const workload::TraceRow& row = rows[i];
+    // The text sent for each hash id tokenizes to exactly block_size tokens on the sim.
+    EXPECT_EQ(r.records[i].prompt_tokens, row.context_tokens) << i;
+    EXPECT_EQ(r.records[i].output_tokens, row.generated_tokens) << i;
+    size_t lead = 0;
+    while (lead < row.hash_ids.size() && seen.count(row.hash_ids[lead])) ++lead;
+    ideal += std::min(static_cast<int64_t>(lead) * 512, row.context_tokens);
+    total += row.context_tokens;
+    seen.insert(row.hash_ids.begin(), row.hash_ids.end());
+  }
+  EXPECT_EQ(r.totals.prefix_queries_tokens, total);
+  // The engine recomputes a fully cached prompt's last block (vLLM keeps one token to
+  // compute), so it may miss up to one 16-token block per fully repeated request.
+  EXPECT_LE(r.totals.prefix_hits_tokens, ideal);
+  EXPECT_GE(r.totals.prefix_hits_tokens, ideal - 16 * 120);
+  EXPECT_GT(ideal, 0);
+  // This replica does not report cached tokens in usage (vLLM's default): unknown, not 0.
+  EXPECT_EQ(r.records[0].cached_tokens, -1);
+  EXPECT_EQ(r.summary.request_cached_fraction, -1.0);
+  EXPECT_EQ(r.summary.oracle_ratio, -1.0);
 }
 
 TEST_F(BenchFleetTest, MaxConcurrencyHoldsRequestsBack) {

@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "apps/bench/bench_main.h"
 
 namespace kvroute::bench {
 namespace {
@@ -40,6 +45,14 @@ TEST(OptionsTest, ParsesFleetListsAndRanges) {
   EXPECT_FALSE(ParseFleetList("a:1,b:x", "h", &err));
   EXPECT_EQ(err, "bad host:port 'b:x'");
   EXPECT_FALSE(ParseFleetList("", "h", &err));
+  // A replica's URL (as --url takes it) names it too; a scheme left in a host does not.
+  auto u = ParseFleetList("http://10.0.0.2:8000,http://[::1]:81/metrics", "h", &err);
+  ASSERT_TRUE(u.has_value()) << err;
+  ASSERT_EQ(u->size(), 2u);
+  EXPECT_EQ((*u)[0].ToString(), "10.0.0.2:8000");
+  EXPECT_EQ((*u)[1].ToString(), "[::1]:81");
+  EXPECT_FALSE(ParseFleetList("https://10.0.0.2:8000", "h", &err));
+  EXPECT_EQ(err, "bad host:port 'https://10.0.0.2:8000'");
 
   auto r = ParsePortRange("18001-18008", "h", &err);
   ASSERT_TRUE(r.has_value()) << err;
@@ -127,6 +140,48 @@ TEST(OptionsTest, ParsesHeaders) {
   EXPECT_FALSE(ParseHeader("host:x", &err));
   EXPECT_FALSE(ParseHeader("x-a:b\r\nx-injected: 1", &err));
   EXPECT_EQ(err, "bad value for header 'x-a': control character");
+}
+
+}  // namespace
+}  // namespace kvroute::bench
+
+namespace kvroute::bench {
+namespace {
+
+// BenchMain's exit code and what it printed to stderr, for these arguments.
+std::pair<int, std::string> RunMain(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  ::testing::internal::CaptureStderr();
+  const int rc = BenchMain(static_cast<int>(argv.size()), argv.data());
+  return {rc, ::testing::internal::GetCapturedStderr()};
+}
+
+TEST(BenchMainTest, RefusesBadTraceFlagsAndNamesTheTracesLine) {
+  const std::string dir = ::testing::TempDir();
+  const std::string good = dir + "/kvroute-bench-good.jsonl";
+  const std::string bad = dir + "/kvroute-bench-bad.jsonl";
+  std::ofstream(good) << R"({"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]})"
+                      << "\n";
+  std::ofstream(bad) << R"({"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]})"
+                     << "\n"
+                     << R"({"timestamp": 5, "input_length": 600, "output_length": 2})" << "\n";
+  // Port 1: nothing is sent, the flags fail first.
+  auto [rc1, err1] = RunMain({"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--trace",
+                              good, "--trace-format", "sharegpt"});
+  EXPECT_EQ(rc1, 2);
+  EXPECT_NE(err1.find("unknown --trace-format 'sharegpt' (mooncake or azure)"), std::string::npos)
+      << err1;
+  auto [rc2, err2] = RunMain({"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--trace",
+                              good, "--block-size", "0"});
+  EXPECT_EQ(rc2, 2);
+  EXPECT_NE(err2.find("--block-size: must be >= 1"), std::string::npos) << err2;
+  // .jsonl reads as Mooncake by default: the second line lacks hash_ids.
+  auto [rc3, err3] =
+      RunMain({"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--trace", bad});
+  EXPECT_EQ(rc3, 2);
+  EXPECT_NE(err3.find(bad + ":2: "), std::string::npos) << err3;
+  EXPECT_NE(err3.find("hash_ids"), std::string::npos) << err3;
 }
 
 }  // namespace
