@@ -171,6 +171,10 @@ bool ApplyWorkloadFlags(const BenchOptions& o, BenchConfig* cfg, std::string* er
     *err = "--workload trace needs --trace FILE";
     return false;
   }
+  // A trace given by flag replays whole unless -n or --duration truncates it.
+  if (given.trace && !given.scenario && !given.num_requests && !given.duration) {
+    cfg->arrivals.num_requests = static_cast<int64_t>(w.trace->size());
+  }
   return true;
 }
 
