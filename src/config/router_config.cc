@@ -183,7 +183,7 @@ class Loader {
     nested.path = "scheduling";
     root.ForEachKey(
         {"listen", "listen_tls", "upstream_tls", "threads", "pool", "scheduling", "limits", "timeouts", "retries",
-         "outlier_detection", "allow_routing_headers", "epp", "flow", "locality", "sessions", "auth", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
+         "outlier_detection", "allow_routing_headers", "epp", "flow", "locality", "sessions", "auth", "capture", "policy", "plugins", "schedulingProfiles", "schedulingProfile"},
         [&](const std::string& key, const ConfigNode& v) {
           if (key == "listen") {
             cfg.listen = v.String();
@@ -236,6 +236,8 @@ class Loader {
             LoadSessions(v, cfg.sessions);
           } else if (key == "auth") {
             LoadAuth(v, cfg.auth);
+          } else if (key == "capture") {
+            LoadCapture(v, cfg.capture);
           } else {
             if (top.line == 0) top.line = v.key_line();
             SchedKey(top, key, v);
@@ -668,6 +670,55 @@ class Loader {
     if (o.header == o.token_header) {
       v.Fail("header and token_header must differ (both '" + o.header + "')");
     }
+  }
+
+  void LoadCapture(const ConfigNode& v, capture::CaptureOptions& c) {
+    v.ForEachKey({"path", "block_size", "max_bytes", "max_files", "sample", "buffer_lines"},
+                 [&](const std::string& key, const ConfigNode& cv) {
+                   if (key == "path") {
+                     const std::string path = cv.String();
+                     if (path.empty()) cv.Fail("must not be empty");
+                     c.path = ResolvePath(path);
+                   } else if (key == "block_size") {
+                     c.block_size = cv.Int(1, 1 << 20);
+                   } else if (key == "max_bytes") {
+                     c.max_bytes = ByteSize(cv);
+                   } else if (key == "max_files") {
+                     c.max_files = static_cast<int>(cv.Int(1, 1000));
+                   } else if (key == "sample") {
+                     c.sample = cv.Number();
+                     if (!(c.sample > 0.0 && c.sample <= 1.0)) {
+                       cv.Fail("must be in (0, 1] (got '" + cv.Scalar() + "')");
+                     }
+                   } else {
+                     c.buffer_lines = cv.Int(1, int64_t{1} << 24);
+                   }
+                 });
+    if (!c.enabled()) v.Fail("path is required in the capture block");
+  }
+
+  // A size in bytes: a whole number with an optional K, M, G (powers of 1000) or KiB, MiB,
+  // GiB (powers of 1024) suffix; at least 4096 (one line must fit).
+  static int64_t ByteSize(const ConfigNode& v) {
+    const std::string text = v.Scalar("a size in bytes");
+    static constexpr std::pair<std::string_view, int64_t> kUnits[] = {
+        {"KiB", int64_t{1} << 10}, {"MiB", int64_t{1} << 20}, {"GiB", int64_t{1} << 30},
+        {"K", 1000}, {"M", 1000000}, {"G", 1000000000}, {"KB", 1000}, {"MB", 1000000},
+        {"GB", 1000000000}, {"", 1}};
+    std::string_view t = text;
+    for (const auto& [suffix, unit] : kUnits) {
+      if (t.size() <= suffix.size() || t.substr(t.size() - suffix.size()) != suffix) continue;
+      std::string_view digits = t.substr(0, t.size() - suffix.size());
+      int64_t n = 0;
+      auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+      if (ec != std::errc() || ptr != digits.data() + digits.size() || n <= 0 ||
+          n > (int64_t{1} << 50) / unit) {
+        break;
+      }
+      if (n * unit < 4096) v.Fail("must be at least 4096 bytes (got '" + text + "')");
+      return n * unit;
+    }
+    v.Fail("must be a size in bytes such as 268435456, 256MiB or 1G (got '" + text + "')");
   }
 
   void LoadAuth(const ConfigNode& v, AuthConfig& a) {

@@ -180,6 +180,19 @@
 //                                 #   line is sent as `Authorization: Bearer <key>`;
 //                                 #   re-read with the keys file
 //   The auth block itself is read at start (a reload re-reads the key files it names).
+//   capture:                      # traffic capture (serve and epp; docs/TRACES.md
+//                                 #   "Capture"): each routed request appended as a
+//                                 #   Mooncake JSON line, prompts as keyed block hashes
+//                                 #   remapped to integers per file, never content
+//     path: capture.jsonl         # required in the block; relative: this file's directory
+//     block_size: 512             # prompt tokens per hash id
+//     max_bytes: 256MiB           # a larger file rotates to path.1 (bytes; K/M/G, KiB/
+//                                 #   MiB/GiB suffixes)
+//     max_files: 5                # rotated files kept (path.1 .. path.N)
+//     sample: 1.0                 # fraction of requests written, in (0, 1]
+//     buffer_lines: 8192          # lines waiting for the writer; more are dropped and
+//                                 #   counted (kvroute_capture_lines_total)
+//   The capture block is read at start; a reload keeps the file open as it was.
 //   A request's priority (its band; higher goes first) is its objective's in
 //   epp.objectives (unknown: 0), else minus the body's vLLM `priority` field; below 0 it
 //   is sheddable: 429 at once while the pool is saturated.
@@ -196,6 +209,7 @@
 #include <vector>
 
 #include "config/yaml_reader.h"
+#include "core/capture/capture.h"
 #include "core/flow/flow_queue.h"
 #include "core/routing/pd.h"
 #include "core/routing/sessions.h"
@@ -413,6 +427,7 @@ struct RouterConfig {
   LocalityConfig locality;
   routing::SessionOptions sessions;  // `sessions:` (serve and epp)
   AuthConfig auth;                   // `auth:` (serve)
+  capture::CaptureOptions capture;   // `capture:` (serve and epp)
 };
 
 // Which command reads the configuration. serve and epp share one format, but some keys

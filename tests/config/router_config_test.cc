@@ -315,7 +315,7 @@ TEST(RouterConfigErrors, UnknownKeys) {
   EXPECT_EQ(ParseErr("listen: 0.0.0.0:80\nfoo: 1\n"),
             "t.yaml:2: foo: unknown key 'foo' (known: listen, listen_tls, upstream_tls, threads, pool, scheduling, "
             "limits, timeouts, retries, outlier_detection, allow_routing_headers, epp, "
-            "flow, locality, sessions, auth, policy, plugins, schedulingProfiles, schedulingProfile)");
+            "flow, locality, sessions, auth, capture, policy, plugins, schedulingProfiles, schedulingProfile)");
   EXPECT_EQ(ParseErr("schedulingProfile:\n  - pluginRef: a\n    wieght: 3\n"),
             "t.yaml:3: schedulingProfile[0].wieght: unknown key 'wieght' (did you mean "
             "'weight'?)");

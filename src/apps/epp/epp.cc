@@ -21,6 +21,7 @@
 #include "adapters/http/io_pool.h"
 #include "adapters/http/server.h"
 #include "core/metrics/prom_writer.h"
+#include "adapters/capture/capture_log.h"
 #include "adapters/certs/cert_watch.h"
 #include "adapters/certs/served_certificate.h"
 #include "adapters/pool/poll_timer.h"
@@ -254,7 +255,14 @@ struct Epp::Impl {
     }
     tokenize_client = std::make_unique<http::UpstreamClient>(io->context(0));
     tokenizer = std::make_unique<tokenize::HttpTokenizer>(io->context(0), *tokenize_client, to);
+    const capture::CaptureOptions capture_options = cfg.capture;
     if (Status st = Apply(std::move(cfg)); !st.ok()) return st;
+    if (capture_options.enabled()) {
+      auto log = capture::CaptureLog::Open(capture_options, pool->Now());
+      if (!log.ok()) return log.status();
+      capture_log = std::move(log).value();
+      Log("capturing routed requests to " + capture_options.path);
+    }
 
     grpc = std::make_unique<rpc::ExtProcServer>(
         pool->core(), &stats, [p = pool.get()] { return p->Now(); }, [this] { return settings.load(); });
@@ -265,6 +273,7 @@ struct Epp::Impl {
     go.stream_timeout_s = timeout_s;
     go.max_message_bytes = static_cast<std::size_t>(max_body) + (1u << 20);
     go.want_token_ids = [p = pool.get()] { return p->core().kv_events_active(); };
+    go.capture = capture_log.get();
     go.tokenize = [this](extproc::TokenInput in, std::function<void(std::vector<uint32_t>)> done) {
       Tokenize(std::move(in), std::move(done));
     };
@@ -436,6 +445,7 @@ struct Epp::Impl {
     if (tokenizer && pool->core().kv_events_active()) {
       tokenize::AppendTokenizerMetrics(out, tokenizer->stats().Read());
     }
+    if (capture_log) capture_log->AppendMetrics(out);
     return out;
   }
 
@@ -479,6 +489,8 @@ struct Epp::Impl {
   // Flow control (flow.enabled at start): over pool's core; outlives grpc, which holds
   // streams in it.
   std::unique_ptr<flow::FlowGate> flow_gate;
+  // capture: (read at start; null: off). Outlives grpc, whose exchanges hand it lines.
+  std::unique_ptr<capture::CaptureLog> capture_log;
   std::unique_ptr<rpc::ExtProcServer> grpc;
   bool flow_on = false;  // flow.enabled at start (a reload cannot change it)
   // grpc once started with flow control: what the scrape listener pumps (io thread).

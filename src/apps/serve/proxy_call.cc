@@ -18,6 +18,7 @@
 #include "core/api/json_scan.h"
 #include "core/api/openai.h"
 #include "core/api/pd_legs.h"
+#include "core/capture/capture.h"
 #include "core/routing/routing_core.h"
 
 namespace kvroute::router {
@@ -98,6 +99,10 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
   api::ChoiceChunkCounter chunks;
   // Prefill/decode legs (issue 25): only for a disaggregated pick.
   std::unique_ptr<PdLegs> pd;
+  // capture: this request's line, filled as it goes; null when it is not captured.
+  std::unique_ptr<capture::Entry> capture;
+  api::ResponseTail capture_tail;  // a captured stream's last bytes (its usage)
+  api::Usage capture_usage;        // a captured buffered answer's usage
 
   ~ProxyCall() {
     if (ex) ex->OnClientGone({});  // its callback points here
@@ -139,6 +144,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     buffered.clear();
     passthrough.clear();
     chunks.Reset();
+    if (capture) capture_tail.Clear();
     if (attempt > 0 || !pick.dispatched) core().OnDispatched(pick.handle, ep.id, router->Now());
     http::UpstreamRequest req;
     req.method = method;
@@ -205,8 +211,10 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     if (!first_byte) {
       first_byte = true;
       core().OnFirstToken(pick.handle, router->Now());
+      if (capture) capture->ttft_s = router->Now() - capture->arrival_s;
     }
     if (streaming) {
+      if (capture) capture_tail.Feed(d);
       if (pick.predicted_cached_tokens >= 0 && reported_cached < 0) reported_cached = CachedTokensIn(d);
       chunks.Feed(d);
       if (d.size() >= 2) {
@@ -401,6 +409,7 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
         ex->EndStream();
       } else {
         if (pick.predicted_cached_tokens >= 0 && status == 200) reported_cached = CachedTokensIn(buffered);
+        if (capture) capture_usage = api::FindUsage(buffered);
         if (RewritesUsage() && status == 200) RewriteCachedTokens(buffered, pd->prefill_cached);
         ex->Respond(status, std::move(buffered), content_type, response_fields());
       }
@@ -446,7 +455,22 @@ struct ProxyCall : std::enable_shared_from_this<ProxyCall> {
     core().OnFinished(pick.handle, endpoint_id(), code, router->Now(),
                       streaming && chunks.chunks() > 0 ? chunks.chunks() : -1);
     pick.handle = sched::kNoHandle;
+    if (capture) SubmitCapture(code);
     router->PumpFlow(endpoint_id());  // its slot is free: a waiting request may go
+  }
+
+  void SubmitCapture(int code) {
+    capture::Entry& e = *capture;
+    const api::Usage u = streaming ? api::FindUsage(capture_tail.view()) : capture_usage;
+    e.status = code;
+    e.endpoint = endpoint().spec.name;
+    e.prompt_tokens = u.prompt_tokens;
+    e.cached_tokens = u.cached_tokens;
+    e.output_tokens = u.completion_tokens >= 0              ? u.completion_tokens
+                      : streaming && chunks.chunks() > 0 ? chunks.chunks()
+                                                          : -1;
+    router->capture_log->Submit(std::move(e));
+    capture.reset();
   }
 };
 
@@ -461,17 +485,35 @@ void Router::Impl::StartPicked(std::shared_ptr<http::Exchange> ex,
     core().OnPrefillDone(pick.prefill, pick.prefill_tokens, pick.handle);  // no leg will be sent
     pick.pd = routing::PdDecision::kNoPrefill;
   }
+  // capture: a line for every routed request the sample takes, answered or not.
+  std::unique_ptr<capture::Entry> entry;
+  if (capture_log && parsed && capture_log->Sample()) {
+    std::string_view session;
+    if (fs->sessions) session = HeaderValue(ex->request(), fs->session_header);
+    const std::string_view target(ex->request().target().data(), ex->request().target().size());
+    entry = std::make_unique<capture::Entry>(
+        capture::StartEntry(*capture_log, *parsed, detail::Path(target), session, parsed->received_s));
+  }
   if (!pick.ok()) {
     core().OnFinished(pick.handle, routing::RoutingCore::kNoEndpoint, 503, Now());
     RespondNoEndpoint(*ex, "No usable endpoint: " + pick.status.message() + ".");
+    if (entry) {
+      entry->status = 503;
+      capture_log->Submit(std::move(*entry));
+    }
     return;
   }
   if (ex->client_gone()) {  // left between a flow dispatch and this
     core().OnFinished(pick.handle, pick.ranked[0], 499, Now());
     PumpFlow(pick.ranked[0]);
+    if (entry) {
+      entry->status = 499;
+      capture_log->Submit(std::move(*entry));
+    }
     return;
   }
   auto pc = std::make_shared<ProxyCall>();
+  pc->capture = std::move(entry);
   pc->pick = std::move(pick);
   pc->router = this;
   pc->settings = std::move(fs);

@@ -59,6 +59,12 @@ Status Router::Impl::Start() {
     tokenizers.push_back(std::make_unique<tokenize::HttpTokenizer>(io->context(i), *clients[i], to));
   }
   core_pool = std::make_unique<pool::Pool>(io->context(0), [this](std::string_view l) { Log(l); });
+  if (cfg.capture.enabled()) {
+    auto log = capture::CaptureLog::Open(cfg.capture, Now());
+    if (!log.ok()) return log.status();
+    capture_log = std::move(log).value();
+    Log("capturing routed requests to " + cfg.capture.path);
+  }
   if (cfg.flow.enabled) {
     flow_gate = std::make_unique<flow::FlowGate>(cfg.flow.options, core(), [this] { return Now(); });
     flow_timer = std::make_unique<asio::steady_timer>(io->context(0));

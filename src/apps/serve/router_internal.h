@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "adapters/capture/capture_log.h"
 #include "adapters/certs/listener_certs.h"
 #include "adapters/http/client.h"
 #include "adapters/http/io_pool.h"
@@ -233,6 +234,9 @@ struct Router::Impl {
   std::unique_ptr<pool::PollTimer> auth_poll;  // on worker 0
   Published<detail::FrontSettings> settings;
   pd::PdCounters pd_counters;
+  // capture: (read at start); null: off. Written by its own thread; outlives the workers'
+  // requests (declared after io: destroyed before it, after Stop has joined the workers).
+  std::unique_ptr<capture::CaptureLog> capture_log;
   // Flow control; the gate holds the queue and the waiting requests (requests arrive on
   // every worker). Nothing does I/O under it; the prefix probe and the release by
   // predicted TTFT read the core under it (the scheduler lock's shared side: gate, then

@@ -1,6 +1,6 @@
 // The router's own /metrics exposition (Router::Impl::MetricsText): the routing core's
 // and the pool's series, then the front end's own (client-facing servers, listener
-// certificates, flow control, tokenizer, P/D legs, API keys).
+// certificates, flow control, tokenizer, P/D legs, API keys, capture).
 #include <array>
 #include <cstddef>
 #include <string>
@@ -91,6 +91,7 @@ std::string Router::Impl::MetricsText() {
   if (core_pool && core().kv_events_active()) AppendTokenizerMetrics(out);
   pd::AppendPdMetrics(out, pd_counters);
   if (auth) auth->AppendMetrics(out);
+  if (capture_log) capture_log->AppendMetrics(out);
   return out;
 }
 

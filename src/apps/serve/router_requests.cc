@@ -133,6 +133,7 @@ void Router::Impl::Generate(std::shared_ptr<http::Exchange> ex, api::Endpoint ki
     core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, parsed.error.status, Now());
     return;
   }
+  if (capture_log) parsed.request->received_s = Now();
   // Latency objectives (issue 24): consumed here, never forwarded (only the headers in
   // the forwarding list reach a replica).
   const http::Request& req = ex->request();
@@ -221,6 +222,7 @@ void Router::Impl::Forward(std::shared_ptr<http::Exchange> ex) {
   p.model = std::move(f.model);
   p.prompt_text = std::move(f.prompt_text);
   p.stream = false;  // nothing for the latency model to learn from
+  if (capture_log) p.received_s = Now();
   Route(std::move(ex), std::move(fs), p);
 }
 

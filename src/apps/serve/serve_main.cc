@@ -174,6 +174,13 @@ constexpr const char* kFileFormat = R"(Configuration file (YAML; every key optio
     # kvroute_locality_picks_total{decision}, kvroute_locality_spill_ratio,
     # kvroute_locality_requests_total{region}, kvroute_locality_rtt_seconds{region,source}
     # on /metrics.
+  capture:                      # traffic capture (read at start; docs/TRACES.md): each
+    path: capture.jsonl         #   routed request as a Mooncake JSON line, the prompt as
+    block_size: 512             #   keyed block hashes numbered per file (never content);
+    max_bytes: 256MiB           #   rotates to path.1 .. path.<max_files>; a writer thread
+    max_files: 5                #   of its own, a full buffer drops and counts
+    sample: 1.0                 #   (kvroute_capture_lines_total{result})
+    buffer_lines: 8192
   auth:                         # API keys (read at start): every path under /v1 needs
     api_keys_file: keys.txt     #   `Authorization: Bearer <key>`, else 401
                                 #   {"error":"Unauthorized"} (vLLM's). One key per line,

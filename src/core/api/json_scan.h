@@ -1,11 +1,12 @@
-// A scan for one integer field in JSON bytes a front end relays without parsing them (the
-// usage of an answer, whole or in its final stream chunk).
+// Scans of JSON bytes a front end relays without parsing them: one integer field, the
+// usage of an answer (whole or in its final stream chunk), the choice chunks of a stream.
 #pragma once
 
 #include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace kvroute::api {
@@ -70,6 +71,46 @@ class ChoiceChunkCounter {
   char carry_[kMark.size()] = {};
   std::size_t carry_len_ = 0;
   int64_t chunks_ = 0;
+};
+
+// The usage a response body reports in its last "usage" object (the final SSE chunk of a
+// stream, or a JSON body). Fields are -1 when absent.
+struct Usage {
+  int64_t prompt_tokens = -1;
+  int64_t completion_tokens = -1;
+  int64_t cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens
+};
+inline Usage FindUsage(std::string_view body_tail) {
+  Usage u;
+  const std::size_t at = body_tail.rfind("\"usage\"");
+  if (at == std::string_view::npos) return u;
+  std::string_view rest = body_tail.substr(at);
+  const std::size_t end = rest.find('}');
+  if (end != std::string_view::npos) rest = rest.substr(0, end);
+  u.prompt_tokens = IntAfterKey(rest, "\"prompt_tokens\"");
+  u.completion_tokens = IntAfterKey(rest, "\"completion_tokens\"");
+  // Nested (prompt_tokens_details): past the first '}' the cut above stops at.
+  u.cached_tokens = IntAfterKey(body_tail.substr(at), "\"cached_tokens\"");
+  return u;
+}
+
+// The last kSize bytes of a relayed response, where its usage is (FindUsage).
+class ResponseTail {
+ public:
+  static constexpr std::size_t kSize = 8192;
+  void Feed(std::string_view chunk) {
+    if (chunk.size() >= kSize) {
+      tail_.assign(chunk.substr(chunk.size() - kSize));
+      return;
+    }
+    if (tail_.size() + chunk.size() > kSize) tail_.erase(0, tail_.size() + chunk.size() - kSize);
+    tail_.append(chunk);
+  }
+  std::string_view view() const { return tail_; }
+  void Clear() { tail_.clear(); }
+
+ private:
+  std::string tail_;
 };
 
 }  // namespace kvroute::api

@@ -80,6 +80,9 @@ struct ParsedRequest {
   // it stated none (never set by body parsing).
   double slo_ttft_s = 0.0;
   double slo_tpot_s = 0.0;
+  // When the front end received it, on its clock (seconds), for the capture; set only
+  // while capturing (never by parsing).
+  double received_s = 0.0;
 };
 
 // Request headers that carry latency objectives, in milliseconds (llm-d Router's names;

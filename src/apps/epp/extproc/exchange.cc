@@ -19,7 +19,6 @@ namespace mode_pb = ::envoy::extensions::filters::http::ext_proc::v3;
 namespace {
 
 // Enough of a response body's end to hold its final usage object.
-constexpr std::size_t kResponseTail = 8192;
 
 BodyMode FromProto(mode_pb::ProcessingMode::BodySendMode m) {
   switch (m) {
@@ -104,20 +103,6 @@ void SetDestinationMetadata(pb::ProcessingResponse& r, const std::string& destin
 
 std::string_view HeaderValueOf(const core_pb::HeaderValue& h) {
   return h.raw_value().empty() ? std::string_view(h.value()) : std::string_view(h.raw_value());
-}
-
-Usage FindUsage(std::string_view tail) {
-  Usage u;
-  std::size_t at = tail.rfind("\"usage\"");
-  if (at == std::string_view::npos) return u;
-  std::string_view rest = tail.substr(at);
-  std::size_t end = rest.find('}');
-  if (end != std::string_view::npos) rest = rest.substr(0, end);
-  u.prompt_tokens = api::IntAfterKey(rest, "\"prompt_tokens\"");
-  u.completion_tokens = api::IntAfterKey(rest, "\"completion_tokens\"");
-  // Nested (prompt_tokens_details): past the first '}' the cut above stops at.
-  u.cached_tokens = api::IntAfterKey(tail.substr(at), "\"cached_tokens\"");
-  return u;
 }
 
 Exchange::Exchange(ExchangeEnv env, std::shared_ptr<const ExchangeSettings> settings)
@@ -430,6 +415,11 @@ void Exchange::PickNow(bool with_body, bool trailers, std::vector<pb::Processing
       return Fail(503, "No usable endpoint: none of the gateway's subset hint is in the pool.", out);
     }
   }
+  if (env_.capture && !capture_ && parsed_.ok() && parsed_.request && env_.capture->Sample()) {
+    std::string_view path = path_;
+    capture_ = std::make_unique<capture::Entry>(capture::StartEntry(
+        *env_.capture, *parsed_.request, path.substr(0, path.find('?')), session_id_, started_s_));
+  }
   routing::PickRequest pr;
   pr.request = sr_;
   pr.dispatch_first = true;
@@ -582,16 +572,9 @@ void Exchange::OnResponseBody(const pb::HttpBody& b, std::vector<pb::ProcessingR
     }
     std::string_view chunk = b.body();
     chunks_.Feed(chunk);
-    if (chunk.size() >= kResponseTail) {
-      response_tail_.assign(chunk.substr(chunk.size() - kResponseTail));
-    } else {
-      if (response_tail_.size() + chunk.size() > kResponseTail) {
-        response_tail_.erase(0, response_tail_.size() + chunk.size() - kResponseTail);
-      }
-      response_tail_.append(chunk);
-    }
+    response_tail_.Feed(chunk);
     if (b.end_of_stream()) {
-      Usage u = FindUsage(response_tail_);
+      const api::Usage u = api::FindUsage(response_tail_.view());
       if (env_.stats) env_.stats->OnUsage(StatsLabels(), u.prompt_tokens, u.completion_tokens);
       usage_input_ = u.prompt_tokens;
       usage_output_ = u.completion_tokens;
@@ -657,6 +640,21 @@ void Exchange::FinishRequest(int code, int64_t generated_tokens) {
                                                                        : served_,
                         code, now_s_, generated_tokens);
   pick_.handle = sched::kNoHandle;
+  if (capture_) SubmitCapture(code, generated_tokens);
+}
+
+void Exchange::SubmitCapture(int code, int64_t generated_tokens) {
+  capture::Entry& e = *capture_;
+  e.status = code;
+  if (pick_.table && served_ != routing::RoutingCore::kNoEndpoint) {
+    if (const routing::Endpoint* ep = pick_.table->Find(served_)) e.endpoint = ep->spec.name;
+  }
+  if (first_byte_s_ >= 0) e.ttft_s = first_byte_s_ - started_s_;
+  e.prompt_tokens = usage_input_;
+  e.cached_tokens = usage_cached_;
+  e.output_tokens = usage_output_ >= 0 ? usage_output_ : generated_tokens;
+  env_.capture->Submit(std::move(e));
+  capture_.reset();
 }
 
 void Exchange::Close(double now_s, bool cancelled) {

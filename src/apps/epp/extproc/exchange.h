@@ -116,6 +116,7 @@
 #include "core/api/json_scan.h"
 #include "core/api/openai.h"
 #include "apps/epp/extproc/epp_stats.h"
+#include "core/capture/capture.h"
 #include "core/routing/routing_core.h"
 #include "core/sched/types.h"
 #include "envoy/service/ext_proc/v3/external_processor.pb.h"
@@ -166,6 +167,8 @@ struct ExchangeEnv {
   // Asked once per request at the pick: hold the pick for the prompt's token ids (see
   // above). Unset: never.
   std::function<bool()> want_token_ids;
+  // capture: a parsed request the sample takes is handed here when it ends. Null: off.
+  capture::Sink* capture = nullptr;
 };
 
 // What to tokenize, owned (the exchange's own strings may go with its stream).
@@ -269,6 +272,8 @@ class Exchange {
   void ReadSubset(const pb::ProcessingRequest& request);
   // generated_tokens: the streamed answer's chunk count when it ended whole (-1: none).
   void FinishRequest(int code, int64_t generated_tokens = -1);
+  // capture: hands the request's line, its outcome filled in, to env_.capture.
+  void SubmitCapture(int code, int64_t generated_tokens);
   void Emit(pb::ProcessingResponse&& r, std::vector<pb::ProcessingResponse>& out);
 
   ExchangeEnv env_;
@@ -341,18 +346,13 @@ class Exchange {
   double started_s_ = -1.0, picked_s_ = -1.0, first_byte_s_ = -1.0;
   int64_t usage_input_ = -1, usage_output_ = -1, usage_cached_ = -1;
   bool stats_running_ = false;
-  std::string response_tail_;  // the response body's last bytes (usage)
+  api::ResponseTail response_tail_;  // the response body's last bytes (usage)
+  std::unique_ptr<capture::Entry> capture_;  // this request's capture line; null: none
   api::ChoiceChunkCounter chunks_;  // streamed chunks with a choice (TPOT's token count)
 };
 
-// The usage a response body reports in its last "usage" object (the final SSE chunk of a
-// stream, or a JSON body). Fields are -1 when absent.
-struct Usage {
-  int64_t prompt_tokens = -1;
-  int64_t completion_tokens = -1;
-  int64_t cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens
-};
-Usage FindUsage(std::string_view body_tail);
+using api::FindUsage;  // core/api/json_scan.h
+using api::Usage;
 
 // A header's value: raw_value when set (newer Envoy), else value.
 std::string_view HeaderValueOf(const ::envoy::config::core::v3::HeaderValue& h);

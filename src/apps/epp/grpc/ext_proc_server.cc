@@ -64,7 +64,7 @@ class ExtProcServer::Stream : public grpc::ServerBidiReactor<pb::ProcessingReque
       : server_(server),
         ctx_(ctx),
         exchange_(extproc::ExchangeEnv{&server->core_, server->epp_stats_, server->clock_,
-                                       server->want_token_ids_},
+                                       server->want_token_ids_, server->capture_},
                   server->settings_()),
         deadline_s_(server->clock_() + server->timeout_s_.load(std::memory_order_relaxed)) {}
 
@@ -431,6 +431,7 @@ Status ExtProcServer::Start(const ExtProcServerOptions& options) {
   flow_ = options.flow_gate;
   tokenize_ = options.tokenize;
   want_token_ids_ = options.want_token_ids;
+  capture_ = options.capture;
   service_ = std::make_unique<Service>(this);
 
   // The ext_proc port serves only ExternalProcessor: no health service there.

@@ -106,6 +106,9 @@ struct ExtProcServerOptions {
   std::function<void(extproc::TokenInput, std::function<void(std::vector<uint32_t>)>)> tokenize;
   // Asked at each pick: whether to tokenize first (RoutingCore::kv_events_active).
   std::function<bool()> want_token_ids;
+  // capture: where every exchange hands its request's line (must outlive the server).
+  // Null: off.
+  capture::Sink* capture = nullptr;
 };
 
 // Counters of the adapter itself, any thread may read them.
@@ -189,6 +192,7 @@ class ExtProcServer {
   // ExtProcServerOptions::tokenize and want_token_ids (set before streams start).
   std::function<void(extproc::TokenInput, std::function<void(std::vector<uint32_t>)>)> tokenize_;
   std::function<bool()> want_token_ids_;
+  capture::Sink* capture_ = nullptr;  // ExtProcServerOptions::capture
 };
 
 }  // namespace kvroute::rpc

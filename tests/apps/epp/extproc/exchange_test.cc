@@ -1300,6 +1300,68 @@ TEST_F(ExchangeTest, PluginDurationsTimeEachPluginCallOfAPick) {
   }
 }
 
+// capture: a request the sample takes is handed over when it ends, with what the gateway
+// showed of it (served endpoint, first byte, usage); one it does not take never is.
+class RecordingSink : public capture::Sink {
+ public:
+  bool Sample() override { return take; }
+  uint64_t key() const override { return 42; }
+  int64_t block_size() const override { return 4; }
+  void Submit(capture::Entry&& e) override { entries.push_back(std::move(e)); }
+  bool take = true;
+  std::vector<capture::Entry> entries;
+};
+
+TEST_F(ExchangeTest, ACapturedRequestIsHandedOverWhenItEndsWithWhatTheGatewayShowed) {
+  RecordingSink sink;
+  ExchangeEnv env;
+  env.core = &core_;
+  env.stats = &stats_;
+  env.timer = [this] { return now_; };
+  env.capture = &sink;
+  auto ex = std::make_unique<Exchange>(env, settings_);
+  pb::ProcessingRequest h = Headers("/v1/completions?x=1");
+  SetProtocol(h, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED, mode_pb::ProcessingMode::FULL_DUPLEX_STREAMED);
+  Feed(*ex, h);
+  Feed(*ex, Body(Completion("captured prompt text"), true));
+  const std::string served = Split(ex->destination())[1];
+  pb::ProcessingRequest rh;
+  AddHeader(rh.mutable_response_headers(), ":status", "200");
+  AddHeader(rh.mutable_response_headers(), std::string(kServedKey), served);
+  now_ = 1.25;
+  Feed(*ex, rh);
+  pb::ProcessingRequest b;
+  b.mutable_response_body()->set_body(
+      "data: {\"choices\":[{\"text\":\"a\"}]}\n\n"
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3,\"total_tokens\":15,"
+      "\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\ndata: [DONE]\n\n");
+  b.mutable_response_body()->set_end_of_stream(true);
+  EXPECT_TRUE(sink.entries.empty());  // not before it ends
+  Feed(*ex, b);
+  ASSERT_EQ(sink.entries.size(), 1u);
+  const capture::Entry& e = sink.entries[0];
+  EXPECT_EQ(e.status, 200);
+  EXPECT_EQ(e.api, "/v1/completions");
+  EXPECT_EQ(e.model, "test/model");
+  for (const auto& ep : core_.table()->by_id) {
+    if (ep->spec.address == served) EXPECT_EQ(e.endpoint, ep->spec.name);
+  }
+  EXPECT_DOUBLE_EQ(e.arrival_s, 1.0);
+  EXPECT_DOUBLE_EQ(e.ttft_s, 0.25);
+  EXPECT_EQ(e.prompt_tokens, 12);
+  EXPECT_EQ(e.output_tokens, 3);
+  EXPECT_EQ(e.cached_tokens, 8);
+  EXPECT_EQ(e.prompt.hashes, capture::HashPrompt(42, {}, "captured prompt text", 4).hashes);
+
+  // Not sampled: nothing, also when the request ends in an error.
+  sink.take = false;
+  auto other = std::make_unique<Exchange>(env, settings_);
+  Feed(*other, Headers("/v1/completions"));
+  Feed(*other, Body(Completion("x"), true));
+  other->Close(now_, true);
+  EXPECT_EQ(sink.entries.size(), 1u);
+}
+
 TEST(FindUsageTest, ReadsTheLastUsageObject) {
   Usage u = FindUsage("{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}} ... "
                       "{\"usage\": {\"prompt_tokens\": 40, \"completion_tokens\": 7}}");
