@@ -23,6 +23,7 @@
 #include "config/yaml_reader.h"
 #include "apps/doctor/diagnosis/doctor.h"
 #include "apps/doctor/event_probe.h"
+#include "apps/doctor/trace_run.h"
 
 namespace kvroute::doctor {
 namespace {
@@ -176,6 +177,10 @@ struct Options {
   bool json = false, watch = false, quiet = false;
   int kv_events_port = 0;
   std::string kv_events_list, router_addr;
+  // --trace: replay a capture or public trace under every policy (trace_compare.h).
+  std::string trace, trace_format, fleet_file, policies;
+  int64_t block_size = 512;
+  double time_scale = 1.0;
 };
 
 // The flags, their help and the footer (targets, durations, rules) into `app`, bound to `opt`.
@@ -213,6 +218,23 @@ void AddFlags(CLI::App& app, Options& opt) {
   app.add_option("--router", opt.router_addr,
                  "Also scrape a kvroute router's /metrics (serve's listen address, epp's metrics "
                  "address) for its latency model's errors and the requests' objectives met");
+  app.add_option("--trace", opt.trace,
+                 "Replay this capture (serve's or epp's capture:) or public Mooncake trace in "
+                 "simulate under every policy on a fleet shaped like the live one, and compare "
+                 "(docs/TRACES.md)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--trace-format", opt.trace_format,
+                 "mooncake | azure (default: mooncake for a .jsonl file, else azure)");
+  app.add_option("--block-size", opt.block_size, "--trace: prompt tokens per hash id")
+      ->capture_default_str();
+  app.add_option("--time-scale", opt.time_scale, "--trace: replay speed (2 = twice as fast)")
+      ->capture_default_str();
+  app.add_option("--fleet", opt.fleet_file,
+                 "--trace: a YAML file with the simulated fleet (simulate's `fleet:` block) "
+                 "instead of the live replicas' shape")
+      ->check(CLI::ExistingFile);
+  app.add_option("--policies", opt.policies,
+                 "--trace: comma-separated policies to compare (default: every built-in one)");
   app.add_flag("--quiet,-q", opt.quiet, "No progress on stderr");
   app.footer(std::string(kFooter) + "\n" + RulesText());
 }
@@ -230,10 +252,23 @@ Status CheckFlags(const Options& opt, Durations& d) {
                            FlagDuration("--timeout", opt.timeout_text, false, d.timeout_s)}) {
     if (!st.ok()) return st;
   }
-  if (opt.endpoints.empty() == opt.config_path.empty()) {
+  const bool trace_with_fleet = !opt.trace.empty() && !opt.fleet_file.empty();
+  if (!trace_with_fleet && opt.endpoints.empty() == opt.config_path.empty()) {
     return Status::InvalidArgument(
         opt.endpoints.empty() ? "give the replicas: --endpoints HOST:PORT,... or --config FILE"
                               : "--endpoints and --config: give one of them, not both");
+  }
+  if (trace_with_fleet && !(opt.endpoints.empty() && opt.config_path.empty())) {
+    return Status::InvalidArgument("--trace with --fleet reads no replicas: drop --endpoints / --config");
+  }
+  if (!opt.trace.empty() && (opt.watch || opt.json || !opt.scenario_out.empty())) {
+    return Status::InvalidArgument("--trace prints its comparison table: drop --watch, --json, --scenario-out");
+  }
+  if (!opt.trace_format.empty() && opt.trace_format != "mooncake" && opt.trace_format != "azure") {
+    return Status::InvalidArgument("unknown --trace-format '" + opt.trace_format + "' (mooncake or azure)");
+  }
+  if (opt.block_size < 1 || !(opt.time_scale > 0)) {
+    return Status::InvalidArgument("--block-size must be >= 1 and --time-scale > 0");
   }
   if (opt.watch && opt.json) {
     return Status::InvalidArgument("--watch and --json: pick one (--json prints one report)");
@@ -451,6 +486,11 @@ int Run(const Options& opt) {
 
   CollectOptions co;
   ConfigKvEvents kv;
+  if (!opt.trace.empty() && !opt.fleet_file.empty()) {
+    TraceRun tr{opt.trace, opt.trace_format, opt.block_size, opt.time_scale, opt.fleet_file, opt.policies,
+                opt.quiet};
+    return RunTraceCompare(tr, nullptr);
+  }
   if (!ResolveTargets(opt, d, co.targets, kv)) return 2;
   const bool has_router = !opt.router_addr.empty();
   co.window_s = d.window_s;
@@ -478,6 +518,11 @@ int Run(const Options& opt) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
+  if (!opt.trace.empty()) {
+    TraceRun tr{opt.trace, opt.trace_format, opt.block_size, opt.time_scale, opt.fleet_file, opt.policies,
+                opt.quiet};
+    return RunTraceCompare(tr, &co);
+  }
   if (opt.watch) return RunWatch(d, std::move(co), dopt, probe, probing, has_router);
   return RunOnce(opt, d, std::move(co), dopt, probe, probing, has_router);
 }
