@@ -20,6 +20,7 @@
 #include "core/sched/registry.h"
 #include "config/scenario_config.h"
 #include "apps/simulate/simulator.h"
+#include "apps/simulate/suite_run.h"
 #include "apps/simulate/sweep.h"
 
 namespace kvroute::simulate {
@@ -59,6 +60,10 @@ bool WriteFile(const std::filesystem::path& path, const std::string& data) {
 // The command line of `kvroute simulate` (AddFlags says what each field is).
 struct Options {
   std::string scenario_path;
+  std::string suite_path;
+  uint64_t suite_seed = 0;
+  bool suite_seed_given = false;
+  bool suite_detail = false;
   std::string policies_arg;
   std::string out_dir = "simulate-out";
   uint64_t seed = 0;
@@ -79,8 +84,13 @@ struct Options {
 void AddFlags(CLI::App& app, Options& o) {
   app.add_option("--scenario", o.scenario_path,
                  "scenario YAML file (see examples/scenarios/; faults: crash, slow, restart "
-                 "per replica, examples/scenarios/faults.yaml, docs/FAULTS.md)")
-      ->required();
+                 "per replica, examples/scenarios/faults.yaml, docs/FAULTS.md)");
+  app.add_option("--suite", o.suite_path,
+                 "a suite file instead of --scenario: scenario files and generated families "
+                 "under every policy, one table (docs/SUITE.md, examples/suites/broad.yaml)");
+  app.add_option("--suite-seed", o.suite_seed, "--suite: override the generator's seed (held-out runs)");
+  app.add_flag("--suite-detail", o.suite_detail,
+               "--suite: also print every policy's figures per scenario (always in --out's suite.md)");
   app.add_option("--policies", o.policies_arg,
                  "comma-separated policies, each optionally with +local-only (on the router "
                  "region's replicas only; local-only alone: kvroute+local-only) and then "
@@ -345,7 +355,37 @@ int WriteReports(const std::string& out_dir, const report::ReportMeta& meta,
 
 // The run the command line asks for: a rate sweep, or every policy once and its report.
 // Returns the exit code.
+int RunSuiteCommand(const Options& o) {
+  config::ConfigOr<config::SuiteSpec> spec = config::LoadSuiteFile(o.suite_path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "kvroute simulate: %s\n", spec.error.ToString().c_str());
+    return 2;
+  }
+  const SuiteResult result =
+      RunSuite(*spec.value, o.suite_seed_given ? std::optional<uint64_t>(o.suite_seed) : std::nullopt,
+               SplitComma(o.policies_arg), !o.quiet);
+  const std::string md = SuiteMarkdown(result, spec.value->reference, o.suite_detail);
+  std::fwrite(md.data(), 1, md.size(), stdout);
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (!WriteFile(o.out_dir + "/suite.md", SuiteMarkdown(result, spec.value->reference, true)) ||
+      !WriteFile(o.out_dir + "/suite.json", SuiteJson(result))) {
+    std::fprintf(stderr, "kvroute simulate: cannot write %s/suite.md and suite.json\n", o.out_dir.c_str());
+    return 2;
+  }
+  if (!o.quiet) std::fprintf(stderr, "wrote %s/suite.md, suite.json\n", o.out_dir.c_str());
+  for (const SuiteRun& r : result.runs) {
+    if (!r.error.empty()) return 1;
+  }
+  return 0;
+}
+
 int Run(const Options& o) {
+  if (o.scenario_path.empty() == o.suite_path.empty()) {
+    std::fprintf(stderr, "kvroute simulate: give --scenario FILE or --suite FILE (one of them)\n");
+    return 2;
+  }
+  if (!o.suite_path.empty()) return RunSuiteCommand(o);
   std::optional<config::Scenario> scenario = LoadScenario(o);
   if (!scenario) return 2;
   const config::Scenario& sc = *scenario;
@@ -369,6 +409,7 @@ int SimulateMain(int argc, char** argv) {
   AddFlags(app, options);
   CLI11_PARSE(app, argc, argv);
   options.seed_given = app.count("--seed") > 0;
+  options.suite_seed_given = app.count("--suite-seed") > 0;
   return Run(options);
 }
 
