@@ -19,6 +19,7 @@
 #include "adapters/pool/pool.h"
 #include "apps/serve/router_internal.h"
 #include "core/api/openai.h"
+#include "core/capture/capture.h"
 #include "core/flow/flow_gate.h"
 #include "core/flow/flow_queue.h"
 #include "core/routing/routing_core.h"
@@ -116,6 +117,7 @@ struct Router::Impl::Waiting final : flow::FlowWaiter, std::enable_shared_from_t
       }
       r.core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint,
                           no_endpoint ? 503 : 429, r.Now());
+      r.CaptureUnpicked(*self->ex, *r.settings.load(), self->parsed, no_endpoint ? 503 : 429);
     });
   }
 };
@@ -155,6 +157,7 @@ bool Router::Impl::AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const Fr
                     std::string(flow::RejectReasonName(admitted.reason)) + ")";
       RespondRateLimited(*ex, "Too many requests: " + why + ".");
       core().OnFinished(sched::kNoHandle, routing::RoutingCore::kNoEndpoint, 429, Now());
+      CaptureUnpicked(*ex, fs, w->parsed, 429);
       return true;
     }
     case flow::AdmitOutcome::kQueued:
@@ -170,6 +173,17 @@ bool Router::Impl::AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const Fr
   // Capacity may have freed between the verdict and the queueing; arms the timer too.
   PumpFlow();
   return true;
+}
+
+void Router::Impl::CaptureUnpicked(const http::Exchange& ex, const FrontSettings& fs,
+                                   const api::ParsedRequest& parsed, int status) {
+  if (!capture_log || !capture_log->Sample()) return;
+  std::string_view session;
+  if (fs.sessions) session = HeaderValue(ex.request(), fs.session_header);
+  const std::string_view target(ex.request().target().data(), ex.request().target().size());
+  capture::Entry e = capture::StartEntry(*capture_log, parsed, detail::Path(target), session, parsed.received_s);
+  e.status = status;
+  capture_log->Submit(std::move(e));
 }
 
 void Router::Impl::PumpFlow(uint32_t freed) {

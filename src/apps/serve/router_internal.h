@@ -199,6 +199,10 @@ struct Router::Impl {
   // Admits a parsed request. True: it was answered (429) or queued; false: dispatch it now.
   bool AdmitFlow(const std::shared_ptr<http::Exchange>& ex, const detail::FrontSettings& fs,
                  api::ParsedRequest& parsed, std::string_view hint);
+  // capture: the line of a request answered without a pick (flow control's 429s and
+  // expiries), when the sample takes it.
+  void CaptureUnpicked(const http::Exchange& ex, const detail::FrontSettings& fs,
+                       const api::ParsedRequest& parsed, int status);
   // Capacity may have freed (a request finished on `freed`, a scrape arrived, the timer
   // fired): the gate expires what is due and dispatches what fits (core/flow/flow_gate.h), then
   // the timer is armed for the next expiry. Thread: any.

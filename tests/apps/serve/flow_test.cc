@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -178,6 +181,41 @@ TEST_F(FlowTest, SheddableGets429AtOnceWhileSaturated) {
   auto r = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", Body("hello", 4, false, 3));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200) << r->body;
+}
+
+// capture: requests flow control answers without a pick are captured too (status 429),
+// as are the one cancelled mid-stream (499) and the one served (200).
+TEST_F(FlowTest, CaptureWritesRefusedAndCancelledRequestsWithTheirStatus) {
+  const std::string path = ::testing::TempDir() + "/kvroute-flow-capture.jsonl";
+  std::remove(path.c_str());
+  std::remove((path + ".1").c_str());
+  StartFleet();
+  StartRouter("", "epp:\n  objectives: {batch: -1}\ncapture: {path: " + path + ", block_size: 16}\n");
+  WaitReady();
+  TestClient* a = Saturate('a');
+  auto shed = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", Body("hello", 4, false, 3));
+  ASSERT_TRUE(shed.has_value());
+  EXPECT_EQ(shed->status, 429);
+  a->Close();
+  ASSERT_TRUE(WaitFor([&] { return Metric("kvroute_endpoint_kv_usage_adjusted") < 0.8; }));
+  auto ok = Fetch("127.0.0.1", router_->port(), "POST", "/v1/completions", Body("hello", 4, false));
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 200);
+  ASSERT_TRUE(WaitFor([&] { return Metric("kvroute_capture_lines_total", {{"result", "written"}}) == 3; }))
+      << Metrics();
+  router_->Stop();
+  router_.reset();
+  std::ifstream f(path);
+  std::multiset<std::string> statuses;
+  std::string line;
+  while (std::getline(f, line)) {
+    const auto at = line.find("\"status\": ");
+    ASSERT_NE(at, std::string::npos) << line;
+    statuses.insert(line.substr(at + 10, 3));
+    EXPECT_EQ(line.rfind("{\"timestamp\": ", 0), 0u) << line;
+  }
+  EXPECT_EQ(statuses, (std::multiset<std::string>{"200", "429", "499"}));
+  std::remove(path.c_str());
 }
 
 TEST_F(FlowTest, PastItsTtlAWaitingRequestGets429WithRetryAfter) {
