@@ -132,8 +132,7 @@ void ParseWorkload(const ConfigNode& n, std::string_view base_dir, workload::Wor
     std::stringstream text;
     text << in.rdbuf();
     // The format: `format`, else by the file's extension (.jsonl: Mooncake's).
-    workload::TraceFormat format = p.extension() == ".jsonl" ? workload::TraceFormat::kMooncake
-                                                              : workload::TraceFormat::kAzureCsv;
+    workload::TraceFormat format = workload::DefaultTraceFormat(p.string());
     OptEnum(n, "format", &format,
             {{"mooncake", workload::TraceFormat::kMooncake},
              {"azure", workload::TraceFormat::kAzureCsv},

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "apps/bench/load_generator.h"
@@ -139,18 +140,14 @@ bool ApplyWorkloadFlags(const BenchOptions& o, BenchConfig* cfg, std::string* er
   if (given.prefix_len) w.prefix_len = o.prefix_len;
   if (given.block_size) w.block_size = o.block_size;
   if (given.trace) {
-    workload::TraceFormat format = o.trace_path.ends_with(".jsonl")
-                                       ? workload::TraceFormat::kMooncake
-                                       : workload::TraceFormat::kAzureCsv;
+    workload::TraceFormat format = workload::DefaultTraceFormat(o.trace_path);
     if (given.trace_format) {
-      if (o.trace_format == "mooncake") {
-        format = workload::TraceFormat::kMooncake;
-      } else if (o.trace_format == "azure" || o.trace_format == "csv") {
-        format = workload::TraceFormat::kAzureCsv;
-      } else {
+      const std::optional<workload::TraceFormat> named = workload::TraceFormatNamed(o.trace_format);
+      if (!named) {
         *err = "unknown --trace-format '" + o.trace_format + "' (mooncake or azure)";
         return false;
       }
+      format = *named;
     }
     if (w.block_size < 1) {
       *err = "--block-size: must be >= 1";

@@ -24,6 +24,7 @@
 #include "apps/doctor/diagnosis/doctor.h"
 #include "apps/doctor/event_probe.h"
 #include "apps/doctor/trace_run.h"
+#include "simkit/workload/trace.h"
 
 namespace kvroute::doctor {
 namespace {
@@ -264,7 +265,7 @@ Status CheckFlags(const Options& opt, Durations& d) {
   if (!opt.trace.empty() && (opt.watch || opt.json || !opt.scenario_out.empty())) {
     return Status::InvalidArgument("--trace prints its comparison table: drop --watch, --json, --scenario-out");
   }
-  if (!opt.trace_format.empty() && opt.trace_format != "mooncake" && opt.trace_format != "azure") {
+  if (!opt.trace_format.empty() && !workload::TraceFormatNamed(opt.trace_format)) {
     return Status::InvalidArgument("unknown --trace-format '" + opt.trace_format + "' (mooncake or azure)");
   }
   if (opt.block_size < 1 || !(opt.time_scale > 0)) {

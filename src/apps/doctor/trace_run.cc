@@ -13,6 +13,7 @@
 #include "apps/simulate/simulator.h"
 #include "config/scenario_config.h"
 #include "core/sched/registry.h"
+#include "simkit/workload/trace.h"
 
 namespace kvroute::doctor {
 
@@ -56,8 +57,9 @@ int RunTraceCompare(const TraceRun& run, CollectOptions* collect) {
     }
     header = "Fleet: " + shape->note;
   }
-  std::string format = run.format;
-  if (format.empty()) format = run.trace.ends_with(".jsonl") ? "mooncake" : "azure";
+  const std::string format(workload::TraceFormatName(
+      run.format.empty() ? workload::DefaultTraceFormat(run.trace)
+                         : workload::TraceFormatNamed(run.format).value_or(workload::TraceFormat::kMooncake)));
   const std::string trace_path = std::filesystem::absolute(run.trace).string();
   const std::string yaml = TraceScenarioYaml(trace_path, format, run.block_size, run.time_scale,
                                              shape ? &*shape : nullptr, fleet_text);

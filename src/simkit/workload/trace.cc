@@ -179,6 +179,20 @@ TraceParseResult ParseTraceMooncake(std::string_view text, std::string_view sour
   return result;
 }
 
+TraceFormat DefaultTraceFormat(std::string_view path) {
+  return path.ends_with(".jsonl") ? TraceFormat::kMooncake : TraceFormat::kAzureCsv;
+}
+
+std::optional<TraceFormat> TraceFormatNamed(std::string_view name) {
+  if (name == "mooncake") return TraceFormat::kMooncake;
+  if (name == "azure" || name == "csv") return TraceFormat::kAzureCsv;
+  return std::nullopt;
+}
+
+std::string_view TraceFormatName(TraceFormat format) {
+  return format == TraceFormat::kMooncake ? "mooncake" : "azure";
+}
+
 TraceParseResult ParseTrace(TraceFormat format, std::string_view text,
                             std::string_view source_name, int64_t block_size) {
   return format == TraceFormat::kMooncake ? ParseTraceMooncake(text, source_name, block_size)

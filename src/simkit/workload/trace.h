@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,14 @@ TraceParseResult ParseTraceMooncake(std::string_view text, std::string_view sour
                                     int64_t block_size);
 
 enum class TraceFormat { kAzureCsv, kMooncake };
+
+// A trace's format when none is named: by the file's extension (.jsonl: Mooncake's JSON
+// lines), else Azure's CSV.
+TraceFormat DefaultTraceFormat(std::string_view path);
+// "mooncake", "azure" or "csv"; nullopt for any other name.
+std::optional<TraceFormat> TraceFormatNamed(std::string_view name);
+// The name TraceFormatNamed reads back ("mooncake", "azure").
+std::string_view TraceFormatName(TraceFormat format);
 
 TraceParseResult ParseTrace(TraceFormat format, std::string_view text,
                             std::string_view source_name, int64_t block_size);

@@ -195,5 +195,17 @@ TEST(TraceTest, ExampleMooncakeTraceParses) {
   EXPECT_DOUBLE_EQ(r.rows.back().time_s, 1022.025);
 }
 
+TEST(TraceFormatTest, NamedElseByTheFilesExtension) {
+  EXPECT_EQ(DefaultTraceFormat("/x/capture.jsonl"), TraceFormat::kMooncake);
+  EXPECT_EQ(DefaultTraceFormat("azure.csv"), TraceFormat::kAzureCsv);
+  EXPECT_EQ(DefaultTraceFormat("jsonl"), TraceFormat::kAzureCsv);
+  EXPECT_EQ(TraceFormatNamed("mooncake"), TraceFormat::kMooncake);
+  EXPECT_EQ(TraceFormatNamed("azure"), TraceFormat::kAzureCsv);
+  EXPECT_EQ(TraceFormatNamed("csv"), TraceFormat::kAzureCsv);
+  EXPECT_FALSE(TraceFormatNamed("sharegpt").has_value());
+  EXPECT_EQ(TraceFormatName(TraceFormat::kMooncake), "mooncake");
+  EXPECT_EQ(TraceFormatName(TraceFormat::kAzureCsv), "azure");
+}
+
 }  // namespace
 }  // namespace kvroute::workload
