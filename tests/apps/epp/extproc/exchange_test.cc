@@ -1344,7 +1344,9 @@ TEST_F(ExchangeTest, ACapturedRequestIsHandedOverWhenItEndsWithWhatTheGatewaySho
   EXPECT_EQ(e.api, "/v1/completions");
   EXPECT_EQ(e.model, "test/model");
   for (const auto& ep : core_.table()->by_id) {
-    if (ep->spec.address == served) EXPECT_EQ(e.endpoint, ep->spec.name);
+    if (ep->spec.address == served) {
+      EXPECT_EQ(e.endpoint, ep->spec.name);
+    }
   }
   EXPECT_DOUBLE_EQ(e.arrival_s, 1.0);
   EXPECT_DOUBLE_EQ(e.ttft_s, 0.25);
