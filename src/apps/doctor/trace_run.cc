@@ -1,30 +1,21 @@
 #include "apps/doctor/trace_run.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "apps/doctor/trace_compare.h"
 #include "apps/simulate/simulator.h"
 #include "config/scenario_config.h"
+#include "config/yaml_reader.h"
 #include "core/sched/registry.h"
 #include "simkit/workload/trace.h"
 
 namespace kvroute::doctor {
 
 namespace {
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> SplitComma(const std::string& s) {
   std::vector<std::string> out;
@@ -43,7 +34,12 @@ int RunTraceCompare(const TraceRun& run, CollectOptions* collect) {
   std::optional<FleetShape> shape;
   std::string fleet_text, header;
   if (!run.fleet_file.empty()) {
-    fleet_text = Slurp(run.fleet_file);
+    config::ConfigOr<std::string> text = config::ReadConfigFile(run.fleet_file);
+    if (!text.ok()) {
+      std::fprintf(stderr, "kvroute doctor --trace: %s\n", text.error.ToString().c_str());
+      return 2;
+    }
+    fleet_text = std::move(*text.value);
     header = "Fleet: " + run.fleet_file;
   } else {
     collect->window_s = 0;
@@ -91,7 +87,9 @@ int RunTraceCompare(const TraceRun& run, CollectOptions* collect) {
     }
     reports.push_back(std::move(r.report));
   }
-  const TraceObserved observed = ObserveTrace(Slurp(run.trace));
+  // The trace was read whole by the scenario; its outcome fields are read here.
+  config::ConfigOr<std::string> trace_text = config::ReadConfigFile(run.trace);
+  const TraceObserved observed = ObserveTrace(trace_text.ok() ? *trace_text.value : std::string());
   header = "### " + run.trace + "\n\n" + header +
            "; simulated on the routing core serve and epp ship (kvroute simulate)";
   const std::string table = RenderTraceComparison(observed, reports, header);
