@@ -94,7 +94,9 @@ void AddFlags(CLI::App& app, Options& o) {
   app.add_option("--policies", o.policies_arg,
                  "comma-separated policies, each optionally with +local-only (on the router "
                  "region's replicas only; local-only alone: kvroute+local-only) and then "
-                 "+flow (flow control on; default: the scenario's list, else all built-in)");
+                 "+flow (flow control on), or a peer followed by +admission (its own admission "
+                 "turned on: dynamo-kv, llm-d-sticky, llm-d-precise); default: the scenario's "
+                 "list, else all built-in");
   app.add_option("--out", o.out_dir, "output directory for report.json/.md and charts")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "override the scenario's seed");
@@ -167,6 +169,12 @@ bool ResolvePolicies(const Options& o, const config::Scenario& sc,
     sched::BuildResult b = sched::BuildPolicy(BasePolicy(p));
     if (!b.ok()) {
       std::fprintf(stderr, "kvroute simulate: unknown policy '%s'\n", p.c_str());
+      return false;
+    }
+    Status gate;
+    GateOptions(sc, p, &gate);
+    if (!gate.ok()) {
+      std::fprintf(stderr, "kvroute simulate: %s\n", gate.message().c_str());
       return false;
     }
     config::Scenario local;

@@ -35,7 +35,8 @@ void EngineOutputText(uint64_t id, int32_t tokens, std::string* out) {
 }
 
 Simulation::Simulation(const config::Scenario& s, const routing::CoreOptions& options,
-                       const ProgressFn& progress, bool flow, const CoreTap& tap, Status* error)
+                       const ProgressFn& progress, const std::optional<flow::FlowOptions>& gate,
+                       const CoreTap& tap, Status* error)
     : sc_(s),
       progress_(progress),
       tap_(tap),
@@ -73,7 +74,7 @@ Simulation::Simulation(const config::Scenario& s, const routing::CoreOptions& op
     // Fresh endpoints take ids 0..n-1 in order: replica i is endpoint i.
     assert(cores_.back()->table()->by_id.size() == replicas_.size());
   }
-  if (flow && n_cores > 1) {
+  if (gate && n_cores > 1) {
     *error = Status::InvalidArgument(
         "flow control is not modelled with several router replicas (router.replicas " +
         std::to_string(n_cores) + ")");
@@ -89,9 +90,7 @@ Simulation::Simulation(const config::Scenario& s, const routing::CoreOptions& op
     }
   }
   max_attempts_ = static_cast<uint32_t>(std::max(1, config::RetryConfig{}.max_attempts));
-  if (flow) {
-    gate_ = std::make_unique<flow::FlowGate>(s.flow.options, *cores_[0], [this] { return now_; });
-  }
+  if (gate) gate_ = std::make_unique<flow::FlowGate>(*gate, *cores_[0], [this] { return now_; });
   double total = 0;
   for (const config::ScenarioTenant& t : s.tenants) total += t.share;
   for (const config::ScenarioTenant& t : s.tenants) {
@@ -208,9 +207,14 @@ SimulationResult RunSimulationWith(const config::Scenario& requested,
     chosen = &with_events;
   }
   const config::Scenario& scenario = *chosen;
-  const bool flow = scenario.flow.enabled || detail::HasFlowSuffix(label);
   Status configured;
-  detail::Simulation sim(scenario, options, progress, flow, tap, &configured);
+  const std::optional<flow::FlowOptions> gate = GateOptions(scenario, label, &configured);
+  if (!configured.ok()) {
+    result.error = configured.message();
+    return result;
+  }
+  const bool flow = gate.has_value();
+  detail::Simulation sim(scenario, options, progress, gate, tap, &configured);
   if (!configured.ok()) {
     result.error = configured.message();
     return result;

@@ -51,11 +51,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "config/scenario_config.h"
 #include "core/common/status.h"
+#include "core/flow/flow_queue.h"
 #include "simkit/report/summary.h"
 #include "core/routing/routing_core.h"
 #include "core/sched/scheduler.h"
@@ -76,8 +78,9 @@ struct SimulationResult {
 using ProgressFn = std::function<void(double now_s, int64_t sent, int64_t finished)>;
 
 // Runs `scenario` under `policy` (a sched::PolicyNames() entry, or one followed by
-// "+flow": that policy with flow control on, whatever scenario.flow.enabled says; or a
-// local-only run, see BasePolicy). The report's `regions` count requests by the region
+// "+flow": that policy with flow control on, whatever scenario.flow.enabled says; or by
+// "+admission": a peer with its own admission turned on (GateOptions); or a local-only
+// run, see BasePolicy). The report's `regions` count requests by the region
 // of the replica that served them.
 // `oracle_hit_rate` is copied into the report (pass ComputeOracleHitRate's value, or -1).
 //
@@ -92,8 +95,17 @@ using ProgressFn = std::function<void(double now_s, int64_t sent, int64_t finish
 SimulationResult RunSimulation(const config::Scenario& scenario, const std::string& policy,
                                double oracle_hit_rate, const ProgressFn& progress = {});
 
-// `policy` without a trailing "+flow" (the name to build).
+// `policy` without a trailing "+flow" or "+admission" (the name to build).
 std::string PolicyWithoutFlow(const std::string& policy);
+
+// The admission gate a run of `label` gets: kvroute's flow control with the scenario's
+// options (scenario.flow.enabled or "+flow"); a peer's own admission as that peer
+// configures it ("<peer>+admission": flow::PeerAdmissionOf, with the fleet's
+// max_num_batched_tokens; InvalidArgument for a policy without one); the admission a
+// peer ships on (llm-d-*: sheddable requests refused while saturated) when the scenario
+// has a sheddable tenant; else none (nullopt, error Ok).
+std::optional<flow::FlowOptions> GateOptions(const config::Scenario& scenario,
+                                             const std::string& label, Status* error);
 
 // Local-only runs: "<name>+local-only" (optionally followed by "+flow") runs <name> on
 // the replicas of the router's region alone (LocalOnlyScenario); "local-only" alone is

@@ -161,6 +161,8 @@ void Simulation::FirstToken(uint32_t s, double t) {
       c.handle = l.handle;
     });
   }
+  // Dynamo's queue releases as prefills complete.
+  if (gate_ && gate_->releases_on_first_token()) Pump();
 }
 
 uint32_t Simulation::Finish(uint32_t s, double t) {

@@ -44,8 +44,9 @@ namespace kvroute::simulate::detail {
 // replica produced (and re-tokenizes to the same ids: core/engine/tokenizer.h).
 void EngineOutputText(uint64_t id, int32_t tokens, std::string* out);
 
-// Whether `policy` ends in "+flow" (with a policy name before it).
+// Whether `policy` ends in "+flow" / "+admission" (with a policy name before it).
 bool HasFlowSuffix(std::string_view policy);
+bool HasAdmissionSuffix(std::string_view policy);
 
 enum class Ev : uint8_t {
   kScrape,      // the router scrapes every replica
@@ -183,7 +184,8 @@ class Simulation {
   // `options`: the core's (SimulationCoreOptions or a caller's). `error` is set when the
   // core refuses them (an invalid scheduling spec); the simulation must not run then.
   Simulation(const config::Scenario& s, const routing::CoreOptions& options,
-             const ProgressFn& progress, bool flow, const CoreTap& tap, Status* error);
+             const ProgressFn& progress, const std::optional<flow::FlowOptions>& gate,
+             const CoreTap& tap, Status* error);
 
   // Processes the events in time order (FIFO among equal times) until none is left
   // (simulator.cc).

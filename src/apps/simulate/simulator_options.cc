@@ -1,7 +1,8 @@
 // The names and set-up of a simulation run (simulator.h): policy labels and their
-// "+flow" and "+local-only" suffixes, the local-only scenario, and the routing core's
+// "+flow", "+admission" and "+local-only" suffixes, the admission gate a label gets, the local-only scenario, and the routing core's
 // endpoints and options for a scenario.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -11,6 +12,8 @@
 #include "apps/simulate/simulator_internal.h"
 #include "config/core_options.h"
 #include "config/router_config.h"
+#include "core/engine/engine.h"
+#include "core/flow/peer_admission.h"
 #include "core/routing/routing_core.h"
 #include "core/sched/scheduler.h"
 
@@ -18,6 +21,7 @@ namespace kvroute::simulate {
 namespace {
 
 constexpr std::string_view kFlowSuffix = "+flow";
+constexpr std::string_view kAdmissionSuffix = "+admission";
 
 constexpr std::string_view kLocalOnlySuffix = "+local-only";
 constexpr std::string_view kLocalOnlyPolicy = "local-only";  // kvroute+local-only
@@ -30,11 +34,44 @@ bool HasFlowSuffix(std::string_view policy) {
   return policy.size() > kFlowSuffix.size() && policy.ends_with(kFlowSuffix);
 }
 
+bool HasAdmissionSuffix(std::string_view policy) {
+  return policy.size() > kAdmissionSuffix.size() && policy.ends_with(kAdmissionSuffix);
+}
+
 }  // namespace detail
 
 std::string PolicyWithoutFlow(const std::string& policy) {
-  return detail::HasFlowSuffix(policy) ? policy.substr(0, policy.size() - kFlowSuffix.size())
-                                       : policy;
+  if (detail::HasFlowSuffix(policy)) return policy.substr(0, policy.size() - kFlowSuffix.size());
+  if (detail::HasAdmissionSuffix(policy))
+    return policy.substr(0, policy.size() - kAdmissionSuffix.size());
+  return policy;
+}
+
+std::optional<flow::FlowOptions> GateOptions(const config::Scenario& scenario,
+                                             const std::string& label, Status* error) {
+  *error = Status::Ok();
+  if (scenario.flow.enabled || detail::HasFlowSuffix(label)) return scenario.flow.options;
+  const std::string base = BasePolicy(label);
+  if (detail::HasAdmissionSuffix(label)) {
+    const std::optional<flow::Admission> a = flow::PeerAdmissionOf(base, /*turned_on=*/true);
+    if (!a) {
+      *error = Status::InvalidArgument(
+          "policy " + label + ": " + base +
+          " has no admission of its own to turn on (+admission: dynamo-kv, llm-d-sticky, "
+          "llm-d-precise)");
+      return std::nullopt;
+    }
+    return flow::PeerFlowOptions(*a, scenario.fleet.EngineConfigFor().max_num_batched_tokens);
+  }
+  // A peer's admission that is on as it ships: only a sheddable request ever reads it, so
+  // without one the run needs no gate.
+  if (const std::optional<flow::Admission> a = flow::PeerAdmissionOf(base, false)) {
+    flow::FlowOptions o = flow::PeerFlowOptions(*a);
+    for (const config::ScenarioTenant& t : scenario.tenants) {
+      if (t.priority < o.shed_below_priority) return o;
+    }
+  }
+  return std::nullopt;
 }
 
 std::string BasePolicy(const std::string& policy) {

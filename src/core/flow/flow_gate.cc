@@ -1,7 +1,11 @@
 #include "core/flow/flow_gate.h"
 
+#include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
+
+#include "core/flow/peer_admission.h"
 
 namespace kvroute::flow {
 
@@ -16,6 +20,7 @@ FlowGate::FlowGate(const flow::FlowOptions& options, routing::RoutingCore& core,
 
 flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<FlowWaiter> waiter,
                                   const sched::SchedRequest& sched_request) {
+  if (options_.admission != flow::Admission::kKvroute) return AdmitAsPeer(request, std::move(waiter));
   const double now = clock_();
   // The verdict before the lock (Load may fold in scrapes); a sheddable request's keeps
   // the reserve free for the bands that may wait.
@@ -66,6 +71,49 @@ flow::AdmitResult FlowGate::Admit(flow::FlowRequest& request, std::shared_ptr<Fl
   return r;
 }
 
+flow::AdmitResult FlowGate::AdmitAsPeer(flow::FlowRequest& request,
+                                        std::shared_ptr<FlowWaiter> waiter) {
+  const double now = clock_();
+  std::vector<routing::RoutingCore::PeerSignal> pool;
+  core_.PeerSignals(now, pool);
+  flow::PoolState state = flow::PeerPoolState(options_, pool, now);
+  switch (options_.admission) {
+    case flow::Admission::kLlmdShedOnly:
+      // Only a sheddable request reads the detector; nothing ever waits.
+      if (request.priority >= options_.shed_below_priority) state = flow::PoolState::kAvailable;
+      if (state == flow::PoolState::kEmpty) state = flow::PoolState::kSaturated;
+      break;
+    case flow::Admission::kDynamoQueue:
+      request.priority = 0;  // its FCFS queue reads no priority
+      if (flow::DynamoRejects(options_, pool)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        request.id = next_id_++;
+        return {flow::AdmitOutcome::kRejected, flow::RejectReason::kAllBusy};
+      }
+      break;
+    default:
+      break;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  request.id = next_id_++;
+  const flow::AdmitResult r = queue_.Admit(request, now, state);
+  if (r.outcome == flow::AdmitOutcome::kQueued) {
+    waiting_.emplace(request.id, Entry{std::move(waiter), {}, {}});
+    PublishLocked();
+  }
+  return r;
+}
+
+bool FlowGate::Capacity(double now, int64_t& budget, routing::RoutingCore::PoolLoad& load) {
+  if (options_.admission != flow::Admission::kKvroute) {
+    core_.PeerSignals(now, peer_pool_);
+    return flow::PeerPoolState(options_, peer_pool_, now) == flow::PoolState::kAvailable;
+  }
+  load = core_.Load(now);
+  if (budget < 0) budget = load.room;
+  return load.ready > 0 && !load.saturated_pool() && budget > 0;
+}
+
 bool FlowGate::Cancel(flow::RequestId id) {
   std::shared_ptr<FlowWaiter> gone;  // released after the lock
   std::lock_guard<std::mutex> lock(mu_);
@@ -94,11 +142,11 @@ void FlowGate::Pump(uint32_t freed) {
   int64_t budget = -1;  // the detector's room, read at the start of each round of events
   for (bool done = false; !done;) {
     const double now = clock_();
-    const routing::RoutingCore::PoolLoad load = core_.Load(now);
-    if (budget < 0) budget = load.room;
-    const bool capacity = load.ready > 0 && !load.saturated_pool() && budget > 0;
-    const bool by_prediction =
-        !capacity && options_.slo_aware && options_.slo_release_fraction > 0 && load.ready > 0;
+    const bool peer = options_.admission != flow::Admission::kKvroute;
+    routing::RoutingCore::PoolLoad load;
+    const bool capacity = Capacity(now, budget, load);
+    const bool by_prediction = !peer && !capacity && options_.slo_aware &&
+                               options_.slo_release_fraction > 0 && load.ready > 0;
     std::shared_ptr<FlowWaiter> next;
     double waited_s = 0.0;
     expired.clear();
@@ -113,7 +161,16 @@ void FlowGate::Pump(uint32_t freed) {
         expiring.emplace_back(std::move(it->second.waiter), e.reason);
         waiting_.erase(it);
       }
-      if (capacity || by_prediction) {
+      if (capacity && peer) {
+        // A peer's release: its order alone, re-checked before each one.
+        if (auto d = queue_.NextToDispatch(now)) {
+          waited_s = d->waited_s;
+          if (auto it = waiting_.find(d->id); it != waiting_.end()) {
+            next = std::move(it->second.waiter);
+            waiting_.erase(it);
+          }
+        }
+      } else if (capacity || by_prediction) {
         // Late binding: the replica that freed (the first release after a completion),
         // else the one with the most room, takes the waiting request it holds the most
         // of (among the queue's affinity window).
@@ -163,7 +220,7 @@ void FlowGate::Pump(uint32_t freed) {
     for (auto& [waiter, reason] : expiring) waiter->Expire(reason);
     if (next) {
       next->Dispatch(now, waited_s);
-      if (capacity) --budget;
+      if (capacity && !peer) --budget;
     }
   }
 }

@@ -31,6 +31,11 @@
 // the engines would serve in time. Each such release is picked, so counted in the model's
 // queue, before the next prediction; the releases stop when the next one no longer fits.
 //
+// With FlowOptions::admission naming a peer (peer_admission.h), the same calls apply that
+// peer's rules instead: its detector decides admission and each release (read again
+// before every release, with no room bound, no late binding and no prediction), Dynamo's
+// rejection refuses with kAllBusy, and Dynamo's queue reads no priority (one band).
+//
 // Threads: every call from any thread. One mutex guards the queue and the waiting map;
 // the waiters' Dispatch and Expire run outside it, on the calling thread. A pump that
 // finds another pump running leaves its work to that one (it loops again), so waiters
@@ -92,6 +97,11 @@ class FlowGate {
   double next_expiry() const { return next_expiry_.load(std::memory_order_relaxed); }
   // A copy of the queue's counters.
   flow::FlowStats stats() const;
+  // Whether a request's first token may free capacity (Dynamo's queue: its prefill left
+  // the worker's count): the front end pumps then too, not only at completions.
+  bool releases_on_first_token() const {
+    return options_.admission == flow::Admission::kDynamoQueue;
+  }
 
  private:
   struct Entry {
@@ -103,6 +113,11 @@ class FlowGate {
   };
   // Release by prediction: `w` may go now although the detector has no room.
   bool PredictedToFit(const flow::WaitingView& w, double waited_s) const;
+  // Admit under a peer's rules (options_.admission is not kKvroute).
+  flow::AdmitResult AdmitAsPeer(flow::FlowRequest& request, std::shared_ptr<FlowWaiter> waiter);
+  // Whether the pool has capacity for one release, and (kvroute's rules) the detector's
+  // room read at the start of a round (`budget` < 0: read it now).
+  bool Capacity(double now, int64_t& budget, routing::RoutingCore::PoolLoad& load);
   void PublishLocked();
 
   routing::RoutingCore& core_;
@@ -114,6 +129,7 @@ class FlowGate {
   flow::RequestId next_id_ = 1;                            // mu_
   bool pumping_ = false, pump_again_ = false;              // mu_
   uint32_t freed_again_ = routing::RoutingCore::kNoEndpoint;  // mu_: the last freed endpoint
+  std::vector<routing::RoutingCore::PeerSignal> peer_pool_;  // Capacity's scratch (one pump)
   std::atomic<std::size_t> waiting_count_{0};
   std::atomic<double> next_expiry_{std::numeric_limits<double>::infinity()};
 };

@@ -14,8 +14,14 @@ namespace kvroute::flow {
 std::string_view RejectReasonName(RejectReason r) {
   static constexpr std::array<std::string_view, kNumRejectReasons> kNames = {
       "none",           "sheddable",    "band_full_requests", "band_full_bytes",
-      "too_many_bands", "duplicate_id", "predicted_miss"};
+      "too_many_bands", "duplicate_id", "predicted_miss", "all_busy"};
   return NameAt(kNames, r, "unknown");
+}
+
+std::string_view AdmissionName(Admission a) {
+  static constexpr std::array<std::string_view, 4> kNames = {"kvroute", "llm-d",
+                                                             "llm-d-flow-control", "dynamo-queue"};
+  return NameAt(kNames, a, "unknown");
 }
 
 std::string_view ExpireReasonName(ExpireReason r) {

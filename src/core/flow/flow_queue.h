@@ -104,6 +104,18 @@ enum class Ordering : uint8_t {
 // The largest `affinity_window` accepted.
 inline constexpr uint32_t kMaxAffinityWindow = 64;
 
+// Whose admission a FlowGate applies (peer_admission.h has the peers' rules and options).
+// The queue itself is the same for all; what differs is when the pool counts as saturated
+// and how much one pump may release.
+enum class Admission : uint8_t {
+  kKvroute,          // kvroute's flow control (this file and flow_gate.h)
+  kLlmdShedOnly,     // llm-d as shipped: no queue; sheddable refused while saturated
+  kLlmdFlowControl,  // llm-d with its flow control on
+  kDynamoQueue,      // Dynamo's router queue and busy rejection
+};
+std::string_view AdmissionName(Admission a);  // "kvroute", "llm-d", "llm-d-flow-control",
+                                              // "dynamo-queue"
+
 struct FlowOptions {
   // Bounds per priority band on what waits.
   uint64_t max_requests = 5000;
@@ -141,6 +153,24 @@ struct FlowOptions {
   // releases). Lower than slo_admit_fraction because a burst that keeps the queue full is
   // where the model errs most (docs/POLICIES.md, "Flow control by predicted miss"). In 0..1.
   double slo_release_fraction = 0.15;
+
+  // Whose rules decide saturation (above). Anything but kKvroute: no late binding, no
+  // prediction, no room bound (each pump releases while the peer's detector says
+  // available); the fields below are the peers' parameters (peer_admission.h).
+  Admission admission = Admission::kKvroute;
+  // llm-d's utilization detector: an endpoint's score is max(waiting / queue_depth,
+  // KV usage / kv_threshold), 1 when its metrics are missing or older than stale_s; the
+  // pool is saturated while the mean score over its endpoints is >= 1.
+  double llmd_queue_depth = 5.0;
+  double llmd_kv_threshold = 0.8;
+  double llmd_stale_s = 0.2;
+  // Dynamo: a worker is busy while the router's count of its active prefill tokens exceeds
+  // queue_threshold x max_num_batched_tokens (the worker's, from its runtime config); a
+  // request waits only while every worker is busy. A request is refused (529) when every
+  // worker's KV usage is above reject_kv (0: rejection off).
+  double dynamo_queue_threshold = 2.0;
+  int64_t dynamo_max_batched_tokens = 8192;
+  double dynamo_reject_kv = 0.85;
 };
 
 // Ok, or InvalidArgument naming the first bad field: bounds >= 1, TTLs > 0 and finite,
@@ -180,11 +210,12 @@ enum class RejectReason : uint8_t {
   kTooManyBands,      // a new priority beyond max_bands
   kDuplicateId,       // a request with this id is already waiting
   kPredictedMiss,     // sheddable and already predicted to miss its TTFT objective (late_s)
+  kAllBusy,           // Dynamo's rejection: every worker busy (FlowGate, not the queue; 529)
 };
-inline constexpr std::size_t kNumRejectReasons = 7;
+inline constexpr std::size_t kNumRejectReasons = 8;
 std::string_view RejectReasonName(RejectReason r);  // "none", "sheddable",
 // "band_full_requests", "band_full_bytes", "too_many_bands", "duplicate_id",
-// "predicted_miss"
+// "predicted_miss", "all_busy"
 
 struct AdmitResult {
   AdmitOutcome outcome = AdmitOutcome::kRejected;

@@ -108,6 +108,42 @@ RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
   return load;
 }
 
+void RoutingCore::PeerSignals(double now_s, std::vector<PeerSignal>& out) {
+  out.clear();
+  if (SyncDue(now_s)) {
+    std::vector<std::string> logs;
+    {
+      std::unique_lock<RwSpinLock> lock(sched_mu_);
+      SyncLocked(now_s, &logs);
+    }
+    if (!logs.empty()) Log(logs);
+  }
+  auto table = table_.load();
+  auto slots = slots_.load();
+  auto options = options_.load();
+  for (const auto& ep : table->by_id) {
+    if (!ep || ep->id >= slots->size() || !(*slots)[ep->id]) continue;
+    const Slot& slot = *(*slots)[ep->id];
+    PeerSignal p;
+    p.id = ep->id;
+    health::Verdict v;
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      v = AssessSlot(slot, now_s, options->health);
+      p.scraped_at_s = slot.health.scraped_at_s();
+      p.kv_known = v.Known(health::Signal::kKvUsage);
+      p.waiting_known = v.Known(health::Signal::kWaiting);
+      p.kv_usage = slot.health.kv_usage();
+      p.waiting = slot.health.waiting();
+    }
+    if (v.ejected || v.treatment == health::Treatment::kDown) continue;
+    out.push_back(p);
+  }
+  std::shared_lock<RwSpinLock> lock(sched_mu_);
+  if (sched_->scheduler == nullptr) return;
+  for (PeerSignal& p : out) p.active_prefill_tokens = sched_->scheduler->ActivePrefillTokens(p.id);
+}
+
 void RoutingCore::PrefixKey(const sched::SchedRequest& request, std::vector<uint64_t>& out) const {
   std::shared_lock<RwSpinLock> lock(sched_mu_);
   if (sched_->scheduler == nullptr) {

@@ -385,6 +385,20 @@ class RoutingCore {
   // Folds in pending scrapes first (a short exclusive section, as a pick does).
   PoolLoad Load(double now_s);
 
+  // What the peers' admission reads of each endpoint in the pool (flow/peer_admission.h):
+  // every endpoint not down or ejected, with its last scrape's values as scraped (no
+  // in-flight estimate: the peers' detectors read metrics) and the scheduler's count of
+  // its active prefill tokens (-1 when the policy keeps none: only dynamo-* do).
+  struct PeerSignal {
+    uint32_t id = 0;
+    double scraped_at_s = -1.0;  // < 0: never scraped
+    bool kv_known = false, waiting_known = false;
+    double kv_usage = 0.0, waiting = 0.0;
+    int64_t active_prefill_tokens = -1;
+  };
+  // Fills `out` (cleared first). Folds in pending scrapes first, as Load does.
+  void PeerSignals(double now_s, std::vector<PeerSignal>& out);
+
   // The pool as a picker's /metrics reports it (llm_d_epp_* and inference_pool_*): over
   // the ready endpoints (fresh, not down, not ejected), the mean and spread of each known
   // signal (KV usage and queue with the in-flight estimate, running as scraped) and each

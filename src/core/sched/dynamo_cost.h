@@ -105,8 +105,9 @@ class DynamoCostScheduler : public SchedulerBase {
   int64_t ActiveBlocks(uint32_t endpoint_id) const;
   // Unique block hashes active on the worker (prompt blocks; output blocks not included).
   size_t UniquePromptBlocks(uint32_t endpoint_id) const;
-  // Prefill tokens of the worker's requests that have no first token yet.
-  int64_t ActivePrefillTokens(uint32_t endpoint_id) const;
+  // Prefill tokens of the worker's requests that have no first token yet (0 for an
+  // unknown worker).
+  int64_t ActivePrefillTokens(uint32_t endpoint_id) const override;
 
  private:
   struct Worker {

@@ -171,6 +171,10 @@ class Scheduler {
   // calls, under the router's shared lock).
   virtual void PrefixKey(const SchedRequest& req, std::vector<uint64_t>& out) const { out.clear(); }
   virtual size_t HeldBlocks(std::span<const uint64_t> key, uint32_t endpoint_id) const { return 0; }
+  // The policy's own count of prefill tokens dispatched to the endpoint and not yet past
+  // their first token (Dynamo's router queue reads it: core/flow/peer_admission.h); -1
+  // when the policy keeps none. Read like HeldBlocks.
+  virtual int64_t ActivePrefillTokens(uint32_t endpoint_id) const { return -1; }
 
   // ---- locality (docs/POLICIES.md, "Locality") ----
 

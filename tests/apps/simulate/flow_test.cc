@@ -114,6 +114,81 @@ TEST(SimulateFlowTest, RequestsPastTheirTtlExpireAtTheRouter) {
   EXPECT_LE(r.report.router_wait_p99_s, 0.1);
 }
 
+// The peers' admission (core/flow/peer_admission.h) in simulate: llm-d as shipped sheds a
+// sheddable tenant while saturated and queues nothing; its flow control (+admission)
+// queues every band; Dynamo's queue (+admission) parks requests only while every worker is
+// busy by its prefill tokens; a policy without an admission of its own cannot take the
+// suffix.
+TEST(SimulateFlowTest, LlmdAsShippedShedsTheSheddableTenantAndQueuesNothing) {
+  Scenario s = MustParse(Overloaded(R"(tenants:
+  - {name: interactive, share: 0.2, priority: 0}
+  - {name: batch, share: 0.8, priority: -1}
+)"));
+  SimulationResult r = RunSimulation(s, "llm-d-sticky", -1);
+  ASSERT_EQ(r.error, "");
+  EXPECT_TRUE(r.report.flow_enabled);
+  EXPECT_EQ(r.report.flow_queued, 0);
+  EXPECT_EQ(r.report.tenants[0].shed, 0);
+  EXPECT_GT(r.report.tenants[1].shed, 50);
+  EXPECT_EQ(r.report.tenants[1].shed, r.report.flow_shed);
+  EXPECT_EQ(r.report.succeeded + r.report.flow_shed, 300);
+  // Without a sheddable tenant the run has no gate at all.
+  Scenario plain = MustParse(Overloaded(""));
+  SimulationResult p = RunSimulation(plain, "llm-d-sticky", -1);
+  EXPECT_FALSE(p.report.flow_enabled);
+  EXPECT_EQ(p.report.succeeded, 300);
+}
+
+TEST(SimulateFlowTest, LlmdFlowControlQueuesEveryBandAndServesThemAll) {
+  Scenario s = MustParse(Overloaded(R"(tenants:
+  - {name: interactive, share: 0.2, priority: 0}
+  - {name: batch, share: 0.8, priority: -1}
+)"));
+  SimulationResult r = RunSimulation(s, "llm-d-sticky+admission", -1);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.report.policy, "llm-d-sticky+admission");
+  EXPECT_GT(r.report.flow_queued, 100);
+  EXPECT_EQ(r.report.flow_shed, 0);  // nothing refused for being sheddable
+  EXPECT_EQ(r.report.flow_expired, 0);  // 60 s TTL: the backlog drains within it
+  EXPECT_EQ(r.report.succeeded, 300);
+}
+
+TEST(SimulateFlowTest, DynamoParksRequestsOnlyWhileEveryWorkerIsBusy) {
+  // Long prompts with nothing shared: each worker's active prefill tokens pass 2 x 8,192.
+  Scenario s = MustParse(R"(
+seed: 3
+workload: {type: shared-prefix, num_groups: 300, num_prompts_per_group: 1,
+           system_prompt_len: 6000, question_len: 100, output_len: 50}
+arrivals: {process: poisson, rate: 300, num_requests: 300}
+fleet: {replicas: 2, engine_preset: llama3-8b-h100, scrape_interval_s: 0.05}
+)");
+  SimulationResult plain = RunSimulation(s, "dynamo-kv", -1);
+  SimulationResult adm = RunSimulation(s, "dynamo-kv+admission", -1);
+  ASSERT_EQ(adm.error, "");
+  EXPECT_FALSE(plain.report.flow_enabled);  // off as shipped
+  EXPECT_GT(adm.report.flow_queued, 50);
+  EXPECT_EQ(adm.report.flow_expired, 0);  // no TTL
+  EXPECT_EQ(adm.report.succeeded, 300);
+  EXPECT_GT(adm.report.router_wait_mean_s, 0.0);
+  EXPECT_LT(adm.report.waiting_max, plain.report.waiting_max);
+}
+
+TEST(SimulateFlowTest, AdmissionSuffixOnlyForPeersThatHaveOne) {
+  Scenario s = MustParse(Overloaded(""));
+  Status st;
+  EXPECT_FALSE(GateOptions(s, "kvroute+admission", &st).has_value());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("kvroute has no admission of its own"), std::string::npos);
+  SimulationResult r = RunSimulation(s, "round-robin+admission", -1);
+  EXPECT_NE(r.error.find("round-robin has no admission"), std::string::npos);
+  const auto dyn = GateOptions(s, "dynamo-kv+admission", &st);
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE(dyn.has_value());
+  EXPECT_EQ(dyn->admission, flow::Admission::kDynamoQueue);
+  EXPECT_EQ(dyn->dynamo_max_batched_tokens, 8192);  // the preset's max_num_batched_tokens
+  EXPECT_EQ(BasePolicy("llm-d-precise+admission"), "llm-d-precise");
+}
+
 TEST(SimulateFlowTest, SameSeedSameReport) {
   Scenario s = MustParse(Overloaded(R"(flow: {ttl: 1s}
 tenants: [{name: a, share: 1, priority: 0}, {name: b, share: 1, priority: -1}]
