@@ -57,17 +57,20 @@ RoutingCore::PoolGauges RoutingCore::Gauges(double now_s) {
   return g;
 }
 
+void RoutingCore::FoldPendingScrapes(double now_s) {
+  if (!SyncDue(now_s)) return;
+  std::vector<std::string> logs;
+  {
+    std::unique_lock<RwSpinLock> lock(sched_mu_);
+    SyncLocked(now_s, &logs);
+  }
+  if (!logs.empty()) Log(logs);
+}
+
 RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
   // Fold in the scrapes since the last pick first, as a pick would: the adjusted loads
   // read below are published by that sync.
-  if (SyncDue(now_s)) {
-    std::vector<std::string> logs;
-    {
-      std::unique_lock<RwSpinLock> lock(sched_mu_);
-      SyncLocked(now_s, &logs);
-    }
-    if (!logs.empty()) Log(logs);
-  }
+  FoldPendingScrapes(now_s);
   PoolLoad load;
   auto table = table_.load();
   for (const auto& ep : table->by_id) {
@@ -110,14 +113,7 @@ RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
 
 void RoutingCore::PeerSignals(double now_s, std::vector<PeerSignal>& out) {
   out.clear();
-  if (SyncDue(now_s)) {
-    std::vector<std::string> logs;
-    {
-      std::unique_lock<RwSpinLock> lock(sched_mu_);
-      SyncLocked(now_s, &logs);
-    }
-    if (!logs.empty()) Log(logs);
-  }
+  FoldPendingScrapes(now_s);
   auto table = table_.load();
   auto slots = slots_.load();
   auto options = options_.load();

@@ -540,6 +540,9 @@ class RoutingCore {
   std::unique_ptr<ScratchPool> scratch_;
   // Whether a pick at `now_s` must fold in scrapes or re-judge health first (lock-free).
   bool SyncDue(double now_s) const;
+  // When due, folds in the scrapes since the last sync (a short exclusive section) and logs
+  // what changed: the views' first step (Load, PeerSignals).
+  void FoldPendingScrapes(double now_s);
 
   // The components (see the table at the top), made by the constructor, never replaced.
   // The KV-cache event input: the precise prefix index behind its own lock (event batches
