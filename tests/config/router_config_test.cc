@@ -263,7 +263,7 @@ TEST(RouterConfigErrors, BadParameterFromScheduler) {
 )"),
             "t.yaml:3: plugins[1].parameters.blokSize: unknown parameter 'blokSize' for plugin "
             "type 'prefix-cache-scorer' (known: blockSize, maxPrefixBlocksToMatch, "
-            "lruCapacityPerServer, preciseEvents)");
+            "lruCapacityPerServer, preciseEvents, speculativeWeight, minMaxNormalize)");
 }
 
 TEST(RouterConfigTest, SchedulingSloIsThePoolDefaultObjective) {

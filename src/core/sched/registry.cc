@@ -102,9 +102,13 @@ constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "lea
 // not the default, because it did not beat the blend in simulate; docs/BENCHMARKS.md).
 // kvroute-lora-blind is kvroute without the lora-affinity-scorer (issue 26: the simulator's
 // comparison of adapter affinity).
-constexpr std::string_view kVariantPolicies[] = {"dynamo-cost-output-blocks",
-                                                 "kvroute-region-blind", "kvroute-slo",
-                                                 "kvroute-lora-blind"};
+// llm-d-2025-*: the four arms of llm-d's published precise / approximate / load / random
+// comparison (REFERENCE.md section 8; the inference scheduler v0.2.1 over the Inference
+// Extension v0.5.1, configurations from llm-d-kv-cache-manager's benchmarking/73-capacity),
+// random being `random`; docs/POLICIES.md, "llm-d's 2025 comparison".
+constexpr std::string_view kVariantPolicies[] = {
+    "dynamo-cost-output-blocks", "kvroute-region-blind", "kvroute-slo", "kvroute-lora-blind",
+    "llm-d-2025-precise",        "llm-d-2025-approximate", "llm-d-2025-load"};
 
 std::string PluginField(size_t i, std::string_view rest = {}) {
   std::string f = "plugins[" + std::to_string(i) + "]";
@@ -313,6 +317,32 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                     {"queue-scorer", 2},
                     {"max-score-picker", 1}});
   }
+  // llm-d's 2025 arms: max-score-picker over a plain weighted sum. approximate: the
+  // Extension's prefix-cache-scorer (64-character blocks, 256 of them, an LRU of 31,250 per
+  // server) 1, kv-cache 1, queue 1. precise: the KV-event scorer (held leading blocks,
+  // min-max normalised among the endpoints holding any; no speculative entries) 3,
+  // kv-cache 2, queue 2. load: kv-cache 1, queue 1.
+  if (policy == "llm-d-2025-approximate") {
+    return Profile({P("prefix-cache-scorer", {{"lruCapacityPerServer", 31250.0}}),
+                    P("kv-cache-utilization-scorer"), P("queue-scorer"), P("max-score-picker")},
+                   {{"prefix-cache-scorer", 1},
+                    {"kv-cache-utilization-scorer", 1},
+                    {"queue-scorer", 1},
+                    {"max-score-picker", 1}});
+  }
+  if (policy == "llm-d-2025-precise") {
+    return Profile({P("precise-prefix-cache-scorer",
+                      {{"speculativeWeight", 0.0}, {"minMaxNormalize", 1.0}}),
+                    P("kv-cache-utilization-scorer"), P("queue-scorer"), P("max-score-picker")},
+                   {{"precise-prefix-cache-scorer", 3},
+                    {"kv-cache-utilization-scorer", 2},
+                    {"queue-scorer", 2},
+                    {"max-score-picker", 1}});
+  }
+  if (policy == "llm-d-2025-load") {
+    return Profile({P("kv-cache-utilization-scorer"), P("queue-scorer"), P("max-score-picker")},
+                   {{"kv-cache-utilization-scorer", 1}, {"queue-scorer", 1}, {"max-score-picker", 1}});
+  }
   if (policy == "kvroute" || policy == "kvroute-region-blind" || policy == "kvroute-slo" ||
       policy == "kvroute-lora-blind") {
     // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
@@ -451,7 +481,7 @@ std::span<const std::string_view> PluginTypes() {
 std::span<const std::string_view> PolicyNames() { return kPolicies; }
 
 bool PolicyNeedsEvents(std::string_view policy) {
-  return policy == "llm-d-precise" || policy == "dynamo-kv";
+  return policy == "llm-d-precise" || policy == "dynamo-kv" || policy == "llm-d-2025-precise";
 }
 
 }  // namespace kvroute::sched

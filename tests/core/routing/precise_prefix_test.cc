@@ -264,6 +264,57 @@ TEST(PreciseCorePolicies, GieDefaultIgnoresEventsPreciseScorerUsesThem) {
   }
 }
 
+// llm-d's 2025 precise arm (llm-d-2025-precise): the precise scorer's held blocks min-max
+// normalised among the endpoints holding any (weight 3 against kv-cache 2 and queue 2), and
+// no speculative entries: only what the engines report attracts.
+TEST(PreciseCorePolicies, Llmd2025PreciseNormalisesAmongHoldersAndKeepsNoSpeculation) {
+  RoutingCore core;
+  std::vector<EndpointSpec> eps;
+  for (int i = 0; i < 3; ++i) {
+    eps.push_back(TestEndpoint("r" + std::to_string(i), 9100 + i));
+    eps.back().kv_events = "tcp://127.0.0.1:" + std::to_string(5557 + i);
+  }
+  CoreOptions o;
+  o.health.staleness_s = 1e9;
+  o.scheduling.policy = "llm-d-2025-precise";
+  ASSERT_TRUE(core.Configure(o, eps, 0).ok());
+  const auto prompt = Tokens(320, 1000);  // 20 blocks
+  for (uint32_t id = 0; id < 3; ++id) core.OnKvEvents(id, KvEventBatch{}, 0);
+  core.OnKvEvents(1, StoredBatch(prompt, 500), 0);  // all 20
+  core.OnKvEvents(2, StoredBatch(std::vector<uint32_t>(prompt.begin(), prompt.begin() + 304), 700),
+                  0);  // 19 of them
+  // r1 has the longest queue: queue score 0 there, 1 on r0 and r2. By share, r2 (0.95 x 3
+  // + 2) would beat r1 (1.0 x 3 + 0); normalised among holders r2 scores 0 and r1 wins.
+  core.OnScrape(0, ScrapedLoad("0", "0", "0.1", 0), 0);
+  core.OnScrape(1, ScrapedLoad("0", "10", "0.1", 0), 0);
+  core.OnScrape(2, ScrapedLoad("0", "0", "0.1", 0), 0);
+  PickRequest pr;
+  pr.request.model = "m";
+  pr.request.prompt = std::string(1280, 'x');
+  pr.request.token_ids = prompt;
+  PickResult r = core.Pick(pr, 1.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.ranked[0], 1u);
+  core.OnFinished(r.handle, r.ranked[0], 200, 1.0);
+  // A prompt nobody reports holding, sent again and again before any event: no
+  // speculative entry pulls it back where it went (ties break at random).
+  for (uint32_t id = 0; id < 3; ++id) core.OnScrape(id, ScrapedLoad("0", "0", "0.1", 1), 1);
+  const auto fresh = Tokens(320, 50000);
+  std::set<uint32_t> went;
+  for (int i = 0; i < 30; ++i) {
+    PickRequest q;
+    q.request.model = "m";
+    q.request.prompt = std::string(1280, 'y');
+    q.request.token_ids = fresh;
+    q.dispatch_first = true;
+    PickResult p = core.Pick(q, 1.0 + 0.01 * i);
+    ASSERT_TRUE(p.ok());
+    went.insert(p.ranked[0]);
+    core.OnFinished(p.handle, p.ranked[0], 200, 1.0 + 0.01 * i);
+  }
+  EXPECT_EQ(went.size(), 3u);
+}
+
 // The replica a front end asks for token ids: any endpoint that is not down, rotating.
 TEST(RoutingCoreAnyUp, SkipsDownEndpointsAndRotates) {
   RoutingCore core;

@@ -14,9 +14,28 @@ void PrefixCacheScorer::Score(const PickContext& ctx, std::span<const uint32_t> 
   HashPromptBlocks(ctx.request->model, ctx.request->cache_salt, ctx.request->prompt,
                    p_.block_chars, p_.max_blocks, hashes);
   CacheView& view = ctx.scratch->cache;
-  view.Fill({.model = model_.get(), .chain = hashes, .events = p_.precise}, *ctx.request,
-            ctx.endpoints, candidates, ctx.now_s);
+  view.Fill({.model = model_.get(),
+             .chain = hashes,
+             .events = p_.precise,
+             .tiers = p_.speculative == 1.0 ? nullptr : &tiers_},
+            *ctx.request, ctx.endpoints, candidates, ctx.now_s);
   for (size_t i = 0; i < candidates.size(); ++i) out[i] = view.Share(i);
+  if (!p_.min_max) return;
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!(out[i] > 0)) continue;
+    lo = any ? std::min(lo, out[i]) : out[i];
+    hi = any ? std::max(hi, out[i]) : out[i];
+    any = true;
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!(out[i] > 0)) {
+      out[i] = 0;
+    } else {
+      out[i] = hi > lo ? (out[i] - lo) / (hi - lo) : 1.0;
+    }
+  }
 }
 
 void PrefixCacheScorer::AdoptStateFrom(Plugin& previous) {
@@ -55,13 +74,17 @@ PluginFactory PrefixCacheScorerFactory(bool precise_default) {
           {{"blockSize", 1, 1 << 20, true},
            {"maxPrefixBlocksToMatch", 1, 1 << 24, true},
            {"lruCapacityPerServer", 1, 1e12, true},
-           {"preciseEvents", 0, 1, true}},
+           {"preciseEvents", 0, 1, true},
+           {"speculativeWeight", 0, 1, false},
+           {"minMaxNormalize", 0, 1, true}},
           [precise_default](const PluginParams& p) -> std::unique_ptr<Plugin> {
             PrefixCacheScorer::Params q;
             q.block_chars = static_cast<size_t>(p.Get("blockSize", 64));
             q.max_blocks = static_cast<size_t>(p.Get("maxPrefixBlocksToMatch", 256));
             q.lru_capacity = static_cast<size_t>(p.Get("lruCapacityPerServer", 0));
             q.precise = p.Get("preciseEvents", precise_default ? 1 : 0) != 0;
+            q.speculative = p.Get("speculativeWeight", 1.0);
+            q.min_max = p.Get("minMaxNormalize", 0) != 0;
             return std::make_unique<PrefixCacheScorer>(q);
           }};
 }

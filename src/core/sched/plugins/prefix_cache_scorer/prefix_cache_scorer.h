@@ -9,6 +9,7 @@
 
 #include "core/sched/plugin.h"
 #include "core/sched/plugin_factory.h"
+#include "core/kvevents/event_index.h"
 #include "core/sched/prefix_model.h"
 
 namespace kvroute::sched {
@@ -33,9 +34,19 @@ class PrefixCacheScorer : public Scorer {
     // (SchedRequest::events), the others by the approximate model. Off: approximate only
     // (the Gateway API Inference Extension's scorer, as gie-default models it).
     bool precise = false;
+    // The weight of a block held only by the event index's speculative entry (precise
+    // only): 1 counts it as cached (kvroute, llm-d 2026); 0 sees only what the engines
+    // reported (llm-d's precise scorer of 2025 kept no speculative entries).
+    double speculative = 1.0;
+    // llm-d's precise scorer of 2025 (inference scheduler v0.2.1): instead of the share,
+    // the endpoints holding at least one leading block are scored by min-max normalised
+    // held blocks among themselves (1 when they all hold as many), the others 0.
+    bool min_max = false;
   };
   static constexpr size_t kDefaultCapacity = 31250;
-  explicit PrefixCacheScorer(const Params& p) : p_(p), model_(MakeApproxPrefixModel()) {}
+  explicit PrefixCacheScorer(const Params& p) : p_(p), model_(MakeApproxPrefixModel()) {
+    tiers_.speculative = p.speculative;
+  }
 
   ScorerRole role() const override { return ScorerRole::kPrefix; }
 
@@ -58,11 +69,13 @@ class PrefixCacheScorer : public Scorer {
  private:
   Params p_;
   std::unique_ptr<PrefixModel> model_;
+  kvevents::TierWeights tiers_;  // speculative from Params; the rest the index's defaults
 };
 
-// Parameters blockSize (64), maxPrefixBlocksToMatch (256), lruCapacityPerServer (auto) and
+// Parameters blockSize (64), maxPrefixBlocksToMatch (256), lruCapacityPerServer (auto),
 // preciseEvents (`precise_default`: 0 for prefix-cache-scorer, 1 for
-// precise-prefix-cache-scorer, llm-d's name).
+// precise-prefix-cache-scorer, llm-d's name), speculativeWeight (1) and minMaxNormalize
+// (0; 1: the 2025 precise scorer's normalisation, Params::min_max).
 PluginFactory PrefixCacheScorerFactory(bool precise_default);
 
 }  // namespace kvroute::sched
