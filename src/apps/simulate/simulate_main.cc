@@ -64,6 +64,7 @@ struct Options {
   uint64_t suite_seed = 0;
   bool suite_seed_given = false;
   bool suite_detail = false;
+  bool suite_write = false;
   std::string policies_arg;
   std::string out_dir = "simulate-out";
   uint64_t seed = 0;
@@ -89,6 +90,9 @@ void AddFlags(CLI::App& app, Options& o) {
                  "a suite file instead of --scenario: scenario files and generated families "
                  "under every policy, one table (docs/SUITE.md, examples/suites/broad.yaml)");
   app.add_option("--suite-seed", o.suite_seed, "--suite: override the generator's seed (held-out runs)");
+  app.add_flag("--suite-write", o.suite_write,
+               "--suite: write each generated scenario as a scenario file into --out and run "
+               "nothing (to run one of them alone with --scenario)");
   app.add_flag("--suite-detail", o.suite_detail,
                "--suite: also print every policy's figures per scenario (always in --out's suite.md)");
   app.add_option("--policies", o.policies_arg,
@@ -368,6 +372,18 @@ int RunSuiteCommand(const Options& o) {
   if (!spec.ok()) {
     std::fprintf(stderr, "kvroute simulate: %s\n", spec.error.ToString().c_str());
     return 2;
+  }
+  if (o.suite_write) {
+    std::vector<std::string> written;
+    const Status st = WriteSuiteScenarios(
+        *spec.value, o.suite_seed_given ? std::optional<uint64_t>(o.suite_seed) : std::nullopt, o.out_dir,
+        &written);
+    if (!st.ok()) {
+      std::fprintf(stderr, "kvroute simulate: --suite-write: %s\n", st.message().c_str());
+      return 2;
+    }
+    if (!o.quiet) std::fprintf(stderr, "wrote %zu scenarios into %s\n", written.size(), o.out_dir.c_str());
+    return 0;
   }
   const SuiteResult result =
       RunSuite(*spec.value, o.suite_seed_given ? std::optional<uint64_t>(o.suite_seed) : std::nullopt,

@@ -7,11 +7,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "apps/simulate/simulator.h"
 #include "config/scenario_config.h"
 #include "core/api/openai.h"
 #include "core/sched/registry.h"
+#include "simkit/suite/generator.h"
 
 namespace kvroute::simulate {
 
@@ -26,12 +29,15 @@ const report::PolicyReport* Find(const SuiteRun& run, const std::string& policy)
   return nullptr;
 }
 
-// The best peer of `run` other than `self`, by goodput.
+// The best peer of `run` other than `self`, by goodput: the requests that met both
+// objectives. Every policy of a run is offered the same requests, so the count compares
+// them; goodput a second divides it by the span to the last completion, which one slow
+// straggler stretches.
 const report::PolicyReport* BestPeer(const SuiteRun& run, const std::string& self) {
   const report::PolicyReport* best = nullptr;
   for (const report::PolicyReport& r : run.reports) {
     if (!IsPeer(r.policy) || r.policy == self) continue;
-    if (!best || r.goodput_requests_per_s > best->goodput_requests_per_s) best = &r;
+    if (!best || r.good > best->good) best = &r;
   }
   return best;
 }
@@ -100,11 +106,33 @@ SuiteResult RunSuite(const config::SuiteSpec& spec, std::optional<uint64_t> seed
   return result;
 }
 
+Status WriteSuiteScenarios(const config::SuiteSpec& spec, std::optional<uint64_t> seed,
+                           const std::string& dir, std::vector<std::string>* written) {
+  written->clear();
+  if (!spec.generate) return Status::InvalidArgument("the suite generates no scenario");
+  suite::GeneratorOptions g = *spec.generate;
+  if (seed) g.seed = *seed;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::string policies;
+  for (const std::string& p : spec.policies) policies += (policies.empty() ? "" : ", ") + p;
+  for (const suite::GeneratedScenario& s : suite::Generate(g)) {
+    const std::string path = (std::filesystem::path(dir) / (s.name + ".yaml")).string();
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << s.yaml;
+    if (!policies.empty()) f << "policies: [" << policies << "]\n";
+    f.close();
+    if (!f) return Status::Internal("cannot write " + path);
+    written->push_back(path);
+  }
+  return Status::Ok();
+}
+
 std::optional<double> RatioToBestPeer(const SuiteRun& run, const std::string& policy) {
   const report::PolicyReport* self = Find(run, policy);
   const report::PolicyReport* best = BestPeer(run, policy);
-  if (!self || !best || !(best->goodput_requests_per_s > 0)) return std::nullopt;
-  return self->goodput_requests_per_s / best->goodput_requests_per_s;
+  if (!self || !best || best->good <= 0) return std::nullopt;
+  return static_cast<double>(self->good) / static_cast<double>(best->good);
 }
 
 std::vector<PolicySummary> SummarizeSuite(const SuiteResult& result) {
@@ -137,8 +165,9 @@ std::string SuiteMarkdown(const SuiteResult& result, const std::string& referenc
   for (const SuiteRun& r : result.runs) ran += r.error.empty() ? 1 : 0;
   std::string out = fmt::format("## Suite {}: {} scenarios ({} ran) x {} policies\n\n", result.name,
                                 result.runs.size(), ran, result.policies.size());
-  out += "Goodput over the best peer's in each scenario (peers: the policies not named kvroute*, "
-         "the policy itself excluded).\n\n"
+  out += "Goodput (requests that met both objectives; every policy is offered the same requests) over the "
+         "best peer's in each scenario (peers: the policies not named kvroute*, the policy itself "
+         "excluded).\n\n"
          "| policy | runs | worst | geometric mean | >= best peer - 1% | ahead >= 10% | behind > 1% |\n"
          "|---|--:|--:|--:|--:|--:|--:|\n";
   for (const PolicySummary& s : SummarizeSuite(result)) {
@@ -146,7 +175,7 @@ std::string SuiteMarkdown(const SuiteResult& result, const std::string& referenc
                        s.within_1pct, s.ahead_10pct, s.behind_1pct);
   }
   out += fmt::format("\n### {} per scenario\n\n", reference);
-  out += fmt::format("| scenario | kind | best peer | its goodput/s | {} goodput/s | ratio | hit rate ({} / peer) | "
+  out += fmt::format("| scenario | kind | best peer | its good requests | {} good requests | ratio | hit rate ({} / peer) | "
                      "TTFT p99 ({} / peer) |\n|---|---|---|--:|--:|--:|--:|--:|\n",
                      reference, reference, reference);
   for (const SuiteRun& run : result.runs) {
@@ -158,8 +187,8 @@ std::string SuiteMarkdown(const SuiteResult& result, const std::string& referenc
     const report::PolicyReport* best = BestPeer(run, reference);
     if (!self || !best) continue;
     const std::optional<double> ratio = RatioToBestPeer(run, reference);
-    out += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {} | {:.1f}% / {:.1f}% | {} / {} |\n", run.scenario,
-                       run.family, best->policy, best->goodput_requests_per_s, self->goodput_requests_per_s,
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {:.1f}% / {:.1f}% | {} / {} |\n", run.scenario,
+                       run.family, best->policy, best->good, self->good,
                        ratio ? fmt::format("{:.3f}", *ratio) : "-", self->prefix_hit_rate * 100,
                        best->prefix_hit_rate * 100, Ms(self->ttft_s.p99), Ms(best->ttft_s.p99));
   }
@@ -167,12 +196,12 @@ std::string SuiteMarkdown(const SuiteResult& result, const std::string& referenc
   out += "\n### Every policy per scenario\n";
   for (const SuiteRun& run : result.runs) {
     if (!run.error.empty()) continue;
-    out += fmt::format("\n#### {} ({})\n\n| policy | goodput/s | ratio to best peer | hit rate | TTFT p99 |\n"
-                       "|---|--:|--:|--:|--:|\n",
+    out += fmt::format("\n#### {} ({})\n\n| policy | good requests | goodput/s | ratio to best peer | hit rate | TTFT p99 |\n"
+                       "|---|--:|--:|--:|--:|--:|\n",
                        run.scenario, run.family);
     for (const report::PolicyReport& r : run.reports) {
       const std::optional<double> ratio = RatioToBestPeer(run, r.policy);
-      out += fmt::format("| {} | {:.2f} | {} | {:.1f}% | {} |\n", r.policy, r.goodput_requests_per_s,
+      out += fmt::format("| {} | {} | {:.2f} | {} | {:.1f}% | {} |\n", r.policy, r.good, r.goodput_requests_per_s,
                          ratio ? fmt::format("{:.3f}", *ratio) : "-", r.prefix_hit_rate * 100, Ms(r.ttft_s.p99));
     }
   }
@@ -200,8 +229,9 @@ std::string SuiteJson(const SuiteResult& result) {
       if (j > 0) out += ", ";
       api::AppendJsonString(out, r.policy);
       const std::optional<double> ratio = RatioToBestPeer(run, r.policy);
-      out += fmt::format(": {{\"goodput\": {}, \"hit_rate\": {}, \"ttft_p99_s\": {}, \"ratio_to_best_peer\": {}}}",
-                         r.goodput_requests_per_s, r.prefix_hit_rate, r.ttft_s.p99,
+      out += fmt::format(": {{\"good_requests\": {}, \"goodput\": {}, \"hit_rate\": {}, \"ttft_p99_s\": {}, "
+                         "\"ratio_to_best_peer\": {}}}",
+                         r.good, r.goodput_requests_per_s, r.prefix_hit_rate, r.ttft_s.p99,
                          ratio ? fmt::format("{}", *ratio) : "null");
     }
     out += "}}";

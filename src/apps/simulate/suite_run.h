@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/suite_config.h"
+#include "core/common/status.h"
 #include "simkit/report/summary.h"
 
 namespace kvroute::simulate {
@@ -33,6 +34,13 @@ struct SuiteResult {
 SuiteResult RunSuite(const config::SuiteSpec& spec, std::optional<uint64_t> seed,
                      const std::vector<std::string>& policies, bool progress);
 
+// The suite's generated scenarios (`seed` overriding generate.seed), each a scenario file
+// `<dir>/<name>.yaml` with the suite's policies, to run alone with --scenario. Fills
+// `written` with the paths. InvalidArgument when the suite generates nothing, Internal
+// when a file cannot be written (naming it).
+Status WriteSuiteScenarios(const config::SuiteSpec& spec, std::optional<uint64_t> seed,
+                           const std::string& dir, std::vector<std::string>* written);
+
 struct PolicySummary {
   std::string policy;
   int runs = 0;                 // scenarios with a ratio (a peer served something)
@@ -50,7 +58,8 @@ std::vector<PolicySummary> SummarizeSuite(const SuiteResult& result);
 // The summary and the reference policy's per-scenario table; with `detail`, every policy's
 // goodput, hit rate and TTFT p99 per scenario as well.
 std::string SuiteMarkdown(const SuiteResult& result, const std::string& reference, bool detail);
-// One JSON object: per scenario, per policy {goodput, hit_rate, ttft_p99_s, ratio_to_best_peer}.
+// One JSON object: per scenario, per policy {good_requests, goodput (a second), hit_rate,
+// ttft_p99_s, ratio_to_best_peer (by good requests)}.
 std::string SuiteJson(const SuiteResult& result);
 
 }  // namespace kvroute::simulate

@@ -7,16 +7,20 @@
 #include <cmath>
 #include <string>
 
+#include "config/scenario_config.h"
 #include "config/suite_config.h"
 #include "support/test_paths.h"
 
 namespace kvroute::simulate {
 namespace {
 
-report::PolicyReport P(std::string name, double goodput, double hit = 0.5, double p99 = 0.1) {
+// `good` requests met both objectives; goodput a second is deliberately unrelated (a
+// straggler's span): the suite compares the counts.
+report::PolicyReport P(std::string name, int64_t good, double hit = 0.5, double p99 = 0.1) {
   report::PolicyReport r;
   r.policy = std::move(name);
-  r.goodput_requests_per_s = goodput;
+  r.good = good;
+  r.goodput_requests_per_s = 1000.0 / static_cast<double>(good);
   r.prefix_hit_rate = hit;
   r.ttft_s.p99 = p99;
   return r;
@@ -26,17 +30,17 @@ SuiteResult Constructed() {
   SuiteResult s;
   s.name = "t";
   s.policies = {"round-robin", "llm-d-sticky", "kvroute"};
-  s.runs.push_back({"a", "file", "", {P("round-robin", 10), P("llm-d-sticky", 20), P("kvroute", 22)}});
-  s.runs.push_back({"b", "chat steady", "", {P("round-robin", 10), P("llm-d-sticky", 8), P("kvroute", 9.95)}});
+  s.runs.push_back({"a", "file", "", {P("round-robin", 100), P("llm-d-sticky", 200), P("kvroute", 220)}});
+  s.runs.push_back({"b", "chat steady", "", {P("round-robin", 1000), P("llm-d-sticky", 800), P("kvroute", 995)}});
   s.runs.push_back({"c", "file", "scenario did not load", {}});
   return s;
 }
 
 TEST(SuiteSummaryTest, RatiosAreToTheBestPeerOtherThanThePolicyItself) {
   const SuiteResult s = Constructed();
-  EXPECT_DOUBLE_EQ(*RatioToBestPeer(s.runs[0], "kvroute"), 22.0 / 20.0);
-  EXPECT_DOUBLE_EQ(*RatioToBestPeer(s.runs[0], "llm-d-sticky"), 20.0 / 10.0);  // itself excluded
-  EXPECT_DOUBLE_EQ(*RatioToBestPeer(s.runs[1], "kvroute"), 9.95 / 10.0);
+  EXPECT_DOUBLE_EQ(*RatioToBestPeer(s.runs[0], "kvroute"), 220.0 / 200.0);
+  EXPECT_DOUBLE_EQ(*RatioToBestPeer(s.runs[0], "llm-d-sticky"), 200.0 / 100.0);  // itself excluded
+  EXPECT_DOUBLE_EQ(*RatioToBestPeer(s.runs[1], "kvroute"), 995.0 / 1000.0);
   EXPECT_FALSE(RatioToBestPeer(s.runs[2], "kvroute").has_value());
   const std::vector<PolicySummary> sum = SummarizeSuite(s);
   ASSERT_EQ(sum.size(), 3u);
@@ -56,7 +60,7 @@ TEST(SuiteSummaryTest, MarkdownHasTheSummaryAndTheReferencesRows) {
   const std::string md = SuiteMarkdown(Constructed(), "kvroute", false);
   EXPECT_EQ(md.substr(0, md.find("\n\n")), "## Suite t: 3 scenarios (2 ran) x 3 policies");
   EXPECT_NE(md.find("| kvroute | 2 | 0.995 | 1.046 | 2 | 1 | 0 |\n"), std::string::npos) << md;
-  EXPECT_NE(md.find("| a | file | llm-d-sticky | 20.00 | 22.00 | 1.100 | 50.0% / 50.0% | 100 ms / 100 ms |\n"),
+  EXPECT_NE(md.find("| a | file | llm-d-sticky | 200 | 220 | 1.100 | 50.0% / 50.0% | 100 ms / 100 ms |\n"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| c | file | error: scenario did not load | | | | | |\n"), std::string::npos) << md;
@@ -66,6 +70,32 @@ TEST(SuiteSummaryTest, MarkdownHasTheSummaryAndTheReferencesRows) {
   EXPECT_NE(json.find("{\"name\": \"c\", \"kind\": \"file\", \"error\": \"scenario did not load\", \"policies\": {}}"),
             std::string::npos)
       << json;
+}
+
+TEST(SuiteRunTest, WritesEachGeneratedScenarioAsAFileThatLoadsAlone) {
+  config::ConfigOr<config::SuiteSpec> spec = config::ParseSuite(
+      "name: w\n"
+      "generate: {count: 4, seed: 7, min_requests: 50, max_requests: 60}\n"
+      "policies: [round-robin, kvroute]\n",
+      "w.yaml", ".");
+  ASSERT_TRUE(spec.ok()) << spec.error.ToString();
+  const std::string dir = ::testing::TempDir() + "/suite-write";
+  std::vector<std::string> written;
+  ASSERT_TRUE(WriteSuiteScenarios(*spec.value, std::optional<uint64_t>(9), dir, &written).ok());
+  ASSERT_EQ(written.size(), 4u);
+  for (const std::string& path : written) {
+    EXPECT_NE(path.find("/gen-9-"), std::string::npos) << path;  // the seed given wins
+    config::ConfigOr<config::Scenario> sc = config::LoadScenarioFile(path);
+    ASSERT_TRUE(sc.ok()) << path << ": " << sc.error.ToString();
+    EXPECT_EQ(sc.value->policies, (std::vector<std::string>{"round-robin", "kvroute"}));
+    EXPECT_EQ(dir + "/" + sc.value->name + ".yaml", path);
+  }
+  config::ConfigOr<config::SuiteSpec> files_only =
+      config::ParseSuite("name: f\nscenarios: [a.yaml]\n", "f.yaml", ".");
+  ASSERT_TRUE(files_only.ok()) << files_only.error.ToString();
+  const Status none = WriteSuiteScenarios(*files_only.value, std::nullopt, dir, &written);
+  EXPECT_FALSE(none.ok());
+  EXPECT_EQ(none.message(), "the suite generates no scenario");
 }
 
 TEST(SuiteRunTest, RunsFilesAndGeneratedScenariosUnderEveryPolicy) {
