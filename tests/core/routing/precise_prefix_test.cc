@@ -288,9 +288,10 @@ TEST(PreciseCorePolicies, Llmd2025PreciseNormalisesAmongHoldersAndKeepsNoSpecula
   core.OnScrape(0, ScrapedLoad("0", "0", "0.1", 0), 0);
   core.OnScrape(1, ScrapedLoad("0", "10", "0.1", 0), 0);
   core.OnScrape(2, ScrapedLoad("0", "0", "0.1", 0), 0);
+  const std::string text(1280, 'x');  // the request holds a view of it
   PickRequest pr;
   pr.request.model = "m";
-  pr.request.prompt = std::string(1280, 'x');
+  pr.request.prompt = text;
   pr.request.token_ids = prompt;
   PickResult r = core.Pick(pr, 1.0);
   ASSERT_TRUE(r.ok());
@@ -301,10 +302,11 @@ TEST(PreciseCorePolicies, Llmd2025PreciseNormalisesAmongHoldersAndKeepsNoSpecula
   for (uint32_t id = 0; id < 3; ++id) core.OnScrape(id, ScrapedLoad("0", "0", "0.1", 1), 1);
   const auto fresh = Tokens(320, 50000);
   std::set<uint32_t> went;
+  const std::string other(1280, 'y');
   for (int i = 0; i < 30; ++i) {
     PickRequest q;
     q.request.model = "m";
-    q.request.prompt = std::string(1280, 'y');
+    q.request.prompt = other;
     q.request.token_ids = fresh;
     q.dispatch_first = true;
     PickResult p = core.Pick(q, 1.0 + 0.01 * i);
