@@ -159,6 +159,12 @@ std::optional<double> LatencyModel::PredictTpot(uint32_t endpoint, const TpotFea
                           fleet_.tpot, *x);
 }
 
+std::optional<double> LatencyModel::PredictFleetTpot(const TpotFeatures& f) const {
+  const auto x = Encode(f);
+  if (!x) return std::nullopt;
+  return Predict<TpotFit>(nullptr, fleet_.tpot, *x);
+}
+
 uint64_t LatencyModel::TtftSamples(uint32_t endpoint) const {
   return endpoint < endpoints_.size()
              ? endpoints_[endpoint].ttft.samples() + endpoints_[endpoint].ttft_queued.samples()

@@ -117,6 +117,9 @@ class LatencyModel {
   // endpoint's model nor the fleet's has min_samples samples.
   std::optional<double> PredictTtft(uint32_t endpoint, const TtftFeatures& f) const;
   std::optional<double> PredictTpot(uint32_t endpoint, const TpotFeatures& f) const;
+  // The fleet-wide fit alone (what any endpoint would give, on average, with these
+  // features); nullopt as above.
+  std::optional<double> PredictFleetTpot(const TpotFeatures& f) const;
 
   uint64_t TtftSamples(uint32_t endpoint) const;
   uint64_t TpotSamples(uint32_t endpoint) const;

@@ -159,6 +159,10 @@ void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, 
       ++tpot_slo_.observed;
       if (tpot > r->slo_tpot_s) ++tpot_slo_.violated;
     }
+    // Slowness: against what the fleet's fit expected before this sample joins it.
+    if (const auto fleet = model_.PredictFleetTpot(r->tpot); fleet && *fleet > 0) {
+      ObserveSlowness(r->endpoint, tpot / *fleet);
+    }
     if (model_.ObserveTpot(r->endpoint, r->tpot, tpot)) {
       ++tpot_samples_;
       Score(tpot_errors_, r->predicted_tpot, tpot);
@@ -167,8 +171,30 @@ void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, 
   r->handle = kNoHandle;
 }
 
+void LatencyTrainer::ObserveSlowness(uint32_t endpoint, double ratio) {
+  if (!std::isfinite(ratio) || ratio <= 0) return;
+  if (endpoint >= slowness_.size()) slowness_.resize(endpoint + 1);
+  Slow& sl = slowness_[endpoint];
+  sl.ewma = sl.n == 0 ? ratio : sl.ewma + (ratio - sl.ewma) / 8.0;
+  ++sl.n;
+  // The reference: the 25th percentile of the endpoints that have enough samples.
+  slow_scratch_.clear();
+  for (const Slow& x : slowness_) {
+    if (x.n >= kMinSlownessSamples) slow_scratch_.push_back(x.ewma);
+  }
+  if (slow_scratch_.empty()) {
+    slow_ref_ = 0.0;
+    return;
+  }
+  const size_t k = (slow_scratch_.size() - 1) / 4;
+  std::nth_element(slow_scratch_.begin(), slow_scratch_.begin() + static_cast<std::ptrdiff_t>(k),
+                   slow_scratch_.end());
+  slow_ref_ = slow_scratch_[k];
+}
+
 void LatencyTrainer::ForgetEndpoint(uint32_t endpoint) {
   model_.ForgetEndpoint(endpoint);
+  if (endpoint < slowness_.size()) slowness_[endpoint] = Slow{};
   if (endpoint < queue_.size()) queue_[endpoint] = Queue{};
   for (auto* v : {&records_, &legs_}) {
     for (Record& r : *v) {

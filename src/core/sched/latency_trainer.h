@@ -14,6 +14,7 @@
 // Pure logic, no clock, no allocation once the request slots and endpoints have been seen.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -99,6 +100,24 @@ class LatencyTrainer {
   uint32_t QueuedRequests(uint32_t endpoint) const {
     return endpoint < queue_.size() ? queue_[endpoint].requests : 0;
   }
+  // How much slower than the fleet `endpoint` decodes (issue 43): its observed TPOT over
+  // what the fleet-wide fit predicts for the same features, smoothed (EWMA, 1/8), over the
+  // same figure of the fastest quarter of endpoints; at least 1. 1 until it and the fleet
+  // have kMinSlownessSamples samples (unknown is not slow: nothing is pushed off it), and 1
+  // below kSlownessFloor. A
+  // replica throttled to a third of its speed reads about 3, so a load counted with it
+  // puts about a third of the traffic there.
+  double Slowness(uint32_t endpoint) const {
+    if (endpoint >= slowness_.size() || slow_ref_ <= 0) return 1.0;
+    const Slow& sl = slowness_[endpoint];
+    if (sl.n < kMinSlownessSamples) return 1.0;
+    const double r = sl.ewma / slow_ref_;
+    return r >= kSlownessFloor ? r : 1.0;
+  }
+  static constexpr uint32_t kMinSlownessSamples = 8;
+  // Below this ratio an endpoint counts as not slow: the fit's own error between busy and
+  // idle replicas of equal speed reaches it.
+  static constexpr double kSlownessFloor = 1.4;
   const LatencyModel& model() const { return model_; }
   const Errors& ttft_errors() const { return ttft_errors_; }
   const Errors& tpot_errors() const { return tpot_errors_; }
@@ -150,6 +169,15 @@ class LatencyTrainer {
   };
   std::vector<Queue> queue_;     // by endpoint id
   Queue& QueueOf(uint32_t endpoint);
+  // Observed TPOT over the fleet fit's prediction, per endpoint (Slowness).
+  struct Slow {
+    double ewma = 0.0;
+    uint32_t n = 0;
+  };
+  std::vector<Slow> slowness_;  // by endpoint id
+  std::vector<double> slow_scratch_;
+  double slow_ref_ = 0.0;  // the fastest quarter's ratio (its 25th percentile)
+  void ObserveSlowness(uint32_t endpoint, double ratio);
   Errors ttft_errors_, tpot_errors_;
   uint64_t ttft_samples_ = 0, tpot_samples_ = 0;
   SloCounts ttft_slo_, tpot_slo_;

@@ -102,13 +102,16 @@ constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "lea
 // not the default, because it did not beat the blend in simulate; docs/BENCHMARKS.md).
 // kvroute-lora-blind is kvroute without the lora-affinity-scorer (issue 26: the simulator's
 // comparison of adapter affinity).
+// kvroute-speed-aware is kvroute with its soft load counted by each replica's measured
+// slowness (issue 43: soft-load-scorer's speedAware; not the default yet, docs/BENCHMARKS.md
+// "The broad suite").
 // llm-d-2025-*: the four arms of llm-d's published precise / approximate / load / random
 // comparison (REFERENCE.md section 8; the inference scheduler v0.2.1 over the Inference
 // Extension v0.5.1, configurations from llm-d-kv-cache-manager's benchmarking/73-capacity),
 // random being `random`; docs/POLICIES.md, "llm-d's 2025 comparison".
 constexpr std::string_view kVariantPolicies[] = {
     "dynamo-cost-output-blocks", "kvroute-region-blind", "kvroute-slo", "kvroute-lora-blind",
-    "llm-d-2025-precise",        "llm-d-2025-approximate", "llm-d-2025-load"};
+    "llm-d-2025-precise",        "llm-d-2025-approximate", "llm-d-2025-load", "kvroute-speed-aware"};
 
 std::string PluginField(size_t i, std::string_view rest = {}) {
   std::string f = "plugins[" + std::to_string(i) + "]";
@@ -344,7 +347,7 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                    {{"kv-cache-utilization-scorer", 1}, {"queue-scorer", 1}, {"max-score-picker", 1}});
   }
   if (policy == "kvroute" || policy == "kvroute-region-blind" || policy == "kvroute-slo" ||
-      policy == "kvroute-lora-blind") {
+      policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware") {
     // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
     // between scrapes; a saturation filter on queues and stale metrics only (metrics may
     // be older than GIE's 200 ms, because in-flight accounting covers the gap; KV usage
@@ -387,6 +390,11 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                  {"recent-load-scorer", 1},
                  {"lora-affinity-scorer", 3},
                  {picker, 1}});
+    if (policy == "kvroute-speed-aware") {  // soft load counted by measured slowness
+      for (PluginSpec& ps : spec.plugins) {
+        if (ps.type == "soft-load-scorer") ps.parameters["speedAware"] = 1.0;
+      }
+    }
     if (policy == "kvroute-lora-blind") {  // without the LoRA filter and scorer
       std::erase_if(spec.plugins,
                     [](const PluginSpec& p) { return p.type.rfind("lora-affinity-", 0) == 0; });
@@ -403,7 +411,8 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
                                            const SchedulerOptions& options) {
   std::optional<SchedulingSpec> spec = PolicyAsSpec(policy);
   if (spec && (policy == "kvroute" || policy == "kvroute-slo" ||
-               policy == "kvroute-lora-blind") && !options.region.empty()) {
+               policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware") &&
+      !options.region.empty()) {
     // Locality first: it must see every candidate, before the saturation filter drops the
     // saturated local ones (which would hide why they are gone).
     spec->plugins.insert(spec->plugins.begin(), P("locality-filter"));

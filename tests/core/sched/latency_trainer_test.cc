@@ -182,5 +182,35 @@ TEST(LatencyTrainer, QueuedRequestsCountEveryDispatchUntilItsFirstToken) {
   EXPECT_EQ(t.QueuedRequests(1), 0u);
 }
 
+// Slowness (issue 43): an endpoint's observed TPOT over the fleet fit's prediction for the
+// same features, against the fastest quarter's; 1 until known, and 1 below the floor.
+TEST(LatencyTrainer, SlownessIsTpotOverTheFleetsAgainstTheFastestQuarter) {
+  LatencyTrainer t;
+  // Per-token time by endpoint: two at 20 ms, one 1.2x (inside the fit's own noise), one
+  // throttled to a third of the speed.
+  const double tpot[4] = {0.020, 0.020, 0.024, 0.060};
+  double now = 0;
+  for (uint32_t i = 0; i < 400; ++i) {
+    const uint32_t e = i % 4;
+    const RequestHandle h = H(i % 5, 1 + i);
+    t.OnDispatched(h, D(e, 500), now);
+    t.OnFirstToken(h, now + 0.05);
+    t.OnFinished(h, 21, now + 0.05 + 20 * tpot[e]);
+    now += 1.0;
+    if (i == 40) {
+      // Known by now for none: the fleet fit predicts from its 16th sample and each
+      // endpoint needs 8 ratios of its own.
+      EXPECT_EQ(t.Slowness(3), 1.0);
+    }
+  }
+  EXPECT_EQ(t.Slowness(0), 1.0);
+  EXPECT_EQ(t.Slowness(1), 1.0);
+  EXPECT_EQ(t.Slowness(2), 1.0);  // 1.2x: below the floor
+  EXPECT_NEAR(t.Slowness(3), 3.0, 0.15);
+  EXPECT_EQ(t.Slowness(9), 1.0);  // never seen
+  t.ForgetEndpoint(3);            // restarted: unknown again
+  EXPECT_EQ(t.Slowness(3), 1.0);
+}
+
 }  // namespace
 }  // namespace kvroute::sched

@@ -2,6 +2,8 @@
 // per-plugin scores a Pick reports.
 #include <gtest/gtest.h>
 
+#include "core/sched/latency_trainer.h"
+
 #include "sched_test_util.h"
 
 namespace kvroute::sched {
@@ -129,6 +131,49 @@ TEST(SoftLoadScorer, OneRequestOfDifferenceCostsLittle) {
   r = s->Pick(Req("x"), eps, 0.0);
   EXPECT_DOUBLE_EQ(r.Score(0, 0), 0.8);
   EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+}
+
+TEST(SoftLoadScorer, SpeedAwareCountsEachRequestOfASlowReplicaByItsSlowness) {
+  // The latency trainer learns that endpoint 1 decodes three times slower than 0.
+  LatencyTrainer t;
+  double now = 0;
+  for (uint32_t i = 0; i < 200; ++i) {
+    const uint32_t e = i % 2;
+    const RequestHandle h = (uint64_t{1 + i} << 32) | (i % 3);
+    LatencyTrainer::Dispatch d;
+    d.endpoint = e;
+    d.prompt_tokens = 600;
+    d.uncached_tokens = 500;
+    d.running = 10;
+    d.kv_usage = 0.3;
+    d.capacity_tokens = 400000;
+    t.OnDispatched(h, d, now);
+    t.OnFirstToken(h, now + 0.05);
+    t.OnFinished(h, 21, now + 0.05 + 20 * (e == 1 ? 0.060 : 0.020));
+    now += 1.0;
+  }
+  ASSERT_NEAR(t.Slowness(1), 3.0, 0.15);
+  const double slow = t.Slowness(1);
+  for (bool aware : {false, true}) {
+    auto s = MustBuild(SpecOf({Plugin("soft-load-scorer", {{"speedAware", aware ? 1.0 : 0.0}})}));
+    auto eps = MakeEndpoints(2);
+    eps[0].running = 6;  // loads 6 and 4 as scraped
+    eps[1].running = 4;
+    SchedRequest req = Req("x");
+    req.latency = &t;
+    PickResult r = s->Pick(req, eps, 0.0);
+    if (!aware) {
+      // 6 against 4: the slow one looks lighter and wins.
+      EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0 - 2.0 / (2.0 + 4.0));
+      EXPECT_EQ(r.ranked[0], 1u);
+    } else {
+      // 6 against 4 x 3: the fast one wins.
+      const double d = 4 * slow - 6;
+      EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0);
+      EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0 - d / (d + 4.0));
+      EXPECT_EQ(r.ranked[0], 0u);
+    }
+  }
 }
 
 TEST(RecentLoadScorer, DecayedDispatchCountsOverGapPlusSpread) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/sched/latency_trainer.h"
+
 namespace kvroute::sched {
 
 double SoftLoadScorer::LoadOf(const EndpointLoad& l) {
@@ -11,11 +13,17 @@ double SoftLoadScorer::LoadOf(const EndpointLoad& l) {
 
 void SoftLoadScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
                            std::span<double> out) {
+  const LatencyTrainer* lt = p_.speed_aware ? ctx.request->latency : nullptr;
+  auto load = [&](uint32_t pos) {
+    const double v = LoadOf(ctx.loads[pos]);
+    return lt != nullptr ? v * lt->Slowness(ctx.endpoints[pos].id) : v;
+  };
   double lo = std::numeric_limits<double>::infinity();
   double hi = -lo;
   double sum = 0.0;
-  for (uint32_t pos : candidates) {
-    const double v = LoadOf(ctx.loads[pos]);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double v = load(candidates[i]);
+    out[i] = v;
     lo = std::min(lo, v);
     hi = std::max(hi, v);
     sum += v;
@@ -23,7 +31,7 @@ void SoftLoadScorer::Score(const PickContext& ctx, std::span<const uint32_t> can
   const double mean = candidates.empty() ? 0.0 : sum / static_cast<double>(candidates.size());
   const double denom = hi - lo + p_.min_spread + p_.relative_spread * mean;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const double d = LoadOf(ctx.loads[candidates[i]]) - lo;
+    const double d = out[i] - lo;
     // denom is 0 only when every load is equal and both spreads are 0: all score 1.
     out[i] = denom > 0 ? 1.0 - d / denom : 1.0;
   }
@@ -33,7 +41,8 @@ PluginFactory SoftLoadScorerFactory() {
   using P = SoftLoadScorer::Params;
   return ParamsFactory<SoftLoadScorer>(
       PluginKind::kScorer, {{{"minSpread", 0, kParamUnbounded, false}, &P::min_spread},
-                            {{"relativeSpread", 0, kParamUnbounded, false}, &P::relative_spread}});
+                            {{"relativeSpread", 0, kParamUnbounded, false}, &P::relative_spread},
+                            {{"speedAware", 0, 1, true}, &P::speed_aware}});
 }
 
 }  // namespace kvroute::sched

@@ -13,6 +13,10 @@ namespace kvroute::sched {
 struct SoftLoadParams {
   double min_spread = 4.0;
   double relative_spread = 0.0;
+  // Count each candidate's load times its measured slowness (LatencyTrainer::Slowness:
+  // a replica decoding three times slower than the fleet's fastest carries each request
+  // as three), so a slow replica gets the share of traffic it can serve (issue 43).
+  bool speed_aware = false;
 };
 
 // Load balance that acts before saturation without letting one request of difference
@@ -32,7 +36,7 @@ class SoftLoadScorer : public Configured<Scorer, SoftLoadParams> {
   static double LoadOf(const EndpointLoad& l);
 };
 
-// Parameters minSpread (4) and relativeSpread (0).
+// Parameters minSpread (4), relativeSpread (0) and speedAware (0).
 PluginFactory SoftLoadScorerFactory();
 
 }  // namespace kvroute::sched
