@@ -21,6 +21,19 @@
 
 namespace kvroute::routing {
 
+namespace {
+
+// Calls fn(endpoint, its slot) for every endpoint of `table` that has a slot in `slots`.
+template <typename Table, typename Slots, typename Fn>
+void ForEachSlot(const Table& table, const Slots& slots, Fn&& fn) {
+  for (const auto& ep : table.by_id) {
+    if (!ep || ep->id >= slots.size() || !slots[ep->id]) continue;
+    fn(ep.get(), *slots[ep->id]);
+  }
+}
+
+}  // namespace
+
 double RoutingCore::Moments::StdDev() const {
   if (n < 2) return 0.0;
   const double mean = Mean();
@@ -34,9 +47,7 @@ RoutingCore::PoolGauges RoutingCore::Gauges(double now_s) {
   auto table = table_.load();
   auto slots = slots_.load();
   auto options = options_.load();
-  for (const auto& ep : table->by_id) {
-    if (!ep || ep->id >= slots->size() || !(*slots)[ep->id]) continue;
-    const Slot& slot = *(*slots)[ep->id];
+  ForEachSlot(*table, *slots, [&](const Endpoint* ep, const Slot& slot) {
     health::Verdict v;
     metrics::EngineMetrics m;
     {
@@ -44,7 +55,7 @@ RoutingCore::PoolGauges RoutingCore::Gauges(double now_s) {
       v = AssessSlot(slot, now_s, options->health);
       m = slot.health.last();
     }
-    if (v.condition != health::Condition::kUp || v.ejected || v.treatment == health::Treatment::kDown) continue;
+    if (v.condition != health::Condition::kUp || v.ejected || v.treatment == health::Treatment::kDown) return;
     ++g.ready;
     const double kv = Get(ep->stats->kv_adjusted);
     const double waiting = Get(ep->stats->waiting_adjusted);
@@ -53,7 +64,7 @@ RoutingCore::PoolGauges RoutingCore::Gauges(double now_s) {
     if (waiting_known) g.waiting.Add(waiting);
     if (v.Known(health::Signal::kRunning) && std::isfinite(m.running)) g.running.Add(m.running);
     g.queues.push_back({ep->spec.name, ep->spec.address, waiting_known ? waiting : kNaN});
-  }
+  });
   return g;
 }
 
@@ -117,9 +128,7 @@ void RoutingCore::PeerSignals(double now_s, std::vector<PeerSignal>& out) {
   auto table = table_.load();
   auto slots = slots_.load();
   auto options = options_.load();
-  for (const auto& ep : table->by_id) {
-    if (!ep || ep->id >= slots->size() || !(*slots)[ep->id]) continue;
-    const Slot& slot = *(*slots)[ep->id];
+  ForEachSlot(*table, *slots, [&](const Endpoint* ep, const Slot& slot) {
     PeerSignal p;
     p.id = ep->id;
     health::Verdict v;
@@ -132,9 +141,9 @@ void RoutingCore::PeerSignals(double now_s, std::vector<PeerSignal>& out) {
       p.kv_usage = slot.health.kv_usage();
       p.waiting = slot.health.waiting();
     }
-    if (v.ejected || v.treatment == health::Treatment::kDown) continue;
+    if (v.ejected || v.treatment == health::Treatment::kDown) return;
     out.push_back(p);
-  }
+  });
   std::shared_lock<RwSpinLock> lock(sched_mu_);
   if (sched_->scheduler == nullptr) return;
   for (PeerSignal& p : out) p.active_prefill_tokens = sched_->scheduler->ActivePrefillTokens(p.id);

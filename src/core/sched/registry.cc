@@ -102,6 +102,8 @@ constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "lea
 // not the default, because it did not beat the blend in simulate; docs/BENCHMARKS.md).
 // kvroute-lora-blind is kvroute without the lora-affinity-scorer (issue 26: the simulator's
 // comparison of adapter affinity).
+// kvroute-blend is the weighted blend kvroute has been since issue 12, by name, so it stays
+// comparable when the default changes (issue 43, item 5); today it is kvroute.
 // kvroute-speed-aware is kvroute with its soft load counted by each replica's measured
 // slowness (issue 43: soft-load-scorer's speedAware; not the default yet, docs/BENCHMARKS.md
 // "The broad suite").
@@ -111,7 +113,7 @@ constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "lea
 // random being `random`; docs/POLICIES.md, "llm-d's 2025 comparison".
 constexpr std::string_view kVariantPolicies[] = {
     "dynamo-cost-output-blocks", "kvroute-region-blind", "kvroute-slo", "kvroute-lora-blind",
-    "llm-d-2025-precise",        "llm-d-2025-approximate", "llm-d-2025-load", "kvroute-speed-aware"};
+    "llm-d-2025-precise",        "llm-d-2025-approximate", "llm-d-2025-load", "kvroute-speed-aware", "kvroute-blend"};
 
 std::string PluginField(size_t i, std::string_view rest = {}) {
   std::string f = "plugins[" + std::to_string(i) + "]";
@@ -347,7 +349,8 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                    {{"kv-cache-utilization-scorer", 1}, {"queue-scorer", 1}, {"max-score-picker", 1}});
   }
   if (policy == "kvroute" || policy == "kvroute-region-blind" || policy == "kvroute-slo" ||
-      policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware") {
+      policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware" ||
+      policy == "kvroute-blend") {
     // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
     // between scrapes; a saturation filter on queues and stale metrics only (metrics may
     // be older than GIE's 200 ms, because in-flight accounting covers the gap; KV usage
@@ -411,7 +414,8 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
                                            const SchedulerOptions& options) {
   std::optional<SchedulingSpec> spec = PolicyAsSpec(policy);
   if (spec && (policy == "kvroute" || policy == "kvroute-slo" ||
-               policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware") &&
+               policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware" ||
+               policy == "kvroute-blend") &&
       !options.region.empty()) {
     // Locality first: it must see every candidate, before the saturation filter drops the
     // saturated local ones (which would hide why they are gone).

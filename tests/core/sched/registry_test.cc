@@ -145,6 +145,8 @@ TEST(Registry, PoliciesReportWhatTheyConsume) {
       {"kvroute-region-blind", true, F::kLora},
       {"kvroute-slo", false, F::kLora | kPrediction},
       {"kvroute-lora-blind", false, 0},
+      {"kvroute-blend", false, F::kLora},
+      {"kvroute-blend", true, F::kLora | kPrediction},
   };
   for (const auto& [policy, region, fields] : cases) {
     BuildResult b = BuildPolicy(policy, region ? regional : SchedulerOptions{});
@@ -160,6 +162,33 @@ TEST(Registry, PoliciesReportWhatTheyConsume) {
   EXPECT_EQ(std::vector<R>(kv.scheduler->scorer_roles().begin(),
                            kv.scheduler->scorer_roles().end()),
             (std::vector<R>{R::kPrefix, R::kKvCache, R::kLoad, R::kOther, R::kOther}));
+}
+
+// The old blend stays available by name (issue 43): the same plugins, parameters and
+// weights as kvroute's today, with or without a region.
+TEST(Registry, KvrouteBlendIsTheBlendByName) {
+  for (bool region : {false, true}) {
+    SchedulerOptions o;
+    if (region) o.region = "us";
+    const auto a = PolicyAsSpec("kvroute", o);
+    const auto b = PolicyAsSpec("kvroute-blend", o);
+    ASSERT_TRUE(a.has_value());
+    ASSERT_TRUE(b.has_value());
+    ASSERT_EQ(a->plugins.size(), b->plugins.size());
+    for (size_t i = 0; i < a->plugins.size(); ++i) {
+      EXPECT_EQ(a->plugins[i].type, b->plugins[i].type);
+      EXPECT_EQ(a->plugins[i].parameters, b->plugins[i].parameters);
+    }
+    ASSERT_EQ(a->profiles.size(), 1u);
+    ASSERT_EQ(b->profiles.size(), 1u);
+    ASSERT_EQ(a->profiles[0].plugins.size(), b->profiles[0].plugins.size());
+    for (size_t i = 0; i < a->profiles[0].plugins.size(); ++i) {
+      EXPECT_EQ(a->profiles[0].plugins[i].plugin_ref, b->profiles[0].plugins[i].plugin_ref);
+      EXPECT_EQ(a->profiles[0].plugins[i].weight, b->profiles[0].plugins[i].weight);
+    }
+    EXPECT_EQ(region, a->plugins[0].type == "locality-filter");
+  }
+  for (std::string_view name : PolicyNames()) EXPECT_NE(name, "kvroute-blend");
 }
 
 TEST(Registry, InflightAccountingOnlyWhereWanted) {
