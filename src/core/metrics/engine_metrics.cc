@@ -417,4 +417,15 @@ ParseReport ExtractEngineMetrics(std::string_view text, const MetricNames& names
   return report;
 }
 
+bool AdapterBound(const EngineMetrics& m) {
+  if (!m.Has(EngineMetrics::kLora) || m.lora_truncated || m.max_lora <= 0) return false;
+  if (m.n_running_loras < m.max_lora || m.n_waiting_loras == 0) return false;
+  for (uint8_t w = 0; w < m.n_waiting_loras; ++w) {
+    bool running = false;
+    for (uint8_t r = 0; r < m.n_running_loras; ++r) running |= m.running_loras[r] == m.waiting_loras[w];
+    if (!running) return true;
+  }
+  return false;
+}
+
 }  // namespace kvroute::metrics

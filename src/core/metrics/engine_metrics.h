@@ -120,6 +120,13 @@ struct EngineMetrics {
   bool Invalid(Field f) const { return (invalid & f) != 0; }
 };
 
+// Whether the engine's waiting requests wait for an adapter slot rather than for compute
+// (issue 43): its lora_requests_info is usable and complete, every one of max_lora slots
+// runs an adapter, and some adapter waits that is not running (its requests cannot join the
+// batch until a slot frees, whatever room the batch has). Its queue then says nothing about
+// saturation. False without LoRA information.
+bool AdapterBound(const EngineMetrics& m);
+
 // An adapter name's key in EngineMetrics' LoRA lists: FNV-1a 64 of the name, never 0.
 constexpr uint64_t AdapterKey(std::string_view name) {
   uint64_t h = 14695981039346656037ull;

@@ -136,6 +136,9 @@ struct EndpointStats {
   // Published under the scheduler's lock after each change of the endpoint's accounting.
   std::atomic<double> kv_adjusted{core_detail::kNaN}, waiting_adjusted{core_detail::kNaN},
       inflight{0}, prefix_entries{-1};
+  // Its engine's queue waits for adapter slots, not for compute (metrics::AdapterBound):
+  // the saturation detector does not read that queue as saturation (RoutingCore::Load).
+  std::atomic<bool> adapter_bound{false};
   // The requests counter of the endpoint's region (CoreMetrics::BindRegions), set by
   // Configure from its labels; never null once the endpoint is published.
   std::atomic<std::atomic<uint64_t>*> region_requests{nullptr};

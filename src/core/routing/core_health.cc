@@ -238,6 +238,7 @@ void RoutingCore::UpdateStatsLocked(uint32_t id) {
   Set(stats.waiting_adjusted, v.Known(health::Signal::kWaiting) ? adj.waiting : kNaN);
   Set(stats.inflight, static_cast<double>(adj.inflight));
   Set(stats.prefix_entries, static_cast<double>(s.scheduler->PrefixEntries(id)));
+  stats.adapter_bound.store(metrics::AdapterBound(st.engine), std::memory_order_relaxed);
 }
 
 void RoutingCore::OnUpstreamFailure(uint32_t endpoint_id, const UpstreamFailure& failure,

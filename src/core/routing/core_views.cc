@@ -101,15 +101,19 @@ RoutingCore::PoolLoad RoutingCore::Load(double now_s) {
       ++load.kv_known;
       saturated = saturated || kv >= 0.8;
     }
-    if (v.Known(health::Signal::kWaiting) && std::isfinite(waiting)) {
+    // A queue of requests waiting for an adapter slot is not saturation: the engine takes
+    // one more as a slot frees (room 1, as for an unknown queue).
+    const bool adapter_bound = ep->stats->adapter_bound.load(std::memory_order_relaxed);
+    const bool queue_known = v.Known(health::Signal::kWaiting) && std::isfinite(waiting);
+    if (queue_known) {
       load.waiting_sum += waiting;
       ++load.waiting_known;
-      saturated = saturated || waiting >= 5.0;
+      saturated = saturated || (waiting >= 5.0 && !adapter_bound);
     }
     if (saturated) {
       ++load.saturated;
     } else {
-      const int64_t r = v.Known(health::Signal::kWaiting) && std::isfinite(waiting)
+      const int64_t r = queue_known && !(adapter_bound && waiting >= 5.0)
                             ? static_cast<int64_t>(std::ceil(5.0 - waiting))
                             : 1;
       load.room += r;

@@ -363,7 +363,8 @@ class RoutingCore {
   // picker's shedding decision and its pool gauges. An endpoint is ready when its metrics
   // are fresh and it is not down or ejected; a ready endpoint is saturated when, with the
   // router's in-flight estimate added, waiting >= 5 or KV usage >= 0.8 (the reference
-  // picker's saturation detector: max(waiting/5, kv/0.8) >= 1).
+  // picker's saturation detector: max(waiting/5, kv/0.8) >= 1), except that a queue waiting
+  // for adapter slots (metrics::AdapterBound) is not saturation: room 1 there.
   struct PoolLoad {
     std::size_t endpoints = 0;   // in the table
     std::size_t ready = 0;

@@ -85,6 +85,34 @@ class LoraCore : public ::testing::Test {
   RoutingCore core{[](std::string_view) {}};
 };
 
+// A queue waiting for adapter slots is not saturation (issue 43): with every slot running an
+// adapter and another adapter waiting, 8 waiting requests leave the endpoint unsaturated
+// with room for one; the same queue is saturation when the waiting adapters are running
+// ones (the batch is the limit) or the engine says nothing of its adapters.
+TEST_F(LoraCore, AnAdapterBoundQueueIsNotSaturation) {
+  Configure(false);
+  auto scrape = [&](uint32_t id, const std::string& running, const std::string& waiting,
+                    bool lora) {
+    std::string text = metrics::testing::V010With("2", "8", "0.3");
+    if (lora) {
+      text += "vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"" + running +
+              "\",waiting_lora_adapters=\"" + waiting + "\"} 200\n";
+    }
+    core.OnScrape(id, Scraped(text, 1.0), 1.0);
+  };
+  scrape(0, "a,b", "c", true);   // adapter-bound
+  scrape(1, "a,b", "a", true);   // waits for the batch, not for a slot
+  scrape(2, "", "", false);      // no adapter information
+  const RoutingCore::PoolLoad load = core.Load(1.0);
+  EXPECT_EQ(load.ready, 3u);
+  EXPECT_EQ(load.saturated, 2u);
+  EXPECT_EQ(load.room, 1);
+  EXPECT_EQ(load.roomiest, 0u);
+  EXPECT_FALSE(load.saturated_pool());
+  scrape(0, "a", "c", true);  // a free slot: c is loaded at the next step
+  EXPECT_TRUE(core.Load(1.0).saturated_pool());
+}
+
 TEST_F(LoraCore, PicksFollowTheScrapedAdapters) {
   Configure(false);
   core.OnScrape(0, ScrapedLora(2, "lora-a", "", 0), 0);
