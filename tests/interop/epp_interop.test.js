@@ -21,7 +21,7 @@ const {
   ExtProcClient, healthCheck, headersRequest, bodyRequest, postHeaders, subsetHint,
   fromStruct, headerValueOf, protocolConfigField, grpc,
 } = require('./envoy_client');
-const { startSim, startSidecar, startEpp, stop, closedPorts, waitForHealth } = require('./harness');
+const { startSim, startSidecar, startEpp, stop, deadPorts, waitForHealth } = require('./harness');
 
 const kModel = 'meta-llama/Llama-3.1-8B-Instruct';
 const kHeader = 'x-gateway-destination-endpoint';
@@ -38,7 +38,7 @@ before(async () => {
   const modes = ['buffered', 'streamed', 'full_duplex_streamed'];
   const started = await Promise.all([
     ...modes.map((bodyMode) => startEpp({ endpoints: sim.endpoints, bodyMode, fallbacks: kFallbacks })),
-    closedPorts(3).then((ports) => startEpp({
+    deadPorts(3).then((ports) => startEpp({
       endpoints: ports.map((p) => `127.0.0.1:${p}`), bodyMode: 'full_duplex_streamed',
     })),
   ]);
@@ -529,7 +529,7 @@ test('subset hint: only the hinted endpoints are picked; none matching -> 503', 
   const res = await exchangeFullDuplex(clients.full_duplex_streamed, split(completionBody(prompt(800, 81)), 2),
     { metadata: subsetHint(two) });
   assert.deepEqual(checkPick(res.pick, pool, { candidates: two }).sort(), [...two].sort());
-  const [closed] = await closedPorts(1);
+  const [closed] = await deadPorts(1);
   checkImmediate(await exchangeBuffered(clients.buffered, completionBody(prompt(800, 82)),
     { metadata: subsetHint([`127.0.0.1:${closed}`]) }), 503);
 });

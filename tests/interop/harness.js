@@ -155,6 +155,24 @@ async function closedPorts(n) {
   return ports;
 }
 
+// Ports that stay dead for the whole test (connect refused). Ports from closedPorts come from
+// the kernel's ephemeral range, and a test running in parallel can be handed one and bring it
+// to life; ports below 1024 are never handed out that way and no test binds them. Each
+// candidate is checked to refuse before it is returned.
+async function deadPorts(n) {
+  const refuses = (port) => new Promise((resolve) => {
+    const c = net.connect({ port, host: '127.0.0.1' });
+    c.once('connect', () => { c.destroy(); resolve(false); });
+    c.once('error', (e) => resolve(e.code === 'ECONNREFUSED'));
+  });
+  const out = [];
+  for (let port = 1; port < 1024 && out.length < n; port++) {
+    if (await refuses(port)) out.push(port);
+  }
+  if (out.length < n) throw new Error(`fewer than ${n} refusing ports below 1024`);
+  return out;
+}
+
 let configCount = 0;
 // endpoints: "ip:port" or a YAML flow mapping ("{address: ..., kv_events: ...}");
 // poolExtra: more lines under pool: (e.g. '  kv_events: {speculative_ttl: 100ms}');
@@ -255,4 +273,4 @@ async function startSimWithEvents(replicas, kvBlocks) {
   return out;
 }
 
-module.exports = { selfSignedPair, startKvroute, kEppLine, startSim, startSimWithEvents, startSidecar, startServe, startEpp, stop, closedPorts, waitForHealth, tempDir };
+module.exports = { selfSignedPair, startKvroute, kEppLine, startSim, startSimWithEvents, startSidecar, startServe, startEpp, stop, closedPorts, deadPorts, waitForHealth, tempDir };
