@@ -159,6 +159,13 @@ void LatencyTrainer::OnFinished(RequestHandle handle, int64_t generated_tokens, 
       ++tpot_slo_.observed;
       if (tpot > r->slo_tpot_s) ++tpot_slo_.violated;
     }
+    if (std::isfinite(tpot) && tpot >= 0) {
+      if (r->endpoint >= recent_tpot_.size()) recent_tpot_.resize(r->endpoint + 1);
+      Recent& rt = recent_tpot_[r->endpoint];
+      rt.ewma = rt.n == 0 ? tpot : rt.ewma + (tpot - rt.ewma) / 4.0;
+      rt.last_s = now_s;
+      ++rt.n;
+    }
     // Slowness: against what the fleet's fit expected before this sample joins it.
     if (const auto fleet = model_.PredictFleetTpot(r->tpot); fleet && *fleet > 0) {
       ObserveSlowness(r->endpoint, tpot / *fleet);
@@ -195,6 +202,7 @@ void LatencyTrainer::ObserveSlowness(uint32_t endpoint, double ratio) {
 void LatencyTrainer::ForgetEndpoint(uint32_t endpoint) {
   model_.ForgetEndpoint(endpoint);
   if (endpoint < slowness_.size()) slowness_[endpoint] = Slow{};
+  if (endpoint < recent_tpot_.size()) recent_tpot_[endpoint] = Recent{};
   if (endpoint < queue_.size()) queue_[endpoint] = Queue{};
   for (auto* v : {&records_, &legs_}) {
     for (Record& r : *v) {

@@ -115,6 +115,17 @@ class LatencyTrainer {
     return r >= kSlownessFloor ? r : 1.0;
   }
   static constexpr uint32_t kMinSlownessSamples = 8;
+  // The TPOT `endpoint`'s requests measured lately (EWMA, 1/4, of the streamed requests
+  // that finished there with at least two tokens), when at least `min_samples` finished
+  // there and the last of them at most `max_age_s` before `now_s`; otherwise unknown
+  // (nullopt). What the tpot-guard-filter reads (issue 43).
+  std::optional<double> RecentTpot(uint32_t endpoint, double now_s, double max_age_s,
+                                   uint32_t min_samples) const {
+    if (endpoint >= recent_tpot_.size()) return std::nullopt;
+    const Recent& r = recent_tpot_[endpoint];
+    if (r.n < min_samples || r.n == 0 || !(now_s - r.last_s <= max_age_s)) return std::nullopt;
+    return r.ewma;
+  }
   // Below this ratio an endpoint counts as not slow: the fit's own error between busy and
   // idle replicas of equal speed reaches it.
   static constexpr double kSlownessFloor = 1.4;
@@ -175,6 +186,13 @@ class LatencyTrainer {
     uint32_t n = 0;
   };
   std::vector<Slow> slowness_;  // by endpoint id
+  // Measured TPOT per endpoint (RecentTpot).
+  struct Recent {
+    double ewma = 0.0;
+    double last_s = 0.0;
+    uint32_t n = 0;
+  };
+  std::vector<Recent> recent_tpot_;  // by endpoint id
   std::vector<double> slow_scratch_;
   double slow_ref_ = 0.0;  // the fastest quarter's ratio (its 25th percentile)
   void ObserveSlowness(uint32_t endpoint, double ratio);

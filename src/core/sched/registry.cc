@@ -23,6 +23,7 @@
 #include "core/sched/plugins/recent_load_scorer/recent_load_scorer.h"
 #include "core/sched/plugins/round_robin_picker/round_robin_picker.h"
 #include "core/sched/plugins/saturation_filter/saturation_filter.h"
+#include "core/sched/plugins/tpot_guard_filter/tpot_guard_filter.h"
 #include "core/sched/plugins/slo_headroom_picker/slo_headroom_picker.h"
 #include "core/sched/plugins/soft_load_scorer/soft_load_scorer.h"
 #include "core/sched/plugins/swapped_requests_scorer/swapped_requests_scorer.h"
@@ -66,6 +67,7 @@ void RegisterBuiltinPlugins(std::vector<PluginDef>& defs) {
   add("load-aware-scorer", LoadAwareScorerFactory());
   add("swapped-requests-scorer", SwappedRequestsScorerFactory());
   add("saturation-filter", SaturationFilterFactory());
+  add("tpot-guard-filter", TpotGuardFilterFactory());
   add("locality-filter", LocalityFilterFactory());
   add("inflight-accounting", InflightAccountingFactory());
   add("max-score-picker", MaxScorePickerFactory());
@@ -102,18 +104,21 @@ constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "lea
 // not the default, because it did not beat the blend in simulate; docs/BENCHMARKS.md).
 // kvroute-lora-blind is kvroute without the lora-affinity-scorer (issue 26: the simulator's
 // comparison of adapter affinity).
-// kvroute-blend is the weighted blend kvroute has been since issue 12, by name, so it stays
-// comparable when the default changes (issue 43, item 5); today it is kvroute.
-// kvroute-speed-aware is kvroute with its soft load counted by each replica's measured
-// slowness (issue 43: soft-load-scorer's speedAware; not the default yet, docs/BENCHMARKS.md
-// "The broad suite").
+// kvroute-blend is the weighted blend kvroute was from issue 12 to issue 43, by name, so it
+// stays comparable (issue 43, item 5): kvroute without the tpot-guard-filter and without
+// soft load counted by slowness. kvroute-speed-aware is the blend with soft load counted by
+// each replica's measured slowness (soft-load-scorer's speedAware), kvroute-guard the blend
+// with the tpot-guard-filter: each of kvroute's two changes alone. kvroute-token-aware is
+// kvroute with soft load counted by estimated work (tokenAware; measured, not the default:
+// docs/BENCHMARKS.md "The broad suite").
 // llm-d-2025-*: the four arms of llm-d's published precise / approximate / load / random
 // comparison (REFERENCE.md section 8; the inference scheduler v0.2.1 over the Inference
 // Extension v0.5.1, configurations from llm-d-kv-cache-manager's benchmarking/73-capacity),
 // random being `random`; docs/POLICIES.md, "llm-d's 2025 comparison".
 constexpr std::string_view kVariantPolicies[] = {
     "dynamo-cost-output-blocks", "kvroute-region-blind", "kvroute-slo", "kvroute-lora-blind",
-    "llm-d-2025-precise",        "llm-d-2025-approximate", "llm-d-2025-load", "kvroute-speed-aware", "kvroute-blend"};
+    "llm-d-2025-precise",        "llm-d-2025-approximate", "llm-d-2025-load", "kvroute-speed-aware", "kvroute-blend",
+    "kvroute-guard", "kvroute-token-aware"};
 
 std::string PluginField(size_t i, std::string_view rest = {}) {
   std::string f = "plugins[" + std::to_string(i) + "]";
@@ -350,7 +355,7 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
   }
   if (policy == "kvroute" || policy == "kvroute-region-blind" || policy == "kvroute-slo" ||
       policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware" ||
-      policy == "kvroute-blend") {
+      policy == "kvroute-blend" || policy == "kvroute-guard" || policy == "kvroute-token-aware") {
     // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
     // between scrapes; a saturation filter on queues and stale metrics only (metrics may
     // be older than GIE's 200 ms, because in-flight accounting covers the gap; KV usage
@@ -393,10 +398,21 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                  {"recent-load-scorer", 1},
                  {"lora-affinity-scorer", 3},
                  {picker, 1}});
-    if (policy == "kvroute-speed-aware") {  // soft load counted by measured slowness
-      for (PluginSpec& ps : spec.plugins) {
-        if (ps.type == "soft-load-scorer") ps.parameters["speedAware"] = 1.0;
-      }
+    // Issue 43: the default counts soft load by measured slowness and drops endpoints
+    // whose measured TPOT fails the request's objective (tpot-guard-filter, after the
+    // saturation filter); kvroute-blend has neither, kvroute-speed-aware and kvroute-guard
+    // one each.
+    const bool speed = policy != "kvroute-blend" && policy != "kvroute-guard";
+    const bool guard = policy != "kvroute-blend" && policy != "kvroute-speed-aware";
+    if (guard) {
+      spec.plugins.insert(spec.plugins.begin() + 2, P("tpot-guard-filter"));
+      spec.profiles[0].plugins.insert(spec.profiles[0].plugins.begin() + 1,
+                                      ProfilePluginRef{"tpot-guard-filter", 1, 0});
+    }
+    for (PluginSpec& ps : spec.plugins) {
+      if (ps.type != "soft-load-scorer") continue;
+      if (speed) ps.parameters["speedAware"] = 1.0;
+      if (policy == "kvroute-token-aware") ps.parameters["tokenAware"] = 1.0;
     }
     if (policy == "kvroute-lora-blind") {  // without the LoRA filter and scorer
       std::erase_if(spec.plugins,
@@ -415,7 +431,8 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
   std::optional<SchedulingSpec> spec = PolicyAsSpec(policy);
   if (spec && (policy == "kvroute" || policy == "kvroute-slo" ||
                policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware" ||
-               policy == "kvroute-blend") &&
+               policy == "kvroute-blend" || policy == "kvroute-guard" ||
+               policy == "kvroute-token-aware") &&
       !options.region.empty()) {
     // Locality first: it must see every candidate, before the saturation filter drops the
     // saturated local ones (which would hide why they are gone).

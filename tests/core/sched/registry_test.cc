@@ -94,6 +94,7 @@ TEST(Registry, EveryPluginDeclaresItsRoleAndConsumedFields) {
       {"load-aware-scorer", {R::kLoad, 0}},
       {"swapped-requests-scorer", {R::kOther, F::kSwapped}},
       {"saturation-filter", {R::kOther, 0}},
+      {"tpot-guard-filter", {R::kOther, 0}},
       {"locality-filter", {R::kOther, kPrediction}},
       {"inflight-accounting", {R::kOther, 0}},
       {"max-score-picker", {R::kOther, 0}},
@@ -164,31 +165,60 @@ TEST(Registry, PoliciesReportWhatTheyConsume) {
             (std::vector<R>{R::kPrefix, R::kKvCache, R::kLoad, R::kOther, R::kOther}));
 }
 
-// The old blend stays available by name (issue 43): the same plugins, parameters and
-// weights as kvroute's today, with or without a region.
-TEST(Registry, KvrouteBlendIsTheBlendByName) {
+// The old blend stays available by name (issue 43): kvroute without its two changes (the
+// tpot-guard-filter, and soft load counted by slowness) is the blend, plugin for plugin and
+// weight for weight, with or without a region; each change alone has its own name.
+TEST(Registry, KvrouteBlendIsKvrouteWithoutTheGuardAndSpeed) {
+  auto without = [](SchedulingSpec spec, bool guard, bool speed) {
+    if (guard) {
+      std::erase_if(spec.plugins, [](const PluginSpec& p) { return p.type == "tpot-guard-filter"; });
+      std::erase_if(spec.profiles[0].plugins,
+                    [](const ProfilePluginRef& r) { return r.plugin_ref == "tpot-guard-filter"; });
+    }
+    for (PluginSpec& p : spec.plugins) {
+      if (speed && p.type == "soft-load-scorer") p.parameters.erase("speedAware");
+    }
+    return spec;
+  };
+  auto same = [](const SchedulingSpec& a, const SchedulingSpec& b) {
+    ASSERT_EQ(a.plugins.size(), b.plugins.size());
+    for (size_t i = 0; i < a.plugins.size(); ++i) {
+      EXPECT_EQ(a.plugins[i].type, b.plugins[i].type);
+      EXPECT_EQ(a.plugins[i].parameters, b.plugins[i].parameters);
+    }
+    ASSERT_EQ(a.profiles.size(), 1u);
+    ASSERT_EQ(b.profiles.size(), 1u);
+    ASSERT_EQ(a.profiles[0].plugins.size(), b.profiles[0].plugins.size());
+    for (size_t i = 0; i < a.profiles[0].plugins.size(); ++i) {
+      EXPECT_EQ(a.profiles[0].plugins[i].plugin_ref, b.profiles[0].plugins[i].plugin_ref);
+      EXPECT_EQ(a.profiles[0].plugins[i].weight, b.profiles[0].plugins[i].weight);
+    }
+  };
   for (bool region : {false, true}) {
     SchedulerOptions o;
     if (region) o.region = "us";
-    const auto a = PolicyAsSpec("kvroute", o);
-    const auto b = PolicyAsSpec("kvroute-blend", o);
-    ASSERT_TRUE(a.has_value());
-    ASSERT_TRUE(b.has_value());
-    ASSERT_EQ(a->plugins.size(), b->plugins.size());
-    for (size_t i = 0; i < a->plugins.size(); ++i) {
-      EXPECT_EQ(a->plugins[i].type, b->plugins[i].type);
-      EXPECT_EQ(a->plugins[i].parameters, b->plugins[i].parameters);
-    }
-    ASSERT_EQ(a->profiles.size(), 1u);
-    ASSERT_EQ(b->profiles.size(), 1u);
-    ASSERT_EQ(a->profiles[0].plugins.size(), b->profiles[0].plugins.size());
-    for (size_t i = 0; i < a->profiles[0].plugins.size(); ++i) {
-      EXPECT_EQ(a->profiles[0].plugins[i].plugin_ref, b->profiles[0].plugins[i].plugin_ref);
-      EXPECT_EQ(a->profiles[0].plugins[i].weight, b->profiles[0].plugins[i].weight);
-    }
-    EXPECT_EQ(region, a->plugins[0].type == "locality-filter");
+    const auto k = PolicyAsSpec("kvroute", o);
+    const auto blend = PolicyAsSpec("kvroute-blend", o);
+    const auto speed = PolicyAsSpec("kvroute-speed-aware", o);
+    const auto guard = PolicyAsSpec("kvroute-guard", o);
+    ASSERT_TRUE(k && blend && speed && guard);
+    // kvroute has both: the guard right after the saturation filter, speedAware on.
+    EXPECT_EQ(k->plugins.size(), blend->plugins.size() + 1);
+    const size_t at = region ? 3 : 2;
+    EXPECT_EQ(k->plugins[at].type, "tpot-guard-filter");
+    EXPECT_EQ(k->plugins[at - 1].type, "saturation-filter");
+    EXPECT_EQ(k->profiles[0].plugins[at - 1].plugin_ref, "tpot-guard-filter");
+    same(without(*k, true, true), *blend);
+    same(without(*speed, false, true), *blend);
+    same(without(*guard, true, false), *blend);
+    same(without(*k, true, false), *speed);
+    same(without(*k, false, true), *guard);
+    EXPECT_EQ(region, k->plugins[0].type == "locality-filter");
   }
-  for (std::string_view name : PolicyNames()) EXPECT_NE(name, "kvroute-blend");
+  for (std::string_view name : PolicyNames()) {
+    EXPECT_NE(name, "kvroute-blend");
+    EXPECT_NE(name, "kvroute-guard");
+  }
 }
 
 TEST(Registry, InflightAccountingOnlyWhereWanted) {

@@ -176,6 +176,35 @@ TEST(SoftLoadScorer, SpeedAwareCountsEachRequestOfASlowReplicaByItsSlowness) {
   }
 }
 
+TEST(SoftLoadScorer, TokenAwareCountsInFlightRequestsByTheirWork) {
+  // Two requests in flight on each endpoint: two long prompts on 0, two short ones on 1.
+  for (bool aware : {false, true}) {
+    auto s = MustBuild(SpecOf({Plugin("soft-load-scorer", {{"tokenAware", aware ? 1.0 : 0.0}})}));
+    auto eps = MakeEndpoints(2);
+    const std::string long_prompt(16000, 'l');  // about 4,000 tokens
+    for (uint32_t target : {0u, 0u, 1u, 1u}) {
+      PickResult r = s->Pick(Req(target == 0 ? long_prompt : "short"), eps, 0.0);
+      s->OnDispatched(r.handle, target, 0.0);
+    }
+    const double b0 = s->inflight().ActiveBlocks(0);
+    const double b1 = s->inflight().ActiveBlocks(1);
+    ASSERT_GT(b0, 4 * b1);
+    PickResult r = s->Pick(Req("x"), eps, 0.0);
+    if (!aware) {
+      // By count, 2 against 2: equal.
+      EXPECT_DOUBLE_EQ(r.Score(0, 0), 1.0);
+      EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+    } else {
+      // In units of the mean request (b0 + b1) / 4: the long prompts weigh more.
+      const double per = (b0 + b1) / 4;
+      const double d = b0 / per - b1 / per;
+      EXPECT_DOUBLE_EQ(r.Score(0, 1), 1.0);
+      EXPECT_NEAR(r.Score(0, 0), 1.0 - d / (d + 4.0), 1e-12);
+      EXPECT_EQ(r.ranked[0], 1u);
+    }
+  }
+}
+
 TEST(RecentLoadScorer, DecayedDispatchCountsOverGapPlusSpread) {
   // Half-life 10 s, minSpread 2: at t = 10 every dispatch at t = 0 counts 1/2.
   auto s = MustBuild(SpecOf({Plugin("recent-load-scorer",

@@ -14,8 +14,22 @@ double SoftLoadScorer::LoadOf(const EndpointLoad& l) {
 void SoftLoadScorer::Score(const PickContext& ctx, std::span<const uint32_t> candidates,
                            std::span<double> out) {
   const LatencyTrainer* lt = p_.speed_aware ? ctx.request->latency : nullptr;
+  // tokenAware: blocks per in-flight request over the candidates (0: count requests).
+  double per_request = 0.0;
+  if (p_.token_aware) {
+    double blocks = 0.0;
+    double n = 0.0;
+    for (uint32_t pos : candidates) {
+      blocks += ctx.loads[pos].active_blocks;
+      n += ctx.loads[pos].inflight;
+    }
+    if (n > 0 && blocks > 0) per_request = blocks / n;
+  }
   auto load = [&](uint32_t pos) {
-    const double v = LoadOf(ctx.loads[pos]);
+    const EndpointLoad& l = ctx.loads[pos];
+    const double v = per_request > 0
+                         ? std::max(l.active_blocks / per_request, l.waiting + l.running)
+                         : LoadOf(l);
     return lt != nullptr ? v * lt->Slowness(ctx.endpoints[pos].id) : v;
   };
   double lo = std::numeric_limits<double>::infinity();
@@ -42,7 +56,8 @@ PluginFactory SoftLoadScorerFactory() {
   return ParamsFactory<SoftLoadScorer>(
       PluginKind::kScorer, {{{"minSpread", 0, kParamUnbounded, false}, &P::min_spread},
                             {{"relativeSpread", 0, kParamUnbounded, false}, &P::relative_spread},
-                            {{"speedAware", 0, 1, true}, &P::speed_aware}});
+                            {{"speedAware", 0, 1, true}, &P::speed_aware},
+                            {{"tokenAware", 0, 1, true}, &P::token_aware}});
 }
 
 }  // namespace kvroute::sched

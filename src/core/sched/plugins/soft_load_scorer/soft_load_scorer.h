@@ -17,6 +17,11 @@ struct SoftLoadParams {
   // a replica decoding three times slower than the fleet's fastest carries each request
   // as three), so a slow replica gets the share of traffic it can serve (issue 43).
   bool speed_aware = false;
+  // Count the router's in-flight requests by their estimated work (EndpointLoad::
+  // active_blocks: uncached prompt plus expected output), in units of the candidates'
+  // mean request, so a replica holding three long prompts weighs more than one holding
+  // three short ones (issue 43). Without blocks in flight: by count, as otherwise.
+  bool token_aware = false;
 };
 
 // Load balance that acts before saturation without letting one request of difference
@@ -36,7 +41,7 @@ class SoftLoadScorer : public Configured<Scorer, SoftLoadParams> {
   static double LoadOf(const EndpointLoad& l);
 };
 
-// Parameters minSpread (4), relativeSpread (0) and speedAware (0).
+// Parameters minSpread (4), relativeSpread (0), speedAware (0) and tokenAware (0).
 PluginFactory SoftLoadScorerFactory();
 
 }  // namespace kvroute::sched

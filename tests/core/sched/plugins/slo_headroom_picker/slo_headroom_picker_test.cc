@@ -118,9 +118,15 @@ TEST(SloHeadroomPicker, MovesOffTheBlendsChoiceOnlyToAnEndpointWithRoom) {
   }
   // 300 ms: 2 misses, but 0.11 s is not within 0.25 x 0.3 s: no room anywhere, the blend.
   EXPECT_EQ(pick(0.3)[0], 2u);
-  // TPOT is not judged by default (kvroute-slo): 2 decodes at 80 ms a token, yet a 30 ms
-  // objective alone leaves the blend's choice.
-  EXPECT_EQ(pick(0, 0.03)[0], 2u);
+  // TPOT is not judged by the picker by default: 2 decodes at 80 ms a token, and a 100 ms
+  // objective (which 2 meets as measured) leaves the blend's choice...
+  EXPECT_EQ(pick(0, 0.1)[0], 2u);
+  // ... while a 30 ms one, which 2's measured TPOT fails, has kvroute's tpot-guard-filter
+  // (issue 43) drop 2 before the picker runs.
+  const std::vector<uint32_t> guarded = pick(0, 0.03);
+  ASSERT_EQ(guarded.size(), 2u);
+  EXPECT_NE(guarded[0], 2u);
+  EXPECT_NE(guarded[1], 2u);
 }
 
 TEST(SloHeadroomPicker, AnUnknownPredictionIsNeverChosenForIt) {
