@@ -105,12 +105,10 @@ constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "lea
 // kvroute-lora-blind is kvroute without the lora-affinity-scorer (issue 26: the simulator's
 // comparison of adapter affinity).
 // kvroute-blend is the weighted blend kvroute was from issue 12 to issue 43, by name, so it
-// stays comparable (issue 43, item 5): kvroute without the tpot-guard-filter and without
-// soft load counted by slowness. kvroute-speed-aware is the blend with soft load counted by
-// each replica's measured slowness (soft-load-scorer's speedAware), kvroute-guard the blend
-// with the tpot-guard-filter: each of kvroute's two changes alone. kvroute-token-aware is
-// kvroute with soft load counted by estimated work (tokenAware; measured, not the default:
-// docs/BENCHMARKS.md "The broad suite").
+// stays comparable (issue 43, item 5): kvroute without the tpot-guard-filter.
+// kvroute-speed-aware is kvroute with soft load counted by each replica's measured slowness
+// (soft-load-scorer's speedAware), kvroute-token-aware that with soft load also counted by
+// estimated work (tokenAware): measured, not the default (docs/BENCHMARKS.md "Issue 43").
 // llm-d-2025-*: the four arms of llm-d's published precise / approximate / load / random
 // comparison (REFERENCE.md section 8; the inference scheduler v0.2.1 over the Inference
 // Extension v0.5.1, configurations from llm-d-kv-cache-manager's benchmarking/73-capacity),
@@ -118,7 +116,7 @@ constexpr std::string_view kPolicies[] = {"round-robin",   "random",        "lea
 constexpr std::string_view kVariantPolicies[] = {
     "dynamo-cost-output-blocks", "kvroute-region-blind", "kvroute-slo", "kvroute-lora-blind",
     "llm-d-2025-precise",        "llm-d-2025-approximate", "llm-d-2025-load", "kvroute-speed-aware", "kvroute-blend",
-    "kvroute-guard", "kvroute-token-aware"};
+    "kvroute-token-aware"};
 
 std::string PluginField(size_t i, std::string_view rest = {}) {
   std::string f = "plugins[" + std::to_string(i) + "]";
@@ -355,7 +353,7 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
   }
   if (policy == "kvroute" || policy == "kvroute-region-blind" || policy == "kvroute-slo" ||
       policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware" ||
-      policy == "kvroute-blend" || policy == "kvroute-guard" || policy == "kvroute-token-aware") {
+      policy == "kvroute-blend" || policy == "kvroute-token-aware") {
     // Prefix affinity and KV headroom as in gie-default, plus: the router's own accounting
     // between scrapes; a saturation filter on queues and stale metrics only (metrics may
     // be older than GIE's 200 ms, because in-flight accounting covers the gap; KV usage
@@ -398,12 +396,12 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy) {
                  {"recent-load-scorer", 1},
                  {"lora-affinity-scorer", 3},
                  {picker, 1}});
-    // Issue 43: the default counts soft load by measured slowness and drops endpoints
-    // whose measured TPOT fails the request's objective (tpot-guard-filter, after the
-    // saturation filter); kvroute-blend has neither, kvroute-speed-aware and kvroute-guard
-    // one each.
-    const bool speed = policy != "kvroute-blend" && policy != "kvroute-guard";
-    const bool guard = policy != "kvroute-blend" && policy != "kvroute-speed-aware";
+    // Issue 43: the default drops endpoints whose measured TPOT fails the request's
+    // objective (tpot-guard-filter, after the saturation filter); kvroute-blend does not.
+    // Soft load counted by slowness (and by work) only in the measured variants: on
+    // Mooncake's traces it read noise as slowness (docs/BENCHMARKS.md "Issue 43").
+    const bool guard = policy != "kvroute-blend";
+    const bool speed = policy == "kvroute-speed-aware" || policy == "kvroute-token-aware";
     if (guard) {
       spec.plugins.insert(spec.plugins.begin() + 2, P("tpot-guard-filter"));
       spec.profiles[0].plugins.insert(spec.profiles[0].plugins.begin() + 1,
@@ -431,8 +429,7 @@ std::optional<SchedulingSpec> PolicyAsSpec(std::string_view policy,
   std::optional<SchedulingSpec> spec = PolicyAsSpec(policy);
   if (spec && (policy == "kvroute" || policy == "kvroute-slo" ||
                policy == "kvroute-lora-blind" || policy == "kvroute-speed-aware" ||
-               policy == "kvroute-blend" || policy == "kvroute-guard" ||
-               policy == "kvroute-token-aware") &&
+               policy == "kvroute-blend" || policy == "kvroute-token-aware") &&
       !options.region.empty()) {
     // Locality first: it must see every candidate, before the saturation filter drops the
     // saturated local ones (which would hide why they are gone).

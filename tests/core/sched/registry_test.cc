@@ -165,18 +165,20 @@ TEST(Registry, PoliciesReportWhatTheyConsume) {
             (std::vector<R>{R::kPrefix, R::kKvCache, R::kLoad, R::kOther, R::kOther}));
 }
 
-// The old blend stays available by name (issue 43): kvroute without its two changes (the
-// tpot-guard-filter, and soft load counted by slowness) is the blend, plugin for plugin and
-// weight for weight, with or without a region; each change alone has its own name.
-TEST(Registry, KvrouteBlendIsKvrouteWithoutTheGuardAndSpeed) {
-  auto without = [](SchedulingSpec spec, bool guard, bool speed) {
-    if (guard) {
-      std::erase_if(spec.plugins, [](const PluginSpec& p) { return p.type == "tpot-guard-filter"; });
-      std::erase_if(spec.profiles[0].plugins,
-                    [](const ProfilePluginRef& r) { return r.plugin_ref == "tpot-guard-filter"; });
-    }
+// The old blend stays available by name (issue 43): kvroute without its tpot-guard-filter
+// is the blend, plugin for plugin and weight for weight, with or without a region; the
+// measured variants add soft load by slowness (kvroute-speed-aware) and by work as well
+// (kvroute-token-aware).
+TEST(Registry, KvrouteBlendIsKvrouteWithoutTheGuard) {
+  auto without_guard = [](SchedulingSpec spec) {
+    std::erase_if(spec.plugins, [](const PluginSpec& p) { return p.type == "tpot-guard-filter"; });
+    std::erase_if(spec.profiles[0].plugins,
+                  [](const ProfilePluginRef& r) { return r.plugin_ref == "tpot-guard-filter"; });
+    return spec;
+  };
+  auto without_param = [](SchedulingSpec spec, const std::string& param) {
     for (PluginSpec& p : spec.plugins) {
-      if (speed && p.type == "soft-load-scorer") p.parameters.erase("speedAware");
+      if (p.type == "soft-load-scorer") p.parameters.erase(param);
     }
     return spec;
   };
@@ -200,25 +202,20 @@ TEST(Registry, KvrouteBlendIsKvrouteWithoutTheGuardAndSpeed) {
     const auto k = PolicyAsSpec("kvroute", o);
     const auto blend = PolicyAsSpec("kvroute-blend", o);
     const auto speed = PolicyAsSpec("kvroute-speed-aware", o);
-    const auto guard = PolicyAsSpec("kvroute-guard", o);
-    ASSERT_TRUE(k && blend && speed && guard);
-    // kvroute has both: the guard right after the saturation filter, speedAware on.
+    const auto token = PolicyAsSpec("kvroute-token-aware", o);
+    ASSERT_TRUE(k && blend && speed && token);
+    // kvroute: the guard right after the saturation filter.
     EXPECT_EQ(k->plugins.size(), blend->plugins.size() + 1);
     const size_t at = region ? 3 : 2;
     EXPECT_EQ(k->plugins[at].type, "tpot-guard-filter");
     EXPECT_EQ(k->plugins[at - 1].type, "saturation-filter");
     EXPECT_EQ(k->profiles[0].plugins[at - 1].plugin_ref, "tpot-guard-filter");
-    same(without(*k, true, true), *blend);
-    same(without(*speed, false, true), *blend);
-    same(without(*guard, true, false), *blend);
-    same(without(*k, true, false), *speed);
-    same(without(*k, false, true), *guard);
+    same(without_guard(*k), *blend);
+    same(*k, without_param(*speed, "speedAware"));
+    same(*speed, without_param(*token, "tokenAware"));
     EXPECT_EQ(region, k->plugins[0].type == "locality-filter");
   }
-  for (std::string_view name : PolicyNames()) {
-    EXPECT_NE(name, "kvroute-blend");
-    EXPECT_NE(name, "kvroute-guard");
-  }
+  for (std::string_view name : PolicyNames()) EXPECT_NE(name, "kvroute-blend");
 }
 
 TEST(Registry, InflightAccountingOnlyWhereWanted) {
