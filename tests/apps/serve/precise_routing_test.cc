@@ -226,6 +226,24 @@ class ActiveActive : public PreciseRouting {
       for (int g = 0; g < 13; ++g) {
         const std::string prompt = Prompt("context" + std::to_string(g), 400) + " question " + std::to_string(q);
         Through(*rs[n++ % rs.size()], prompt);
+        // The events of that request reach every router over ZMQ a moment later; on a
+        // loaded machine the next request could overtake them and measure the delivery
+        // delay instead of the routing. Wait until every router holds the same block
+        // count twice in a row (both subscribe to the same publishers).
+        if (events && rs.size() > 1) {
+          double last = -1;
+          EXPECT_TRUE(WaitFor([&] {
+            double first = -1;
+            for (Router* r : rs) {
+              const double b = MetricSum(Metrics(*r), "kvroute_kv_events_blocks");
+              if (first < 0) first = b;
+              if (b != first) return last = -1, false;
+            }
+            const bool stable = first == last;
+            last = first;
+            return stable;
+          }, std::chrono::milliseconds(5000), std::chrono::milliseconds(20)));
+        }
       }
     }
     const double queries = Counter("vllm:prefix_cache_queries_total") - q0;
